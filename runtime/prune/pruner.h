@@ -1,0 +1,60 @@
+// The interface between the decoder's prefill and a visual-token pruning method. The engine
+// calls a Pruner after each decoder layer with what that layer's attention computed; the
+// method answers with the visual tokens to keep from the next layer on. Kernels that the
+// methods use live in kernels/prune/.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace hap {
+
+// What prefill layer `layer` exposes after its attention. The current sequence holds
+// n_tokens rows in original order; the visual tokens still present are the contiguous rows
+// [vis_begin, vis_begin + n_vis). Rows after them are the query text (N_t = n_tokens -
+// vis_begin - n_vis).
+struct LayerAttention {
+  int layer = 0;
+  int n_tokens = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;  // query head h reads kv head h / (n_heads / n_kv_heads)
+  int head_dim = 0;
+  float scale = 0.f;  // softmax scale, 1/sqrt(head_dim)
+  const float* q = nullptr;    // F32 [n_tokens, n_heads * head_dim], after RoPE
+  const float* k = nullptr;    // F32 [n_tokens, n_kv_heads * head_dim], after RoPE
+  const float* lse = nullptr;  // F32 [n_heads, n_tokens]: log Σ_keys exp(scale·q·k) over the
+                               // causal keys of each row (the softmax denominator)
+  int vis_begin = 0;
+  int n_vis = 0;
+};
+
+// Input embeddings before layer 0 (SparseVLM picks its raters from them).
+struct PrefillInput {
+  const float* embeddings = nullptr;  // F32 [n_tokens, d_model]
+  int n_tokens = 0;
+  int d_model = 0;
+  int vis_begin = 0;
+  int n_vis = 0;
+  int n_layers = 0;
+};
+
+class Pruner {
+ public:
+  virtual ~Pruner() = default;
+
+  // Called once per request before layer 0.
+  virtual absl::Status Begin(const PrefillInput& input) { return absl::OkStatus(); }
+
+  // Called after layer att.layer's attention. Returning a value prunes: the engine keeps the
+  // listed visual tokens (indices into the n_vis tokens currently present, strictly ascending)
+  // and drops the rest at the end of this layer, so layer att.layer + 1 on sees only them.
+  // std::nullopt keeps every token.
+  virtual absl::StatusOr<std::optional<std::vector<int>>> AfterLayer(const LayerAttention& att) = 0;
+};
+
+}  // namespace hap
