@@ -28,4 +28,4 @@ struct Registrar {
 
 // HAP_COMMAND(plan, "Plan a pruning schedule", CmdPlan) in a cmd_*.cc file registers CmdPlan.
 #define HAP_COMMAND(name, summary, fn) \
-  static ::hap::cli::Registrar hap_command_registrar_##name(#name, summary, fn)
+  static ::hap::cli::Registrar hap_command_registrar_##fn(#name, summary, fn)

@@ -1,0 +1,117 @@
+#include "kernels/cpu/attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "runtime/common/thread_pool.h"
+
+namespace hap::cpu {
+namespace {
+
+absl::Status Validate(const AttentionArgs& a) {
+  if (!a.q || !a.k || !a.v || !a.out || a.n_q < 0 || a.n_kv <= 0 || a.n_heads <= 0 ||
+      a.n_kv_heads <= 0 || a.head_dim <= 0 || a.n_heads % a.n_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Attention: bad arguments n_q=%d n_kv=%d heads=%d kv_heads=%d head_dim=%d", a.n_q, a.n_kv,
+        a.n_heads, a.n_kv_heads, a.head_dim));
+  }
+  if (a.causal && (a.causal_offset < 0 || a.causal_offset + a.n_q > a.n_kv)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Attention: causal offset %d with %d queries exceeds %d keys", a.causal_offset, a.n_q,
+        a.n_kv));
+  }
+  return absl::OkStatus();
+}
+
+// Rows per block: bounds the score buffer at kRowBlock × n_kv floats.
+constexpr int kRowBlock = 256;
+
+}  // namespace
+
+absl::Status Attention(const AttentionArgs& a) {
+  if (absl::Status s = Validate(a); !s.ok()) return s;
+  if (a.n_q == 0) return absl::OkStatus();
+  const int hd = a.head_dim;
+  const int q_stride = a.n_heads * hd;
+  const int kv_stride = a.n_kv_heads * hd;
+  const int group = a.n_heads / a.n_kv_heads;
+  std::vector<float> scores(static_cast<size_t>(std::min(a.n_q, kRowBlock)) * a.n_kv);
+
+  for (int h = 0; h < a.n_heads; ++h) {
+    const int kvh = h / group;
+    const float* k = a.k + kvh * hd;
+    const float* v = a.v + kvh * hd;
+    for (int r0 = 0; r0 < a.n_q; r0 += kRowBlock) {
+      const int rows = std::min(kRowBlock, a.n_q - r0);
+      // Keys past the causal limit of the block's last row are never needed.
+      const int n_keys = a.causal ? std::min(a.n_kv, a.causal_offset + r0 + rows) : a.n_kv;
+      // scores[r, j] = scale · q_r · k_j   F32 [rows, n_keys]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_keys, hd, a.scale,
+                  a.q + static_cast<int64_t>(r0) * q_stride + h * hd, q_stride, k, kv_stride,
+                  0.f, scores.data(), n_keys);
+      DefaultPool().ParallelFor(rows, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          float* s = scores.data() + r * n_keys;
+          const int limit = a.causal ? a.causal_offset + r0 + static_cast<int>(r) + 1 : n_keys;
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int j = 0; j < limit; ++j) mx = std::max(mx, s[j]);
+          double sum = 0;
+          for (int j = 0; j < limit; ++j) {
+            s[j] = std::exp(s[j] - mx);
+            sum += s[j];
+          }
+          const float inv = static_cast<float>(1.0 / sum);
+          for (int j = 0; j < limit; ++j) s[j] *= inv;
+          for (int j = limit; j < n_keys; ++j) s[j] = 0.f;
+          if (a.lse) a.lse[static_cast<int64_t>(h) * a.n_q + r0 + r] = mx + static_cast<float>(std::log(sum));
+        }
+      });
+      // out[r, h] = Σ_j p[r, j] · v_j   F32 [rows, head_dim] (strided into out)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, n_keys, 1.f,
+                  scores.data(), n_keys, v, kv_stride, 0.f,
+                  a.out + static_cast<int64_t>(r0) * q_stride + h * hd, q_stride);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void AttentionReference(const AttentionArgs& a) {
+  const int hd = a.head_dim;
+  const int q_stride = a.n_heads * hd;
+  const int kv_stride = a.n_kv_heads * hd;
+  const int group = a.n_heads / a.n_kv_heads;
+  std::vector<double> s(a.n_kv);
+  for (int h = 0; h < a.n_heads; ++h) {
+    const int kvh = h / group;
+    for (int r = 0; r < a.n_q; ++r) {
+      const int limit = a.causal ? a.causal_offset + r + 1 : a.n_kv;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int j = 0; j < limit; ++j) {
+        double dot = 0;
+        for (int t = 0; t < hd; ++t) {
+          dot += static_cast<double>(a.q[static_cast<int64_t>(r) * q_stride + h * hd + t]) *
+                 a.k[static_cast<int64_t>(j) * kv_stride + kvh * hd + t];
+        }
+        s[j] = dot * a.scale;
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (int j = 0; j < limit; ++j) sum += std::exp(s[j] - mx);
+      if (a.lse) a.lse[static_cast<int64_t>(h) * a.n_q + r] = static_cast<float>(mx + std::log(sum));
+      for (int t = 0; t < hd; ++t) {
+        double acc = 0;
+        for (int j = 0; j < limit; ++j) {
+          acc += std::exp(s[j] - mx) / sum * a.v[static_cast<int64_t>(j) * kv_stride + kvh * hd + t];
+        }
+        a.out[static_cast<int64_t>(r) * q_stride + h * hd + t] = static_cast<float>(acc);
+      }
+    }
+  }
+}
+
+}  // namespace hap::cpu

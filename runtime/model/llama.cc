@@ -1,0 +1,215 @@
+#include "runtime/model/llama.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "runtime/common/status_macros.h"
+
+namespace hap {
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Keeps rows [0, vis_begin) + the kept visual rows + [vis_begin + n_vis, n) of a [n, width]
+// row-major buffer, in place.
+template <typename T>
+void CompactRows(std::vector<T>* buf, int width, int n, int vis_begin, int n_vis,
+                 const std::vector<int>& keep) {
+  T* data = buf->data();
+  int out = vis_begin;
+  for (int idx : keep) {
+    std::memmove(data + static_cast<int64_t>(out) * width,
+                 data + static_cast<int64_t>(vis_begin + idx) * width, sizeof(T) * width);
+    ++out;
+  }
+  for (int r = vis_begin + n_vis; r < n; ++r, ++out) {
+    std::memmove(data + static_cast<int64_t>(out) * width, data + static_cast<int64_t>(r) * width,
+                 sizeof(T) * width);
+  }
+  buf->resize(static_cast<size_t>(out) * width);
+}
+
+}  // namespace
+
+LlamaDecoder::LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights)
+    : cfg_(cfg),
+      w_(weights),
+      d_(cfg.text.hidden_size),
+      n_heads_(cfg.text.num_attention_heads),
+      n_kv_heads_(cfg.text.num_key_value_heads),
+      head_dim_(cfg.text.head_dim),
+      ffn_(cfg.text.intermediate_size),
+      vocab_(cfg.text.vocab_size),
+      eps_(cfg.text.rms_norm_eps),
+      theta_(cfg.text.rope_theta),
+      scale_(1.f / std::sqrt(static_cast<float>(cfg.text.head_dim))) {}
+
+absl::StatusOr<std::vector<float>> LlamaDecoder::Embed(const std::vector<int32_t>& ids) const {
+  std::vector<float> out(ids.size() * d_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("token id %d is outside the vocabulary [0, %d)", ids[i], vocab_));
+    }
+    std::memcpy(out.data() + i * d_, w_.embed.data + static_cast<int64_t>(ids[i]) * d_,
+                sizeof(float) * d_);
+  }
+  return out;
+}
+
+absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int n, LayerKv* kv,
+                                 std::vector<float>* q_out, std::vector<float>* lse) const {
+  const LlamaLayerWeights& lw = w_.layers[l];
+  const int q_dim = n_heads_ * head_dim_;
+  const int kv_dim = n_kv_heads_ * head_dim_;
+  const int64_t past = kv->len();
+
+  std::vector<float> h(static_cast<size_t>(n) * d_);  // F32 [n, hidden]
+  HAP_RETURN_IF_ERROR(cpu::RmsNorm(x, lw.attn_norm.data, h.data(), n, d_, eps_));
+  std::vector<float> q(static_cast<size_t>(n) * q_dim);  // F32 [n, heads·hd]
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.q.data, nullptr, q.data(), n, d_, q_dim));
+  kv->k.resize((past + n) * kv_dim);
+  kv->v.resize((past + n) * kv_dim);
+  float* k_new = kv->k.data() + past * kv_dim;  // F32 [n, kv_dim]
+  float* v_new = kv->v.data() + past * kv_dim;
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.k.data, nullptr, k_new, n, d_, kv_dim));
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.v.data, nullptr, v_new, n, d_, kv_dim));
+  HAP_RETURN_IF_ERROR(cpu::Rope(q.data(), positions, n, n_heads_, head_dim_, theta_));
+  HAP_RETURN_IF_ERROR(cpu::Rope(k_new, positions, n, n_kv_heads_, head_dim_, theta_));
+  kv->positions.insert(kv->positions.end(), positions, positions + n);
+
+  std::vector<float> attn(static_cast<size_t>(n) * q_dim);  // F32 [n, heads·hd]
+  if (lse) lse->assign(static_cast<size_t>(n_heads_) * n, 0.f);
+  cpu::AttentionArgs args;
+  args.q = q.data();
+  args.k = kv->k.data();
+  args.v = kv->v.data();
+  args.out = attn.data();
+  args.lse = lse ? lse->data() : nullptr;
+  args.n_q = n;
+  args.n_kv = static_cast<int>(past + n);
+  args.n_heads = n_heads_;
+  args.n_kv_heads = n_kv_heads_;
+  args.head_dim = head_dim_;
+  args.scale = scale_;
+  args.causal = true;
+  args.causal_offset = static_cast<int>(past);
+  HAP_RETURN_IF_ERROR(cpu::Attention(args));
+  HAP_RETURN_IF_ERROR(cpu::Linear(attn.data(), lw.o.data, nullptr, h.data(), n, q_dim, d_));
+  cpu::AddInPlace(x, h.data(), static_cast<int64_t>(n) * d_);
+
+  HAP_RETURN_IF_ERROR(cpu::RmsNorm(x, lw.mlp_norm.data, h.data(), n, d_, eps_));
+  std::vector<float> gate(static_cast<size_t>(n) * ffn_), up(gate.size());  // F32 [n, ffn]
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.gate.data, nullptr, gate.data(), n, d_, ffn_));
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.up.data, nullptr, up.data(), n, d_, ffn_));
+  cpu::SiluMul(gate.data(), up.data(), static_cast<int64_t>(n) * ffn_);
+  HAP_RETURN_IF_ERROR(cpu::Linear(gate.data(), lw.down.data, nullptr, h.data(), n, ffn_, d_));
+  cpu::AddInPlace(x, h.data(), static_cast<int64_t>(n) * d_);
+  if (q_out) *q_out = std::move(q);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> LlamaDecoder::Logits(const float* row) const {
+  std::vector<float> h(d_), logits(vocab_);
+  HAP_RETURN_IF_ERROR(cpu::RmsNorm(row, w_.norm.data, h.data(), 1, d_, eps_));
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), w_.lm_head.data, nullptr, logits.data(), 1, d_, vocab_));
+  return logits;
+}
+
+absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
+                                                         std::vector<int32_t> positions,
+                                                         int vis_begin, int n_vis, Pruner* pruner,
+                                                         KvCache* cache,
+                                                         PrefillTrace* trace) const {
+  int n = static_cast<int>(positions.size());
+  if (n == 0 || x.size() != static_cast<size_t>(n) * d_ || vis_begin < 0 || n_vis < 0 ||
+      vis_begin + n_vis > n) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "prefill: %d positions, %d embedding values (hidden %d), visual rows [%d, %d)", n,
+        x.size(), d_, vis_begin, vis_begin + n_vis));
+  }
+  const int32_t next_position = positions.back() + 1;
+  cache->Clear();
+  cache->kv_dim = n_kv_heads_ * head_dim_;
+  cache->layers.resize(w_.layers.size());
+  if (pruner) {
+    PrefillInput input{x.data(), n, d_, vis_begin, n_vis, n_layers()};
+    HAP_RETURN_IF_ERROR(pruner->Begin(input));
+  }
+  std::vector<float> q, lse;
+  for (int l = 0; l < n_layers(); ++l) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (trace) {
+      trace->tokens_per_layer.push_back(n);
+      trace->visual_tokens_per_layer.push_back(n_vis);
+    }
+    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions.data(), n, &cache->layers[l],
+                              pruner ? &q : nullptr, pruner ? &lse : nullptr));
+    double prune_ms = 0;
+    if (pruner) {
+      const auto tp = std::chrono::steady_clock::now();
+      LayerAttention att;
+      att.layer = l;
+      att.n_tokens = n;
+      att.n_heads = n_heads_;
+      att.n_kv_heads = n_kv_heads_;
+      att.head_dim = head_dim_;
+      att.scale = scale_;
+      att.q = q.data();
+      att.k = cache->layers[l].k.data();
+      att.lse = lse.data();
+      att.vis_begin = vis_begin;
+      att.n_vis = n_vis;
+      HAP_ASSIGN_OR_RETURN(std::optional<std::vector<int>> keep, pruner->AfterLayer(att));
+      if (keep.has_value()) {
+        for (size_t i = 0; i < keep->size(); ++i) {
+          if ((*keep)[i] < 0 || (*keep)[i] >= n_vis || (i > 0 && (*keep)[i] <= (*keep)[i - 1])) {
+            return absl::InternalError(absl::StrFormat(
+                "pruner returned an invalid keep list at layer %d (entry %d = %d of %d visual)", l,
+                i, (*keep)[i], n_vis));
+          }
+        }
+        CompactRows(&x, d_, n, vis_begin, n_vis, *keep);
+        CompactRows(&positions, 1, n, vis_begin, n_vis, *keep);
+        n_vis = static_cast<int>(keep->size());
+        n = static_cast<int>(positions.size());
+      }
+      prune_ms = MsSince(tp);
+    }
+    if (trace) {
+      trace->layer_ms.push_back(MsSince(t0));
+      trace->prune_ms.push_back(prune_ms);
+    }
+  }
+  cache->next_position = next_position;
+  return Logits(x.data() + static_cast<int64_t>(n - 1) * d_);
+}
+
+absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeStep(int32_t token, KvCache* cache) const {
+  if (cache->layers.size() != w_.layers.size()) {
+    return absl::FailedPreconditionError("decode step on a KV cache without prefill");
+  }
+  if (cache->next_position >= cfg_.text.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrFormat("position %d reaches the model's context of %d",
+                                                 cache->next_position,
+                                                 cfg_.text.max_position_embeddings));
+  }
+  HAP_ASSIGN_OR_RETURN(std::vector<float> x, Embed({token}));
+  const int32_t pos = cache->next_position;
+  for (int l = 0; l < n_layers(); ++l) {
+    HAP_RETURN_IF_ERROR(Layer(l, x.data(), &pos, 1, &cache->layers[l], nullptr, nullptr));
+  }
+  cache->next_position = pos + 1;
+  return Logits(x.data());
+}
+
+}  // namespace hap

@@ -1,0 +1,93 @@
+#include "runtime/model/llava_model.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/common/status_macros.h"
+#include "runtime/common/thread_pool.h"
+
+namespace hap {
+
+absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& dir,
+                                                             const ModelOptions& options) {
+  if (!std::filesystem::is_directory(dir)) {
+    return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
+  }
+  SetDefaultPoolThreads(options.threads);
+  std::unique_ptr<LlavaModel> m(new LlavaModel());
+  m->dir_ = dir;
+  m->options_ = options;
+  HAP_ASSIGN_OR_RETURN(m->config_, LoadLlavaConfig(dir));
+  HAP_ASSIGN_OR_RETURN(m->weights_, LlavaWeights::Load(dir, m->config_));
+  const std::string tok_path = (std::filesystem::path(dir) / "tokenizer.model").string();
+  HAP_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::Load(tok_path));
+  m->decoder_ = std::make_unique<LlamaDecoder>(m->config_, m->weights_->text());
+  return m;
+}
+
+int LlavaModel::max_prompt_tokens() const {
+  const int ctx = config_.text.max_position_embeddings;
+  return options_.max_prompt_tokens > 0 ? std::min(options_.max_prompt_tokens, ctx) : ctx;
+}
+
+absl::StatusOr<std::vector<float>> LlavaModel::PreprocessImage(std::string_view bytes) const {
+  HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(bytes, options_.image_limits));
+  return ClipPreprocess(image, config_.vision.image_size);
+}
+
+absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
+    const std::vector<float>& pixels, VisionFeatureLayer* feature_layer) const {
+  const int64_t want = 3LL * config_.vision.image_size * config_.vision.image_size;
+  if (static_cast<int64_t>(pixels.size()) != want) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pixels hold %d values, expected %d (3 x %d x %d)", pixels.size(), want,
+                        config_.vision.image_size, config_.vision.image_size));
+  }
+  return RunVisionTower(config_, weights_->vision(), pixels.data(), feature_layer);
+}
+
+absl::StatusOr<std::vector<float>> LlavaModel::Project(const std::vector<float>& features,
+                                                       int n) const {
+  if (features.size() != static_cast<size_t>(n) * config_.vision.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "vision features hold %d values, expected %d x %d", features.size(), n,
+        config_.vision.hidden_size));
+  }
+  return RunProjector(config_, weights_->projector(), features.data(), n);
+}
+
+absl::StatusOr<PromptTokens> LlavaModel::Tokenize(std::string_view question, int n_visual) const {
+  return BuildLlavaPrompt(*tokenizer_, question, config_.image_token_index, n_visual,
+                          max_prompt_tokens());
+}
+
+absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
+                                                  const std::vector<float>& image_embeds,
+                                                  Pruner* pruner) const {
+  const int d = config_.text.hidden_size;
+  if (image_embeds.size() != static_cast<size_t>(prompt.n_vis) * d) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "image embeddings hold %d values, expected %d visual tokens x %d", image_embeds.size(),
+        prompt.n_vis, d));
+  }
+  // Text rows come from the embedding table; the image token rows are replaced by the image
+  // embeddings (the image token id itself may lie outside the embedding table).
+  std::vector<int32_t> ids = prompt.ids;
+  for (int i = 0; i < prompt.n_vis; ++i) ids[prompt.vis_begin + i] = 0;
+  HAP_ASSIGN_OR_RETURN(std::vector<float> x, decoder_->Embed(ids));
+  std::memcpy(x.data() + static_cast<int64_t>(prompt.vis_begin) * d, image_embeds.data(),
+              image_embeds.size() * sizeof(float));
+  std::vector<int32_t> positions(ids.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
+
+  PrefillOutput out;
+  out.prompt_tokens = static_cast<int>(ids.size());
+  HAP_ASSIGN_OR_RETURN(out.logits,
+                       decoder_->Prefill(std::move(x), std::move(positions), prompt.vis_begin,
+                                         prompt.n_vis, pruner, &out.cache, &out.trace));
+  return out;
+}
+
+}  // namespace hap

@@ -1,0 +1,84 @@
+// A loaded LLaVA checkpoint (config, weights, tokenizer) and its pipeline stages:
+// image → pixels → visual embeddings → prompt → prefill (optionally pruned) → decode steps.
+// Stages are separate so the services can run them in different processes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/image/image.h"
+#include "runtime/io/config.h"
+#include "runtime/io/weights.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/llama.h"
+#include "runtime/model/vision_tower.h"
+#include "runtime/prune/pruner.h"
+#include "runtime/text/tokenizer.h"
+
+namespace hap {
+
+struct ModelOptions {
+  int threads = 0;  // CPU threads for non-BLAS ops; 0 = all cores
+  ImageLimits image_limits;
+  int max_prompt_tokens = 0;  // 0 → the model's max_position_embeddings
+};
+
+struct PrefillOutput {
+  KvCache cache;
+  std::vector<float> logits;  // F32 [vocab] after the last prompt token
+  PrefillTrace trace;
+  int prompt_tokens = 0;      // unpruned prompt length
+};
+
+class LlavaModel {
+ public:
+  // Loads config.json, the safetensors weights and tokenizer.model from `dir`.
+  static absl::StatusOr<std::unique_ptr<LlavaModel>> Load(const std::string& dir,
+                                                          const ModelOptions& options);
+
+  const LlavaConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const LlavaWeights& weights() const { return *weights_; }
+  const ModelOptions& options() const { return options_; }
+  const std::string& dir() const { return dir_; }
+
+  // Image bytes (JPEG/PNG) → F32 [3, S, S] CLIP-normalised pixels.
+  absl::StatusOr<std::vector<float>> PreprocessImage(std::string_view image_bytes) const;
+
+  // Pixels → vision features F32 [V, vision_hidden] (before the projector).
+  absl::StatusOr<std::vector<float>> VisionFeatures(const std::vector<float>& pixels,
+                                                    VisionFeatureLayer* feature_layer) const;
+  // Vision features F32 [n, vision_hidden] → image embeddings F32 [n, hidden].
+  absl::StatusOr<std::vector<float>> Project(const std::vector<float>& features, int n) const;
+
+  // The llava prompt with `n_visual` image tokens (InvalidArgument for an empty or too long
+  // prompt).
+  absl::StatusOr<PromptTokens> Tokenize(std::string_view question, int n_visual) const;
+
+  // Runs the decoder over the prompt with the image embeddings F32 [prompt.n_vis, hidden]
+  // spliced in at the image tokens. `pruner` may be null.
+  absl::StatusOr<PrefillOutput> Prefill(const PromptTokens& prompt,
+                                        const std::vector<float>& image_embeds,
+                                        Pruner* pruner) const;
+
+  // Appends `token` to the cache and returns the next logits F32 [vocab].
+  absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvCache* cache) const {
+    return decoder_->DecodeStep(token, cache);
+  }
+
+  int max_prompt_tokens() const;
+
+ private:
+  LlavaModel() = default;
+
+  std::string dir_;
+  ModelOptions options_;
+  LlavaConfig config_;
+  std::unique_ptr<LlavaWeights> weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<LlamaDecoder> decoder_;
+};
+
+}  // namespace hap

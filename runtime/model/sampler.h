@@ -1,0 +1,34 @@
+// Token sampling: greedy, or temperature with top-k / top-p, reproducible from a seed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace hap {
+
+struct SamplingParams {
+  float temperature = 0.f;  // 0 → greedy (argmax; ties → lowest id)
+  float top_p = 1.f;        // nucleus mass in (0, 1]
+  int top_k = 0;            // 0 → no limit
+  uint64_t seed = 0;
+};
+
+// Checks ranges: temperature ≥ 0 and finite, top_p in (0, 1], top_k ≥ 0.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  // logits F32 [vocab] → token id. Deterministic for a given seed and sequence of calls.
+  int32_t Sample(const std::vector<float>& logits);
+
+ private:
+  double NextUniform();  // in [0, 1), from xoshiro256** (identical on every platform)
+
+  SamplingParams params_;
+  uint64_t state_[4];
+};
+
+}  // namespace hap

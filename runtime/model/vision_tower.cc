@@ -1,0 +1,119 @@
+#include "runtime/model/vision_tower.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "runtime/common/status_macros.h"
+
+namespace hap {
+
+absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const VisionWeights& w,
+                                                  const float* pixels,
+                                                  VisionFeatureLayer* feature_layer) {
+  const VisionConfig& vc = cfg.vision;
+  const int d = vc.hidden_size;
+  const int p = vc.patch_size;
+  const int grid = vc.image_size / p;
+  const int n_patches = grid * grid;
+  const int n = n_patches + 1;
+  const int c = vc.num_channels;
+  const int patch_len = c * p * p;
+  const int heads = vc.num_attention_heads;
+  const int hd = d / heads;
+  const int ffn = vc.intermediate_size;
+
+  // im2col: patches F32 [n_patches, c·p·p] in the conv weight's (c, ky, kx) order.
+  std::vector<float> patches(static_cast<size_t>(n_patches) * patch_len);
+  for (int gy = 0; gy < grid; ++gy) {
+    for (int gx = 0; gx < grid; ++gx) {
+      float* dst = patches.data() + static_cast<int64_t>(gy * grid + gx) * patch_len;
+      for (int ch = 0; ch < c; ++ch) {
+        for (int ky = 0; ky < p; ++ky) {
+          const float* src = pixels + (static_cast<int64_t>(ch) * vc.image_size + gy * p + ky) *
+                                          vc.image_size + gx * p;
+          for (int kx = 0; kx < p; ++kx) *dst++ = src[kx];
+        }
+      }
+    }
+  }
+  // x F32 [n, d]: row 0 = class embedding, rows 1.. = patch embeddings; + position embeddings.
+  std::vector<float> x(static_cast<size_t>(n) * d);
+  HAP_RETURN_IF_ERROR(cpu::Linear(patches.data(), w.patch_w.data, nullptr, x.data() + d,
+                                  n_patches, patch_len, d));
+  for (int i = 0; i < d; ++i) x[i] = w.class_emb.data[i];
+  cpu::AddInPlace(x.data(), w.pos_emb.data, static_cast<int64_t>(n) * d);
+  HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), w.pre_ln_w.data, w.pre_ln_b.data, x.data(), n, d,
+                                     vc.layer_norm_eps));
+
+  std::vector<float> h(static_cast<size_t>(n) * d), q(h.size()), k(h.size()), v(h.size()),
+      attn(h.size()), proj(h.size()), mlp(static_cast<size_t>(n) * ffn);
+  const int n_layers = static_cast<int>(w.layers.size());
+  for (int l = 0; l < n_layers; ++l) {
+    const ClipLayerWeights& lw = w.layers[l];
+    // Self-attention block (pre-LN).
+    HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), lw.ln1_w.data, lw.ln1_b.data, h.data(), n, d,
+                                       vc.layer_norm_eps));
+    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.q_w.data, lw.q_b.data, q.data(), n, d, d));
+    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.k_w.data, lw.k_b.data, k.data(), n, d, d));
+    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.v_w.data, lw.v_b.data, v.data(), n, d, d));
+    cpu::AttentionArgs args;
+    args.q = q.data();
+    args.k = k.data();
+    args.v = v.data();
+    args.out = attn.data();
+    args.n_q = n;
+    args.n_kv = n;
+    args.n_heads = heads;
+    args.n_kv_heads = heads;
+    args.head_dim = hd;
+    args.scale = 1.f / std::sqrt(static_cast<float>(hd));
+    HAP_RETURN_IF_ERROR(cpu::Attention(args));
+    HAP_RETURN_IF_ERROR(cpu::Linear(attn.data(), lw.o_w.data, lw.o_b.data, proj.data(), n, d, d));
+    cpu::AddInPlace(x.data(), proj.data(), static_cast<int64_t>(n) * d);
+    // MLP block.
+    HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), lw.ln2_w.data, lw.ln2_b.data, h.data(), n, d,
+                                       vc.layer_norm_eps));
+    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.fc1_w.data, lw.fc1_b.data, mlp.data(), n, d, ffn));
+    if (vc.hidden_act == "quick_gelu") {
+      cpu::QuickGelu(mlp.data(), static_cast<int64_t>(n) * ffn);
+    } else {
+      cpu::Gelu(mlp.data(), static_cast<int64_t>(n) * ffn);
+    }
+    HAP_RETURN_IF_ERROR(cpu::Linear(mlp.data(), lw.fc2_w.data, lw.fc2_b.data, proj.data(), n, ffn, d));
+    cpu::AddInPlace(x.data(), proj.data(), static_cast<int64_t>(n) * d);
+
+    if (feature_layer != nullptr && l == n_layers - 1) {
+      feature_layer->n_tokens = n;
+      feature_layer->n_heads = heads;
+      feature_layer->head_dim = hd;
+      feature_layer->scale = args.scale;
+      feature_layer->q = q;
+      feature_layer->k = k;
+      feature_layer->hidden = x;
+    }
+  }
+  if (cfg.vision_feature_select_strategy == "full") return x;
+  // "default" drops CLS.
+  return std::vector<float>(x.begin() + d, x.end());
+}
+
+absl::StatusOr<std::vector<float>> RunProjector(const LlavaConfig& cfg, const ProjectorWeights& w,
+                                                const float* features, int n) {
+  const int dv = cfg.vision.hidden_size;
+  const int dt = cfg.text.hidden_size;
+  std::vector<float> h(static_cast<size_t>(n) * dt), out(static_cast<size_t>(n) * dt);
+  HAP_RETURN_IF_ERROR(cpu::Linear(features, w.l1_w.data, w.l1_b.data, h.data(), n, dv, dt));
+  if (cfg.projector_hidden_act == "gelu") {
+    cpu::Gelu(h.data(), static_cast<int64_t>(n) * dt);
+  } else {
+    cpu::GeluTanh(h.data(), static_cast<int64_t>(n) * dt);
+  }
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), w.l2_w.data, w.l2_b.data, out.data(), n, dt, dt));
+  return out;
+}
+
+}  // namespace hap

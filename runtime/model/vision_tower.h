@@ -1,0 +1,35 @@
+// The CLIP ViT vision tower and the LLaVA projector.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/io/config.h"
+#include "runtime/io/weights.h"
+
+namespace hap {
+
+// What the last layer the tower runs (the feature layer) computed, kept for VisionZip.
+struct VisionFeatureLayer {
+  int n_tokens = 0;  // patches + 1 (token 0 is CLS)
+  int n_heads = 0;
+  int head_dim = 0;
+  float scale = 0.f;
+  std::vector<float> q;       // F32 [n_tokens, hidden], with bias
+  std::vector<float> k;       // F32 [n_tokens, hidden], with bias
+  std::vector<float> hidden;  // F32 [n_tokens, hidden]: the layer's output (incl. CLS)
+};
+
+// pixels: F32 [3, image_size, image_size] (CLIP-normalised). Returns the selected features
+// F32 [num_visual_tokens, vision.hidden_size] at vision_feature_layer. When feature_layer is
+// non-null it receives the feature layer's Q, K and output.
+absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const VisionWeights& w,
+                                                  const float* pixels,
+                                                  VisionFeatureLayer* feature_layer);
+
+// features F32 [n, vision.hidden] → image embeddings F32 [n, text.hidden]
+// (linear_1 → GELU → linear_2).
+absl::StatusOr<std::vector<float>> RunProjector(const LlavaConfig& cfg, const ProjectorWeights& w,
+                                                const float* features, int n);
+
+}  // namespace hap

@@ -1,0 +1,65 @@
+// hapctl run: answer a question about an image in process, streaming the answer.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "nlohmann/json.hpp"
+#include "runtime/common/status_macros.h"
+#include "runtime/model/pipeline.h"
+#include "tools/hapctl/command.h"
+#include "tools/hapctl/flags.h"
+#include "tools/hapctl/model_dir.h"
+#include "tools/hapctl/run_options.h"
+
+namespace hap::cli {
+namespace {
+
+int CmdRun(const std::vector<std::string>& args) {
+  std::set<std::string> value_flags = {"model", "image", "prompt", "threads"};
+  std::set<std::string> bool_flags = {"json"};
+  AddGenerationFlags(&value_flags);
+  auto flags = Flags::Parse(args, value_flags, bool_flags);
+  if (!flags.ok()) return Fail("run", flags.status());
+  const bool json = flags->Bool("json");
+
+  auto request = ParseGenerateRequest(*flags);
+  if (!request.ok()) return Fail("run", request.status());
+  auto threads = flags->Int("threads", 0);
+  if (!threads.ok()) return Fail("run", threads.status());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ModelOptions options;
+  options.threads = static_cast<int>(*threads);
+  auto model = LlavaModel::Load(ResolveModelDir(flags->GetOr("model", "")), options);
+  if (!model.ok()) return Fail("run", model.status());
+  const double load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+  TokenSink sink;
+  if (!json) {
+    sink = [](int32_t, const std::string& delta) {
+      std::fwrite(delta.data(), 1, delta.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+  }
+  auto result = Generate(**model, *request, sink);
+  if (!result.ok()) {
+    if (!json) std::fputc('\n', stdout);
+    return Fail("run", result.status());
+  }
+  if (json) {
+    std::printf("%s\n", GenerateResultJson(*result, load_ms).dump().c_str());
+  } else {
+    std::printf("\n");
+    PrintTimings(*result, load_ms);
+  }
+  return 0;
+}
+
+}  // namespace
+
+HAP_COMMAND(run, "Answer a question about an image in process (streams the answer)", CmdRun);
+
+}  // namespace hap::cli

@@ -1,0 +1,23 @@
+#include "tools/hapctl/model_dir.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace hap::cli {
+
+std::string ResolveModelDir(const std::string& flag_value) {
+  namespace fs = std::filesystem;
+  if (!flag_value.empty()) return flag_value;
+  if (const char* env = std::getenv("HAP_MODEL_DIR"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share/hap/models" / kDefaultModelName;
+    if (fs::is_directory(installed)) return installed.string();
+  }
+  return (fs::path(HAP_SOURCE_DIR) / "models" / kDefaultModelName).string();
+}
+
+}  // namespace hap::cli
