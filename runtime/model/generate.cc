@@ -4,7 +4,7 @@
 
 #include "runtime/common/status_macros.h"
 #include "runtime/model/llava_model.h"
-#include "runtime/text/tokenizer.h"
+#include "runtime/text/streaming_detokenizer.h"
 
 namespace hap {
 
@@ -66,8 +66,16 @@ absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvCache* cac
                                            const SamplingParams& sampling,
                                            const StopCriteria& stop, const TokenSink& sink) {
   HAP_RETURN_IF_ERROR(ValidateSamplingParams(sampling));
-  const auto t0 = std::chrono::steady_clock::now();
+  if (stop.max_new_tokens <= 0) return DecodeResult{};
   Sampler sampler(sampling);
+  const int32_t first = sampler.Sample(logits);
+  return ContinueDecodeLoop(model, cache, first, sampler, stop, sink);
+}
+
+absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvCache* cache,
+                                                int32_t first_token, Sampler& sampler,
+                                                const StopCriteria& stop, const TokenSink& sink) {
+  const auto t0 = std::chrono::steady_clock::now();
   StreamingDetokenizer detok(model.tokenizer());
   StopStringFilter filter(stop.stop_strings);
   const int32_t eos = model.tokenizer().eos_id();
@@ -76,8 +84,12 @@ absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvCache* cac
     result.text += delta;
     return sink ? sink(token, delta) : true;
   };
+  int32_t token = first_token;
   for (int i = 0; i < stop.max_new_tokens; ++i) {
-    const int32_t token = sampler.Sample(logits);
+    if (i > 0) {
+      HAP_ASSIGN_OR_RETURN(std::vector<float> logits, model.DecodeStep(token, cache));
+      token = sampler.Sample(logits);
+    }
     result.tokens.push_back(token);
     if (token == eos || token == model.config().text.eos_token_id) {
       result.finish = FinishReason::kEos;
@@ -92,15 +104,13 @@ absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvCache* cac
       result.finish = FinishReason::kStop;
       break;
     }
-    if (i + 1 == stop.max_new_tokens) {
-      result.finish = FinishReason::kLength;
-      break;
-    }
-    HAP_ASSIGN_OR_RETURN(logits, model.DecodeStep(token, cache));
+    result.finish = FinishReason::kLength;
   }
   if (result.finish != FinishReason::kCancelled && result.finish != FinishReason::kStop) {
-    const std::string tail = filter.Push(detok.Flush()) + filter.Flush();
-    if (!tail.empty()) emit(result.tokens.empty() ? -1 : result.tokens.back(), tail);
+    const std::string tail = filter.Push(detok.Flush());
+    const std::string rest = filter.stopped() ? "" : filter.Flush();
+    if (filter.stopped()) result.finish = FinishReason::kStop;
+    if (!tail.empty() || !rest.empty()) emit(result.tokens.back(), tail + rest);
   }
   result.decode_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

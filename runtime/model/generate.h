@@ -40,6 +40,12 @@ absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvCache* cac
                                            const SamplingParams& sampling,
                                            const StopCriteria& stop, const TokenSink& sink);
 
+// Continues after `first_token`, which `sampler` already drew from the prefill logits (possibly
+// in another process: see Sampler::Discard). RunDecodeLoop is this after one Sample().
+absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvCache* cache,
+                                                int32_t first_token, Sampler& sampler,
+                                                const StopCriteria& stop, const TokenSink& sink);
+
 // Splits streamed text so that a stop string is never emitted: Push() returns what can be shown
 // now; `stopped()` tells whether a stop string was found (the text before it was emitted).
 class StopStringFilter {

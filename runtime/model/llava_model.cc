@@ -1,3 +1,4 @@
+#include "runtime/image/clip_preprocess.h"
 #include "runtime/model/llava_model.h"
 
 #include <cstring>

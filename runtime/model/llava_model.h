@@ -15,6 +15,7 @@
 #include "runtime/model/llama.h"
 #include "runtime/model/vision_tower.h"
 #include "runtime/prune/pruner.h"
+#include "runtime/text/llava_prompt.h"
 #include "runtime/text/tokenizer.h"
 
 namespace hap {

@@ -3,62 +3,161 @@
 #include <chrono>
 
 #include "runtime/common/status_macros.h"
+#include "runtime/image/clip_preprocess.h"
+#include "runtime/prune/planner.h"
+#include "runtime/prune/visionzip.h"
 
 namespace hap {
 namespace {
 
-double MsBetween(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+using Clock = std::chrono::steady_clock;
+
+double MsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
 }  // namespace
 
+ModelDims DimsOf(const LlavaConfig& config) {
+  ModelDims dims;
+  dims.n_layers = config.text.num_hidden_layers;
+  dims.d_model = config.text.hidden_size;
+  dims.d_ffn = config.text.intermediate_size;
+  dims.n_heads = config.text.num_attention_heads;
+  dims.n_kv_heads = config.text.num_key_value_heads;
+  dims.head_dim = config.text.head_dim;
+  dims.n_visual_tokens = config.num_visual_tokens();
+  return dims;
+}
+
+absl::Status ValidateRequest(const LlavaModel& model, std::string_view prompt,
+                             const PruneRequest& prune) {
+  HAP_ASSIGN_OR_RETURN(PromptTokens tokens,
+                       model.Tokenize(prompt, model.config().num_visual_tokens()));
+  PruneRequest req = prune;
+  req.text_tokens = static_cast<int>(tokens.ids.size()) - tokens.n_vis;
+  HAP_RETURN_IF_ERROR(MakePruner(req, DimsOf(model.config())).status());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_view image_bytes,
+                                         const PruneRequest& prune) {
+  const LlavaConfig& cfg = model.config();
+  EncodeResult out;
+  const auto t0 = Clock::now();
+  HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(image_bytes, model.options().image_limits));
+  out.image_width = image.width;
+  out.image_height = image.height;
+  HAP_ASSIGN_OR_RETURN(std::vector<float> pixels, ClipPreprocess(image, cfg.vision.image_size));
+  const auto t1 = Clock::now();
+
+  VisionZipCounts zip;
+  if (prune.method == "visionzip") {
+    HAP_ASSIGN_OR_RETURN(zip, VisionZipCountsFor(prune, DimsOf(cfg)));
+  }
+  VisionFeatureLayer feature_layer;
+  HAP_ASSIGN_OR_RETURN(std::vector<float> features,
+                       model.VisionFeatures(pixels, zip.enabled() ? &feature_layer : nullptr));
+  int n = static_cast<int>(features.size() / cfg.vision.hidden_size);
+  if (zip.enabled()) {
+    VisionZipInput in;
+    in.q = feature_layer.q.data();
+    in.k = feature_layer.k.data();
+    in.hidden = feature_layer.hidden.data();
+    in.n_tokens = feature_layer.n_tokens;
+    in.n_heads = feature_layer.n_heads;
+    in.head_dim = feature_layer.head_dim;
+    in.d_model = cfg.vision.hidden_size;
+    in.scale = feature_layer.scale;
+    HAP_ASSIGN_OR_RETURN(features, VisionZipCompress(in, zip));
+    n = zip.total();
+  }
+  HAP_ASSIGN_OR_RETURN(out.embeds, model.Project(features, n));
+  out.n_vis = n;
+  out.preprocess_ms = MsBetween(t0, t1);
+  out.encode_ms = MsBetween(t1, Clock::now());
+  return out;
+}
+
+absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, std::string_view prompt,
+                                         const EncodeResult& encoded, const PruneRequest& prune,
+                                         Sampler* sampler) {
+  const LlavaConfig& cfg = model.config();
+  const auto t0 = Clock::now();
+  HAP_ASSIGN_OR_RETURN(PromptTokens tokens, model.Tokenize(prompt, encoded.n_vis));
+  PruneRequest req = prune;
+  req.text_tokens = static_cast<int>(tokens.ids.size()) - tokens.n_vis;
+  const ModelDims dims = DimsOf(cfg);
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<Pruner> pruner, MakePruner(req, dims));
+  // Method "none" runs the plain engine path (no attention statistics are even computed), so
+  // it is bit-identical to an engine without pruning.
+  Pruner* active = prune.method == "none" ? nullptr : pruner.get();
+  HAP_ASSIGN_OR_RETURN(PrefillOutput out, model.Prefill(tokens, encoded.embeds, active));
+
+  PrefillResult result;
+  result.first_token = sampler->Sample(out.logits);
+  result.cache = std::move(out.cache);
+  result.trace = std::move(out.trace);
+
+  PrefillStats& s = result.stats;
+  s.method = prune.method;
+  s.prompt_tokens = out.prompt_tokens;
+  s.visual_tokens = encoded.n_vis;
+  s.image_visual_tokens = cfg.num_visual_tokens();
+  s.text_tokens = out.prompt_tokens - encoded.n_vis;
+  s.layer_visual_tokens = result.trace.visual_tokens_per_layer;
+  const int L = cfg.text.num_hidden_layers;
+  const double D = cfg.text.hidden_size, F = cfg.text.intermediate_size;
+  const int V = s.image_visual_tokens;
+  double sum_vis = 0;
+  for (int l = 0; l < L; ++l) {
+    const int vis = s.layer_visual_tokens[l];
+    sum_vis += vis;
+    s.flops_paper += LayerFlops(vis, D, F);
+    s.flops_full += LayerFlops(s.text_tokens + vis, D, F);
+  }
+  s.average_visual_tokens = sum_vis / L;
+  s.unpruned_flops_paper = L * LayerFlops(V, D, F);
+  s.unpruned_flops_full = L * LayerFlops(s.text_tokens + V, D, F);
+  s.kv_bytes = result.cache.bytes();
+  s.kv_bytes_unpruned = static_cast<int64_t>(L) * (s.text_tokens + V) * result.cache.kv_dim * 2 *
+                        static_cast<int64_t>(sizeof(float));
+  s.prune = pruner->stats();
+  s.stages = s.prune.stages;
+  s.score_select_ms = s.prune.score_select_us / 1e3;
+  s.prefill_ms = MsBetween(t0, Clock::now());
+  return result;
+}
+
 absl::StatusOr<GenerateResult> Generate(const LlavaModel& model, const GenerateRequest& request,
                                         const TokenSink& sink) {
-  using Clock = std::chrono::steady_clock;
   HAP_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   GenerateResult result;
   const auto t0 = Clock::now();
-  // Reject a bad prompt before spending time on the image.
-  HAP_RETURN_IF_ERROR(model.Tokenize(request.prompt, model.config().num_visual_tokens()).status());
-  HAP_ASSIGN_OR_RETURN(std::vector<float> pixels, model.PreprocessImage(request.image_bytes));
-  const auto t1 = Clock::now();
-  HAP_ASSIGN_OR_RETURN(std::vector<float> features, model.VisionFeatures(pixels, nullptr));
-  const int n_vis = static_cast<int>(features.size() / model.config().vision.hidden_size);
-  HAP_ASSIGN_OR_RETURN(std::vector<float> embeds, model.Project(features, n_vis));
-  const auto t2 = Clock::now();
-  HAP_ASSIGN_OR_RETURN(PromptTokens prompt, model.Tokenize(request.prompt, n_vis));
-  HAP_ASSIGN_OR_RETURN(PrefillOutput prefill, model.Prefill(prompt, embeds, nullptr));
-  const auto t3 = Clock::now();
-  result.prompt_tokens = prefill.prompt_tokens;
-  result.visual_tokens = n_vis;
-  result.kv_bytes = prefill.cache.bytes();
+  // Reject a bad prompt or budget before spending time on the image.
+  HAP_RETURN_IF_ERROR(ValidateRequest(model, request.prompt, request.prune));
+  HAP_ASSIGN_OR_RETURN(EncodeResult encoded,
+                       EncodeImage(model, request.image_bytes, request.prune));
+  Sampler sampler(request.sampling);
+  HAP_ASSIGN_OR_RETURN(PrefillResult prefill,
+                       RunPrefill(model, request.prompt, encoded, request.prune, &sampler));
+  const auto t_first = Clock::now();
+  result.stats = std::move(prefill.stats);
   result.trace = std::move(prefill.trace);
-
-  bool first = true;
-  Clock::time_point t_first;
-  auto timed_sink = [&](int32_t token, const std::string& delta) {
-    if (first) {
-      t_first = Clock::now();
-      first = false;
-    }
-    return sink ? sink(token, delta) : true;
-  };
-  HAP_ASSIGN_OR_RETURN(result.decode,
-                       RunDecodeLoop(model, &prefill.cache, std::move(prefill.logits),
-                                     request.sampling, request.stop, timed_sink));
-  const auto t4 = Clock::now();
+  StopCriteria stop = request.stop;
+  HAP_ASSIGN_OR_RETURN(result.decode, ContinueDecodeLoop(model, &prefill.cache, prefill.first_token,
+                                                         sampler, stop, sink));
+  const auto t_end = Clock::now();
   StageTimings& t = result.timings;
-  t.preprocess_ms = MsBetween(t0, t1);
-  t.encode_ms = MsBetween(t1, t2);
-  t.prefill_ms = MsBetween(t2, t3);
-  t.ttft_ms = MsBetween(t0, first ? t4 : t_first);
-  t.decode_ms = MsBetween(t3, t4);
-  t.total_ms = MsBetween(t0, t4);
-  t.prefill_tokens_per_s = t.prefill_ms > 0 ? result.prompt_tokens / (t.prefill_ms / 1e3) : 0;
-  const int n_tok = static_cast<int>(result.decode.tokens.size());
-  const double after_first_ms = first ? 0 : MsBetween(t_first, t4);
-  t.decode_tokens_per_s = (n_tok > 1 && after_first_ms > 0) ? (n_tok - 1) / (after_first_ms / 1e3) : 0;
+  t.preprocess_ms = encoded.preprocess_ms;
+  t.encode_ms = encoded.encode_ms;
+  t.prefill_ms = result.stats.prefill_ms;
+  t.ttft_ms = MsBetween(t0, t_first);
+  t.decode_ms = MsBetween(t_first, t_end);
+  t.total_ms = MsBetween(t0, t_end);
+  t.prefill_tokens_per_s = t.prefill_ms > 0 ? result.stats.prompt_tokens / (t.prefill_ms / 1e3) : 0;
+  const size_t n_tok = result.decode.tokens.size();
+  t.decode_tokens_per_s = (n_tok > 1 && t.decode_ms > 0) ? (n_tok - 1) / (t.decode_ms / 1e3) : 0;
   return result;
 }
 

@@ -1,21 +1,82 @@
-// One whole request in process: image → encode → prompt → prefill (pruned as asked) → decode.
-// `hapctl run` uses it; the services run the same stages split across processes.
+// One request's stages — encode, prefill (pruned as asked), decode — shared by `hapctl run`
+// (all in process, Generate) and the services (each stage in its own process).
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/model/generate.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/llava_model.h"
+#include "runtime/prune/factory.h"
+#include "runtime/prune/prune_stats.h"
 
 namespace hap {
 
+// Decoder dimensions the planner and pruning methods need; V = the tower's visual tokens.
+ModelDims DimsOf(const LlavaConfig& config);
+
+// Stage 1: image bytes → image embeddings. For "visionzip" the tower's features are compressed
+// here (the LLM then sees fewer visual tokens); every other method gets all V tokens.
+struct EncodeResult {
+  std::vector<float> embeds;  // F32 [n_vis, text hidden]
+  int n_vis = 0;
+  int image_width = 0;   // the decoded image, before preprocessing
+  int image_height = 0;
+  double preprocess_ms = 0;
+  double encode_ms = 0;  // vision tower + (VisionZip) + projector
+};
+absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_view image_bytes,
+                                         const PruneRequest& prune);
+
+// What prefill did for one request (SPEC §3 conventions).
+struct PrefillStats {
+  std::string method;
+  int prompt_tokens = 0;           // unpruned, visual tokens included
+  int text_tokens = 0;             // prompt tokens that are not visual
+  int visual_tokens = 0;           // visual tokens entering the decoder (V, or VisionZip's R)
+  int image_visual_tokens = 0;     // V, what the image gives unpruned
+  std::vector<int> layer_visual_tokens;  // [L] visual rows each layer processed
+  std::vector<PruneStage> stages;        // pruning events (tokens kept per group/stage)
+  double average_visual_tokens = 0;      // Σ_l layer_visual_tokens / L
+  double flops_paper = 0;                // Σ_l F(visual tokens of l)
+  double flops_full = 0;                 // Σ_l F(all tokens of l)
+  double unpruned_flops_paper = 0;       // L·F(V)
+  double unpruned_flops_full = 0;        // L·F(text + V)
+  int64_t kv_bytes = 0;                  // compacted cache (K and V, F32)
+  int64_t kv_bytes_unpruned = 0;         // L · prompt_tokens rows
+  double score_select_ms = 0;            // time inside the pruning method (PAQ + selection)
+  double prefill_ms = 0;
+  PruneStats prune;                      // the method's own record (explain data for HAP)
+};
+
+// Stage 2: prompt + image embeddings → KV cache, the first token (drawn by `sampler`) and
+// stats. The prompt is checked before any compute.
+struct PrefillResult {
+  KvCache cache;
+  int32_t first_token = 0;
+  PrefillTrace trace;
+  PrefillStats stats;
+};
+absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, std::string_view prompt,
+                                         const EncodeResult& encoded, const PruneRequest& prune,
+                                         Sampler* sampler);
+
+// Checks a request's prompt and pruning options without running the model (services call this
+// on receipt so bad requests fail fast).
+absl::Status ValidateRequest(const LlavaModel& model, std::string_view prompt,
+                             const PruneRequest& prune);
+
+// The whole request in process.
 struct GenerateRequest {
   std::string image_bytes;  // JPEG or PNG
   std::string prompt;       // the question; the llava template is applied
   SamplingParams sampling;
   StopCriteria stop;
+  PruneRequest prune;       // method "none" by default
+  GenerateRequest() { prune.method = "none"; }
 };
 
 struct StageTimings {
@@ -26,16 +87,14 @@ struct StageTimings {
   double decode_ms = 0;
   double total_ms = 0;
   double prefill_tokens_per_s = 0;
-  double decode_tokens_per_s = 0;  // tokens after the first / decode time
+  double decode_tokens_per_s = 0;  // tokens after the first / their decode time
 };
 
 struct GenerateResult {
   DecodeResult decode;
   StageTimings timings;
-  int prompt_tokens = 0;  // unpruned, visual tokens included
-  int visual_tokens = 0;  // visual tokens entering the decoder
+  PrefillStats stats;
   PrefillTrace trace;
-  int64_t kv_bytes = 0;
 };
 
 absl::StatusOr<GenerateResult> Generate(const LlavaModel& model, const GenerateRequest& request,

@@ -51,6 +51,11 @@ double Sampler::NextUniform() {
   return static_cast<double>(result >> 11) * 0x1.0p-53;
 }
 
+void Sampler::Discard(int n) {
+  if (params_.temperature == 0.f) return;
+  for (int i = 0; i < n; ++i) NextUniform();
+}
+
 int32_t Sampler::Sample(const std::vector<float>& logits) {
   const int n = static_cast<int>(logits.size());
   if (params_.temperature == 0.f) {

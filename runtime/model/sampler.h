@@ -23,6 +23,9 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
   // logits F32 [vocab] → token id. Deterministic for a given seed and sequence of calls.
   int32_t Sample(const std::vector<float>& logits);
+  // Advances the random stream as `n` Sample() calls would (each non-greedy call draws exactly
+  // one number), so a sampler continued in another process stays identical.
+  void Discard(int n);
 
  private:
   double NextUniform();  // in [0, 1), from xoshiro256** (identical on every platform)

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/prune/prune_stats.h"
 
 namespace hap {
 
@@ -55,6 +56,12 @@ class Pruner {
   // and drops the rest at the end of this layer, so layer att.layer + 1 on sees only them.
   // std::nullopt keeps every token.
   virtual absl::StatusOr<std::optional<std::vector<int>>> AfterLayer(const LayerAttention& att) = 0;
+
+  // What the method did for this request so far (schedule, stages, timings, HAP explain).
+  const PruneStats& stats() const { return stats_; }
+
+ protected:
+  PruneStats stats_;
 };
 
 }  // namespace hap

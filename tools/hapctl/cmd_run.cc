@@ -23,8 +23,6 @@ int CmdRun(const std::vector<std::string>& args) {
   if (!flags.ok()) return Fail("run", flags.status());
   const bool json = flags->Bool("json");
 
-  auto request = ParseGenerateRequest(*flags);
-  if (!request.ok()) return Fail("run", request.status());
   auto threads = flags->Int("threads", 0);
   if (!threads.ok()) return Fail("run", threads.status());
 
@@ -35,6 +33,8 @@ int CmdRun(const std::vector<std::string>& args) {
   if (!model.ok()) return Fail("run", model.status());
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto request = ParseGenerateRequest(*flags, (*model)->config().num_visual_tokens());
+  if (!request.ok()) return Fail("run", request.status());
 
   TokenSink sink;
   if (!json) {

@@ -7,11 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/common/status_macros.h"
+#include "runtime/prune/planner.h"
 
 namespace hap::cli {
 
 void AddGenerationFlags(std::set<std::string>* value_flags) {
-  value_flags->insert({"max-new-tokens", "temperature", "top-p", "top-k", "seed", "stop"});
+  value_flags->insert({"max-new-tokens", "temperature", "top-p", "top-k", "seed", "stop",
+                       "method", "retain", "flops"});
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -26,8 +28,29 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
-absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags) {
+absl::StatusOr<PruneRequest> ParsePruneFlags(const Flags& flags, int n_visual_tokens) {
+  PruneRequest req;
+  auto retain = flags.Get("retain");
+  auto flops = flags.Get("flops");
+  req.method = flags.GetOr("method", (retain || flops) ? "hap" : "none");
+  if (retain && flops) return absl::InvalidArgumentError("give --retain or --flops, not both");
+  if (retain) {
+    HAP_ASSIGN_OR_RETURN(Budget b, ParseRetain(*retain, n_visual_tokens));
+    req.retain = b.value;
+  }
+  if (flops) {
+    HAP_ASSIGN_OR_RETURN(Budget b, ParseFlops(*flops));
+    req.flops = b.value;
+  }
+  if (auto seed = flags.Get("seed")) {
+    HAP_ASSIGN_OR_RETURN(req.seed, flags.Uint64("seed", 0));
+  }
+  return req;
+}
+
+absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags, int n_visual_tokens) {
   GenerateRequest req;
+  HAP_ASSIGN_OR_RETURN(req.prune, ParsePruneFlags(flags, n_visual_tokens));
   HAP_ASSIGN_OR_RETURN(std::string image_path, flags.Required("image"));
   HAP_ASSIGN_OR_RETURN(req.prompt, flags.Required("prompt"));
   HAP_ASSIGN_OR_RETURN(req.image_bytes, ReadFile(image_path));
@@ -49,15 +72,41 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags) {
   return req;
 }
 
+nlohmann::json PrefillStatsJson(const PrefillStats& s) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const PruneStage& st : s.stages) {
+    stages.push_back({{"after_layer", st.after_layer},
+                      {"visual_tokens_before", st.tokens_before},
+                      {"visual_tokens_kept", st.tokens_kept},
+                      {"select_us", st.select_us}});
+  }
+  return {{"method", s.method},
+          {"prompt_tokens", s.prompt_tokens},
+          {"text_tokens", s.text_tokens},
+          {"visual_tokens", s.visual_tokens},
+          {"image_visual_tokens", s.image_visual_tokens},
+          {"layer_visual_tokens", s.layer_visual_tokens},
+          {"stages", stages},
+          {"average_visual_tokens", s.average_visual_tokens},
+          {"flops_paper", s.flops_paper},
+          {"flops_full", s.flops_full},
+          {"unpruned_flops_paper", s.unpruned_flops_paper},
+          {"unpruned_flops_full", s.unpruned_flops_full},
+          {"kv_bytes", s.kv_bytes},
+          {"kv_bytes_unpruned", s.kv_bytes_unpruned},
+          {"kv_cache_fraction",
+           s.kv_bytes_unpruned > 0 ? static_cast<double>(s.kv_bytes) / s.kv_bytes_unpruned : 0.0},
+          {"score_select_ms", s.score_select_ms},
+          {"prefill_ms", s.prefill_ms}};
+}
+
 nlohmann::json GenerateResultJson(const GenerateResult& r, double load_ms) {
   const StageTimings& t = r.timings;
   nlohmann::json j;
   j["text"] = r.decode.text;
   j["token_ids"] = r.decode.tokens;
   j["finish_reason"] = std::string(FinishReasonName(r.decode.finish));
-  j["prompt_tokens"] = r.prompt_tokens;
-  j["visual_tokens"] = r.visual_tokens;
-  j["kv_bytes"] = r.kv_bytes;
+  j["pruning"] = PrefillStatsJson(r.stats);
   j["timings"] = {{"load_ms", load_ms},
                   {"preprocess_ms", t.preprocess_ms},
                   {"encode_ms", t.encode_ms},
@@ -76,8 +125,16 @@ void PrintTimings(const GenerateResult& r, double load_ms) {
       "-- finish: %s | load %.0f ms | preprocess %.1f ms | encode %.1f ms | prefill %.1f ms "
       "(%d tokens, %.0f tok/s) | decode %zu tokens, %.1f tok/s | TTFT %.1f ms\n",
       std::string(FinishReasonName(r.decode.finish)).c_str(), load_ms, t.preprocess_ms,
-      t.encode_ms, t.prefill_ms, r.prompt_tokens, t.prefill_tokens_per_s, r.decode.tokens.size(),
-      t.decode_tokens_per_s, t.ttft_ms);
+      t.encode_ms, t.prefill_ms, r.stats.prompt_tokens, t.prefill_tokens_per_s,
+      r.decode.tokens.size(), t.decode_tokens_per_s, t.ttft_ms);
+  const PrefillStats& s = r.stats;
+  if (s.method != "none") {
+    std::printf("-- pruning: %s | visual tokens per layer %.1f of %d | FLOPs %.3g of %.3g (%.1f%%) "
+                "| KV %.2f MiB of %.2f MiB | PAQ+select %.2f ms\n",
+                s.method.c_str(), s.average_visual_tokens, s.image_visual_tokens, s.flops_full,
+                s.unpruned_flops_full, 100.0 * s.flops_full / s.unpruned_flops_full,
+                s.kv_bytes / 1048576.0, s.kv_bytes_unpruned / 1048576.0, s.score_select_ms);
+  }
 }
 
 }  // namespace hap::cli

@@ -11,11 +11,20 @@
 
 namespace hap::cli {
 
-// Adds --max-new-tokens --temperature --top-p --top-k --seed --stop.
+// Adds --max-new-tokens --temperature --top-p --top-k --seed --stop and the pruning flags
+// --method --retain --flops.
 void AddGenerationFlags(std::set<std::string>* value_flags);
 
-// Reads --image (file) and --prompt plus the generation flags into a request.
-absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags);
+// Reads --image (file) and --prompt plus the generation and pruning flags into a request.
+// `n_visual_tokens` (V of the model) resolves a "--retain 5.6%" percentage.
+absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags, int n_visual_tokens);
+
+// Just the pruning flags: --method (default "none", or "hap" when a budget is given) and
+// --retain K|P% / --flops F.
+absl::StatusOr<PruneRequest> ParsePruneFlags(const Flags& flags, int n_visual_tokens);
+
+// Per-request pruning stats as JSON (kept tokens per stage, averages, FLOPs, KV bytes, timing).
+nlohmann::json PrefillStatsJson(const PrefillStats& stats);
 
 // The --json object: answer text, token ids, finish reason, timings, prefill stats.
 nlohmann::json GenerateResultJson(const GenerateResult& result, double load_ms);

@@ -139,6 +139,14 @@ class Config:
 # modules
 
 
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm computed in float32 (identical for float32 inputs). Under CPU bf16 autocast
+    torch 1.13 does not cast layer_norm's input, and a bf16 input with f32 weights fails."""
+
+    def forward(self, x):
+        return F.layer_norm(x.float(), self.normalized_shape, self.weight, self.bias, self.eps)
+
+
 class ClipAttention(nn.Module):
     def __init__(self, d, heads):
         super().__init__()
@@ -161,8 +169,8 @@ class ClipLayer(nn.Module):
         super().__init__()
         d = c["hidden_size"]
         self.self_attn = ClipAttention(d, c["num_attention_heads"])
-        self.layer_norm1 = nn.LayerNorm(d, eps=c["layer_norm_eps"])
-        self.layer_norm2 = nn.LayerNorm(d, eps=c["layer_norm_eps"])
+        self.layer_norm1 = LayerNorm(d, eps=c["layer_norm_eps"])
+        self.layer_norm2 = LayerNorm(d, eps=c["layer_norm_eps"])
         self.fc1 = nn.Linear(d, c["intermediate_size"])
         self.fc2 = nn.Linear(c["intermediate_size"], d)
         self.act = c["hidden_act"]
@@ -183,9 +191,9 @@ class ClipVision(nn.Module):
         self.class_embedding = nn.Parameter(torch.zeros(d))
         n_pos = (c["image_size"] // p) ** 2 + 1
         self.position_embedding = nn.Embedding(n_pos, d)
-        self.pre_layrnorm = nn.LayerNorm(d, eps=c["layer_norm_eps"])
+        self.pre_layrnorm = LayerNorm(d, eps=c["layer_norm_eps"])
         self.layers = nn.ModuleList(ClipLayer(c) for _ in range(c["num_hidden_layers"]))
-        self.post_layernorm = nn.LayerNorm(d, eps=c["layer_norm_eps"])
+        self.post_layernorm = LayerNorm(d, eps=c["layer_norm_eps"])
 
     def hidden_states(self, pixels, upto):
         """Returns hidden states after `upto` encoder layers (0 = embeddings after pre-LN)."""

@@ -1,0 +1,21 @@
+// Per-format decoders behind DecodeImage (internal to runtime/image).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/image/image.h"
+
+namespace hap::image_internal {
+
+// `bytes` starts with the format's signature and is within limits.max_bytes.
+absl::StatusOr<RgbImage> DecodeJpeg(std::string_view bytes, const ImageLimits& limits);
+absl::StatusOr<RgbImage> DecodePng(std::string_view bytes, const ImageLimits& limits);
+
+// ResourceExhausted when width * height exceeds limits.max_pixels.
+absl::Status CheckPixelLimit(const char* format, int64_t width, int64_t height,
+                             const ImageLimits& limits);
+
+}  // namespace hap::image_internal

@@ -1,0 +1,467 @@
+// config.json of a llava-hf checkpoint: parsing with transformers' defaults, validation, writing.
+#include "runtime/io/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "runtime/common/status_macros.h"
+
+namespace hap {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string Brief(const Json& j) {
+  std::string s = j.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+// Typed access to the keys of one JSON object. Absent and null keys leave the caller's default
+// in place (transformers treats an explicit null like an absent key for these fields); present
+// keys of the wrong type are errors that name the full key path.
+// A JSON integer that fits an int.
+bool ToInt(const Json& v, int& out) {
+  if (!v.is_number_integer()) return false;
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<uint64_t>() <= uint64_t{std::numeric_limits<int>::max()}
+                        : v.get<int64_t>() >= std::numeric_limits<int>::min() &&
+                              v.get<int64_t>() <= std::numeric_limits<int>::max();
+  if (fits) out = static_cast<int>(v.get<int64_t>());
+  return fits;
+}
+
+class FieldReader {
+ public:
+  FieldReader(const Json& obj, const std::string& source, const char* prefix)
+      : obj_(obj), where_(absl::StrCat(source, ": ", prefix)) {}
+
+  bool Has(const char* key) const { return obj_.contains(key) && !obj_[key].is_null(); }
+
+  absl::Status Int(const char* key, int& out) const {
+    if (!Has(key)) return absl::OkStatus();
+    const Json& v = obj_[key];
+    if (!v.is_number_integer()) return TypeError(key, v, "an integer");
+    if (!ToInt(v, out)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where_, key, " = ", Brief(v), " is out of range"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Token ids may be a list in newer configs (several EOS ids); the first one is used.
+  absl::Status TokenId(const char* key, int& out) const {
+    if (Has(key) && obj_[key].is_array()) {
+      const Json& list = obj_[key];
+      if (list.empty() || !ToInt(list[0], out)) {
+        return TypeError(key, list, "an integer or a non-empty list of integers");
+      }
+      return absl::OkStatus();
+    }
+    return Int(key, out);
+  }
+
+  absl::Status Float(const char* key, float& out) const {
+    if (!Has(key)) return absl::OkStatus();
+    const Json& v = obj_[key];
+    if (!v.is_number()) return TypeError(key, v, "a number");
+    const float f = static_cast<float>(v.get<double>());
+    if (!std::isfinite(f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where_, key, " = ", Brief(v), " is out of range for a float"));
+    }
+    out = f;
+    return absl::OkStatus();
+  }
+
+  absl::Status String(const char* key, std::string& out) const {
+    if (!Has(key)) return absl::OkStatus();
+    const Json& v = obj_[key];
+    if (!v.is_string()) return TypeError(key, v, "a string");
+    out = v.get<std::string>();
+    return absl::OkStatus();
+  }
+
+  absl::Status Bool(const char* key, bool& out) const {
+    if (!Has(key)) return absl::OkStatus();
+    const Json& v = obj_[key];
+    if (!v.is_boolean()) return TypeError(key, v, "true or false");
+    out = v.get<bool>();
+    return absl::OkStatus();
+  }
+
+  absl::Status StringList(const char* key, std::vector<std::string>& out) const {
+    if (!Has(key)) return absl::OkStatus();
+    const Json& v = obj_[key];
+    if (!v.is_array()) return TypeError(key, v, "a list of strings");
+    std::vector<std::string> list;
+    for (const Json& e : v) {
+      if (!e.is_string()) return TypeError(key, v, "a list of strings");
+      list.push_back(e.get<std::string>());
+    }
+    out = std::move(list);
+    return absl::OkStatus();
+  }
+
+  absl::Status TypeError(const char* key, const Json& v, const char* expected) const {
+    return absl::InvalidArgumentError(absl::StrCat(where_, key, " is a JSON ", v.type_name(), " (",
+                                                   Brief(v), "), expected ", expected));
+  }
+
+  const std::string& where() const { return where_; }
+
+ private:
+  const Json& obj_;
+  std::string where_;
+};
+
+absl::Status ParseVision(const Json& root, const std::string& source, VisionConfig& v) {
+  if (!root.contains("vision_config") || root["vision_config"].is_null()) {
+    v = LlavaDefaultVisionConfig();
+    return absl::OkStatus();
+  }
+  const Json& obj = root["vision_config"];
+  if (!obj.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": vision_config is a JSON ",
+                                                   obj.type_name(), ", expected an object"));
+  }
+  FieldReader r(obj, source, "vision_config.");
+  std::string model_type = "clip_vision_model";
+  HAP_RETURN_IF_ERROR(r.String("model_type", model_type));
+  if (model_type != "clip_vision_model") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(r.where(), "model_type '", model_type,
+                     "' is not supported (supported: clip_vision_model)"));
+  }
+  HAP_RETURN_IF_ERROR(r.Int("hidden_size", v.hidden_size));
+  HAP_RETURN_IF_ERROR(r.Int("intermediate_size", v.intermediate_size));
+  HAP_RETURN_IF_ERROR(r.Int("num_hidden_layers", v.num_hidden_layers));
+  HAP_RETURN_IF_ERROR(r.Int("num_attention_heads", v.num_attention_heads));
+  HAP_RETURN_IF_ERROR(r.Int("num_channels", v.num_channels));
+  HAP_RETURN_IF_ERROR(r.Int("image_size", v.image_size));
+  HAP_RETURN_IF_ERROR(r.Int("patch_size", v.patch_size));
+  HAP_RETURN_IF_ERROR(r.Int("projection_dim", v.projection_dim));
+  HAP_RETURN_IF_ERROR(r.Float("layer_norm_eps", v.layer_norm_eps));
+  HAP_RETURN_IF_ERROR(r.String("hidden_act", v.hidden_act));
+  return absl::OkStatus();
+}
+
+absl::Status ParseText(const Json& root, const std::string& source, TextConfig& t) {
+  static const Json kEmpty = Json::object();
+  const Json* obj = &kEmpty;
+  if (root.contains("text_config") && !root["text_config"].is_null()) {
+    obj = &root["text_config"];
+    if (!obj->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": text_config is a JSON ",
+                                                     obj->type_name(), ", expected an object"));
+    }
+  }
+  FieldReader r(*obj, source, "text_config.");
+  FieldReader top(root, source, "");
+  std::string model_type = "llama";
+  HAP_RETURN_IF_ERROR(r.String("model_type", model_type));
+  if (model_type != "llama") {
+    return absl::InvalidArgumentError(absl::StrCat(r.where(), "model_type '", model_type,
+                                                   "' is not supported (supported: llama)"));
+  }
+  HAP_RETURN_IF_ERROR(r.Int("vocab_size", t.vocab_size));
+  HAP_RETURN_IF_ERROR(r.Int("hidden_size", t.hidden_size));
+  HAP_RETURN_IF_ERROR(r.Int("intermediate_size", t.intermediate_size));
+  HAP_RETURN_IF_ERROR(r.Int("num_hidden_layers", t.num_hidden_layers));
+  HAP_RETURN_IF_ERROR(r.Int("num_attention_heads", t.num_attention_heads));
+  t.num_key_value_heads = t.num_attention_heads;
+  HAP_RETURN_IF_ERROR(r.Int("num_key_value_heads", t.num_key_value_heads));
+  HAP_RETURN_IF_ERROR(r.Int("max_position_embeddings", t.max_position_embeddings));
+  HAP_RETURN_IF_ERROR(r.TokenId("bos_token_id", t.bos_token_id));
+  HAP_RETURN_IF_ERROR(r.TokenId("eos_token_id", t.eos_token_id));
+  // llava-hf puts pad_token_id at the top level; text_config's wins when both are given.
+  t.pad_token_id = -1;
+  HAP_RETURN_IF_ERROR(top.TokenId("pad_token_id", t.pad_token_id));
+  HAP_RETURN_IF_ERROR(r.TokenId("pad_token_id", t.pad_token_id));
+  HAP_RETURN_IF_ERROR(r.Float("rms_norm_eps", t.rms_norm_eps));
+  HAP_RETURN_IF_ERROR(r.String("hidden_act", t.hidden_act));
+  // Same precedence for tie_word_embeddings (LlamaConfig's default is untied).
+  t.tie_word_embeddings = false;
+  HAP_RETURN_IF_ERROR(top.Bool("tie_word_embeddings", t.tie_word_embeddings));
+  HAP_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", t.tie_word_embeddings));
+
+  if (t.num_attention_heads <= 0 || t.hidden_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(r.where(), "hidden_size (", t.hidden_size,
+                                                   ") and num_attention_heads (",
+                                                   t.num_attention_heads, ") must be positive"));
+  }
+  if (t.hidden_size % t.num_attention_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(r.where(), "num_attention_heads (", t.num_attention_heads,
+                     ") must divide hidden_size (", t.hidden_size, ")"));
+  }
+  t.head_dim = t.hidden_size / t.num_attention_heads;
+  HAP_RETURN_IF_ERROR(r.Int("head_dim", t.head_dim));
+
+  // RoPE: transformers 4.x writes rope_theta (+ rope_scaling); 5.x nests it in rope_parameters.
+  HAP_RETURN_IF_ERROR(r.Float("rope_theta", t.rope_theta));
+  if (r.Has("rope_parameters")) {
+    const Json& rp = (*obj)["rope_parameters"];
+    if (!rp.is_object()) return r.TypeError("rope_parameters", rp, "an object");
+    FieldReader rr(rp, source, "text_config.rope_parameters.");
+    std::string rope_type = "default";
+    HAP_RETURN_IF_ERROR(rr.String("rope_type", rope_type));
+    if (rope_type != "default") {
+      return absl::InvalidArgumentError(absl::StrCat(rr.where(), "rope_type '", rope_type,
+                                                     "' is not supported (only plain RoPE)"));
+    }
+    HAP_RETURN_IF_ERROR(rr.Float("rope_theta", t.rope_theta));
+  }
+  if (r.Has("rope_scaling")) {
+    return absl::InvalidArgumentError(absl::StrCat(r.where(), "rope_scaling is not supported (got ",
+                                                   Brief((*obj)["rope_scaling"]), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Positive(const std::string& where, const char* name, double value) {
+  if (value > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(where, name, " = ", value, " must be positive"));
+}
+
+absl::Status Validate(const LlavaConfig& c, const std::string& source) {
+  const std::string vw = absl::StrCat(source, ": vision_config.");
+  const VisionConfig& v = c.vision;
+  HAP_RETURN_IF_ERROR(Positive(vw, "hidden_size", v.hidden_size));
+  HAP_RETURN_IF_ERROR(Positive(vw, "intermediate_size", v.intermediate_size));
+  HAP_RETURN_IF_ERROR(Positive(vw, "num_hidden_layers", v.num_hidden_layers));
+  HAP_RETURN_IF_ERROR(Positive(vw, "num_attention_heads", v.num_attention_heads));
+  HAP_RETURN_IF_ERROR(Positive(vw, "num_channels", v.num_channels));
+  HAP_RETURN_IF_ERROR(Positive(vw, "image_size", v.image_size));
+  HAP_RETURN_IF_ERROR(Positive(vw, "patch_size", v.patch_size));
+  HAP_RETURN_IF_ERROR(Positive(vw, "projection_dim", v.projection_dim));
+  HAP_RETURN_IF_ERROR(Positive(vw, "layer_norm_eps", v.layer_norm_eps));
+  if (v.hidden_size % v.num_attention_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(vw, "num_attention_heads (", v.num_attention_heads,
+                     ") must divide hidden_size (", v.hidden_size, ")"));
+  }
+  if (v.image_size % v.patch_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(vw, "image_size (", v.image_size,
+                                                   ") must be divisible by patch_size (",
+                                                   v.patch_size, ")"));
+  }
+  if (v.hidden_act != "quick_gelu" && v.hidden_act != "gelu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        vw, "hidden_act '", v.hidden_act, "' is not supported (supported: quick_gelu, gelu)"));
+  }
+
+  const std::string tw = absl::StrCat(source, ": text_config.");
+  const TextConfig& t = c.text;
+  HAP_RETURN_IF_ERROR(Positive(tw, "vocab_size", t.vocab_size));
+  HAP_RETURN_IF_ERROR(Positive(tw, "intermediate_size", t.intermediate_size));
+  HAP_RETURN_IF_ERROR(Positive(tw, "num_hidden_layers", t.num_hidden_layers));
+  HAP_RETURN_IF_ERROR(Positive(tw, "num_key_value_heads", t.num_key_value_heads));
+  HAP_RETURN_IF_ERROR(Positive(tw, "head_dim", t.head_dim));
+  HAP_RETURN_IF_ERROR(Positive(tw, "max_position_embeddings", t.max_position_embeddings));
+  HAP_RETURN_IF_ERROR(Positive(tw, "rms_norm_eps", t.rms_norm_eps));
+  HAP_RETURN_IF_ERROR(Positive(tw, "rope_theta", t.rope_theta));
+  if (t.num_attention_heads % t.num_key_value_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(tw, "num_key_value_heads (", t.num_key_value_heads,
+                     ") must divide num_attention_heads (", t.num_attention_heads, ")"));
+  }
+  if (t.head_dim % 2 != 0) {  // RoPE rotates pairs of dimensions
+    return absl::InvalidArgumentError(
+        absl::StrCat(tw, "head_dim (", t.head_dim, ") must be even for RoPE"));
+  }
+  if (t.hidden_act != "silu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(tw, "hidden_act '", t.hidden_act, "' is not supported (supported: silu)"));
+  }
+  for (auto [name, id] : {std::pair<const char*, int>{"bos_token_id", t.bos_token_id},
+                          {"eos_token_id", t.eos_token_id}}) {
+    if (id < 0 || id >= t.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(tw, name, " = ", id, " is outside [0, ", t.vocab_size, ") (vocab_size)"));
+    }
+  }
+  if (t.pad_token_id < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(tw, "pad_token_id = ", t.pad_token_id, " must be -1 (none) or an id"));
+  }
+
+  const std::string w = absl::StrCat(source, ": ");
+  const int n = v.num_hidden_layers;
+  if (c.vision_feature_layer < -(n + 1) || c.vision_feature_layer > n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(w, "vision_feature_layer = ", c.vision_feature_layer, " is outside [",
+                     -(n + 1), ", ", n, "] for a vision tower of ", n, " layers"));
+  }
+  if (c.vision_feature_select_strategy != "default" && c.vision_feature_select_strategy != "full") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(w, "vision_feature_select_strategy '", c.vision_feature_select_strategy,
+                     "' is not supported (supported: default, full)"));
+  }
+  if (c.projector_hidden_act != "gelu" && c.projector_hidden_act != "gelu_pytorch_tanh") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(w, "projector_hidden_act '", c.projector_hidden_act,
+                     "' is not supported (supported: gelu, gelu_pytorch_tanh)"));
+  }
+  if (c.image_token_index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(w, "image_token_index = ", c.image_token_index, " must be >= 0"));
+  }
+  HAP_RETURN_IF_ERROR(Positive(w, "image_seq_length", c.image_seq_length));
+  return absl::OkStatus();
+}
+
+// The float as the shortest decimal that reads back to it, so 1e-5f is written as 1e-05 rather
+// than the 9.99999974737875e-06 its exact double value would print as.
+double ShortestDouble(float f) {
+  char buf[32];
+  for (int precision = 6; precision <= 9; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  return std::strtod(buf, nullptr);
+}
+
+}  // namespace
+
+VisionConfig LlavaDefaultVisionConfig() {
+  VisionConfig v;
+  v.hidden_size = 1024;
+  v.intermediate_size = 4096;
+  v.num_hidden_layers = 24;
+  v.num_attention_heads = 16;
+  v.image_size = 336;
+  v.patch_size = 14;
+  v.projection_dim = 768;
+  return v;
+}
+
+int LlavaConfig::num_visual_tokens() const {
+  return vision.num_patches() + (vision_feature_select_strategy == "full" ? 1 : 0);
+}
+
+int LlavaConfig::vision_layers_used() const {
+  return vision_feature_layer >= 0 ? vision_feature_layer
+                                   : vision.num_hidden_layers + 1 + vision_feature_layer;
+}
+
+absl::StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
+                                             std::string_view source_view) {
+  const std::string source_name(source_view);
+  Json root;
+  try {
+    root = Json::parse(json_text.begin(), json_text.end());
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": malformed JSON: ", e.what()));
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": top level is a JSON ",
+                                                   root.type_name(), ", expected an object"));
+  }
+  LlavaConfig c;
+  FieldReader r(root, source_name, "");
+  c.model_type.clear();
+  c.architectures.clear();
+  HAP_RETURN_IF_ERROR(r.String("model_type", c.model_type));
+  HAP_RETURN_IF_ERROR(r.StringList("architectures", c.architectures));
+  const bool llava_arch = std::find(c.architectures.begin(), c.architectures.end(),
+                                    "LlavaForConditionalGeneration") != c.architectures.end();
+  if (c.model_type != "llava" && !llava_arch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": unsupported architecture: model_type '", c.model_type,
+                     "', architectures [", absl::StrJoin(c.architectures, ", "),
+                     "]; supported: model_type 'llava' (LlavaForConditionalGeneration)"));
+  }
+
+  HAP_RETURN_IF_ERROR(ParseVision(root, source_name, c.vision));
+  HAP_RETURN_IF_ERROR(ParseText(root, source_name, c.text));
+
+  // Newer transformers alias image_token_index as image_token_id.
+  HAP_RETURN_IF_ERROR(r.Int("image_token_id", c.image_token_index));
+  HAP_RETURN_IF_ERROR(r.Int("image_token_index", c.image_token_index));
+  if (r.Has("vision_feature_layer") && root["vision_feature_layer"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_name, ": vision_feature_layer is a list (multi-layer features are not supported)"));
+  }
+  HAP_RETURN_IF_ERROR(r.Int("vision_feature_layer", c.vision_feature_layer));
+  HAP_RETURN_IF_ERROR(r.String("vision_feature_select_strategy", c.vision_feature_select_strategy));
+  HAP_RETURN_IF_ERROR(r.String("projector_hidden_act", c.projector_hidden_act));
+  HAP_RETURN_IF_ERROR(r.Bool("multimodal_projector_bias", c.projector_bias));
+  c.image_seq_length = c.num_visual_tokens();
+  HAP_RETURN_IF_ERROR(r.Int("image_seq_length", c.image_seq_length));
+  HAP_RETURN_IF_ERROR(Validate(c, source_name));
+  return c;
+}
+
+absl::StatusOr<LlavaConfig> LoadLlavaConfig(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(errno));
+    return errno == ENOENT ? absl::NotFoundError(msg) : absl::UnavailableError(msg);
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::UnavailableError(absl::StrCat(path, ": read failed"));
+  return ParseLlavaConfig(text.str(), path);
+}
+
+std::string LlavaConfigToJson(const LlavaConfig& cfg) {
+  using OJson = nlohmann::ordered_json;
+  const VisionConfig& v = cfg.vision;
+  const TextConfig& t = cfg.text;
+  OJson vision = {{"model_type", "clip_vision_model"},
+                  {"hidden_size", v.hidden_size},
+                  {"intermediate_size", v.intermediate_size},
+                  {"num_hidden_layers", v.num_hidden_layers},
+                  {"num_attention_heads", v.num_attention_heads},
+                  {"num_channels", v.num_channels},
+                  {"image_size", v.image_size},
+                  {"patch_size", v.patch_size},
+                  {"projection_dim", v.projection_dim},
+                  {"layer_norm_eps", ShortestDouble(v.layer_norm_eps)},
+                  {"hidden_act", v.hidden_act}};
+  OJson text = {{"model_type", "llama"},
+                {"architectures", {"LlamaForCausalLM"}},
+                {"vocab_size", t.vocab_size},
+                {"hidden_size", t.hidden_size},
+                {"intermediate_size", t.intermediate_size},
+                {"num_hidden_layers", t.num_hidden_layers},
+                {"num_attention_heads", t.num_attention_heads},
+                {"num_key_value_heads", t.num_key_value_heads},
+                {"head_dim", t.head_dim},
+                {"max_position_embeddings", t.max_position_embeddings},
+                {"bos_token_id", t.bos_token_id},
+                {"eos_token_id", t.eos_token_id},
+                {"pad_token_id", t.pad_token_id >= 0 ? OJson(t.pad_token_id) : OJson(nullptr)},
+                {"rms_norm_eps", ShortestDouble(t.rms_norm_eps)},
+                {"rope_theta", ShortestDouble(t.rope_theta)},
+                {"rope_scaling", nullptr},
+                {"tie_word_embeddings", t.tie_word_embeddings},
+                {"hidden_act", t.hidden_act}};
+  OJson root = {{"architectures", {"LlavaForConditionalGeneration"}},
+                {"model_type", "llava"},
+                {"image_token_index", cfg.image_token_index},
+                {"image_seq_length", cfg.image_seq_length},
+                {"vision_feature_layer", cfg.vision_feature_layer},
+                {"vision_feature_select_strategy", cfg.vision_feature_select_strategy},
+                {"projector_hidden_act", cfg.projector_hidden_act},
+                {"multimodal_projector_bias", cfg.projector_bias},
+                {"tie_word_embeddings", t.tie_word_embeddings},
+                {"text_config", std::move(text)},
+                {"vision_config", std::move(vision)}};
+  return root.dump(2) + "\n";
+}
+
+}  // namespace hap

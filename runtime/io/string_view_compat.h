@@ -1,0 +1,13 @@
+// Debian's Abseil is built with its own absl::string_view (ABSL_OPTION_USE_STD_STRING_VIEW 0),
+// which does not convert from std::string_view; hap_io's API uses std::string_view throughout.
+#pragma once
+
+#include <string_view>
+
+#include "absl/strings/string_view.h"
+
+namespace hap {
+
+inline absl::string_view AsAbsl(std::string_view s) { return {s.data(), s.size()}; }
+
+}  // namespace hap

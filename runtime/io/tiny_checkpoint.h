@@ -1,0 +1,39 @@
+// Deterministic random llava-hf checkpoints (config.json + safetensors) for tests, benchmarks
+// and `hapctl make-tiny`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "runtime/io/config.h"
+#include "runtime/io/dtype.h"
+
+namespace hap {
+
+// Writes dir/config.json (LlavaConfigToJson) and dir/model.safetensors, or with shards > 1
+// dir/model-0000K-of-0000N.safetensors + dir/model.safetensors.index.json. Creates `dir`.
+// Every tensor of ExpectedLlavaTensors(cfg) is written, optional ones included. Values depend
+// only on (seed, tensor name, shape), not on dtype order or sharding, and are scaled so hidden
+// states stay O(1) through deep stacks and attention rows are neither uniform nor one-hot:
+//   linear / conv weights  N(0, 1/fan_in) * gain (gain 1/sqrt(2 * layers) on residual writers)
+//   norm weights           1 + N(0, 0.05);  biases N(0, 0.02);  embeddings N(0, 1)
+absl::Status WriteRandomLlavaCheckpoint(const LlavaConfig& cfg, const std::string& dir,
+                                        uint64_t seed, DType dtype, int shards);
+
+// The generator behind it, exposed for tests: xoshiro256** seeded through splitmix64, with
+// Box-Muller normals, so values are identical on every platform and standard library.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t Next();
+  double Uniform();  // in [0, 1), 53 random bits
+  double Normal();   // standard normal
+
+ private:
+  uint64_t s_[4];
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
+}  // namespace hap

@@ -1,0 +1,111 @@
+// LLaVA-1.5 weights from a llava-hf checkpoint (single or sharded safetensors), as F32 views:
+// F32 tensors point into the memory mapping, F16/BF16 are converted once at load.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/io/config.h"
+#include "runtime/io/safetensors.h"
+
+namespace hap {
+
+struct Weight {
+  const float* data = nullptr;  // nullptr for an absent optional bias
+  std::vector<int64_t> shape;
+
+  int64_t numel() const;
+};
+
+// Linear weights are in HF layout: F32 [out, in] row-major. D = vision hidden, I = intermediate.
+struct ClipLayerWeights {
+  Weight ln1_w, ln1_b;                  // [D]
+  Weight q_w, q_b, k_w, k_b, v_w, v_b;  // [D, D], [D]
+  Weight o_w, o_b;                      // [D, D], [D]
+  Weight ln2_w, ln2_b;                  // [D]
+  Weight fc1_w, fc1_b;                  // [I, D], [I]
+  Weight fc2_w, fc2_b;                  // [D, I], [D]
+};
+
+struct VisionWeights {
+  Weight patch_w;                        // [D, C, P, P] (conv without bias)
+  Weight class_emb;                      // [D]
+  Weight pos_emb;                        // [n_patches + 1, D]
+  Weight pre_ln_w, pre_ln_b;             // [D]
+  std::vector<ClipLayerWeights> layers;  // only the vision_layers_used() first layers
+};
+
+struct ProjectorWeights {
+  Weight l1_w, l1_b;  // [Dt, Dv], [Dt]; biases absent when multimodal_projector_bias is false
+  Weight l2_w, l2_b;  // [Dt, Dt], [Dt]
+};
+
+// Dt = text hidden, H / KV = query / key-value heads, hd = head_dim, I = intermediate.
+struct LlamaLayerWeights {
+  Weight attn_norm;  // [Dt]
+  Weight q;          // [H * hd, Dt]
+  Weight k, v;       // [KV * hd, Dt]
+  Weight o;          // [Dt, H * hd]
+  Weight mlp_norm;   // [Dt]
+  Weight gate, up;   // [I, Dt]
+  Weight down;       // [Dt, I]
+};
+
+struct TextWeights {
+  Weight embed;    // [vocab, Dt]
+  Weight norm;     // [Dt]
+  Weight lm_head;  // [vocab, Dt]; the same data as embed when embeddings are tied
+  std::vector<LlamaLayerWeights> layers;
+};
+
+struct ExpectedTensor {
+  std::string name;  // legacy llava-hf name
+  std::vector<int64_t> shape;
+  // True for tensors LLaVA never reads (vision layers past vision_feature_layer and
+  // post_layernorm): checked for shape when present, tolerated when absent.
+  bool optional = false;
+};
+
+// Every tensor of a llava-hf checkpoint for `cfg`, in legacy names (the names and order of
+// tools/pytorch/llava_model.py's hf_state_dict(), without lm_head when embeddings are tied).
+std::vector<ExpectedTensor> ExpectedLlavaTensors(const LlavaConfig& cfg);
+
+// Maps the newer transformers names to the legacy ones: model.language_model.* ->
+// language_model.model.*, model.vision_tower.* -> vision_tower.*, model.multi_modal_projector.*
+// -> multi_modal_projector.*, lm_head.weight -> language_model.lm_head.weight.
+std::string CanonicalLlavaTensorName(std::string_view name);
+
+class LlavaWeights {
+ public:
+  // Reads model_dir/model.safetensors, or the shards listed by model.safetensors.index.json.
+  static absl::StatusOr<std::unique_ptr<LlavaWeights>> Load(const std::string& model_dir,
+                                                            const LlavaConfig& cfg);
+  ~LlavaWeights();
+  LlavaWeights(const LlavaWeights&) = delete;
+  LlavaWeights& operator=(const LlavaWeights&) = delete;
+
+  const VisionWeights& vision() const { return vision_; }
+  const ProjectorWeights& projector() const { return projector_; }
+  const TextWeights& text() const { return text_; }
+  // Bytes of F32 buffers this object owns (converted or realigned tensors).
+  int64_t converted_bytes() const { return converted_bytes_; }
+  // Bytes of the safetensors files mapped (and kept mapped for the object's lifetime).
+  int64_t mapped_bytes() const { return mapped_bytes_; }
+
+ private:
+  LlavaWeights() = default;
+
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::unique_ptr<float[]>> owned_;
+  VisionWeights vision_;
+  ProjectorWeights projector_;
+  TextWeights text_;
+  int64_t converted_bytes_ = 0;
+  int64_t mapped_bytes_ = 0;
+};
+
+}  // namespace hap

@@ -1,0 +1,54 @@
+// Builds the pruning method a request asks for from its budget and the model's dimensions.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/prune/model_dims.h"
+#include "runtime/prune/planner.h"
+#include "runtime/prune/pruner.h"
+#include "runtime/prune/visionzip.h"
+
+namespace hap {
+
+struct PruneRequest {
+  // One of PruneMethods(): "none", "hap", "uniform", "fastv", "pdrop", "sparsevlm",
+  // "visionzip", "random".
+  std::string method = "hap";
+  // Exactly one budget (none needed for "none"): the average visual tokens per decoder layer,
+  // or a fraction of the unpruned prefill FLOPs (full convention).
+  std::optional<double> retain;
+  std::optional<double> flops;
+  uint64_t seed = 0;  // "random"
+  // Prompt tokens besides the image; the full FLOPs convention depends on it.
+  int text_tokens = kDefaultTextTokens;
+};
+
+const std::vector<std::string>& PruneMethods();
+
+// The request's budget as a Budget (InvalidArgument when both or neither are set).
+absl::StatusOr<Budget> RequestBudget(const PruneRequest& req);
+
+// The average visual tokens per layer the baselines aim at: the retain target itself, or for a
+// FLOPs budget the average of HAP's plan for it (so every method runs at the same token budget,
+// SPEC §4's shared convention).
+absl::StatusOr<double> TargetAverageTokens(const PruneRequest& req, const ModelDims& dims);
+
+// InvalidArgument for an unknown method (listing the valid ones), a missing/extra budget, a
+// non-positive budget, or one below what the method can reach (hap/uniform/random: HAP's
+// M = L minimum). fastv/pdrop/sparsevlm clamp at 1 token per stage and report the achieved
+// average in stats(). "visionzip" returns a pruner that keeps every token and expects
+// VisionZipCountsFor(...).total() visual tokens at layer 0 (compression happens in the vision
+// tower).
+absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req,
+                                                   const ModelDims& dims);
+
+// The dominant/contextual split the vision tower uses for a "visionzip" request.
+absl::StatusOr<VisionZipCounts> VisionZipCountsFor(const PruneRequest& req,
+                                                   const ModelDims& dims);
+
+}  // namespace hap

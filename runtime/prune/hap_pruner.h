@@ -1,0 +1,32 @@
+// HAP (SPEC §3): per layer, PAQ-softmax over the heads' renormalised text→visual maps; at the end
+// of each group but the last, PAQ-softmax over the group's layer maps, token scores, and the
+// top N_v(g+1) kept. Also the "uniform" ablation (head weights 1/H, layer weights 1/|group|).
+#pragma once
+
+#include <vector>
+
+#include "runtime/prune/planner.h"
+#include "runtime/prune/pruner_base.h"
+
+namespace hap {
+
+class HapPruner : public PrunerBase {
+ public:
+  enum class Weighting { kPaqSoftmax, kUniform };
+
+  // The plan must be for dims (same L and V).
+  HapPruner(const Plan& plan, const ModelDims& dims, Weighting weighting);
+
+  KeepResult AfterLayer(const LayerAttention& att) override;
+
+  const Plan& plan() const { return plan_; }
+
+ private:
+  Plan plan_;
+  Weighting weighting_;
+  // Layers of the current group so far: each F32 [n_text, n_vis] (A_l) and PAQ_l.
+  std::vector<std::vector<float>> group_maps_;
+  std::vector<float> group_paq_;
+};
+
+}  // namespace hap

@@ -1,0 +1,133 @@
+// PrunerBase: per-layer validation, present-token tracking, stage records.
+#include "runtime/prune/pruner_base.h"
+
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/prune/attention_rows.h"
+#include "runtime/common/status_macros.h"
+
+namespace hap {
+
+PrunerBase::PrunerBase(std::string method, const ModelDims& dims,
+                       std::vector<int> planned_layer_tokens)
+    : dims_(dims) {
+  stats_.method = std::move(method);
+  stats_.n_layers = dims.n_layers;
+  stats_.n_visual_tokens = dims.n_visual_tokens;
+  stats_.planned_layer_tokens = std::move(planned_layer_tokens);
+  double s = 0;
+  for (int t : stats_.planned_layer_tokens) s += t;
+  stats_.planned_average_visual_tokens = dims.n_layers > 0 ? s / dims.n_layers : 0;
+}
+
+absl::StatusOr<bool> PrunerBase::StartLayer(const LayerAttention& att) {
+  if (att.layer == 0) {
+    // A new request (Begin is optional): forget the previous one's record, keep the plan.
+    next_layer_ = 0;
+    no_image_ = att.n_vis == 0;
+    present_.resize(att.n_vis);
+    std::iota(present_.begin(), present_.end(), 0);
+    stats_.kept_original = present_;
+    stats_.layer_tokens.clear();
+    stats_.stages.clear();
+    stats_.score_select_us = 0;
+    stats_.hap_layers.clear();
+    stats_.hap_groups.clear();
+    if (!no_image_ && att.n_vis != dims_.n_visual_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": layer 0 has ", att.n_vis,
+                                                     " visual tokens; the plan is for ",
+                                                     dims_.n_visual_tokens));
+    }
+  }
+  if (att.layer != next_layer_ || att.layer >= dims_.n_layers) {
+    return absl::FailedPreconditionError(absl::StrCat(stats_.method, ": expected layer ",
+                                                      next_layer_, " of ", dims_.n_layers,
+                                                      ", got ", att.layer));
+  }
+  if (att.n_vis != static_cast<int>(present_.size())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(stats_.method, ": layer ", att.layer, " has ", att.n_vis,
+                     " visual tokens, but ", present_.size(), " were kept"));
+  }
+  if (att.vis_begin < 0 || att.n_vis < 0 || att.vis_begin + att.n_vis > att.n_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        stats_.method, ": bad layout n_tokens=", att.n_tokens, " vis_begin=", att.vis_begin,
+        " n_vis=", att.n_vis));
+  }
+  if (att.n_heads != dims_.n_heads || att.n_kv_heads != dims_.n_kv_heads ||
+      att.head_dim != dims_.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        stats_.method, ": attention has heads/kv_heads/head_dim ", att.n_heads, "/",
+        att.n_kv_heads, "/", att.head_dim, ", the model ", dims_.n_heads, "/",
+        dims_.n_kv_heads, "/", dims_.head_dim));
+  }
+  if (!(att.scale > 0.f) || !std::isfinite(att.scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": bad softmax scale ",
+                                                   att.scale));
+  }
+  ++next_layer_;
+  stats_.layer_tokens.push_back(att.n_vis);
+  return !no_image_;
+}
+
+PrunerBase::KeepResult PrunerBase::Commit(const LayerAttention& att, std::vector<int> kept,
+                                          double select_us) {
+  stats_.score_select_us += select_us;
+  std::vector<int> next(kept.size());
+  for (size_t r = 0; r < kept.size(); ++r) next[r] = present_[kept[r]];
+  PruneStage stage;
+  stage.after_layer = att.layer;
+  stage.tokens_before = att.n_vis;
+  stage.tokens_kept = static_cast<int>(kept.size());
+  stage.select_us = select_us;
+  stats_.stages.push_back(stage);
+  present_ = std::move(next);
+  stats_.kept_original = present_;
+  return std::optional<std::vector<int>>(std::move(kept));
+}
+
+absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int n_rows,
+                                       bool renormalize, std::vector<float>* out) const {
+  if (att.q == nullptr || att.k == nullptr || (!renormalize && att.lse == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": layer ", att.layer,
+                                                   " passed no Q/K/LSE"));
+  }
+  if (row0 < 0 || n_rows <= 0 || row0 + n_rows > att.n_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": rows [", row0, ", ",
+                                                   row0 + n_rows, ") outside the sequence of ",
+                                                   att.n_tokens));
+  }
+  out->resize(static_cast<size_t>(att.n_heads) * n_rows * att.n_vis);
+  kernels::TextVisualAttentionArgs a;
+  const int64_t q_stride = int64_t{att.n_heads} * att.head_dim;
+  const int64_t k_stride = int64_t{att.n_kv_heads} * att.head_dim;
+  a.q_text = att.q + row0 * q_stride;
+  a.k_vis = att.k + att.vis_begin * k_stride;
+  a.lse = att.lse == nullptr ? nullptr : att.lse + row0;
+  a.n_text = n_rows;
+  a.n_vis = att.n_vis;
+  a.n_heads = att.n_heads;
+  a.n_kv_heads = att.n_kv_heads;
+  a.head_dim = att.head_dim;
+  a.q_stride = q_stride;
+  a.k_stride = k_stride;
+  a.lse_stride = att.n_tokens;
+  a.scale = att.scale;
+  a.renormalize = renormalize;
+  a.out = out->data();
+  return kernels::TextVisualAttention(a);
+}
+
+KeepAllPruner::KeepAllPruner(std::string method, const ModelDims& dims)
+    : PrunerBase(std::move(method), dims, std::vector<int>(dims.n_layers, dims.n_visual_tokens)) {}
+
+PrunerBase::KeepResult KeepAllPruner::AfterLayer(const LayerAttention& att) {
+  HAP_ASSIGN_OR_RETURN(bool has_image, StartLayer(att));
+  (void)has_image;
+  return std::optional<std::vector<int>>();
+}
+
+}  // namespace hap

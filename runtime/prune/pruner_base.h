@@ -1,0 +1,71 @@
+// Shared bookkeeping of the pruning methods: validates what the engine passes per layer, tracks
+// which of the image's visual tokens are still present, records stats and timing, and computes
+// attention rows of the current layer.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/prune/model_dims.h"
+#include "runtime/prune/pruner.h"
+
+namespace hap {
+
+class PrunerBase : public Pruner {
+ public:
+  using KeepResult = absl::StatusOr<std::optional<std::vector<int>>>;
+
+ protected:
+  // planned_layer_tokens: [L] visual tokens each layer is scheduled to process.
+  PrunerBase(std::string method, const ModelDims& dims, std::vector<int> planned_layer_tokens);
+
+  // Validates att against the model and the tokens this pruner left present, records the
+  // layer's token count, and resets the per-request state when att.layer == 0. Returns false
+  // when the request has no visual tokens (nothing to prune).
+  absl::StatusOr<bool> StartLayer(const LayerAttention& att);
+
+  // Applies a pruning decision made at the end of `layer`: kept indices into the present
+  // tokens (strictly ascending). Records the stage; returns what AfterLayer should return.
+  KeepResult Commit(const LayerAttention& att, std::vector<int> kept, double select_us);
+
+  // Attention of rows [row0, row0 + n_rows) of the current sequence on the visual tokens
+  // present. out: F32 [n_heads, n_rows, n_vis].
+  absl::Status RowsAttention(const LayerAttention& att, int row0, int n_rows, bool renormalize,
+                             std::vector<float>* out) const;
+
+  // Records time spent scoring/selecting in a layer that did not prune.
+  void AddTime(double us) { stats_.score_select_us += us; }
+
+  static int TextBegin(const LayerAttention& att) { return att.vis_begin + att.n_vis; }
+  static int NumText(const LayerAttention& att) { return att.n_tokens - TextBegin(att); }
+
+  const ModelDims& dims() const { return dims_; }
+  // Indices into the image's V tokens of the tokens present now, ascending.
+  const std::vector<int>& present() const { return present_; }
+
+  // Microseconds since `start`.
+  static double Since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+        .count();
+  }
+
+ private:
+  ModelDims dims_;
+  std::vector<int> present_;
+  int next_layer_ = 0;
+  bool no_image_ = false;
+};
+
+// Keeps every token ("none", and "visionzip" whose compression happens in the vision tower);
+// records the schedule so the achieved average is reported like any other method's.
+class KeepAllPruner : public PrunerBase {
+ public:
+  KeepAllPruner(std::string method, const ModelDims& dims);
+  KeepResult AfterLayer(const LayerAttention& att) override;
+};
+
+}  // namespace hap

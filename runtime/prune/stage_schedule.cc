@@ -1,0 +1,54 @@
+// StageSchedule helpers.
+#include "runtime/prune/stage_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace hap {
+
+std::vector<int> StageSchedule::LayerTokens(int n_layers, int v) const {
+  std::vector<int> out(std::max(0, n_layers), v);
+  for (size_t s = 0; s < after_layer.size(); ++s) {
+    for (int l = after_layer[s] + 1; l < n_layers; ++l) out[l] = keep[s];
+  }
+  return out;
+}
+
+double StageSchedule::Average(int n_layers, int v) const {
+  double sum = 0;
+  for (int t : LayerTokens(n_layers, v)) sum += t;
+  return n_layers > 0 ? sum / n_layers : 0;
+}
+
+absl::Status StageSchedule::Validate(int n_layers, int v) const {
+  if (after_layer.size() != keep.size()) {
+    return absl::InvalidArgumentError("schedule: layers and counts differ in length");
+  }
+  for (size_t s = 0; s < keep.size(); ++s) {
+    const int prev_layer = s == 0 ? -1 : after_layer[s - 1];
+    const int prev_keep = s == 0 ? v : keep[s - 1];
+    if (after_layer[s] <= prev_layer || after_layer[s] > n_layers - 2 || keep[s] < 1 ||
+        keep[s] > prev_keep) {
+      return absl::InvalidArgumentError(absl::StrCat("schedule ", ToString(), " is not valid for ",
+                                                     n_layers, " layers and ", v, " tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string StageSchedule::ToString() const {
+  std::string s;
+  for (size_t i = 0; i < keep.size(); ++i) {
+    absl::StrAppend(&s, i ? "; " : "", "after ", after_layer[i], " -> ", keep[i]);
+  }
+  return s.empty() ? "(no pruning)" : s;
+}
+
+int ScaleLayer(int b, int n_layers, int lo, int hi) {
+  const int l = static_cast<int>(std::lround(static_cast<double>(b) * n_layers / 32.0));
+  return std::clamp(l, lo, hi);
+}
+
+}  // namespace hap

@@ -1,0 +1,52 @@
+// BuildLlavaPrompt: token-for-token the same ids as llava_model.prompt_ids().
+#include "runtime/text/llava_prompt.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace hap {
+
+absl::StatusOr<PromptTokens> BuildLlavaPrompt(const Tokenizer& tok, std::string_view question,
+                                              int image_token_index, int num_visual_tokens,
+                                              int max_tokens) {
+  // Debian's Abseil has its own string_view class, distinct from std::string_view.
+  const absl::string_view question_view(question.data(), question.size());
+  if (absl::StripAsciiWhitespace(question_view).empty()) {
+    return absl::InvalidArgumentError("prompt is empty");
+  }
+  if (num_visual_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_visual_tokens must be >= 0, got ", num_visual_tokens));
+  }
+
+  // Text before <image> gets SentencePiece's dummy-prefix space as usual. The text after it is
+  // encoded on its own, and the lone '▁' the dummy prefix adds in front of "\n" is dropped:
+  // transformers' non-legacy Llama tokenizer adds no prefix space after a special token.
+  const std::vector<int32_t> before = tok.Encode("USER: ");
+  std::vector<int32_t> after = tok.Encode(absl::StrCat("\n", question_view, " ASSISTANT:"));
+  const int underline = tok.PieceToId("\xE2\x96\x81");
+  if (!after.empty() && after.front() == underline) after.erase(after.begin());
+
+  const int64_t text_tokens = 1 + static_cast<int64_t>(before.size()) + after.size();
+  const int64_t total = text_tokens + num_visual_tokens;
+  if (total > max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt is ", total, " tokens (",
+                                                   num_visual_tokens, " visual + ", text_tokens,
+                                                   " text); the model's context is ", max_tokens));
+  }
+
+  PromptTokens out;
+  out.ids.reserve(total);
+  out.ids.push_back(tok.bos_id());
+  out.ids.insert(out.ids.end(), before.begin(), before.end());
+  out.vis_begin = static_cast<int>(out.ids.size());
+  out.n_vis = num_visual_tokens;
+  out.ids.insert(out.ids.end(), num_visual_tokens, image_token_index);
+  out.ids.insert(out.ids.end(), after.begin(), after.end());
+  return out;
+}
+
+}  // namespace hap

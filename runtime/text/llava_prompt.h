@@ -1,0 +1,27 @@
+// LLaVA-1.5 chat prompt: `USER: <image>\n{question} ASSISTANT:` with <image> expanded to the
+// visual-token placeholders (SPEC §2; tools/pytorch/llava_model.py prompt_ids).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/text/tokenizer.h"
+
+namespace hap {
+
+struct PromptTokens {
+  std::vector<int32_t> ids;  // BOS, "USER:" text, n_vis image ids, question text
+  int vis_begin = 0;         // index of the first image id in `ids`
+  int n_vis = 0;             // number of image ids (== num_visual_tokens)
+};
+
+// Errors: InvalidArgument "prompt is empty" for an empty or whitespace-only question, and
+// InvalidArgument naming the token counts when the prompt exceeds `max_tokens`.
+// A literal "<image>" in the question is ordinary text: only the template's placeholder expands.
+absl::StatusOr<PromptTokens> BuildLlavaPrompt(const Tokenizer& tok, std::string_view question,
+                                              int image_token_index, int num_visual_tokens,
+                                              int max_tokens);
+
+}  // namespace hap

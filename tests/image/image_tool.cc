@@ -1,0 +1,88 @@
+// Command-line access to runtime/image for the PIL parity test (pil_parity.py). Results are
+// written as .npy files; errors go to stderr with exit status 2.
+//   image_tool decode IN OUT.npy                      U8 [h, w, 3]
+//   image_tool resize IN W H OUT.npy                  U8 [H, W, 3] of ResizeBicubic(decode(IN))
+//   image_tool region IN OW OH X0 Y0 W H OUT.npy      ResizeBicubicRegion
+//   image_tool preprocess IN SIZE OUT.npy             F32 [3, SIZE, SIZE]
+//   image_tool encode IN OUT.png                      WritePng(decode(IN))
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/image/clip_preprocess.h"
+#include "runtime/image/image.h"
+#include "runtime/image/png_encode.h"
+#include "runtime/image/resize.h"
+
+namespace {
+
+// NumPy .npy version 1.0: magic, header length, a Python dict literal padded to 64 bytes.
+void WriteNpy(const std::string& path, const char* descr, const std::vector<size_t>& shape,
+              const void* data, size_t bytes) {
+  std::string dims;
+  for (size_t d : shape) dims += std::to_string(d) + ", ";
+  std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, " +
+                       "'shape': (" + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  const char len_bytes[2] = {static_cast<char>(len & 0xFF), static_cast<char>(len >> 8)};
+  out.write(len_bytes, 2);
+  out << header;
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
+void WriteImage(const std::string& path, const hap::RgbImage& img) {
+  WriteNpy(path, "|u1",
+           {static_cast<size_t>(img.height), static_cast<size_t>(img.width), size_t{3}},
+           img.pixels.data(), img.pixels.size());
+}
+
+hap::RgbImage ReadOrExit(const char* path) {
+  auto img = hap::ReadImageFile(path, hap::ImageLimits{});
+  if (!img.ok()) {
+    std::fprintf(stderr, "%s\n", img.status().ToString().c_str());
+    std::exit(2);
+  }
+  return std::move(img).value();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "decode" && argc == 4) {
+    WriteImage(argv[3], ReadOrExit(argv[2]));
+  } else if (cmd == "resize" && argc == 6) {
+    WriteImage(argv[5],
+               hap::ResizeBicubic(ReadOrExit(argv[2]), std::atoi(argv[3]), std::atoi(argv[4])));
+  } else if (cmd == "region" && argc == 10) {
+    WriteImage(argv[9], hap::ResizeBicubicRegion(ReadOrExit(argv[2]), std::atoll(argv[3]),
+                                                 std::atoll(argv[4]), std::atoll(argv[5]),
+                                                 std::atoll(argv[6]), std::atoi(argv[7]),
+                                                 std::atoi(argv[8])));
+  } else if (cmd == "preprocess" && argc == 5) {
+    const int size = std::atoi(argv[3]);
+    auto x = hap::ClipPreprocess(ReadOrExit(argv[2]), size);
+    if (!x.ok()) {
+      std::fprintf(stderr, "%s\n", x.status().ToString().c_str());
+      return 2;
+    }
+    WriteNpy(argv[4], "<f4", {3, static_cast<size_t>(size), static_cast<size_t>(size)}, x->data(),
+             x->size() * sizeof(float));
+  } else if (cmd == "encode" && argc == 4) {
+    const absl::Status s = hap::WritePng(argv[3], ReadOrExit(argv[2]));
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 2;
+    }
+  } else {
+    std::fprintf(stderr, "usage: image_tool decode|resize|region|preprocess|encode ...\n");
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,606 @@
+// Each pruning method on synthetic layers (random Q/K, exact LSE): its kept sets equal a slow
+// recomputation from the full attention maps, written here from SPEC §3/§4.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/prune/factory.h"
+#include "runtime/prune/hap_pruner.h"
+#include "runtime/prune/last_token_pruner.h"
+#include "runtime/prune/planner.h"
+#include "runtime/prune/random_pruner.h"
+#include "runtime/prune/sparsevlm_pruner.h"
+#include "tests/prune/reference.h"
+#include "tests/prune/sim.h"
+
+namespace hap {
+namespace {
+
+using testref::LayerView;
+using testref::RefPrune;
+
+ModelDims SmallDims() {
+  ModelDims d;
+  d.n_layers = 32;
+  d.d_model = 64;
+  d.d_ffn = 160;
+  d.n_heads = 4;
+  d.n_kv_heads = 2;  // GQA
+  d.head_dim = 8;
+  d.n_visual_tokens = 144;
+  return d;
+}
+
+testref::SimSpec Spec(uint64_t seed) {
+  testref::SimSpec s;
+  s.dims = SmallDims();
+  s.seed = seed;
+  return s;
+}
+
+// Â_h rows of the query text, renormalised over the visual tokens present: [n_text][n_vis].
+std::vector<std::vector<double>> Renormalised(const LayerView& v, int h) {
+  std::vector<std::vector<double>> a(v.n_tokens - v.text_begin, std::vector<double>(v.n_vis));
+  for (int j = 0; j < static_cast<int>(a.size()); ++j) {
+    double s = 0;
+    for (int i = 0; i < v.n_vis; ++i) s += v.p[h][v.text_begin + j][v.vis_begin + i];
+    for (int i = 0; i < v.n_vis; ++i) a[j][i] = v.p[h][v.text_begin + j][v.vis_begin + i] / s;
+  }
+  return a;
+}
+
+// HAP / uniform straight from SPEC §3. Groups recomputed here from M: L/M layers each, the
+// first L % M groups one more; N_v(g) = max(1, round(V/(1+g)^2)).
+class HapReference {
+ public:
+  HapReference(int L, int V, int M, bool uniform) : uniform_(uniform) {
+    int first = 0;
+    for (int g = 0; g < M; ++g) {
+      const int size = L / M + (g < L % M ? 1 : 0);
+      last_.push_back(first + size - 1);
+      tokens_.push_back(std::max(1, int(std::round(V / ((1.0 + g) * (1.0 + g))))));
+      first += size;
+    }
+  }
+
+  std::optional<RefPrune> operator()(const LayerView& v, const Pruner& pruner) {
+    int g = 0;
+    while (v.layer > last_[g]) ++g;
+    if (g == static_cast<int>(last_.size()) - 1) return std::nullopt;
+    const int H = static_cast<int>(v.p.size());
+    std::vector<std::vector<std::vector<double>>> heads(H);
+    std::vector<double> paq(H);
+    for (int h = 0; h < H; ++h) {
+      heads[h] = Renormalised(v, h);
+      paq[h] = testref::Paq(heads[h]);
+    }
+    const std::vector<double> w =
+        uniform_ ? std::vector<double>(H, 1.0 / H) : testref::SoftmaxCentered(paq);
+    std::vector<std::vector<double>> layer(heads[0].size(), std::vector<double>(v.n_vis, 0.0));
+    for (int h = 0; h < H; ++h)
+      for (size_t j = 0; j < layer.size(); ++j)
+        for (int i = 0; i < v.n_vis; ++i) layer[j][i] += w[h] * heads[h][j][i];
+    const double layer_paq = testref::Paq(layer);
+
+    // The explain record of this layer.
+    const PruneStats& st = pruner.stats();
+    EXPECT_FALSE(st.hap_layers.empty());
+    if (!st.hap_layers.empty()) {
+      const HapLayerExplain& x = st.hap_layers.back();
+      EXPECT_EQ(x.layer, v.layer);
+      for (int h = 0; h < H; ++h) {
+        EXPECT_NEAR(x.head_paq[h], paq[h], 2e-5) << "layer " << v.layer << " head " << h;
+        EXPECT_NEAR(x.head_weights[h], w[h], 1e-5) << "layer " << v.layer << " head " << h;
+      }
+      EXPECT_NEAR(x.layer_paq, layer_paq, 2e-5) << "layer " << v.layer;
+      head_weight_spread_ = std::max(head_weight_spread_,
+                                     *std::max_element(w.begin(), w.end()) -
+                                         *std::min_element(w.begin(), w.end()));
+    }
+    maps_.push_back(layer);
+    layer_paq_.push_back(layer_paq);
+    if (v.layer != last_[g]) return std::nullopt;
+
+    const std::vector<double> lw =
+        uniform_ ? std::vector<double>(maps_.size(), 1.0 / maps_.size())
+                 : testref::SoftmaxCentered(layer_paq_);
+    RefPrune out;
+    out.scores.assign(v.n_vis, 0.0);
+    const int nt = static_cast<int>(layer.size());
+    for (size_t c = 0; c < maps_.size(); ++c)
+      for (int j = 0; j < nt; ++j)
+        for (int i = 0; i < v.n_vis; ++i) out.scores[i] += lw[c] * maps_[c][j][i] / nt;
+    out.keep = std::min(tokens_[g + 1], v.n_vis);
+    if (!st.hap_groups.empty()) {
+      const HapGroupExplain& gx = st.hap_groups.back();
+      EXPECT_EQ(gx.group, g);
+      EXPECT_EQ(gx.n_layers, static_cast<int>(maps_.size()));
+      for (size_t c = 0; c < lw.size(); ++c) EXPECT_NEAR(gx.layer_weights[c], lw[c], 1e-5);
+      for (int i = 0; i < v.n_vis; ++i) EXPECT_NEAR(gx.token_scores[i], out.scores[i], 1e-6);
+      for (size_t r = 0; r < gx.kept.size(); ++r) {
+        EXPECT_EQ(gx.kept_original[r], v.present[gx.kept[r]]);
+      }
+      group_kept_.push_back(gx.kept_original);
+    }
+    maps_.clear();
+    layer_paq_.clear();
+    ++groups_checked_;
+    return out;
+  }
+
+  int groups_checked_ = 0;
+  double head_weight_spread_ = 0;
+  std::vector<std::vector<int>> group_kept_;
+
+ private:
+  bool uniform_;
+  std::vector<int> last_, tokens_;
+  std::vector<std::vector<std::vector<double>>> maps_;
+  std::vector<double> layer_paq_;
+};
+
+TEST(HapMethod, KeptSetsMatchDirectRecomputation) {
+  const ModelDims dims = SmallDims();
+  for (int m : {1, 5, 8, 32}) {
+    for (bool uniform : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "M=" << m << (uniform ? " uniform" : " hap"));
+      absl::StatusOr<Plan> plan = PlanForGroups(dims, m);
+      ASSERT_TRUE(plan.ok());
+      HapPruner pruner(*plan, dims,
+                       uniform ? HapPruner::Weighting::kUniform : HapPruner::Weighting::kPaqSoftmax);
+      testref::Sim sim(Spec(42));
+      HapReference ref(dims.n_layers, dims.n_visual_tokens, m, uniform);
+      int swaps = 0;
+      const std::vector<int> per_layer =
+          sim.Run(pruner, [&](const LayerView& v, const Pruner& p) { return ref(v, p); }, &swaps);
+      EXPECT_EQ(ref.groups_checked_, m - 1);
+      EXPECT_EQ(swaps, 0);
+      EXPECT_EQ(per_layer, plan->layer_visual_tokens);
+      EXPECT_EQ(pruner.stats().layer_tokens, per_layer);
+      EXPECT_DOUBLE_EQ(pruner.stats().achieved_average_visual_tokens(),
+                       plan->average_visual_tokens);
+      EXPECT_EQ(static_cast<int>(pruner.stats().stages.size()), m - 1);
+      if (!uniform && m > 1) {
+        // PAQ weighting really deviates from 1/H here (head 0 is dispersed).
+        EXPECT_GT(ref.head_weight_spread_, 0.05);
+      }
+    }
+  }
+}
+
+TEST(HapMethod, PaqWeightingChangesTheKeptSet) {
+  const ModelDims dims = SmallDims();
+  absl::StatusOr<Plan> plan = PlanForGroups(dims, 8);
+  ASSERT_TRUE(plan.ok());
+  std::vector<std::vector<int>> first_group;
+  for (bool uniform : {false, true}) {
+    HapPruner pruner(*plan, dims,
+                     uniform ? HapPruner::Weighting::kUniform : HapPruner::Weighting::kPaqSoftmax);
+    testref::Sim sim(Spec(42));
+    HapReference ref(dims.n_layers, dims.n_visual_tokens, 8, uniform);
+    sim.Run(pruner, [&](const LayerView& v, const Pruner& p) { return ref(v, p); });
+    ASSERT_FALSE(ref.group_kept_.empty());
+    first_group.push_back(ref.group_kept_[0]);
+  }
+  EXPECT_NE(first_group[0], first_group[1]);
+}
+
+TEST(HapMethod, QueryDependentHeadGetsTheLargerWeight) {
+  // One layer, two heads, 4 visual tokens, 2 text rows. Head 0: both text queries are zero →
+  // uniform (dispersed). Head 1: text row j points at visual key j → query-dependent.
+  ModelDims d;
+  d.n_layers = 2;
+  d.n_heads = 2;
+  d.n_kv_heads = 2;
+  d.head_dim = 4;
+  d.n_visual_tokens = 4;
+  absl::StatusOr<Plan> plan = PlanForGroups(d, 2);
+  ASSERT_TRUE(plan.ok());
+  HapPruner pruner(*plan, d, HapPruner::Weighting::kPaqSoftmax);
+  const int n = 1 + 4 + 2;  // BOS, 4 visual, 2 text
+  std::vector<float> q(n * 8, 0.f), k(n * 8, 0.f), lse(2 * n, 0.f);
+  for (int v = 0; v < 4; ++v) {
+    k[(1 + v) * 8 + 0 + v] = 1.f;  // head 0 keys
+    k[(1 + v) * 8 + 4 + v] = 1.f;  // head 1 keys: one-hot per token
+  }
+  q[5 * 8 + 4 + 0] = 20.f;  // text row 0, head 1 → visual 0
+  q[6 * 8 + 4 + 2] = 20.f;  // text row 1, head 1 → visual 2
+  LayerAttention att;
+  att.layer = 0;
+  att.n_tokens = n;
+  att.n_heads = 2;
+  att.n_kv_heads = 2;
+  att.head_dim = 4;
+  att.scale = 1.f;
+  att.q = q.data();
+  att.k = k.data();
+  att.lse = lse.data();  // unused: HAP renormalises
+  att.vis_begin = 1;
+  att.n_vis = 4;
+  auto got = pruner.AfterLayer(att);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->has_value());  // group 0 = layer 0 ends → keep N_v(1) = 1
+  EXPECT_EQ(**got, std::vector<int>({0}));  // tie between 0 and 2 → lower index
+  const HapLayerExplain& x = pruner.stats().hap_layers.at(0);
+  EXPECT_NEAR(x.head_paq[0], 0.0, 1e-6);
+  EXPECT_GT(x.head_paq[1], 0.99);
+  EXPECT_GT(x.head_weights[1], x.head_weights[0]);
+  EXPECT_NEAR(x.head_weights[1], 1 / (1 + std::exp(-x.head_paq[1])), 1e-6);
+}
+
+// FastV / PDrop scores: head-mean of the last prompt token's raw attention.
+std::vector<double> LastTokenScores(const LayerView& v) {
+  std::vector<double> s(v.n_vis, 0.0);
+  for (const auto& ph : v.p)
+    for (int i = 0; i < v.n_vis; ++i) s[i] += ph[v.n_tokens - 1][v.vis_begin + i] / v.p.size();
+  return s;
+}
+
+TEST(FastvMethod, KeptSetMatchesDirectRecomputation) {
+  const ModelDims dims = SmallDims();
+  for (double target : {48.0, 36.0, 20.0}) {
+    SCOPED_TRACE(target);
+    absl::StatusOr<StageSchedule> s = FastvSchedule(dims, target);
+    ASSERT_TRUE(s.ok());
+    LastTokenPruner pruner("fastv", dims, *s);
+    // keep = round((L·t − K·V)/(L − K)) with K = 2, at the end of layer 1.
+    const int keep = static_cast<int>(std::round((32 * target - 2 * 144) / 30.0));
+    testref::Sim sim(Spec(7));
+    int pruned = 0;
+    const auto per_layer = sim.Run(pruner, [&](const LayerView& v, const Pruner&)
+                                               -> std::optional<RefPrune> {
+      if (v.layer != 1) return std::nullopt;
+      ++pruned;
+      return RefPrune{LastTokenScores(v), keep};
+    });
+    EXPECT_EQ(pruned, 1);
+    EXPECT_EQ(per_layer[1], 144);
+    EXPECT_EQ(per_layer[2], keep);
+    EXPECT_NEAR(pruner.stats().achieved_average_visual_tokens(), (2 * 144 + 30.0 * keep) / 32,
+                1e-12);
+  }
+}
+
+TEST(FastvMethod, ScheduleClampsAndHandlesFullBudget) {
+  const ModelDims d = ModelDims::Llava15_7B();
+  absl::StatusOr<StageSchedule> s = FastvSchedule(d, 64);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->after_layer, std::vector<int>({1}));
+  EXPECT_EQ(s->keep, std::vector<int>({30}));  // round((2048 − 1152)/30) = round(29.87)
+  s = FastvSchedule(d, 10);                     // below 2V/L = 36: floor of 1 token
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->keep, std::vector<int>({1}));
+  EXPECT_NEAR(s->Average(32, 576), (2 * 576 + 30) / 32.0, 1e-12);
+  s = FastvSchedule(d, 576);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->keep.empty());
+}
+
+// λ for PDrop solved here by a dense scan refined by secant steps (not the pruner's bisection).
+double SolveLambda(double target, int V) {
+  auto avg = [&](double l) { return V / 32.0 * (2 + 6 * l + 8 * l * l + 16 * l * l * l); };
+  double a = 0, b = 1;
+  for (int i = 0; i <= 1000; ++i) {
+    if (avg(i / 1000.0) >= target) {
+      b = i / 1000.0;
+      a = b - 0.001;
+      break;
+    }
+  }
+  for (int it = 0; it < 60 && b - a > 1e-15; ++it) {
+    const double fa = avg(a) - target, fb = avg(b) - target;
+    const double c = b - fb * (b - a) / (fb - fa);
+    (avg(c) < target ? a : b) = c;
+    if (std::abs(avg(c) - target) < 1e-12) return c;
+  }
+  return b;
+}
+
+TEST(PdropMethod, KeptSetsMatchDirectRecomputation) {
+  const ModelDims dims = SmallDims();
+  const double target = 36;  // 25% of 144
+  const double lambda = SolveLambda(target, 144);
+  std::map<int, int> keep_after;  // boundaries [2, 8, 16] → prune after layers 1, 7, 15
+  keep_after[1] = static_cast<int>(std::round(144 * lambda));
+  keep_after[7] = static_cast<int>(std::round(144 * lambda * lambda));
+  keep_after[15] = static_cast<int>(std::round(144 * lambda * lambda * lambda));
+  double got_lambda = 0;
+  absl::StatusOr<StageSchedule> s = PdropSchedule(dims, target, &got_lambda);
+  ASSERT_TRUE(s.ok());
+  EXPECT_NEAR(got_lambda, lambda, 1e-9);
+  LastTokenPruner pruner("pdrop", dims, *s);
+  testref::Sim sim(Spec(9));
+  int pruned = 0;
+  const auto per_layer = sim.Run(pruner, [&](const LayerView& v, const Pruner&)
+                                             -> std::optional<RefPrune> {
+    if (!keep_after.count(v.layer)) return std::nullopt;
+    ++pruned;
+    return RefPrune{LastTokenScores(v), keep_after[v.layer]};
+  });
+  EXPECT_EQ(pruned, 3);
+  EXPECT_EQ(per_layer[2], keep_after[1]);
+  EXPECT_EQ(per_layer[8], keep_after[7]);
+  EXPECT_EQ(per_layer[16], keep_after[15]);
+  EXPECT_EQ(per_layer[31], keep_after[15]);
+  // Rounding the counts moves the average by well under a token.
+  EXPECT_NEAR(pruner.stats().achieved_average_visual_tokens(), target, 0.5);
+}
+
+TEST(PdropMethod, DefaultScheduleAndTargets) {
+  const ModelDims d = ModelDims::Llava15_7B();
+  absl::StatusOr<StageSchedule> s = PdropScheduleFor(d, {8, 16, 24}, 0.5);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->after_layer, std::vector<int>({7, 15, 23}));
+  EXPECT_EQ(s->keep, std::vector<int>({288, 144, 72}));
+  EXPECT_DOUBLE_EQ(s->Average(32, 576), 270.0);
+  for (double t : {192.0, 128.0, 64.0}) {
+    s = PdropSchedule(d, t);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->after_layer, std::vector<int>({1, 7, 15}));
+    EXPECT_NEAR(s->Average(32, 576), t, 0.5) << t;
+  }
+}
+
+// SparseVLM raters from the embeddings, straight from SPEC §4.
+std::vector<int> Raters(const testref::Sim& sim, const testref::SimSpec& spec) {
+  const int V = spec.dims.n_visual_tokens, tb = spec.prefix + V, d = spec.d_embed;
+  const auto& e = sim.embeddings();
+  std::vector<double> score(spec.text, 0.0);
+  for (int v = 0; v < V; ++v) {
+    std::vector<double> l(spec.text);
+    double z = 0;
+    for (int t = 0; t < spec.text; ++t) {
+      double s = 0;
+      for (int c = 0; c < d; ++c) s += double(e[(spec.prefix + v) * d + c]) * e[(tb + t) * d + c];
+      l[t] = s;
+    }
+    const double mx = *std::max_element(l.begin(), l.end());
+    for (double& x : l) z += (x = std::exp(x - mx));
+    for (int t = 0; t < spec.text; ++t) score[t] += l[t] / z / V;
+  }
+  double mean = 0;
+  for (double s : score) mean += s / spec.text;
+  std::vector<int> raters;
+  for (int t = 0; t < spec.text; ++t)
+    if (score[t] > mean) raters.push_back(t);
+  return raters;
+}
+
+TEST(SparseVlmMethod, KeptSetsMatchDirectRecomputation) {
+  const ModelDims dims = SmallDims();
+  // 128 of 576 scaled to V = 144 → the 128 schedule [238, 108, 60] · 144/576.
+  absl::StatusOr<StageSchedule> s = SparseVlmSchedule(dims, 32);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->after_layer, std::vector<int>({1, 5, 14}));
+  EXPECT_EQ(s->keep, std::vector<int>({60, 27, 15}));  // 59.5 → 60, 27, 15
+  const testref::SimSpec spec = Spec(13);
+  testref::Sim sim(spec);
+  SparseVlmPruner pruner(dims, *s);
+  ASSERT_TRUE(pruner.Begin(sim.Input()).ok());
+  const std::vector<int> raters = Raters(sim, spec);
+  ASSERT_FALSE(raters.empty());
+  ASSERT_LT(raters.size(), size_t(spec.text));  // a real subset, so the selection matters
+  EXPECT_EQ(pruner.raters(), raters);
+  std::map<int, int> keep_after = {{1, 60}, {5, 27}, {14, 15}};
+  int pruned = 0;
+  sim.Run(pruner, [&](const LayerView& v, const Pruner&) -> std::optional<RefPrune> {
+    if (!keep_after.count(v.layer)) return std::nullopt;
+    ++pruned;
+    RefPrune r{std::vector<double>(v.n_vis, 0.0), keep_after[v.layer]};
+    for (const auto& ph : v.p)
+      for (int t : raters)
+        for (int i = 0; i < v.n_vis; ++i)
+          r.scores[i] += ph[v.text_begin + t][v.vis_begin + i] / (v.p.size() * raters.size());
+    return r;
+  });
+  EXPECT_EQ(pruned, 3);
+  EXPECT_NEAR(pruner.stats().achieved_average_visual_tokens(),
+              (2 * 144 + 4 * 60 + 9 * 27 + 17 * 15) / 32.0, 1e-12);
+}
+
+TEST(SparseVlmMethod, PaperSchedulesAndInterpolation) {
+  const ModelDims d = ModelDims::Llava15_7B();
+  struct Row {
+    double target;
+    std::vector<int> keep;
+    double average;
+  };
+  for (const Row& r : {Row{192, {300, 200, 118}, 6158 / 32.0}, Row{128, {238, 108, 60}, 128.0},
+                       Row{64, {66, 34, 20}, 2062 / 32.0}, Row{160, {269, 154, 89}, 0}}) {
+    absl::StatusOr<StageSchedule> s = SparseVlmSchedule(d, r.target);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->after_layer, std::vector<int>({1, 5, 14}));
+    EXPECT_EQ(s->keep, r.keep) << r.target;
+    if (r.average > 0) {
+      EXPECT_DOUBLE_EQ(s->Average(32, 576), r.average);
+    }
+  }
+  // Below the 64 anchor: the 64 schedule scaled to the target average.
+  absl::StatusOr<StageSchedule> s = SparseVlmSchedule(d, 48);
+  ASSERT_TRUE(s.ok());
+  EXPECT_NEAR(s->Average(32, 576), 48, 0.6);
+  EXPECT_TRUE(SparseVlmSchedule(d, 576)->keep.empty());
+}
+
+TEST(SparseVlmMethod, NeedsBegin) {
+  const ModelDims dims = SmallDims();
+  absl::StatusOr<StageSchedule> s = SparseVlmSchedule(dims, 32);
+  ASSERT_TRUE(s.ok());
+  SparseVlmPruner pruner(dims, *s);
+  testref::Sim sim(Spec(13));
+  // Without Begin the first pruning layer fails instead of guessing raters.
+  LayerAttention att;
+  std::vector<float> q(size_t(sim.total_tokens()) * 32), k(size_t(sim.total_tokens()) * 16),
+      lse(size_t(4) * sim.total_tokens());
+  att.n_tokens = sim.total_tokens();
+  att.n_heads = 4;
+  att.n_kv_heads = 2;
+  att.head_dim = 8;
+  att.scale = 0.35f;
+  att.q = q.data();
+  att.k = k.data();
+  att.lse = lse.data();
+  att.vis_begin = 5;
+  att.n_vis = 144;
+  att.layer = 0;
+  ASSERT_TRUE(pruner.AfterLayer(att).ok());
+  att.layer = 1;
+  EXPECT_EQ(pruner.AfterLayer(att).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RandomMethod, SeededSubsetsAtHapSchedule) {
+  const ModelDims dims = SmallDims();
+  absl::StatusOr<Plan> plan = PlanForGroups(dims, 8);
+  ASSERT_TRUE(plan.ok());
+  auto run = [&](uint64_t seed) {
+    RandomPruner pruner(*plan, dims, seed);
+    testref::Sim sim(Spec(3));
+    std::vector<std::vector<int>> kept;
+    sim.Run(pruner, [&](const LayerView& v, const Pruner& p) -> std::optional<RefPrune> {
+      const int g = plan->GroupOfLayer(v.layer);
+      if (g == plan->M - 1 || v.layer != plan->groups[g].last_layer()) return std::nullopt;
+      // Any subset of the right size is valid: accept exactly the one returned (checked for
+      // size, order and duplicates by the harness) by scoring it 1 and the rest 0.
+      const std::vector<int>& now = p.stats().kept_original;
+      RefPrune r{std::vector<double>(v.n_vis, 0.0), plan->groups[g + 1].visual_tokens};
+      for (int i = 0; i < v.n_vis; ++i)
+        r.scores[i] = std::binary_search(now.begin(), now.end(), v.present[i]) ? 1.0 : 0.0;
+      kept.push_back(now);
+      return r;
+    });
+    EXPECT_EQ(pruner.stats().layer_tokens, plan->layer_visual_tokens);
+    return kept;
+  };
+  const auto a = run(1), b = run(1), c = run(2);
+  EXPECT_EQ(a.size(), 7u);
+  EXPECT_EQ(a, b);  // same seed, same subsets
+  EXPECT_NE(a, c);
+}
+
+TEST(RandomMethod, SubsetIsUniform) {
+  // Each of 12 items kept with probability 4/12 over 6000 draws: ±5σ ≈ ±0.03.
+  uint64_t state = 99;
+  std::vector<int> count(12, 0);
+  for (int t = 0; t < 6000; ++t) {
+    const std::vector<int> s = RandomSubset(12, 4, &state);
+    ASSERT_EQ(s.size(), 4u);
+    ASSERT_TRUE(std::is_sorted(s.begin(), s.end()));
+    ASSERT_EQ(std::set<int>(s.begin(), s.end()).size(), 4u);
+    for (int i : s) ++count[i];
+  }
+  for (int i = 0; i < 12; ++i) EXPECT_NEAR(count[i] / 6000.0, 1.0 / 3, 0.03) << i;
+}
+
+TEST(Factory, MethodsAndBudgets) {
+  const ModelDims d = ModelDims::Llava15_7B();
+  struct Row {
+    std::string method;
+    double planned_average;
+  };
+  for (const Row& r : {Row{"hap", 57.0625}, Row{"uniform", 57.0625}, Row{"random", 57.0625},
+                       Row{"fastv", (2 * 576 + 30 * 30) / 32.0},
+                       Row{"sparsevlm", 2062 / 32.0}, Row{"visionzip", 64.0},
+                       Row{"none", 576.0}}) {
+    PruneRequest req;
+    req.method = r.method;
+    req.retain = 64;
+    auto p = MakePruner(req, d);
+    ASSERT_TRUE(p.ok()) << r.method << ": " << p.status();
+    EXPECT_EQ((*p)->stats().method, r.method);
+    EXPECT_DOUBLE_EQ((*p)->stats().planned_average_visual_tokens, r.planned_average) << r.method;
+  }
+  PruneRequest pd;
+  pd.method = "pdrop";
+  pd.retain = 64;
+  auto p = MakePruner(pd, d);
+  ASSERT_TRUE(p.ok());
+  EXPECT_NEAR((*p)->stats().planned_average_visual_tokens, 64, 0.5);
+
+  // A FLOPs budget gives the baselines HAP's average for it.
+  PruneRequest fl;
+  fl.method = "fastv";
+  fl.flops = 0.2;
+  absl::StatusOr<double> t = TargetAverageTokens(fl, d);
+  ASSERT_TRUE(t.ok());
+  absl::StatusOr<Plan> plan = MakePlan(d, Budget::Flops(0.2), kDefaultTextTokens);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_DOUBLE_EQ(*t, plan->average_visual_tokens);
+
+  auto counts = VisionZipCountsFor(PruneRequest{"visionzip", 192.0, std::nullopt, 0}, d);
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(counts->dominant, 162);
+  EXPECT_EQ(counts->contextual, 30);
+}
+
+TEST(Factory, Errors) {
+  const ModelDims d = ModelDims::Llava15_7B();
+  PruneRequest r;
+  r.method = "fastest";
+  r.retain = 64;
+  auto p = MakePruner(r, d);
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(p.status().message())
+                .find("none, hap, uniform, fastv, pdrop, sparsevlm, visionzip, random"),
+            std::string::npos)
+      << p.status();
+  r.method = "hap";
+  r.flops = 0.5;  // both budgets
+  EXPECT_EQ(MakePruner(r, d).status().code(), absl::StatusCode::kInvalidArgument);
+  r.retain.reset();
+  r.flops.reset();  // neither
+  EXPECT_EQ(MakePruner(r, d).status().code(), absl::StatusCode::kInvalidArgument);
+  r.retain = 0;
+  EXPECT_EQ(MakePruner(r, d).status().code(), absl::StatusCode::kInvalidArgument);
+  r.retain = 20;  // below HAP's minimum of 29.1
+  p = MakePruner(r, d);
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(p.status().message()).find("29.1"), std::string::npos);
+  r.method = "fastv";  // clamps to one token instead
+  EXPECT_TRUE(MakePruner(r, d).ok());
+  r.method = "none";
+  r.retain.reset();
+  EXPECT_TRUE(MakePruner(r, d).ok());
+}
+
+TEST(PrunerBase, RejectsEngineMistakes) {
+  const ModelDims dims = SmallDims();
+  absl::StatusOr<Plan> plan = PlanForGroups(dims, 8);
+  ASSERT_TRUE(plan.ok());
+  HapPruner pruner(*plan, dims, HapPruner::Weighting::kPaqSoftmax);
+  const int n = 5 + 144 + 7;
+  std::vector<float> q(size_t(n) * 32, 0.1f), k(size_t(n) * 16, 0.1f), lse(size_t(4) * n, 0.f);
+  LayerAttention att;
+  att.n_tokens = n;
+  att.n_heads = 4;
+  att.n_kv_heads = 2;
+  att.head_dim = 8;
+  att.scale = 0.35f;
+  att.q = q.data();
+  att.k = k.data();
+  att.lse = lse.data();
+  att.vis_begin = 5;
+  att.n_vis = 100;  // the plan is for 144
+  EXPECT_EQ(pruner.AfterLayer(att).status().code(), absl::StatusCode::kInvalidArgument);
+  att.n_vis = 144;
+  ASSERT_TRUE(pruner.AfterLayer(att).ok());
+  att.layer = 2;  // skipped layer 1
+  EXPECT_EQ(pruner.AfterLayer(att).status().code(), absl::StatusCode::kFailedPrecondition);
+  // A request without an image: nothing to prune, no error.
+  att.layer = 0;
+  att.n_vis = 0;
+  att.n_tokens = 12;
+  for (int l = 0; l < 32; ++l) {
+    att.layer = l;
+    auto r = pruner.AfterLayer(att);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->has_value());
+  }
+}
+
+}  // namespace
+}  // namespace hap

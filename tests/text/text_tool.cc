@@ -1,0 +1,86 @@
+// Command-line access to runtime/text for the Python parity test (prompt_parity.py):
+//   text_tool train CORPUS OUT_MODEL VOCAB_SIZE
+//   text_tool options                         spm_train options, one per line
+//   text_tool prompt MODEL IMAGE_ID N_VIS MAX QUESTION   ids of BuildLlavaPrompt, or the error
+//   text_tool encode MODEL TEXT                ids
+//   text_tool decode MODEL ID...               decoded text, then the streamed text, as hex
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/text/llava_prompt.h"
+#include "runtime/text/streaming_detokenizer.h"
+#include "runtime/text/tokenizer.h"
+#include "runtime/text/train_tokenizer.h"
+
+namespace {
+
+void PrintIds(const std::vector<int32_t>& ids) {
+  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+  std::printf("\n");
+}
+
+std::string Hex(const std::string& s) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "%s\n", msg.c_str());
+  return 1;
+}
+
+std::unique_ptr<hap::Tokenizer> LoadOrDie(const char* path) {
+  auto tok = hap::Tokenizer::Load(path);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "%s\n", tok.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(tok).value();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "train" && argc == 5) {
+    const absl::Status s = hap::TrainTokenizer(argv[2], argv[3], std::atoi(argv[4]));
+    return s.ok() ? 0 : Fail(s.ToString());
+  }
+  if (cmd == "options" && argc == 2) {
+    for (const char* opt : hap::kSpmTrainOptions) std::printf("%s\n", opt);
+    return 0;
+  }
+  if (cmd == "prompt" && argc == 7) {
+    auto tok = LoadOrDie(argv[2]);
+    auto prompt = hap::BuildLlavaPrompt(*tok, argv[6], std::atoi(argv[3]), std::atoi(argv[4]),
+                                        std::atoi(argv[5]));
+    if (!prompt.ok()) return Fail(prompt.status().ToString());
+    std::printf("%d %d\n", prompt->vis_begin, prompt->n_vis);
+    PrintIds(prompt->ids);
+    return 0;
+  }
+  if (cmd == "encode" && argc == 4) {
+    PrintIds(LoadOrDie(argv[2])->Encode(argv[3]));
+    return 0;
+  }
+  if (cmd == "decode" && argc >= 3) {
+    auto tok = LoadOrDie(argv[2]);
+    std::vector<int32_t> ids;
+    for (int i = 3; i < argc; ++i) ids.push_back(std::atoi(argv[i]));
+    hap::StreamingDetokenizer stream(*tok);
+    std::string streamed;
+    for (int32_t id : ids) streamed += stream.Push(id);
+    streamed += stream.Flush();
+    std::printf("%s\n%s\n", Hex(tok->Decode(ids)).c_str(), Hex(streamed).c_str());
+    return 0;
+  }
+  return Fail("usage: text_tool train|options|prompt|encode|decode ... (see source)");
+}

@@ -1,0 +1,414 @@
+// Unit tests for runtime/text: training, loading, encode/decode, LLaVA prompts, streaming.
+#include "runtime/text/tokenizer.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/text/llava_prompt.h"
+#include "runtime/text/streaming_detokenizer.h"
+#include "runtime/text/train_tokenizer.h"
+
+namespace hap {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kVocab = 1000;
+constexpr int kImageId = 32000;
+constexpr int kPadId = 32001;
+const char* const kUnderline = "\xE2\x96\x81";
+
+std::string CorpusPath() { return std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt"; }
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteAll(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+// One scratch directory and one trained model shared by every test in this binary.
+class TextTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!dir_.empty()) return;
+    std::string tmpl = (fs::temp_directory_path() / "hap-text-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    model_path_ = dir_ + "/tokenizer.model";
+    const absl::Status s = TrainTokenizer(CorpusPath(), model_path_, kVocab);
+    ASSERT_TRUE(s.ok()) << s;
+    auto tok = Tokenizer::Load(model_path_);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tok_ = std::move(tok).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    tok_ = nullptr;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    dir_.clear();
+  }
+
+  static std::string dir_;
+  static std::string model_path_;
+  static Tokenizer* tok_;
+};
+
+std::string TextTest::dir_;
+std::string TextTest::model_path_;
+Tokenizer* TextTest::tok_ = nullptr;
+
+// Strict UTF-8 validation (no overlongs, surrogates or code points past U+10FFFF).
+bool IsValidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    int len;
+    uint32_t cp;
+    if (b < 0x80) {
+      ++i;
+      continue;
+    } else if ((b & 0xE0) == 0xC0) {
+      len = 2, cp = b & 0x1F;
+    } else if ((b & 0xF0) == 0xE0) {
+      len = 3, cp = b & 0x0F;
+    } else if ((b & 0xF8) == 0xF0) {
+      len = 4, cp = b & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (int k = 1; k < len; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+// Streams `ids` one at a time; checks each chunk is valid UTF-8 and returns the concatenation.
+std::string Stream(const Tokenizer& tok, const std::vector<int32_t>& ids,
+                   std::vector<std::string>* chunks = nullptr) {
+  StreamingDetokenizer stream(tok);
+  std::string all;
+  for (int32_t id : ids) {
+    std::string piece = stream.Push(id);
+    EXPECT_TRUE(IsValidUtf8(piece)) << "chunk after id " << id;
+    if (chunks) chunks->push_back(piece);
+    all += piece;
+  }
+  std::string rest = stream.Flush();
+  EXPECT_TRUE(IsValidUtf8(rest));
+  if (chunks) chunks->push_back(rest);
+  return all + rest;
+}
+
+std::vector<int32_t> Ids(const Tokenizer& tok, std::initializer_list<const char*> pieces) {
+  std::vector<int32_t> ids;
+  for (const char* p : pieces) ids.push_back(tok.PieceToId(p));
+  return ids;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Training
+
+TEST_F(TextTest, TrainedModelHasLlamaSpecialIds) {
+  EXPECT_EQ(tok_->vocab_size(), kVocab);
+  EXPECT_EQ(tok_->bos_id(), 1);
+  EXPECT_EQ(tok_->eos_id(), 2);
+  EXPECT_EQ(tok_->IdToPiece(0), "<unk>");
+  EXPECT_EQ(tok_->IdToPiece(1), "<s>");
+  EXPECT_EQ(tok_->IdToPiece(2), "</s>");
+  // Byte fallback: all 256 <0xNN> pieces right after the specials.
+  EXPECT_EQ(tok_->IdToPiece(3), "<0x00>");
+  EXPECT_EQ(tok_->IdToPiece(3 + 0xE2), "<0xE2>");
+  // The prompt template's words were in the corpus, so they are whole pieces.
+  EXPECT_NE(tok_->PieceToId(kUnderline + std::string("ASSISTANT")), 0);
+  EXPECT_NE(tok_->PieceToId(kUnderline + std::string("USER")), 0);
+}
+
+TEST_F(TextTest, TrainingIsByteReproducible) {
+  const std::string again = dir_ + "/again.model";
+  ASSERT_TRUE(TrainTokenizer(CorpusPath(), again, kVocab).ok());
+  EXPECT_EQ(ReadAll(again), ReadAll(model_path_));
+  // No temporary files are left beside the output.
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().filename().string().find(".hap-spm"), std::string::npos) << entry.path();
+  }
+}
+
+TEST_F(TextTest, TrainingErrors) {
+  absl::Status s = TrainTokenizer(dir_ + "/no-such-corpus.txt", dir_ + "/x.model", kVocab);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("no-such-corpus.txt"), std::string::npos) << s;
+
+  s = TrainTokenizer(CorpusPath(), dir_ + "/x.model", 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+
+  // A vocabulary larger than the corpus supports: spm_train fails and says why.
+  s = TrainTokenizer(CorpusPath(), dir_ + "/x.model", 50000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("spm_train"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("ocab"), std::string::npos) << s;  // spm's "Vocabulary size..."
+  EXPECT_FALSE(fs::exists(dir_ + "/x.model"));
+
+  s = TrainTokenizer(CorpusPath(), dir_ + "/missing-dir/x.model", kVocab);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+}
+
+TEST_F(TextTest, TrainingWithoutSpmTrainOnPath) {
+  const char* old = getenv("PATH");
+  const std::string saved = old ? old : "";
+  setenv("PATH", dir_.c_str(), 1);  // a directory with no spm_train in it
+  const absl::Status s = TrainTokenizer(CorpusPath(), dir_ + "/y.model", kVocab);
+  setenv("PATH", saved.c_str(), 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("spm_train not found"), std::string::npos) << s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+TEST_F(TextTest, LoadMissingFileNamesIt) {
+  auto tok = Tokenizer::Load(dir_ + "/absent.model");
+  ASSERT_FALSE(tok.ok());
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(tok.status().message().find(dir_ + "/absent.model"), std::string::npos);
+}
+
+TEST_F(TextTest, LoadCorruptFilesNamesIt) {
+  const std::string garbage = dir_ + "/garbage.model";
+  WriteAll(garbage, "this is not a sentencepiece model \x01\x02\x03\xff\xfe");
+  const std::string truncated = dir_ + "/truncated.model";
+  WriteAll(truncated, ReadAll(model_path_).substr(0, 1000));
+  const std::string empty = dir_ + "/empty.model";
+  WriteAll(empty, "");
+  for (const std::string& path : {garbage, truncated, empty, dir_}) {
+    auto tok = Tokenizer::Load(path);
+    ASSERT_FALSE(tok.ok()) << path;
+    EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument) << tok.status();
+    EXPECT_NE(tok.status().message().find(path), std::string::npos) << tok.status();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encode / Decode
+
+TEST_F(TextTest, EncodeDecodeRoundTrip) {
+  const std::vector<std::string> texts = {
+      "What colour is the car?",
+      "The car is red.",
+      " leading space",
+      "two  spaces and\ttab\nnewline",
+      "café naïve 5 € 東京",
+      "not in the corpus: ß Ω 😀 ŝ",
+      "digits 0123456789 and 3.14",
+      "",
+  };
+  for (const std::string& text : texts) {
+    const std::vector<int32_t> ids = tok_->Encode(text);
+    EXPECT_EQ(tok_->Decode(ids), text);
+    for (int32_t id : ids) {
+      EXPECT_GE(id, 0);
+      EXPECT_LT(id, kVocab);
+      EXPECT_NE(id, 0) << "byte fallback means no <unk> for " << text;
+    }
+  }
+}
+
+TEST_F(TextTest, SplitDigitsAndByteFallback) {
+  std::vector<std::string> pieces;
+  for (int32_t id : tok_->Encode("2024")) pieces.push_back(tok_->IdToPiece(id));
+  EXPECT_EQ(pieces, (std::vector<std::string>{kUnderline, "2", "0", "2", "4"}));
+
+  // "ß" is not in the corpus: two byte pieces after the dummy prefix.
+  pieces.clear();
+  for (int32_t id : tok_->Encode("ß")) pieces.push_back(tok_->IdToPiece(id));
+  EXPECT_EQ(pieces, (std::vector<std::string>{kUnderline, "<0xC3>", "<0x9F>"}));
+}
+
+TEST_F(TextTest, IdsOutsideTheVocabularyDecodeToNothing) {
+  std::vector<int32_t> ids = tok_->Encode("a red car");
+  std::vector<int32_t> with_extras = {kImageId, tok_->bos_id()};
+  with_extras.insert(with_extras.end(), ids.begin(), ids.end());
+  with_extras.insert(with_extras.end(), {kPadId, -1, kVocab, tok_->eos_id(), 1 << 30});
+  EXPECT_EQ(tok_->Decode(with_extras), "a red car");
+  EXPECT_EQ(tok_->Decode({kImageId, kPadId}), "");
+  EXPECT_EQ(tok_->IdToPiece(kImageId), "");
+  EXPECT_EQ(tok_->IdToPiece(-3), "");
+  // Unknown pieces map to <unk>, as in SentencePiece.
+  EXPECT_EQ(tok_->PieceToId("no-such-piece"), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// LLaVA prompt
+
+TEST_F(TextTest, PromptLayout) {
+  auto p = BuildLlavaPrompt(*tok_, "What colour is the car?", kImageId, 576, 4096);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::vector<int32_t>& ids = p->ids;
+  EXPECT_EQ(ids.front(), tok_->bos_id());
+  EXPECT_EQ(p->n_vis, 576);
+  const std::vector<int32_t> before = tok_->Encode("USER: ");
+  EXPECT_EQ(p->vis_begin, 1 + static_cast<int>(before.size()));
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), ids.begin() + 1));
+  for (int i = 0; i < 576; ++i) ASSERT_EQ(ids[p->vis_begin + i], kImageId);
+
+  // After the image: "\n{question} ASSISTANT:" without the dummy-prefix '▁'.
+  const std::vector<int32_t> after(ids.begin() + p->vis_begin + 576, ids.end());
+  ASSERT_FALSE(after.empty());
+  EXPECT_NE(after.front(), tok_->PieceToId(kUnderline));
+  EXPECT_EQ(tok_->IdToPiece(after.front()), "<0x0A>");
+  EXPECT_EQ(tok_->Decode(after), "\nWhat colour is the car? ASSISTANT:");
+  EXPECT_EQ(tok_->Decode(ids), "USER: \nWhat colour is the car? ASSISTANT:");
+}
+
+TEST_F(TextTest, LiteralImageTagInQuestionIsText) {
+  auto p = BuildLlavaPrompt(*tok_, "<image> <image> what is this?", kImageId, 10, 4096);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(std::count(p->ids.begin(), p->ids.end(), kImageId), 10);
+  EXPECT_EQ(p->n_vis, 10);
+  EXPECT_EQ(tok_->Decode(p->ids), "USER: \n<image> <image> what is this? ASSISTANT:");
+}
+
+TEST_F(TextTest, EmptyPromptIsRejected) {
+  for (const char* q : {"", " ", "\n\t  \r\n"}) {
+    auto p = BuildLlavaPrompt(*tok_, q, kImageId, 576, 4096);
+    ASSERT_FALSE(p.ok());
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(p.status().message(), "prompt is empty");
+  }
+}
+
+TEST_F(TextTest, TooLongPromptNamesBothNumbers) {
+  const std::string question = "How many circles are there?";
+  auto fits = BuildLlavaPrompt(*tok_, question, kImageId, 576, 4096);
+  ASSERT_TRUE(fits.ok());
+  const int total = static_cast<int>(fits->ids.size());
+  const int text = total - 576;
+  // Exactly at the limit is fine; one token over is not.
+  EXPECT_TRUE(BuildLlavaPrompt(*tok_, question, kImageId, 576, total).ok());
+  auto over = BuildLlavaPrompt(*tok_, question, kImageId, 576, total - 1);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(over.status().message(),
+            "prompt is " + std::to_string(total) + " tokens (576 visual + " + std::to_string(text) +
+                " text); the model's context is " + std::to_string(total - 1));
+
+  // A long question against the real 4096 context.
+  std::string long_question;
+  for (int i = 0; i < 1000; ++i) long_question += "What colour is the car? ";
+  auto big = BuildLlavaPrompt(*tok_, long_question, kImageId, 576, 4096);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("(576 visual + "), std::string::npos);
+  EXPECT_NE(big.status().message().find("the model's context is 4096"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming detokenizer
+
+TEST_F(TextTest, StreamingHoldsPartialUtf8) {
+  const std::vector<int32_t> euro = Ids(*tok_, {"<0xE2>", "<0x82>", "<0xAC>"});
+  StreamingDetokenizer stream(*tok_);
+  const int the = tok_->PieceToId(kUnderline + std::string("The"));
+  ASSERT_NE(the, 0);
+  EXPECT_EQ(stream.Push(the), "The");
+  EXPECT_EQ(stream.Push(the), " The");
+  EXPECT_EQ(stream.Push(euro[0]), "");
+  EXPECT_EQ(stream.Push(euro[1]), "");
+  EXPECT_EQ(stream.Push(euro[2]), "€");
+  EXPECT_EQ(stream.Flush(), "");
+}
+
+TEST_F(TextTest, StreamingFirstSpaceRule) {
+  // The answer's first '▁' is dropped as Decode drops it; later ones are spaces.
+  const std::vector<int32_t> ids = tok_->Encode("The car is red.");
+  std::vector<std::string> chunks;
+  EXPECT_EQ(Stream(*tok_, ids, &chunks), "The car is red.");
+  EXPECT_EQ(chunks.front(), "The");
+  EXPECT_EQ(chunks[1].front(), ' ');
+
+  // Leading BOS, image and pad ids do not count as the first piece; a lone '▁' does.
+  std::vector<int32_t> prefixed = {tok_->bos_id(), kImageId, kPadId};
+  prefixed.insert(prefixed.end(), ids.begin(), ids.end());
+  EXPECT_EQ(Stream(*tok_, prefixed), tok_->Decode(prefixed));
+  std::vector<int32_t> spaced = Ids(*tok_, {kUnderline, kUnderline});
+  spaced.insert(spaced.end(), ids.begin(), ids.end());
+  EXPECT_EQ(Stream(*tok_, spaced), tok_->Decode(spaced));
+  EXPECT_EQ(tok_->Decode(spaced), "  The car is red.");
+
+  // Flush resets: the next stream starts fresh.
+  StreamingDetokenizer stream(*tok_);
+  for (int32_t id : ids) stream.Push(id);
+  stream.Flush();
+  std::string second;
+  for (int32_t id : ids) second += stream.Push(id);
+  EXPECT_EQ(second + stream.Flush(), "The car is red.");
+}
+
+TEST_F(TextTest, StreamingMatchesDecodeOnText) {
+  for (const std::string text : {"Café, naïve, 5 €, 東京 and ß Ω 😀 𝄞 — done.", "😀😀😀", "ß",
+                                 "a\nb\n\nc ", "  two leading spaces"}) {
+    const std::vector<int32_t> ids = tok_->Encode(text);
+    std::vector<std::string> chunks;
+    EXPECT_EQ(Stream(*tok_, ids, &chunks), text);
+    EXPECT_EQ(tok_->Decode(ids), text);
+  }
+}
+
+TEST_F(TextTest, StreamingMatchesDecodeOnRandomIds) {
+  // Random soup: byte pieces (mostly UTF-8 lead/continuation bytes, so runs are often invalid
+  // or unfinished), ordinary pieces, specials, image/pad ids, out-of-range ids.
+  std::mt19937 rng(42);
+  std::vector<int32_t> bytes_hi;
+  for (int b = 0x80; b <= 0xFF; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    bytes_hi.push_back(tok_->PieceToId(name));
+  }
+  const std::vector<int32_t> euro = Ids(*tok_, {"<0xE2>", "<0x82>", "<0xAC>"});
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::vector<int32_t> ids;
+    const int n = 1 + static_cast<int>(rng() % 20);
+    for (int i = 0; i < n; ++i) {
+      switch (rng() % 7) {
+        case 0:
+        case 1:
+          ids.push_back(bytes_hi[rng() % bytes_hi.size()]);
+          break;
+        case 2:
+          ids.insert(ids.end(), euro.begin(), euro.begin() + 1 + rng() % 3);
+          break;
+        case 3:
+          ids.push_back(static_cast<int32_t>(rng() % 3));  // unk, bos, eos
+          break;
+        case 4:
+          ids.push_back(rng() % 2 ? kImageId : -7);
+          break;
+        default:
+          ids.push_back(static_cast<int32_t>(rng() % kVocab));
+      }
+    }
+    ASSERT_EQ(Stream(*tok_, ids), tok_->Decode(ids)) << "iteration " << iter;
+  }
+}
+
+}  // namespace
+}  // namespace hap

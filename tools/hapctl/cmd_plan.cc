@@ -1,0 +1,159 @@
+// hapctl plan: shows the HAP schedule (groups, visual tokens per layer, FLOPs in the paper's and
+// the full convention, the paper's closed form, KV-cache size) for a budget and a model.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "runtime/common/status_macros.h"
+#include "runtime/io/config.h"
+#include "runtime/prune/model_dims.h"
+#include "runtime/prune/planner.h"
+#include "tools/hapctl/command.h"
+#include "tools/hapctl/flags.h"
+
+namespace hap::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: hapctl plan (--model DIR | --preset llava-1.5-7b) (--retain K | --flops F) "
+    "[--text-tokens N] [--json]\n"
+    "  --retain  average visual tokens per decoder layer (64) or a percentage of them (5.6%)\n"
+    "  --flops   fraction of the unpruned LLM prefill FLOPs, full convention (0.25)\n"
+    "  --text-tokens  prompt tokens besides the image (default 40) for the full convention";
+
+absl::StatusOr<ModelDims> DimsFromFlags(const Flags& flags) {
+  const bool has_model = flags.Has("model"), has_preset = flags.Has("preset");
+  if (has_model == has_preset) {
+    return absl::InvalidArgumentError("give exactly one of --model DIR or --preset llava-1.5-7b");
+  }
+  if (has_preset) {
+    const std::string preset = *flags.Get("preset");
+    if (preset != "llava-1.5-7b") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown preset '", preset, "' (known: llava-1.5-7b)"));
+    }
+    return ModelDims::Llava15_7B();
+  }
+  HAP_ASSIGN_OR_RETURN(LlavaConfig cfg, LoadLlavaConfig(*flags.Get("model")));
+  ModelDims d;
+  d.n_layers = cfg.text.num_hidden_layers;
+  d.d_model = cfg.text.hidden_size;
+  d.d_ffn = cfg.text.intermediate_size;
+  d.n_heads = cfg.text.num_attention_heads;
+  d.n_kv_heads = cfg.text.num_key_value_heads;
+  d.head_dim = cfg.text.head_dim;
+  d.n_visual_tokens = cfg.num_visual_tokens();
+  HAP_RETURN_IF_ERROR(d.Validate());
+  return d;
+}
+
+std::string Tera(double flops) { return absl::StrFormat("%.3fT", flops / 1e12); }
+
+nlohmann::json ToJson(const Plan& p, const Budget& budget) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const PlanGroup& g : p.groups) {
+    groups.push_back({{"layers", {g.first_layer, g.last_layer()}},
+                      {"n_layers", g.n_layers},
+                      {"visual_tokens", g.visual_tokens}});
+  }
+  return {
+      {"budget",
+       {{"kind", budget.kind == Budget::Kind::kRetain ? "retain" : "flops"},
+        {"value", budget.value}}},
+      {"layers", p.n_layers},
+      {"visual_tokens", p.n_visual_tokens},
+      {"text_tokens", p.text_tokens},
+      {"M", p.M},
+      {"groups", groups},
+      {"per_layer_visual_tokens", p.layer_visual_tokens},
+      {"average_visual_tokens", p.average_visual_tokens},
+      {"retained_fraction", p.average_visual_tokens / p.n_visual_tokens},
+      // FLOPs are multiply-adds as the paper counts them; *_T repeat them in units of 1e12.
+      {"flops_paper", p.flops_paper},
+      {"flops_full", p.flops_full},
+      {"flops_closed_form", p.flops_closed_form},
+      {"unpruned_flops_paper", p.unpruned_flops_paper},
+      {"unpruned_flops_full", p.unpruned_flops_full},
+      {"unpruned_flops_closed_form", p.unpruned_flops_closed_form},
+      {"flops_paper_T", p.flops_paper / 1e12},
+      {"flops_full_T", p.flops_full / 1e12},
+      {"flops_closed_form_T", p.flops_closed_form / 1e12},
+      {"unpruned_flops_paper_T", p.unpruned_flops_paper / 1e12},
+      {"unpruned_flops_full_T", p.unpruned_flops_full / 1e12},
+      {"flops_paper_fraction", p.flops_paper_fraction()},
+      {"flops_full_fraction", p.flops_full_fraction()},
+      {"kv_cache_fraction", p.kv_cache_fraction},
+  };
+}
+
+void PrintTable(const Plan& p, const Budget& budget) {
+  std::printf("HAP plan for %s: L=%d layers, V=%d visual tokens, D=%d, d_ffn=%d\n",
+              budget.ToString().c_str(), p.n_layers, p.n_visual_tokens, p.d_model, p.d_ffn);
+  std::printf("M = %d group%s\n\n", p.M, p.M == 1 ? " (no pruning)" : "s");
+  std::printf("  group  layers    visual tokens\n");
+  for (size_t g = 0; g < p.groups.size(); ++g) {
+    const PlanGroup& pg = p.groups[g];
+    std::printf("  %5zu  %-8s  %13d\n", g,
+                absl::StrFormat("%d-%d", pg.first_layer, pg.last_layer()).c_str(),
+                pg.visual_tokens);
+  }
+  std::printf("\naverage visual tokens per layer  %.2f (%.1f%% of %d)\n", p.average_visual_tokens,
+              100.0 * p.average_visual_tokens / p.n_visual_tokens, p.n_visual_tokens);
+  std::printf("\n  FLOPs                          pruned    unpruned   fraction\n");
+  std::printf("  paper (visual tokens only)  %9s  %9s   %7.1f%%\n", Tera(p.flops_paper).c_str(),
+              Tera(p.unpruned_flops_paper).c_str(), 100.0 * p.flops_paper_fraction());
+  std::printf("  full (+%4d text tokens)    %9s  %9s   %7.1f%%\n", p.text_tokens,
+              Tera(p.flops_full).c_str(), Tera(p.unpruned_flops_full).c_str(),
+              100.0 * p.flops_full_fraction());
+  std::printf("  paper closed form F(m=%d)   %9s  %9s   %7.1f%%  (integral approximation)\n", p.M,
+              Tera(p.flops_closed_form).c_str(), Tera(p.unpruned_flops_closed_form).c_str(),
+              100.0 * p.flops_closed_form / p.unpruned_flops_closed_form);
+  std::printf("\nKV cache: %.1f%% of the unpruned prompt's (%d text tokens)\n",
+              100.0 * p.kv_cache_fraction, p.text_tokens);
+}
+
+absl::Status Plan_(const Flags& flags) {
+  HAP_ASSIGN_OR_RETURN(ModelDims dims, DimsFromFlags(flags));
+  if (flags.Has("retain") == flags.Has("flops")) {
+    return absl::InvalidArgumentError("give exactly one of --retain K or --flops F");
+  }
+  Budget budget;
+  if (flags.Has("retain")) {
+    HAP_ASSIGN_OR_RETURN(budget, ParseRetain(*flags.Get("retain"), dims.n_visual_tokens));
+  } else {
+    HAP_ASSIGN_OR_RETURN(budget, ParseFlops(*flags.Get("flops")));
+  }
+  HAP_ASSIGN_OR_RETURN(int64_t text, flags.Int("text-tokens", kDefaultTextTokens));
+  if (text < 0 || text > (1 << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat("--text-tokens ", text, " out of range"));
+  }
+  HAP_ASSIGN_OR_RETURN(Plan plan, MakePlan(dims, budget, static_cast<int>(text)));
+  if (flags.Bool("json")) {
+    std::printf("%s\n", ToJson(plan, budget).dump().c_str());
+  } else {
+    PrintTable(plan, budget);
+  }
+  return absl::OkStatus();
+}
+
+int CmdPlan(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::printf("%s\n", kUsage);
+    return 0;
+  }
+  auto flags = Flags::Parse(args, {"model", "preset", "retain", "flops", "text-tokens"}, {"json"});
+  if (!flags.ok()) {
+    std::fprintf(stderr, "%s\n", kUsage);
+    return Fail("plan", flags.status());
+  }
+  if (absl::Status s = Plan_(*flags); !s.ok()) return Fail("plan", s);
+  return 0;
+}
+
+}  // namespace
+
+HAP_COMMAND(plan, "Plan a HAP pruning schedule and its FLOPs for a budget", CmdPlan);
+
+}  // namespace hap::cli

@@ -1,0 +1,511 @@
+#!/usr/bin/python3
+"""Trains the project's default model: a tiny LLaVA-1.5 (CLIP ViT + MLP projector + 32-layer
+LLaMA) on synthetic scene QA (tools/scenes), on CPU, and exports it in the llava-hf layout.
+
+  nohup /usr/bin/python3 tools/train/train_llava.py > .cache/train/nohup.out 2>&1 &
+
+Re-running the same command resumes from the latest checkpoint in --run-dir (written every
+--ckpt-minutes); when all steps are done it exports to --out (config.json, model.safetensors in
+BF16, tokenizer.model, README.md) and evaluates the export on data/scenes-test. `--export-only`
+exports the latest checkpoint as it is. Everything is determined by --seed: initialisation, the
+training stream (example i of the run is scenes.split_rng("train", seed, i)) and the val set.
+
+Besides the answer loss (answer tokens + EOS only), a linear probe on the vision features
+predicts each patch's shape kind, colour and 3x3 cell (auxiliary loss, not exported): dense
+supervision that teaches the small from-scratch ViT what is where within a few hundred steps, so
+the decoder's budget goes to learning to attend to the region the question names.
+"""
+import argparse
+import concurrent.futures
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import lm, scenes  # noqa: E402
+
+N_KIND, N_COLOR, N_CELL = 1 + len(scenes.SHAPES), 1 + len(scenes.COLOR_NAMES), 9
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--run-dir", default=os.path.join(common.ROOT, ".cache", "train", "scenes-llava"))
+    ap.add_argument("--out", default=os.path.join(common.ROOT, "models", "scenes-llava"))
+    ap.add_argument("--test-data", default=os.path.join(common.ROOT, "data", "scenes-test"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=4400)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr-frac", type=float, default=0.05)
+    ap.add_argument("--warmup", type=int, default=150)
+    ap.add_argument("--weight-decay", type=float, default=0.05)
+    ap.add_argument("--aux-weight", type=float, default=0.3)
+    ap.add_argument("--easy-frac", type=float, default=0.15,
+                    help="first fraction of steps uses 2-4 shapes per scene (then 2-6)")
+    ap.add_argument("--jpeg-prob", type=float, default=0.5)
+    # model
+    ap.add_argument("--image-size", type=int, default=168)
+    ap.add_argument("--vision-width", type=int, default=96)
+    ap.add_argument("--vision-layers", type=int, default=4)
+    ap.add_argument("--vision-heads", type=int, default=4)
+    ap.add_argument("--width", type=int, default=96)
+    ap.add_argument("--ffn", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=512, help="SentencePiece vocabulary size")
+    # bookkeeping
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ckpt-minutes", type=float, default=4.0)
+    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--val-every", type=int, default=250)
+    ap.add_argument("--val-size", type=int, default=500)
+    ap.add_argument("--max-minutes", type=float, default=0,
+                    help="checkpoint and stop after this many minutes (0 = run to the end)")
+    ap.add_argument("--export-only", action="store_true")
+    ap.add_argument("--no-export", action="store_true")
+    ap.add_argument("--test-limit", type=int, default=0, help="questions evaluated at export")
+    return ap.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# model
+
+
+def model_config(a):
+    sp_size = a.vocab
+    return {
+        "architectures": ["LlavaForConditionalGeneration"],
+        "model_type": "llava",
+        "image_token_index": sp_size,
+        "pad_token_id": sp_size + 1,
+        "ignore_index": -100,
+        "projector_hidden_act": "gelu",
+        "vision_feature_layer": -2,
+        "vision_feature_select_strategy": "default",
+        "torch_dtype": "bfloat16",
+        "vision_config": {
+            "model_type": "clip_vision_model", "hidden_size": a.vision_width,
+            "intermediate_size": 4 * a.vision_width, "num_hidden_layers": a.vision_layers,
+            "num_attention_heads": a.vision_heads, "num_channels": 3,
+            "image_size": a.image_size, "patch_size": 14, "hidden_act": "quick_gelu",
+            "layer_norm_eps": 1e-5, "projection_dim": a.width,
+        },
+        "text_config": {
+            "model_type": "llama", "vocab_size": sp_size + 2, "hidden_size": a.width,
+            "intermediate_size": a.ffn, "num_hidden_layers": a.layers,
+            "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+            "hidden_act": "silu", "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0, "bos_token_id": 1, "eos_token_id": 2,
+            "pad_token_id": sp_size + 1, "tie_word_embeddings": False,
+        },
+    }
+
+
+def init_weights(model, seed):
+    """GPT-2-style: N(0, 1/fan_in) for matrices, residual-branch outputs scaled by 1/sqrt(2L)."""
+    g = torch.Generator().manual_seed(seed)
+    n_text = len(model.layers)
+    n_vis = len(model.vision.layers)
+    residual_out = set()
+    for l in model.layers:
+        residual_out |= {id(l.self_attn.o_proj.weight), id(l.down_proj.weight)}
+    for l in model.vision.layers:
+        residual_out |= {id(l.self_attn.out_proj.weight), id(l.fc2.weight)}
+    vis_out = {id(l.self_attn.out_proj.weight) for l in model.vision.layers} | \
+        {id(l.fc2.weight) for l in model.vision.layers}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                fan_in = p[0].numel()
+                std = fan_in ** -0.5
+                if name.endswith("embed_tokens.weight") or "position_embedding" in name:
+                    std = 1.0 if "embed_tokens" in name else 0.5
+                if id(p) in residual_out:
+                    std /= math.sqrt(2 * (n_vis if id(p) in vis_out else n_text))
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+            elif name.endswith("class_embedding"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            elif name.endswith("bias"):
+                p.zero_()
+
+
+# ----------------------------------------------------------------------------------------------
+# data
+
+
+def build_example(sp, cfg, rng, n_min, n_max, jpeg_prob):
+    scene, q, a, qtype = scenes.sample_example(rng, None, n_min, n_max, cfg.vision["image_size"])
+    quality = rng.randint(70, 95) if rng.random() < jpeg_prob else None
+    img = scenes.render(scene, jpeg_quality=quality)
+    kind, color, cell = scenes.patch_labels(scene, cfg.vision["patch_size"])
+    ids, tgt = common.encode_example(sp, cfg, q, a)
+    return dict(px=common.pixels_from_image(img), ids=ids, tgt=tgt, type=qtype,
+                aux=np.stack([kind, color, cell], 1), q=q, a=a)
+
+
+_WORKER = {}
+
+
+def _worker_init(tok_path, cfg_raw):
+    torch.set_num_threads(1)
+    _WORKER["sp"] = common.load_sp(tok_path)
+    _WORKER["cfg"] = lm.Config(cfg_raw)
+
+
+def make_batch(step, a):
+    """Training batch `step` (runs in the data worker process; a pure function of step)."""
+    sp, cfg = _WORKER["sp"], _WORKER["cfg"]
+    easy = step < a.easy_frac * a.steps
+    n_min, n_max = (2, 4) if easy else (2, 6)
+    exs = [build_example(sp, cfg, scenes.split_rng("train", a.seed, step * a.batch + i),
+                         n_min, n_max, a.jpeg_prob) for i in range(a.batch)]
+    return stack(exs, cfg)
+
+
+def stack(exs, cfg):
+    ids, tgt = common.collate([(e["ids"], e["tgt"]) for e in exs], cfg.raw["pad_token_id"])
+    return dict(px=torch.stack([e["px"] for e in exs]), ids=ids, tgt=tgt,
+                aux=torch.from_numpy(np.stack([e["aux"] for e in exs])),
+                types=[e["type"] for e in exs])
+
+
+def val_set(a, sp, cfg):
+    """Fixed balanced val examples (3-6 shapes, as the test split), JPEG q90 like the test files."""
+    exs = []
+    for i in range(a.val_size):
+        rng = scenes.split_rng("val", a.seed, i)
+        qtype = scenes.QTYPES[i % len(scenes.QTYPES)]
+        scene, q, ans, _ = scenes.sample_example(rng, qtype, 3, 6, cfg.vision["image_size"])
+        img = scenes.render(scene, jpeg_quality=90)
+        kind, color, cell = scenes.patch_labels(scene, cfg.vision["patch_size"])
+        ids, tgt = common.encode_example(sp, cfg, q, ans)
+        exs.append(dict(px=common.pixels_from_image(img), ids=ids, tgt=tgt, type=qtype,
+                        aux=np.stack([kind, color, cell], 1), q=q, a=ans))
+    return exs
+
+
+# ----------------------------------------------------------------------------------------------
+# forward / loss
+
+
+def forward(model, aux_head, batch):
+    """-> lm loss, aux loss, per-example exact match (teacher-forced argmax == greedy answer)."""
+    px, ids, tgt = batch["px"], batch["ids"], batch["tgt"]
+    b, s = ids.shape
+    feats = model.vision_features(px)  # [B, V, Dv]
+    emb = model.embed(ids, model.project(feats))  # [B, S, D]
+    h, _, _ = model.decoder(emb, torch.arange(s)[None].expand(b, s))
+    sel = tgt != -100
+    logits = model.logits(h[sel]).float()  # [n_targets, vocab]
+    lm_loss = F.cross_entropy(logits, tgt[sel])
+    hit = torch.zeros(b, s, dtype=torch.bool)
+    hit[sel] = logits.argmax(-1) == tgt[sel]
+    exact = (hit | ~sel).all(1)
+    aux = aux_head(feats).float()  # [B, V, kinds + colours + cells]
+    lab = batch["aux"]
+    aux_loss = (F.cross_entropy(aux[..., :N_KIND].reshape(-1, N_KIND), lab[..., 0].reshape(-1))
+                + F.cross_entropy(aux[..., N_KIND:N_KIND + N_COLOR].reshape(-1, N_COLOR),
+                                  lab[..., 1].reshape(-1))
+                + 0.5 * F.cross_entropy(aux[..., N_KIND + N_COLOR:].reshape(-1, N_CELL),
+                                        lab[..., 2].reshape(-1)))
+    return lm_loss, aux_loss, exact
+
+
+@torch.no_grad()
+def validate(model, aux_head, val, cfg, bs=50):
+    model.eval()
+    per = {}
+    losses = []
+    for i in range(0, len(val), bs):
+        chunk = val[i:i + bs]
+        batch = stack(chunk, cfg)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lm_loss, _, exact = forward(model, aux_head, batch)
+        losses.append(float(lm_loss) * len(chunk))
+        for t, e in zip(batch["types"], exact.tolist()):
+            c = per.setdefault(t, [0, 0])
+            c[0] += int(e)
+            c[1] += 1
+    model.train()
+    overall = sum(c for c, _ in per.values()) / sum(n for _, n in per.values())
+    return dict(acc=overall, loss=sum(losses) / len(val),
+                per_type={t: c / n for t, (c, n) in sorted(per.items())})
+
+
+# ----------------------------------------------------------------------------------------------
+# checkpoints
+
+
+def lr_at(step, a):
+    if step < a.warmup:
+        return a.lr * (step + 1) / a.warmup
+    t = (step - a.warmup) / max(1, a.steps - a.warmup)
+    return a.lr * (a.min_lr_frac + (1 - a.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1, t))))
+
+
+def save_checkpoint(path, state):
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+class Log:
+    def __init__(self, run_dir):
+        self.f = open(os.path.join(run_dir, "train.log"), "a")
+        self.m = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+
+    def __call__(self, msg):
+        line = time.strftime("%Y-%m-%d %H:%M:%S ") + msg
+        print(line, flush=True)
+        self.f.write(line + "\n")
+        self.f.flush()
+
+    def metric(self, d):
+        self.m.write(json.dumps(d) + "\n")
+        self.m.flush()
+
+
+def fmt_time(s):
+    s = int(s)
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+# ----------------------------------------------------------------------------------------------
+# export
+
+
+def export(model, a, cfg, tok_path, history, command, log):
+    import eval_torch
+    out = a.out
+    os.makedirs(out, exist_ok=True)
+    lm.save_llava(model, out, dtype="BF16")
+    shutil.copyfile(tok_path, os.path.join(out, "tokenizer.model"))
+    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    log(f"exported to {out} ({size / 1e6:.1f} MB)")
+
+    loaded = lm.load_llava(out)
+    sp = common.load_sp(os.path.join(out, "tokenizer.model"))
+    result_text, agree_text = "(no test data)", ""
+    if os.path.exists(os.path.join(a.test_data, "questions.jsonl")):
+        qs = eval_torch.load_questions(a.test_data, a.test_limit or None)
+        t0 = time.time()
+        res = eval_torch.evaluate(loaded, sp, qs, a.test_data)
+        log(f"test eval of the export: {len(qs)} questions in {time.time() - t0:.0f}s")
+        result_text = eval_torch.format_summary(res)
+        for line in result_text.splitlines():
+            log("test " + line)
+        with open(os.path.join(a.run_dir, "test_predictions.jsonl"), "w") as f:
+            for r in res:
+                f.write(json.dumps(r) + "\n")
+        # The export must answer like the in-memory model: compare greedy tokens with the
+        # training model (f32 master weights) on the first questions.
+        k = min(100, len(qs))
+        model.eval()
+        mem = eval_torch.evaluate(model, sp, qs[:k], a.test_data)
+        model.train()
+        same = sum(x["tokens"] == y["tokens"] for x, y in zip(mem, res[:k]))
+        agree_text = (f"Greedy tokens of the exported BF16 model vs the in-memory f32 training "
+                      f"model on the first {k} test questions: {same}/{k} identical.")
+        log(agree_text)
+    write_readme(out, a, cfg, history, command, result_text, agree_text, size)
+
+
+def write_readme(out, a, cfg, history, command, result_text, agree_text, size):
+    t, v = cfg.text, cfg.vision
+    n_params = None
+    vals = [h for h in history if h.get("kind") == "val"]
+    trains = [h for h in history if h.get("kind") == "train"]
+    rows = []
+    for h in vals:
+        pt = " ".join(f"{k} {100 * x:.0f}" for k, x in h["per_type"].items())
+        rows.append(f"| {h['step']} | {fmt_time(h['elapsed'])} | {h['train_loss']:.3f} | "
+                    f"{h['loss']:.3f} | {100 * h['acc']:.1f} | {pt} |")
+    rate = trains[-1]["s_per_step"] if trains else float("nan")
+    text = f"""# scenes-llava: tiny LLaVA-1.5 trained on synthetic scene QA
+
+The project's default model. It answers one-word questions about images of coloured shapes
+(tools/scenes: colour of a named shape, the shape in a cell of the 3x3 grid, how many shapes
+of a colour, existence of a colour+shape, relative position of two shapes). It was trained from
+scratch on CPU; it is a LLaVA-1.5 in every architectural detail (llava-hf layout), only tiny.
+
+| part | config |
+|---|---|
+| vision | CLIP ViT, {v['image_size']} px, patch {v['patch_size']} -> {cfg.num_visual_tokens} visual tokens, width {v['hidden_size']}, {v['num_hidden_layers']} layers ({v['num_attention_heads']} heads), vision_feature_layer {cfg.vision_feature_layer}, strategy {cfg.vision_feature_select_strategy} |
+| projector | linear {v['hidden_size']}->{t['hidden_size']}, GELU, linear {t['hidden_size']}->{t['hidden_size']} |
+| language model | LLaMA, {t['num_hidden_layers']} layers, width {t['hidden_size']}, {t['num_attention_heads']} heads / {t['num_key_value_heads']} KV heads (head_dim {t['head_dim']}), SwiGLU {t['intermediate_size']}, RoPE theta {t['rope_theta']:g} |
+| vocabulary | SentencePiece BPE {a.vocab} pieces (tokenizer.model); image_token_index {cfg.image_token_index}, pad {cfg.raw['pad_token_id']}, vocab_size {t['vocab_size']} |
+| weights | model.safetensors, BF16, {size / 1e6:.1f} MB with tokenizer and config |
+
+32 decoder layers so that HAP can reach a ~5.6% average visual-token budget (its first group is
+never pruned; the floor is about 1.6 V / L).
+
+## How it was made
+
+```
+{command}
+```
+
+Seed {a.seed}; {a.steps} steps of batch {a.batch} (AdamW, lr {a.lr:g}, warmup {a.warmup}, cosine
+to {a.min_lr_frac:g}x, weight decay {a.weight_decay:g}, bf16 autocast on CPU, {a.threads} threads,
+about {rate:.2f} s/step). Loss = cross-entropy on the answer tokens + EOS, plus
+{a.aux_weight:g} x an auxiliary per-patch probe loss (shape kind, colour, 3x3 cell) on the
+vision features (the probe is not exported). The first {a.easy_frac:g} of the steps uses 2-4
+shapes per scene, then 2-6. The tokenizer: `{common.build_tokenizer.__doc__.strip()}`
+(options in tools/train/common.py: SPM_OPTIONS).
+
+Validation during training ({a.val_size} balanced val questions, 3-6 shapes, exact match of the
+teacher-forced argmax answer = greedy exact match):
+
+| step | elapsed | train loss | val loss | val acc % | per type % |
+|---|---|---|---|---|---|
+""" + "\n".join(rows) + f"""
+
+## Test accuracy (data/scenes-test, exported BF16 weights, tools/train/eval_torch.py)
+
+```
+{result_text}
+```
+
+{agree_text}
+"""
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write(text)
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    command = "/usr/bin/python3 tools/train/train_llava.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    torch.set_num_threads(a.threads)
+    os.makedirs(a.run_dir, exist_ok=True)
+    log = Log(a.run_dir)
+    ckpt_path = os.path.join(a.run_dir, "ckpt.pt")
+
+    tok_path = os.path.join(a.run_dir, "tokenizer.model")
+    if not os.path.exists(tok_path):
+        cmd = common.build_tokenizer(tok_path, a.vocab, a.seed)
+        log(f"tokenizer: {cmd}")
+    sp = common.load_sp(tok_path)
+    assert sp.get_piece_size() == a.vocab, sp.get_piece_size()
+
+    cfg = lm.Config(model_config(a))
+    torch.manual_seed(a.seed)
+    model = lm.Llava(cfg)
+    init_weights(model, a.seed)
+    aux_head = nn.Linear(cfg.vision["hidden_size"], N_KIND + N_COLOR + N_CELL)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay + list(aux_head.parameters()), "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    step, elapsed, history = 0, 0.0, []
+    if os.path.exists(ckpt_path):
+        st = torch.load(ckpt_path)
+        if st["config"] != cfg.raw:
+            sys.exit(f"{ckpt_path} was trained with another model config; use another --run-dir")
+        model.load_state_dict(st["model"])
+        aux_head.load_state_dict(st["aux_head"])
+        opt.load_state_dict(st["opt"])
+        step, elapsed, history = st["step"], st["elapsed"], st["history"]
+        log(f"resumed from {ckpt_path} at step {step} ({fmt_time(elapsed)} trained)")
+    else:
+        n = sum(p.numel() for p in model.parameters())
+        log(f"new run in {a.run_dir}: {n / 1e6:.2f}M parameters, {cfg.num_visual_tokens} visual "
+            f"tokens, args {json.dumps(vars(a))}")
+
+    def checkpoint():
+        save_checkpoint(ckpt_path, dict(model=model.state_dict(), aux_head=aux_head.state_dict(),
+                                        opt=opt.state_dict(), step=step, elapsed=elapsed,
+                                        history=history, config=cfg.raw, args=vars(a)))
+        log(f"checkpoint at step {step} -> {ckpt_path}")
+
+    if not a.export_only and step < a.steps:
+        val = val_set(a, sp, cfg)
+        # A worker process renders batch k+1 while k trains (a thread would fight autograd for
+        # the GIL and halve the step rate).
+        pool = concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+            initargs=(tok_path, cfg.raw))
+        nxt = pool.submit(make_batch, step, a)
+        start = time.time()
+        last_ckpt = time.time()
+        win_loss, win_aux, win_acc, win_t = [], [], [], []
+        while step < a.steps:
+            t_iter = time.time()
+            batch = nxt.result()
+            if step + 1 < a.steps:
+                nxt = pool.submit(make_batch, step + 1, a)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, a)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                lm_loss, aux_loss, exact = forward(model, aux_head, batch)
+            loss = lm_loss + a.aux_weight * aux_loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(list(model.parameters()) +
+                                                   list(aux_head.parameters()), 1.0)
+            opt.step()
+            step += 1
+            win_t.append(time.time() - t_iter)  # step time, without val and checkpoints
+            elapsed += win_t[-1]
+            win_loss.append(float(lm_loss))
+            win_aux.append(float(aux_loss))
+            win_acc.append(float(exact.float().mean()))
+            if not math.isfinite(float(loss)):
+                sys.exit(f"loss is {float(loss)} at step {step}; not checkpointing")
+            if step % a.log_every == 0 or step == a.steps:
+                rate = float(np.mean(win_t))
+                eta = rate * (a.steps - step) * 1.03  # + val and checkpoints
+                rec = dict(kind="train", step=step, loss=float(np.mean(win_loss)),
+                           aux=float(np.mean(win_aux)), acc=float(np.mean(win_acc)),
+                           lr=lr_at(step - 1, a), gnorm=float(gnorm), s_per_step=rate,
+                           elapsed=elapsed)
+                history.append(rec)
+                log.metric(rec)
+                log(f"step {step}/{a.steps} loss {rec['loss']:.4f} aux {rec['aux']:.3f} "
+                    f"train-acc {rec['acc']:.3f} lr {rec['lr']:.2e} gnorm {rec['gnorm']:.2f} "
+                    f"{rate:.2f} s/step ETA {fmt_time(eta)}")
+                win_loss, win_aux, win_acc, win_t = [], [], [], []
+            if step % a.val_every == 0 or step == a.steps:
+                t0 = time.time()
+                r = validate(model, aux_head, val, cfg)
+                recent = [h["loss"] for h in history if h["kind"] == "train"][-5:]
+                rec = dict(kind="val", step=step, elapsed=elapsed, train_loss=float(np.mean(recent)),
+                           **r)
+                history.append(rec)
+                log.metric(rec)
+                pt = " ".join(f"{k} {v:.3f}" for k, v in r["per_type"].items())
+                log(f"val step {step}: acc {r['acc']:.3f} loss {r['loss']:.4f} [{pt}] "
+                    f"({time.time() - t0:.0f}s)")
+            out_of_time = a.max_minutes and time.time() - start > 60 * a.max_minutes
+            if time.time() - last_ckpt > 60 * a.ckpt_minutes or step == a.steps or out_of_time:
+                checkpoint()
+                last_ckpt = time.time()
+            if out_of_time:
+                log(f"--max-minutes {a.max_minutes} reached at step {step}; re-run to resume")
+                pool.shutdown(wait=True, cancel_futures=True)
+                return
+        pool.shutdown(wait=True)
+        log(f"training done: {step} steps, {fmt_time(elapsed)}")
+    if a.no_export:
+        return
+    if not a.export_only and step < a.steps:
+        return
+    export(model, a, cfg, tok_path, history, command, log)
+
+
+if __name__ == "__main__":
+    main()
