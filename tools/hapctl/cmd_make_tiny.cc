@@ -44,10 +44,11 @@ absl::Status MakeTiny(const Flags& flags) {
   }
   if (layers < 1 || hidden < 8 || heads < 1 || kv_heads < 1 || intermediate < 1 ||
       vision_layers < 1 || vision_hidden < 8 || vision_heads < 1 || shards < 1 ||
-      image_size < 14 || sp_vocab < 300) {
+      image_size < 14 || sp_vocab < 362) {
     return absl::InvalidArgumentError(
         "sizes must be positive (layers, vision-layers, heads ≥ 1; hidden, vision-hidden ≥ 8; "
-        "image-size ≥ 14; vocab ≥ 300; shards ≥ 1)");
+        "image-size ≥ 14; vocab ≥ 362, the corpus's 259 special and byte pieces + 103 characters; "
+        "shards ≥ 1)");
   }
   std::filesystem::create_directories(out);
 
