@@ -20,4 +20,15 @@ std::string ResolveModelDir(const std::string& flag_value) {
   return (fs::path(HAP_SOURCE_DIR) / "models" / kDefaultModelName).string();
 }
 
+std::string TokenizerCorpusPath() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share/hap/tokenizer/corpus.txt";
+    if (fs::is_regular_file(installed)) return installed.string();
+  }
+  return (fs::path(HAP_SOURCE_DIR) / "data/tokenizer/corpus.txt").string();
+}
+
 }  // namespace hap::cli

@@ -12,4 +12,8 @@ inline constexpr char kDefaultModelName[] = "scenes-llava";
 // installed binary when it exists; else <source tree>/models/<default>.
 std::string ResolveModelDir(const std::string& flag_value);
 
+// The text make-tiny trains its tokenizer on: <prefix>/share/hap/tokenizer/corpus.txt beside an
+// installed binary when it exists, else the source tree's data/tokenizer/corpus.txt.
+std::string TokenizerCorpusPath();
+
 }  // namespace hap::cli

@@ -1,0 +1,33 @@
+// Random-weight llava-hf checkpoints of any size (config.json, safetensors, tokenizer.model),
+// shared by `hapctl make-tiny`, the tests and the benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "runtime/io/dtype.h"
+
+namespace hap {
+
+struct TinyModelOptions {
+  uint64_t seed = 0;
+  int layers = 2;
+  int hidden = 64;
+  int heads = 4;
+  int kv_heads = 4;
+  int intermediate = 176;  // make-tiny's default: 11/4 of hidden rounded to 16
+  int image_size = 56;     // patch 14 → (image_size/14)² visual tokens
+  int vision_layers = 2;
+  int vision_hidden = 64;
+  int vision_heads = 4;
+  int sp_vocab = 512;      // SentencePiece vocabulary (≥ 362 for the shipped corpus)
+  DType dtype = DType::kF32;
+  int shards = 1;
+  std::string corpus_path;  // text the tokenizer is trained on (data/tokenizer/corpus.txt)
+};
+
+// Writes the checkpoint into `dir` (created). InvalidArgument for sizes out of range.
+absl::Status WriteTinyModel(const TinyModelOptions& options, const std::string& dir);
+
+}  // namespace hap

@@ -1,0 +1,213 @@
+// The engine with pruning on a tiny random checkpoint: "none" and HAP at a 100% budget are
+// bit-identical to the unpruned engine; per-layer token counts follow the plan; the KV cache
+// holds exactly the rows each layer processed; decode continues at the original positions.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "runtime/image/png_encode.h"
+#include "runtime/model/pipeline.h"
+#include "runtime/model/tiny_model.h"
+#include "runtime/prune/planner.h"
+
+namespace hap {
+namespace {
+
+class PipelineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(std::string(HAP_BINARY_DIR) + "/tests/model/tiny8");
+    TinyModelOptions o;
+    o.seed = 11;
+    o.layers = 8;
+    o.hidden = 64;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.image_size = 112;  // 8 x 8 = 64 visual tokens
+    o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+    ASSERT_TRUE(WriteTinyModel(o, *dir_).ok());
+    auto m = LlavaModel::Load(*dir_, {});
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = m->release();
+    RgbImage img;
+    img.width = 90;
+    img.height = 70;
+    img.pixels.resize(90 * 70 * 3);
+    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
+    auto png = EncodePng(img);
+    ASSERT_TRUE(png.ok());
+    image_ = new std::string(*png);
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete dir_;
+    delete image_;
+  }
+
+  GenerateRequest Request(const std::string& method, std::optional<double> retain) const {
+    GenerateRequest r;
+    r.image_bytes = *image_;
+    r.prompt = "What colour is the square on the left?";
+    r.prune.method = method;
+    r.prune.retain = retain;
+    r.stop.max_new_tokens = 12;
+    return r;
+  }
+
+  static LlavaModel* model_;
+  static std::string* dir_;
+  static std::string* image_;
+};
+LlavaModel* PipelineTest::model_ = nullptr;
+std::string* PipelineTest::dir_ = nullptr;
+std::string* PipelineTest::image_ = nullptr;
+
+// The engine without any pruning code involved: stages called directly, null pruner.
+struct RawRun {
+  std::vector<float> logits;
+  std::vector<int32_t> tokens;
+};
+RawRun RawEngine(const LlavaModel& m, const std::string& image, const std::string& prompt,
+                 int max_new) {
+  RawRun out;
+  auto pixels = m.PreprocessImage(image);
+  EXPECT_TRUE(pixels.ok());
+  auto feats = m.VisionFeatures(*pixels, nullptr);
+  const int n = static_cast<int>(feats->size() / m.config().vision.hidden_size);
+  auto embeds = m.Project(*feats, n);
+  auto tokens = m.Tokenize(prompt, n);
+  auto prefill = m.Prefill(*tokens, *embeds, nullptr);
+  EXPECT_TRUE(prefill.ok());
+  out.logits = prefill->logits;
+  StopCriteria stop;
+  stop.max_new_tokens = max_new;
+  auto dec = RunDecodeLoop(m, &prefill->cache, prefill->logits, SamplingParams{}, stop, nullptr);
+  EXPECT_TRUE(dec.ok());
+  out.tokens = dec->tokens;
+  return out;
+}
+
+bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_F(PipelineTest, NoneAndFullBudgetHapAreBitIdenticalToTheEngine) {
+  const RawRun raw = RawEngine(*model_, *image_, "What colour is the square on the left?", 12);
+  for (auto [method, retain] : std::vector<std::pair<std::string, std::optional<double>>>{
+           {"none", std::nullopt}, {"hap", 64.0}, {"uniform", 64.0}}) {
+    SCOPED_TRACE(method);
+    GenerateRequest req = Request(method, retain);
+    auto encoded = EncodeImage(*model_, req.image_bytes, req.prune);
+    ASSERT_TRUE(encoded.ok()) << encoded.status();
+    Sampler sampler(req.sampling);
+    auto prefill = RunPrefill(*model_, req.prompt, *encoded, req.prune, &sampler);
+    ASSERT_TRUE(prefill.ok()) << prefill.status();
+    EXPECT_EQ(prefill->stats.average_visual_tokens, 64.0);
+    auto res = Generate(*model_, req, nullptr);
+    ASSERT_TRUE(res.ok()) << res.status();
+    EXPECT_EQ(res->decode.tokens, raw.tokens);
+    // Logits bit for bit: rerun prefill through the model with the method's pruner.
+    auto tokens = model_->Tokenize(req.prompt, 64);
+    auto pruner = MakePruner(req.prune, DimsOf(model_->config()));
+    ASSERT_TRUE(pruner.ok());
+    auto out = model_->Prefill(*tokens, encoded->embeds, method == "none" ? nullptr : pruner->get());
+    ASSERT_TRUE(out.ok());
+    EXPECT_TRUE(BitEqual(out->logits, raw.logits));
+  }
+}
+
+TEST_F(PipelineTest, HapLayerTokensFollowThePlanAndKvHoldsExactlyThoseRows) {
+  for (double retain : {32.0, 20.0, 14.0}) {
+    SCOPED_TRACE(retain);
+    GenerateRequest req = Request("hap", retain);
+    auto encoded = EncodeImage(*model_, req.image_bytes, req.prune);
+    ASSERT_TRUE(encoded.ok());
+    Sampler sampler(req.sampling);
+    auto prefill = RunPrefill(*model_, req.prompt, *encoded, req.prune, &sampler);
+    ASSERT_TRUE(prefill.ok()) << prefill.status();
+    const PrefillStats& s = prefill->stats;
+    auto plan = MakePlan(DimsOf(model_->config()), Budget::Retain(retain), s.text_tokens);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(s.layer_visual_tokens, plan->layer_visual_tokens);
+    EXPECT_LE(s.average_visual_tokens, retain);
+    EXPECT_EQ(static_cast<int>(s.stages.size()), plan->M - 1);
+
+    const KvCache& kv = prefill->cache;
+    const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+    int64_t rows = 0;
+    for (int l = 0; l < 8; ++l) {
+      const LayerKv& layer = kv.layers[l];
+      EXPECT_EQ(layer.len(), s.text_tokens + plan->layer_visual_tokens[l]) << "layer " << l;
+      EXPECT_EQ(layer.k.size(), static_cast<size_t>(layer.len()) * kv_dim);
+      EXPECT_EQ(layer.v.size(), static_cast<size_t>(layer.len()) * kv_dim);
+      // Kept tokens keep their original positions: strictly ascending, ending at prompt − 1.
+      for (int i = 1; i < layer.len(); ++i) EXPECT_LT(layer.positions[i - 1], layer.positions[i]);
+      EXPECT_EQ(layer.positions.back(), s.prompt_tokens - 1);
+      rows += layer.len();
+    }
+    EXPECT_EQ(kv.bytes(), rows * kv_dim * 2 * 4);
+    EXPECT_EQ(s.kv_bytes, kv.bytes());
+    EXPECT_EQ(s.kv_bytes_unpruned, 8LL * s.prompt_tokens * kv_dim * 2 * 4);
+    EXPECT_EQ(kv.next_position, s.prompt_tokens);
+
+    // Decode continues from the unpruned prompt length in every layer.
+    KvCache cache = prefill->cache;
+    auto logits = model_->DecodeStep(prefill->first_token, &cache);
+    ASSERT_TRUE(logits.ok());
+    for (int l = 0; l < 8; ++l) EXPECT_EQ(cache.layers[l].positions.back(), s.prompt_tokens);
+    EXPECT_EQ(cache.next_position, s.prompt_tokens + 1);
+  }
+}
+
+TEST_F(PipelineTest, EveryMethodGeneratesAfterPruning) {
+  for (const std::string& method : PruneMethods()) {
+    SCOPED_TRACE(method);
+    GenerateRequest req = Request(method, method == "none" ? std::nullopt : std::optional(16.0));
+    auto res = Generate(*model_, req, nullptr);
+    ASSERT_TRUE(res.ok()) << res.status();
+    EXPECT_FALSE(res->decode.tokens.empty());
+    EXPECT_TRUE(res->decode.finish == FinishReason::kLength || res->decode.finish == FinishReason::kEos);
+    if (method != "none") {
+      EXPECT_LT(res->stats.kv_bytes, res->stats.kv_bytes_unpruned);
+      EXPECT_LT(res->stats.flops_full, res->stats.unpruned_flops_full);
+    }
+  }
+}
+
+TEST_F(PipelineTest, SampledGenerationIsReproducibleFromTheSeed) {
+  GenerateRequest req = Request("hap", 20.0);
+  req.sampling.temperature = 0.8f;
+  req.sampling.top_p = 0.9f;
+  req.sampling.seed = 1234;
+  auto a = Generate(*model_, req, nullptr);
+  auto b = Generate(*model_, req, nullptr);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->decode.tokens, b->decode.tokens);
+  req.sampling.seed = 4321;
+  auto c = Generate(*model_, req, nullptr);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(a->decode.tokens, c->decode.tokens);
+}
+
+TEST_F(PipelineTest, StopStringEndsGenerationWithoutEmittingIt) {
+  GenerateRequest req = Request("none", std::nullopt);
+  auto full = Generate(*model_, req, nullptr);
+  ASSERT_TRUE(full.ok());
+  ASSERT_GE(full->decode.text.size(), 4u);
+  const std::string stop = full->decode.text.substr(2, 2);
+  req.stop.stop_strings = {stop};
+  std::string streamed;
+  auto res = Generate(*model_, req, [&](int32_t, const std::string& d) {
+    streamed += d;
+    return true;
+  });
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->decode.finish, FinishReason::kStop);
+  EXPECT_EQ(res->decode.text, full->decode.text.substr(0, full->decode.text.find(stop)));
+  EXPECT_EQ(streamed, res->decode.text);
+}
+
+}  // namespace
+}  // namespace hap
