@@ -28,9 +28,6 @@ std::string Brief(const Json& j) {
   return s;
 }
 
-// Typed access to the keys of one JSON object. Absent and null keys leave the caller's default
-// in place (transformers treats an explicit null like an absent key for these fields); present
-// keys of the wrong type are errors that name the full key path.
 // A JSON integer that fits an int.
 bool ToInt(const Json& v, int& out) {
   if (!v.is_number_integer()) return false;
@@ -42,6 +39,9 @@ bool ToInt(const Json& v, int& out) {
   return fits;
 }
 
+// Typed access to the keys of one JSON object. Absent and null keys leave the caller's default
+// in place (transformers treats an explicit null like an absent key for these fields); present
+// keys of the wrong type are errors that name the full key path.
 class FieldReader {
  public:
   FieldReader(const Json& obj, const std::string& source, const char* prefix)
@@ -131,6 +131,7 @@ absl::Status ParseVision(const Json& root, const std::string& source, VisionConf
     v = LlavaDefaultVisionConfig();
     return absl::OkStatus();
   }
+  v = VisionConfig{};  // a given vision_config starts from CLIPVisionConfig's defaults
   const Json& obj = root["vision_config"];
   if (!obj.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": vision_config is a JSON ",

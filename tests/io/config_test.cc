@@ -145,8 +145,9 @@ TEST(LlavaConfigTest, AbsentVisionConfigGetsLlavaDefaultsPartialGetsClipDefaults
 TEST(LlavaConfigTest, DefaultConstructedEqualsMinimalConfig) {
   auto parsed = Parse(R"({"model_type": "llava"})");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(LlavaConfigToJson(LlavaConfig{}), LlavaConfigToJson(*parsed));
-  EXPECT_EQ(LlavaConfig{}.num_visual_tokens(), LlavaConfig{}.image_seq_length);
+  const LlavaConfig defaults;
+  EXPECT_EQ(LlavaConfigToJson(defaults), LlavaConfigToJson(*parsed));
+  EXPECT_EQ(defaults.num_visual_tokens(), defaults.image_seq_length);
 }
 
 TEST(LlavaConfigTest, ArchitecturesAloneIdentifyLlava) {
