@@ -41,9 +41,9 @@ absl::Status SequenceKeepRows(int n_tokens, int vis_begin, int n_vis, const int*
                               int n_kept, int* rows) {
   if (rows == nullptr || (kept_vis == nullptr && n_kept > 0) || vis_begin < 0 || n_vis < 0 ||
       vis_begin + n_vis > n_tokens || n_kept < 0 || n_kept > n_vis) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SequenceKeepRows: bad layout (n_tokens=", n_tokens, " vis_begin=", vis_begin,
-        " n_vis=", n_vis, " n_kept=", n_kept, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SequenceKeepRows: bad layout (n_tokens=", n_tokens, " vis_begin=", vis_begin,
+                     " n_vis=", n_vis, " n_kept=", n_kept, ")"));
   }
   int out = 0;
   for (int r = 0; r < vis_begin; ++r) rows[out++] = r;

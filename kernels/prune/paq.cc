@@ -25,15 +25,15 @@ absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis, float* pa
       double row_sum = 0.0;
       for (int i = 0; i < n_vis; ++i) {
         if (!(row[i] >= 0.f) || !std::isfinite(row[i])) {
-          return absl::InvalidArgumentError(absl::StrCat("Paq: map ", m, " row ", j, " column ",
-                                                         i, " is ", row[i]));
+          return absl::InvalidArgumentError(
+              absl::StrCat("Paq: map ", m, " row ", j, " column ", i, " is ", row[i]));
         }
         row_sum += row[i];
         pv[i] += pt * row[i];
       }
       if (std::abs(row_sum - 1.0) > kPaqRowSumTolerance) {
-        return absl::InvalidArgumentError(absl::StrCat("Paq: map ", m, " row ", j, " sums to ",
-                                                       row_sum, ", not 1"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("Paq: map ", m, " row ", j, " sums to ", row_sum, ", not 1"));
       }
     }
     double hv = 0.0;

@@ -8,7 +8,8 @@
 
 namespace hap::kernels {
 
-// PAQ of each of n_maps maps. With p(t_j) = 1/N_t, p(v_i,t_j) = A(j,i)/N_t, p(v_i) = Σ_j p(v_i,t_j):
+// PAQ of each of n_maps maps. With p(t_j) = 1/N_t, p(v_i,t_j) = A(j,i)/N_t, p(v_i) = Σ_j
+// p(v_i,t_j):
 //   I   = Σ_ij p(v_i,t_j) · ln(A(j,i) / p(v_i))      (terms with A(j,i) = 0 contribute 0)
 //   H_v = −Σ_i p(v_i) ln p(v_i)
 //   PAQ = I / H_v, and 0 when H_v ≤ 1e-12.

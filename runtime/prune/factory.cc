@@ -22,9 +22,10 @@ const std::vector<std::string>& PruneMethods() {
 
 absl::StatusOr<Budget> RequestBudget(const PruneRequest& req) {
   if (req.retain.has_value() == req.flops.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        req.method, ": give exactly one budget, retain (average visual tokens per layer) or "
-        "flops (fraction of the unpruned prefill)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(req.method,
+                     ": give exactly one budget, retain (average visual tokens per layer) or "
+                     "flops (fraction of the unpruned prefill)"));
   }
   const Budget b = req.retain ? Budget::Retain(*req.retain) : Budget::Flops(*req.flops);
   if (!std::isfinite(b.value) || b.value <= 0) {
@@ -41,19 +42,17 @@ absl::StatusOr<double> TargetAverageTokens(const PruneRequest& req, const ModelD
   return plan.average_visual_tokens;
 }
 
-absl::StatusOr<VisionZipCounts> VisionZipCountsFor(const PruneRequest& req,
-                                                   const ModelDims& dims) {
+absl::StatusOr<VisionZipCounts> VisionZipCountsFor(const PruneRequest& req, const ModelDims& dims) {
   HAP_ASSIGN_OR_RETURN(double target, TargetAverageTokens(req, dims));
   return VisionZipSplit(target, dims.n_visual_tokens);
 }
 
-absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req,
-                                                   const ModelDims& dims) {
+absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req, const ModelDims& dims) {
   HAP_RETURN_IF_ERROR(dims.Validate());
   const std::string& m = req.method;
   if (std::find(PruneMethods().begin(), PruneMethods().end(), m) == PruneMethods().end()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown pruning method '", m,
-                                                   "'; valid: ", absl::StrJoin(PruneMethods(), ", ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown pruning method '", m, "'; valid: ", absl::StrJoin(PruneMethods(), ", ")));
   }
   if (req.text_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("text tokens ", req.text_tokens, " < 0"));
@@ -63,9 +62,9 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req,
     HAP_ASSIGN_OR_RETURN(Budget b, RequestBudget(req));
     HAP_ASSIGN_OR_RETURN(Plan plan, MakePlan(dims, b, req.text_tokens));
     if (m == "random") return std::make_unique<RandomPruner>(plan, dims, req.seed);
-    return std::make_unique<HapPruner>(plan, dims,
-                                       m == "hap" ? HapPruner::Weighting::kPaqSoftmax
-                                                  : HapPruner::Weighting::kUniform);
+    return std::make_unique<HapPruner>(
+        plan, dims,
+        m == "hap" ? HapPruner::Weighting::kPaqSoftmax : HapPruner::Weighting::kUniform);
   }
   HAP_ASSIGN_OR_RETURN(double target, TargetAverageTokens(req, dims));
   if (m == "fastv") {

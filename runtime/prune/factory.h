@@ -44,11 +44,9 @@ absl::StatusOr<double> TargetAverageTokens(const PruneRequest& req, const ModelD
 // average in stats(). "visionzip" returns a pruner that keeps every token and expects
 // VisionZipCountsFor(...).total() visual tokens at layer 0 (compression happens in the vision
 // tower).
-absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req,
-                                                   const ModelDims& dims);
+absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req, const ModelDims& dims);
 
 // The dominant/contextual split the vision tower uses for a "visionzip" request.
-absl::StatusOr<VisionZipCounts> VisionZipCountsFor(const PruneRequest& req,
-                                                   const ModelDims& dims);
+absl::StatusOr<VisionZipCounts> VisionZipCountsFor(const PruneRequest& req, const ModelDims& dims);
 
 }  // namespace hap

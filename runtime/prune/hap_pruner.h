@@ -14,7 +14,9 @@ class HapPruner : public PrunerBase {
  public:
   enum class Weighting { kPaqSoftmax, kUniform };
 
-  // The plan must be for dims (same L and V).
+  // The plan must be for dims (same L and V). stats() gains one HapLayerExplain per layer of
+  // groups 0..M−2 and one HapGroupExplain per pruning step; layers of the last group are not
+  // scored (nothing is pruned after them), so M = 1 costs nothing.
   HapPruner(const Plan& plan, const ModelDims& dims, Weighting weighting);
 
   KeepResult AfterLayer(const LayerAttention& att) override;

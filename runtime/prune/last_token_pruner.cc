@@ -12,8 +12,7 @@
 
 namespace hap {
 
-LastTokenPruner::LastTokenPruner(std::string method, const ModelDims& dims,
-                                 StageSchedule schedule)
+LastTokenPruner::LastTokenPruner(std::string method, const ModelDims& dims, StageSchedule schedule)
     : PrunerBase(std::move(method), dims,
                  schedule.LayerTokens(dims.n_layers, dims.n_visual_tokens)),
       schedule_(std::move(schedule)) {}
@@ -28,8 +27,8 @@ PrunerBase::KeepResult LastTokenPruner::AfterLayer(const LayerAttention& att) {
 
   const auto start = std::chrono::steady_clock::now();
   if (NumText(att) <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": layer ", att.layer,
-                                                   ": the last prompt token is not text"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(stats_.method, ": layer ", att.layer, ": the last prompt token is not text"));
   }
   // α of the last prompt token for every head: F32 [H, 1, n_vis], not renormalised.
   std::vector<float> rows;
@@ -95,8 +94,7 @@ absl::StatusOr<StageSchedule> PdropSchedule(const ModelDims& dims, double target
                         ScaleLayer(16, L, 1, L - 1)};
   b[1] = std::max(b[1], b[0] + 1);
   b[2] = std::max(b[2], b[1] + 1);
-  const double len[4] = {double(b[0]), double(b[1] - b[0]), double(b[2] - b[1]),
-                         double(L - b[2])};
+  const double len[4] = {double(b[0]), double(b[1] - b[0]), double(b[2] - b[1]), double(L - b[2])};
   auto average = [&](double lam) {
     return V / static_cast<double>(L) *
            (len[0] + len[1] * lam + len[2] * lam * lam + len[3] * lam * lam * lam);

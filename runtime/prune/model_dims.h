@@ -8,11 +8,11 @@
 namespace hap {
 
 struct ModelDims {
-  int n_layers = 32;          // L, decoder layers
-  int d_model = 4096;         // D, hidden size
-  int d_ffn = 11008;          // intermediate size of the SwiGLU MLP
-  int n_heads = 32;           // H, query heads
-  int n_kv_heads = 32;        // KV heads (GQA when < n_heads)
+  int n_layers = 32;    // L, decoder layers
+  int d_model = 4096;   // D, hidden size
+  int d_ffn = 11008;    // intermediate size of the SwiGLU MLP
+  int n_heads = 32;     // H, query heads
+  int n_kv_heads = 32;  // KV heads (GQA when < n_heads)
   int head_dim = 128;
   int n_visual_tokens = 576;  // V, visual tokens per image entering the LLM
 
@@ -22,10 +22,10 @@ struct ModelDims {
   absl::Status Validate() const {
     if (n_layers <= 0 || d_model <= 0 || d_ffn <= 0 || n_heads <= 0 || n_kv_heads <= 0 ||
         head_dim <= 0 || n_visual_tokens <= 0 || n_heads % n_kv_heads != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bad model dims: layers=", n_layers, " d_model=", d_model, " d_ffn=", d_ffn,
-          " heads=", n_heads, " kv_heads=", n_kv_heads, " head_dim=", head_dim,
-          " visual_tokens=", n_visual_tokens));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad model dims: layers=", n_layers, " d_model=", d_model, " d_ffn=", d_ffn,
+                       " heads=", n_heads, " kv_heads=", n_kv_heads, " head_dim=", head_dim,
+                       " visual_tokens=", n_visual_tokens));
     }
     return absl::OkStatus();
   }

@@ -137,14 +137,13 @@ absl::StatusOr<Plan> MakePlan(const ModelDims& dims, const Budget& budget, int t
     return absl::InvalidArgumentError(absl::StrFormat(
         "retain %g is below the minimum reachable average of %.1f visual tokens per layer "
         "(M = %d groups, %.1f%% of %d)",
-        budget.value, lowest.average_visual_tokens, L,
-        100.0 * lowest.average_visual_tokens / V, V));
+        budget.value, lowest.average_visual_tokens, L, 100.0 * lowest.average_visual_tokens / V,
+        V));
   }
   return absl::InvalidArgumentError(absl::StrFormat(
       "flops %g is below the minimum reachable fraction %.4f of the unpruned prefill FLOPs "
       "(M = %d groups, full convention with %d text tokens; %.1f visual tokens per layer)",
-      budget.value, lowest.flops_full_fraction(), L, text_tokens,
-      lowest.average_visual_tokens));
+      budget.value, lowest.flops_full_fraction(), L, text_tokens, lowest.average_visual_tokens));
 }
 
 }  // namespace hap

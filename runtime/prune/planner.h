@@ -56,9 +56,9 @@ struct Plan {
   double average_visual_tokens = 0;      // Σ_l N_v(l) / L
 
   // F(N) = 4·N·D² + 2·N²·D + 3·N·D·d_ffn summed over the L layers (multiply-adds).
-  double flops_paper = 0;        // N = visual tokens of the layer
-  double flops_full = 0;         // N = text_tokens + visual tokens of the layer
-  double flops_closed_form = 0;  // the paper's F_pruned(m = M) (an integral approximation)
+  double flops_paper = 0;                 // N = visual tokens of the layer
+  double flops_full = 0;                  // N = text_tokens + visual tokens of the layer
+  double flops_closed_form = 0;           // the paper's F_pruned(m = M) (an integral approximation)
   double unpruned_flops_paper = 0;        // L·F(V)
   double unpruned_flops_full = 0;         // L·F(text_tokens + V)
   double unpruned_flops_closed_form = 0;  // L·(A + B) = L·F(V): the integrand at u = 1

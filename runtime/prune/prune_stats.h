@@ -15,7 +15,8 @@ struct PruneStage {
   double select_us = 0;   // scoring + selection time for this stage
 };
 
-// HAP/uniform, one decoder layer: PAQ-softmax over its heads.
+// HAP/uniform, one decoder layer of a group that ends in a pruning step: PAQ-softmax over its
+// heads.
 struct HapLayerExplain {
   int layer = 0;
   int n_vis = 0;                    // visual tokens present in the layer
@@ -46,7 +47,7 @@ struct PruneStats {
   // [layers seen] visual tokens each layer actually processed (from AfterLayer calls).
   std::vector<int> layer_tokens;
   std::vector<PruneStage> stages;
-  double score_select_us = 0;  // Σ over every layer of the method's scoring/selection time
+  double score_select_us = 0;      // Σ over every layer of the method's scoring/selection time
   std::vector<int> kept_original;  // visual tokens alive now, as indices into the V tokens
 
   std::vector<HapLayerExplain> hap_layers;  // HAP/uniform only

@@ -44,29 +44,29 @@ absl::StatusOr<bool> PrunerBase::StartLayer(const LayerAttention& att) {
   }
   if (att.layer != next_layer_ || att.layer >= dims_.n_layers) {
     return absl::FailedPreconditionError(absl::StrCat(stats_.method, ": expected layer ",
-                                                      next_layer_, " of ", dims_.n_layers,
-                                                      ", got ", att.layer));
+                                                      next_layer_, " of ", dims_.n_layers, ", got ",
+                                                      att.layer));
   }
   if (att.n_vis != static_cast<int>(present_.size())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(stats_.method, ": layer ", att.layer, " has ", att.n_vis,
-                     " visual tokens, but ", present_.size(), " were kept"));
+    return absl::FailedPreconditionError(absl::StrCat(stats_.method, ": layer ", att.layer, " has ",
+                                                      att.n_vis, " visual tokens, but ",
+                                                      present_.size(), " were kept"));
   }
   if (att.vis_begin < 0 || att.n_vis < 0 || att.vis_begin + att.n_vis > att.n_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        stats_.method, ": bad layout n_tokens=", att.n_tokens, " vis_begin=", att.vis_begin,
-        " n_vis=", att.n_vis));
+    return absl::InvalidArgumentError(
+        absl::StrCat(stats_.method, ": bad layout n_tokens=", att.n_tokens,
+                     " vis_begin=", att.vis_begin, " n_vis=", att.n_vis));
   }
   if (att.n_heads != dims_.n_heads || att.n_kv_heads != dims_.n_kv_heads ||
       att.head_dim != dims_.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        stats_.method, ": attention has heads/kv_heads/head_dim ", att.n_heads, "/",
-        att.n_kv_heads, "/", att.head_dim, ", the model ", dims_.n_heads, "/",
-        dims_.n_kv_heads, "/", dims_.head_dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat(stats_.method, ": attention has heads/kv_heads/head_dim ", att.n_heads, "/",
+                     att.n_kv_heads, "/", att.head_dim, ", the model ", dims_.n_heads, "/",
+                     dims_.n_kv_heads, "/", dims_.head_dim));
   }
   if (!(att.scale > 0.f) || !std::isfinite(att.scale)) {
-    return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": bad softmax scale ",
-                                                   att.scale));
+    return absl::InvalidArgumentError(
+        absl::StrCat(stats_.method, ": bad softmax scale ", att.scale));
   }
   ++next_layer_;
   stats_.layer_tokens.push_back(att.n_vis);
@@ -92,8 +92,8 @@ PrunerBase::KeepResult PrunerBase::Commit(const LayerAttention& att, std::vector
 absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int n_rows,
                                        bool renormalize, std::vector<float>* out) const {
   if (att.q == nullptr || att.k == nullptr || (!renormalize && att.lse == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": layer ", att.layer,
-                                                   " passed no Q/K/LSE"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(stats_.method, ": layer ", att.layer, " passed no Q/K/LSE"));
   }
   if (row0 < 0 || n_rows <= 0 || row0 + n_rows > att.n_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": rows [", row0, ", ",

@@ -10,6 +10,7 @@
 #include "kernels/prune/token_scores.h"
 #include "kernels/prune/topk.h"
 #include "runtime/common/status_macros.h"
+#include "runtime/common/thread_pool.h"
 
 namespace hap {
 
@@ -34,22 +35,30 @@ absl::Status SparseVlmPruner::Begin(const PrefillInput& in) {
     return absl::InvalidArgumentError("sparsevlm: no query text after the visual tokens");
   }
   // relevance_t = (1/V) Σ_v softmax_t(v·t): each visual embedding distributes one unit of mass
-  // over the text tokens (no scale, as SparseVLM does on raw embeddings).
+  // over the text tokens (no scale, as SparseVLM does on raw embeddings). The visual tokens are
+  // independent, so their softmax rows are computed in parallel: F64 [n_vis, n_text].
   const int64_t d = in.d_model;
-  std::vector<double> acc(n_text, 0.0), logits(n_text);
-  for (int v = 0; v < in.n_vis; ++v) {
-    const float* ev = in.embeddings + (in.vis_begin + v) * d;
-    double mx = -1e300;
-    for (int t = 0; t < n_text; ++t) {
-      const float* et = in.embeddings + (text_begin + t) * d;
-      double s = 0.0;
-      for (int64_t c = 0; c < d; ++c) s += double{ev[c]} * et[c];
-      logits[t] = s;
-      mx = std::max(mx, s);
+  std::vector<double> probs(static_cast<size_t>(in.n_vis) * n_text);
+  DefaultPool().ParallelFor(in.n_vis, [&](int64_t begin, int64_t end) {
+    for (int64_t v = begin; v < end; ++v) {
+      const float* ev = in.embeddings + (in.vis_begin + v) * d;
+      double* row = probs.data() + v * n_text;
+      double mx = -1e300;
+      for (int t = 0; t < n_text; ++t) {
+        const float* et = in.embeddings + (text_begin + t) * d;
+        double s = 0.0;
+        for (int64_t c = 0; c < d; ++c) s += double{ev[c]} * et[c];
+        row[t] = s;
+        mx = std::max(mx, s);
+      }
+      double z = 0.0;
+      for (int t = 0; t < n_text; ++t) z += (row[t] = std::exp(row[t] - mx));
+      for (int t = 0; t < n_text; ++t) row[t] /= z;
     }
-    double z = 0.0;
-    for (int t = 0; t < n_text; ++t) z += (logits[t] = std::exp(logits[t] - mx));
-    for (int t = 0; t < n_text; ++t) acc[t] += logits[t] / z;
+  });
+  std::vector<double> acc(n_text, 0.0);
+  for (int v = 0; v < in.n_vis; ++v) {
+    for (int t = 0; t < n_text; ++t) acc[t] += probs[static_cast<size_t>(v) * n_text + t];
   }
   double mean = 0.0;
   relevance_.resize(n_text);
@@ -80,8 +89,9 @@ PrunerBase::KeepResult SparseVlmPruner::AfterLayer(const LayerAttention& att) {
   const auto start = std::chrono::steady_clock::now();
   const int n_text = NumText(att);
   if (n_text_ < 0) {
-    return absl::FailedPreconditionError("sparsevlm: Begin() with the input embeddings must run "
-                                         "before the first layer");
+    return absl::FailedPreconditionError(
+        "sparsevlm: Begin() with the input embeddings must run "
+        "before the first layer");
   }
   if (n_text != n_text_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -123,10 +133,8 @@ absl::StatusOr<StageSchedule> SparseVlmSchedule(const ModelDims& dims, double ta
     double t;
     std::array<double, 3> c;
   };
-  static constexpr std::array<Anchor, 4> kAnchors = {{{64, {66, 34, 20}},
-                                                      {128, {238, 108, 60}},
-                                                      {192, {300, 200, 118}},
-                                                      {576, {576, 576, 576}}}};
+  static constexpr std::array<Anchor, 4> kAnchors = {
+      {{64, {66, 34, 20}}, {128, {238, 108, 60}}, {192, {300, 200, 118}}, {576, {576, 576, 576}}}};
   const double t = target * 576.0 / V;
   std::array<double, 3> c576{};
   if (t >= kAnchors[0].t) {

@@ -32,8 +32,8 @@ absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,
   }
   if (counts.dominant < 1 || counts.contextual < 0 || counts.total() > in.n_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("visionzip: counts ", counts.dominant, " + ",
-                                                   counts.contextual, " do not fit ",
-                                                   in.n_tokens, " tokens"));
+                                                   counts.contextual, " do not fit ", in.n_tokens,
+                                                   " tokens"));
   }
   const int n = in.n_tokens, H = in.n_heads, hd = in.head_dim, d = in.d_model;
   const int64_t qk_stride = int64_t{H} * hd;

@@ -2,6 +2,8 @@
 // [prefix][visual][text], computes the full causal softmax directly, and compares the kernel's
 // text→visual rows (renormalised and raw) element-wise with atol + rtol·|ref|. Fails on NaN/Inf
 // and on writes into guard zones around the output.
+#include "kernels/prune/attention_rows.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -10,7 +12,6 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "kernels/prune/attention_rows.h"
 #include "tests/prune/reference.h"
 
 namespace hap {
@@ -131,8 +132,9 @@ TEST(AttentionRowsParity, AllCases) {
     }
     passed += o.finite && o.guards_intact && o.worst_ratio <= 1.0;
   }
-  std::printf("attention rows: %d cpu cases passed, %d gpu cases skipped; worst err/tol %.3f in %s\n",
-              passed, skipped, worst_ratio, worst_case.c_str());
+  std::printf(
+      "attention rows: %d cpu cases passed, %d gpu cases skipped; worst err/tol %.3f in %s\n",
+      passed, skipped, worst_ratio, worst_case.c_str());
   EXPECT_EQ(passed, static_cast<int>(Cases().size()));
 }
 
@@ -166,7 +168,7 @@ TEST(AttentionRows, StaysFiniteWhenVisualMassUnderflows) {
   const int hd = 4;
   std::vector<float> q = {10, 0, 0, 0};
   std::vector<float> k = {-5, 0, 0, 0, -5.1f, 0, 0, 0};  // two visual keys
-  const float lse = 100.f;  // dominated by some non-visual key
+  const float lse = 100.f;                               // dominated by some non-visual key
   std::vector<float> out(2);
   kernels::TextVisualAttentionArgs a;
   a.q_text = q.data();

@@ -47,3 +47,31 @@ execute_process(COMMAND ${HAPCTL} plan --preset llava-1.5-7b --retain 20
 if(NOT rc EQUAL 2 OR NOT err MATCHES "minimum reachable average of 29.1")
   message(FATAL_ERROR "retain 20: rc=${rc}, stderr: ${err}")
 endif()
+
+# --model DIR reads config.json: no vision_config → CLIP ViT-L/14-336 (576 tokens); a
+# vision_config without sizes → CLIPVisionConfig's 224/32 (49 tokens); "full" adds CLS.
+set(dir "${WORK}/plan_model")
+file(MAKE_DIRECTORY "${dir}")
+file(WRITE "${dir}/config.json" [=[{"model_type": "llava", "text_config": {"hidden_size": 256,
+  "intermediate_size": 688, "num_hidden_layers": 8, "num_attention_heads": 4}}]=])
+run_plan(m1 --model "${dir}" --retain 100%)
+string(JSON v GET "${m1}" visual_tokens)
+string(JSON l GET "${m1}" layers)
+string(JSON f GET "${m1}" unpruned_flops_paper)
+# 8·(4·576·256² + 2·576²·256 + 3·576·256·688) = 8·625,213,440 = 5,001,707,520
+if(NOT v EQUAL 576 OR NOT l EQUAL 8 OR NOT f MATCHES "^5001707520(\\.0*)?$")
+  message(FATAL_ERROR "--model (no vision_config): V=${v} L=${l} unpruned_flops_paper=${f}")
+endif()
+file(WRITE "${dir}/config.json" [=[{"model_type": "llava", "vision_config": {}}]=])
+run_plan(m2 --model "${dir}" --retain 64)
+string(JSON v GET "${m2}" visual_tokens)
+if(NOT v EQUAL 49)
+  message(FATAL_ERROR "--model (empty vision_config): V=${v}, want 49")
+endif()
+file(WRITE "${dir}/config.json" [=[{"model_type": "llava", "vision_feature_select_strategy":
+  "full", "vision_config": {"image_size": 112, "patch_size": 14}}]=])
+run_plan(m3 --model "${dir}" --flops 1)
+string(JSON v GET "${m3}" visual_tokens)
+if(NOT v EQUAL 65)
+  message(FATAL_ERROR "--model (112/14, full): V=${v}, want 65")
+endif()

@@ -98,17 +98,16 @@ class HapReference {
         EXPECT_NEAR(x.head_weights[h], w[h], 1e-5) << "layer " << v.layer << " head " << h;
       }
       EXPECT_NEAR(x.layer_paq, layer_paq, 2e-5) << "layer " << v.layer;
-      head_weight_spread_ = std::max(head_weight_spread_,
-                                     *std::max_element(w.begin(), w.end()) -
-                                         *std::min_element(w.begin(), w.end()));
+      head_weight_spread_ =
+          std::max(head_weight_spread_,
+                   *std::max_element(w.begin(), w.end()) - *std::min_element(w.begin(), w.end()));
     }
     maps_.push_back(layer);
     layer_paq_.push_back(layer_paq);
     if (v.layer != last_[g]) return std::nullopt;
 
-    const std::vector<double> lw =
-        uniform_ ? std::vector<double>(maps_.size(), 1.0 / maps_.size())
-                 : testref::SoftmaxCentered(layer_paq_);
+    const std::vector<double> lw = uniform_ ? std::vector<double>(maps_.size(), 1.0 / maps_.size())
+                                            : testref::SoftmaxCentered(layer_paq_);
     RefPrune out;
     out.scores.assign(v.n_vis, 0.0);
     const int nt = static_cast<int>(layer.size());
@@ -151,13 +150,14 @@ TEST(HapMethod, KeptSetsMatchDirectRecomputation) {
       SCOPED_TRACE(testing::Message() << "M=" << m << (uniform ? " uniform" : " hap"));
       absl::StatusOr<Plan> plan = PlanForGroups(dims, m);
       ASSERT_TRUE(plan.ok());
-      HapPruner pruner(*plan, dims,
-                       uniform ? HapPruner::Weighting::kUniform : HapPruner::Weighting::kPaqSoftmax);
+      HapPruner pruner(
+          *plan, dims,
+          uniform ? HapPruner::Weighting::kUniform : HapPruner::Weighting::kPaqSoftmax);
       testref::Sim sim(Spec(42));
       HapReference ref(dims.n_layers, dims.n_visual_tokens, m, uniform);
       int swaps = 0;
-      const std::vector<int> per_layer =
-          sim.Run(pruner, [&](const LayerView& v, const Pruner& p) { return ref(v, p); }, &swaps);
+      const std::vector<int> per_layer = sim.Run(
+          pruner, [&](const LayerView& v, const Pruner& p) { return ref(v, p); }, &swaps);
       EXPECT_EQ(ref.groups_checked_, m - 1);
       EXPECT_EQ(swaps, 0);
       EXPECT_EQ(per_layer, plan->layer_visual_tokens);
@@ -224,7 +224,7 @@ TEST(HapMethod, QueryDependentHeadGetsTheLargerWeight) {
   att.n_vis = 4;
   auto got = pruner.AfterLayer(att);
   ASSERT_TRUE(got.ok()) << got.status();
-  ASSERT_TRUE(got->has_value());  // group 0 = layer 0 ends → keep N_v(1) = 1
+  ASSERT_TRUE(got->has_value());            // group 0 = layer 0 ends → keep N_v(1) = 1
   EXPECT_EQ(**got, std::vector<int>({0}));  // tie between 0 and 2 → lower index
   const HapLayerExplain& x = pruner.stats().hap_layers.at(0);
   EXPECT_NEAR(x.head_paq[0], 0.0, 1e-6);
@@ -252,12 +252,12 @@ TEST(FastvMethod, KeptSetMatchesDirectRecomputation) {
     const int keep = static_cast<int>(std::round((32 * target - 2 * 144) / 30.0));
     testref::Sim sim(Spec(7));
     int pruned = 0;
-    const auto per_layer = sim.Run(pruner, [&](const LayerView& v, const Pruner&)
-                                               -> std::optional<RefPrune> {
-      if (v.layer != 1) return std::nullopt;
-      ++pruned;
-      return RefPrune{LastTokenScores(v), keep};
-    });
+    const auto per_layer =
+        sim.Run(pruner, [&](const LayerView& v, const Pruner&) -> std::optional<RefPrune> {
+          if (v.layer != 1) return std::nullopt;
+          ++pruned;
+          return RefPrune{LastTokenScores(v), keep};
+        });
     EXPECT_EQ(pruned, 1);
     EXPECT_EQ(per_layer[1], 144);
     EXPECT_EQ(per_layer[2], keep);
@@ -272,7 +272,7 @@ TEST(FastvMethod, ScheduleClampsAndHandlesFullBudget) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->after_layer, std::vector<int>({1}));
   EXPECT_EQ(s->keep, std::vector<int>({30}));  // round((2048 − 1152)/30) = round(29.87)
-  s = FastvSchedule(d, 10);                     // below 2V/L = 36: floor of 1 token
+  s = FastvSchedule(d, 10);                    // below 2V/L = 36: floor of 1 token
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->keep, std::vector<int>({1}));
   EXPECT_NEAR(s->Average(32, 576), (2 * 576 + 30) / 32.0, 1e-12);
@@ -316,12 +316,12 @@ TEST(PdropMethod, KeptSetsMatchDirectRecomputation) {
   LastTokenPruner pruner("pdrop", dims, *s);
   testref::Sim sim(Spec(9));
   int pruned = 0;
-  const auto per_layer = sim.Run(pruner, [&](const LayerView& v, const Pruner&)
-                                             -> std::optional<RefPrune> {
-    if (!keep_after.count(v.layer)) return std::nullopt;
-    ++pruned;
-    return RefPrune{LastTokenScores(v), keep_after[v.layer]};
-  });
+  const auto per_layer =
+      sim.Run(pruner, [&](const LayerView& v, const Pruner&) -> std::optional<RefPrune> {
+        if (!keep_after.count(v.layer)) return std::nullopt;
+        ++pruned;
+        return RefPrune{LastTokenScores(v), keep_after[v.layer]};
+      });
   EXPECT_EQ(pruned, 3);
   EXPECT_EQ(per_layer[2], keep_after[1]);
   EXPECT_EQ(per_layer[8], keep_after[7]);
@@ -503,9 +503,8 @@ TEST(Factory, MethodsAndBudgets) {
     double planned_average;
   };
   for (const Row& r : {Row{"hap", 57.0625}, Row{"uniform", 57.0625}, Row{"random", 57.0625},
-                       Row{"fastv", (2 * 576 + 30 * 30) / 32.0},
-                       Row{"sparsevlm", 2062 / 32.0}, Row{"visionzip", 64.0},
-                       Row{"none", 576.0}}) {
+                       Row{"fastv", (2 * 576 + 30 * 30) / 32.0}, Row{"sparsevlm", 2062 / 32.0},
+                       Row{"visionzip", 64.0}, Row{"none", 576.0}}) {
     PruneRequest req;
     req.method = r.method;
     req.retain = 64;

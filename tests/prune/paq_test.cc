@@ -1,11 +1,12 @@
 // PAQ, PAQ-softmax weights, weighted map sums and token scores against hand-computed values and
 // the definition.
+#include "kernels/prune/paq.h"
+
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/prune/paq.h"
 #include "kernels/prune/paq_softmax.h"
 #include "kernels/prune/token_scores.h"
 #include "kernels/prune/weighted_sum.h"
@@ -54,8 +55,8 @@ TEST(Paq, HandComputed2x2) {
   // A = [[1, 0], [0.5, 0.5]], N_t = 2: p(v) = [0.75, 0.25].
   // I  = ½·1·ln(1/0.75) + ½·0.5·ln(0.5/0.75) + ½·0.5·ln(0.5/0.25) = 0.2157616
   // Hv = −(0.75 ln 0.75 + 0.25 ln 0.25) = 0.5623351,  PAQ = 0.3836885
-  const double i = 0.5 * std::log(1 / 0.75) + 0.25 * std::log(0.5 / 0.75) +
-                   0.25 * std::log(0.5 / 0.25);
+  const double i =
+      0.5 * std::log(1 / 0.75) + 0.25 * std::log(0.5 / 0.75) + 0.25 * std::log(0.5 / 0.25);
   const double hv = -(0.75 * std::log(0.75) + 0.25 * std::log(0.25));
   EXPECT_NEAR(i / hv, 0.3836885, 1e-6);
   EXPECT_NEAR(PaqOf({1, 0, 0.5f, 0.5f}, 2, 2), 0.3836885, 1e-6);
@@ -69,9 +70,10 @@ TEST(Paq, HandComputed2x3) {
 TEST(Paq, HandComputed3x2) {
   // A = [[.9, .1], [.2, .8], [.5, .5]]: p(v) = [1.6/3, 1.4/3].
   const double p0 = 1.6 / 3, p1 = 1.4 / 3;
-  const double i = (0.9 * std::log(0.9 / p0) + 0.1 * std::log(0.1 / p1) +
-                    0.2 * std::log(0.2 / p0) + 0.8 * std::log(0.8 / p1) +
-                    0.5 * std::log(0.5 / p0) + 0.5 * std::log(0.5 / p1)) / 3;
+  const double i =
+      (0.9 * std::log(0.9 / p0) + 0.1 * std::log(0.1 / p1) + 0.2 * std::log(0.2 / p0) +
+       0.8 * std::log(0.8 / p1) + 0.5 * std::log(0.5 / p0) + 0.5 * std::log(0.5 / p1)) /
+      3;
   const double hv = -(p0 * std::log(p0) + p1 * std::log(p1));
   EXPECT_NEAR(i / hv, 0.2673415, 1e-6);
   EXPECT_NEAR(PaqOf({0.9f, 0.1f, 0.2f, 0.8f, 0.5f, 0.5f}, 3, 2), 0.2673415, 1e-6);
@@ -101,8 +103,8 @@ TEST(Paq, RandomMapsMatchDefinitionAndStayInUnitInterval) {
 }
 
 TEST(Paq, BatchedMapsAreIndependent) {
-  const std::vector<float> maps = {1, 0, 0.5f, 0.5f,  // 0.3836885
-                                   0, 1, 1, 0,        // 1
+  const std::vector<float> maps = {1,    0,    0.5f, 0.5f,   // 0.3836885
+                                   0,    1,    1,    0,      // 1
                                    0.5f, 0.5f, 0.5f, 0.5f};  // 0
   std::vector<float> out(3);
   ASSERT_TRUE(kernels::Paq(maps.data(), 3, 2, 2, out.data()).ok());
@@ -152,7 +154,8 @@ TEST(PaqSoftmax, QueryDependentHeadOutweighsSinkInATwoHeadLayer) {
   EXPECT_NEAR(w[0], 0.2689414, 1e-6);
   // Aggregated layer map and its scores follow the weights.
   std::vector<float> layer(nt * nv), scores(nv);
-  ASSERT_TRUE(kernels::WeightedSumContiguous(heads.data(), w.data(), 2, nt * nv, layer.data()).ok());
+  ASSERT_TRUE(
+      kernels::WeightedSumContiguous(heads.data(), w.data(), 2, nt * nv, layer.data()).ok());
   EXPECT_NEAR(layer[0], 0.2689414, 1e-6);  // row 0, token 0: sink head only
   EXPECT_NEAR(layer[1], 0.7310586, 1e-6);  // row 0, token 1: query head only
   ASSERT_TRUE(kernels::TokenScores(layer.data(), nt, nv, scores.data()).ok());

@@ -1,11 +1,12 @@
 // The budget planner for LLaVA-1.5-7B, checked against schedules and FLOPs computed directly in
 // the test (a plain loop over layers, not the planner's helpers).
+#include "runtime/prune/planner.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/prune/planner.h"
 
 namespace hap {
 namespace {
@@ -86,8 +87,8 @@ TEST(Planner, UnprunedPaperFlopsIs382T) {
 }
 
 TEST(Planner, NoPruningAtFullBudget) {
-  for (const Budget& b : {Budget::Retain(576), Budget::Retain(1000), Budget::Flops(1.0),
-                          Budget::Flops(2.5)}) {
+  for (const Budget& b :
+       {Budget::Retain(576), Budget::Retain(1000), Budget::Flops(1.0), Budget::Flops(2.5)}) {
     const Plan p = MustPlan(b);
     EXPECT_EQ(p.M, 1) << b.ToString();
     ASSERT_EQ(p.groups.size(), 1u);
@@ -119,7 +120,7 @@ TEST(Planner, Retain64) {
   const Plan p = MustPlan(Budget::Retain(64));
   ExpectMatches(p, 16, kDefaultTextTokens);
   EXPECT_DOUBLE_EQ(p.average_visual_tokens, 57.0625);  // 2·913/32
-  EXPECT_GT(Compute(15, 0).average, 64);                // 79.4: first two groups hold 3 layers
+  EXPECT_GT(Compute(15, 0).average, 64);               // 79.4: first two groups hold 3 layers
 }
 
 TEST(Planner, Retain32) {

@@ -17,8 +17,8 @@ namespace hap::testref {
 
 // Full causal softmax of one head: P[r][c] for c ≤ r (0 above the diagonal), from
 // q F32 [n, H·hd] and k F32 [n, KVH·hd]. Also returns each row's log-sum-exp.
-inline void CausalAttention(const std::vector<float>& q, const std::vector<float>& k, int n,
-                            int H, int KVH, int hd, int h, double scale,
+inline void CausalAttention(const std::vector<float>& q, const std::vector<float>& k, int n, int H,
+                            int KVH, int hd, int h, double scale,
                             std::vector<std::vector<double>>* p, std::vector<double>* lse) {
   const int kvh = h / (H / KVH);
   p->assign(n, std::vector<double>(n, 0.0));
@@ -105,15 +105,15 @@ inline int ExpectKeptSet(const std::vector<int>& kept, const std::vector<double>
   for (int i : a) {
     if (!b.count(i)) {
       ++swaps;
-      EXPECT_LE(std::abs(ref[i] - kth), tie_tol) << what << ": kept " << i << " (score "
-                                                 << ref[i] << ") is not in the top-" << k
-                                                 << " (k-th score " << kth << ")";
+      EXPECT_LE(std::abs(ref[i] - kth), tie_tol)
+          << what << ": kept " << i << " (score " << ref[i] << ") is not in the top-" << k
+          << " (k-th score " << kth << ")";
     }
   }
   for (int i : b) {
     if (!a.count(i)) {
-      EXPECT_LE(std::abs(ref[i] - kth), tie_tol) << what << ": dropped " << i << " (score "
-                                                 << ref[i] << ") belongs to the top-" << k;
+      EXPECT_LE(std::abs(ref[i] - kth), tie_tol)
+          << what << ": dropped " << i << " (score " << ref[i] << ") belongs to the top-" << k;
     }
   }
   return swaps;

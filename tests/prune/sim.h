@@ -97,7 +97,8 @@ class Sim {
       const int n = static_cast<int>(ids.size());
       std::vector<float> q(size_t(n) * H * hd), k(size_t(n) * KVH * hd), lse(size_t(H) * n);
       for (int r = 0; r < n; ++r) {
-        std::copy_n(q_[l].begin() + size_t(ids[r]) * H * hd, H * hd, q.begin() + size_t(r) * H * hd);
+        std::copy_n(q_[l].begin() + size_t(ids[r]) * H * hd, H * hd,
+                    q.begin() + size_t(r) * H * hd);
         std::copy_n(k_[l].begin() + size_t(ids[r]) * KVH * hd, KVH * hd,
                     k.begin() + size_t(r) * KVH * hd);
       }
@@ -139,8 +140,8 @@ class Sim {
       }
       EXPECT_TRUE(got->has_value()) << "layer " << l << ": the reference prunes here";
       if (!got->has_value()) return per_layer;
-      const int s = ExpectKeptSet(**got, want->scores, want->keep, 1e-6,
-                                  "layer " + std::to_string(l));
+      const int s =
+          ExpectKeptSet(**got, want->scores, want->keep, 1e-6, "layer " + std::to_string(l));
       if (swaps) *swaps += s;
       std::vector<int> next;
       for (int i : **got) next.push_back(present[i]);

@@ -86,8 +86,7 @@ TEST(GatherRows, InPlaceCompactionOfPositionsAndKv) {
   std::vector<int32_t> pos = {0, 1, 2, 3, 4, 5, 6, 7};
   const int idx[] = {1, 2, 5, 7};
   ASSERT_TRUE(kernels::GatherRows(pos.data(), 1, 8, sizeof(int32_t), idx, 4, pos.data()).ok());
-  EXPECT_EQ(std::vector<int32_t>(pos.begin(), pos.begin() + 4),
-            (std::vector<int32_t>{1, 2, 5, 7}));
+  EXPECT_EQ(std::vector<int32_t>(pos.begin(), pos.begin() + 4), (std::vector<int32_t>{1, 2, 5, 7}));
   // K cache F32 [2 heads, 5 tokens, 2]: in place over both heads.
   std::vector<float> kv(2 * 5 * 2);
   std::iota(kv.begin(), kv.end(), 0.f);

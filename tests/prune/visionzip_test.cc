@@ -1,12 +1,13 @@
 // VisionZip: a hand-built case with the expected tokens written out, and random cases against a
 // direct recomputation.
+#include "runtime/prune/visionzip.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/prune/visionzip.h"
 #include "tests/prune/reference.h"
 
 namespace hap {
@@ -15,7 +16,7 @@ namespace {
 TEST(VisionZip, HandBuiltCase) {
   // CLS + 6 patches, one head, head_dim 2, scale 1, CLS query (1, 0): the logits are the keys'
   // first components: patch 3 (5) and patch 1 (3) dominate.
-  const std::vector<float> k = {0, 1,  3, 0.1f, -1, 1, 5, 0, -1, -1, 0.5f, 2, -2, 1};
+  const std::vector<float> k = {0, 1, 3, 0.1f, -1, 1, 5, 0, -1, -1, 0.5f, 2, -2, 1};
   std::vector<float> q(7 * 2, 0.f);
   q[0] = 1.f;
   std::vector<float> hidden(7 * 2);
@@ -32,7 +33,7 @@ TEST(VisionZip, HandBuiltCase) {
   // with 2 (−1,1) and < 0 with 5; token 6 (−2,1) is closer to 2 (0.95) than to 5 (0.22).
   EXPECT_EQ(x.targets, std::vector<int>({2, 5}));
   EXPECT_EQ(x.merged_count, std::vector<int>({2, 0}));
-  const std::vector<float> want = {0, 0, 1, 10, 3, 30,   // dominant rows
+  const std::vector<float> want = {0, 0,  1, 10, 3, 30,  // dominant rows
                                    7, 70,                // h2 + mean(h4, h6) = (2,20) + (5,50)
                                    5, 50};               // h5, nothing merged
   EXPECT_EQ(*out, want);
