@@ -42,7 +42,7 @@ $(MID_MODEL)/config.json: | build
 	  --intermediate 2816 --image-size 336 --vision-layers 2 --vision-hidden 64 --dtype bf16
 
 bench: build $(MID_MODEL)/config.json
-	$(BUILD)/bench/runtime/prefill_bench --model $(MID_MODEL) --image examples/scene1.png \
+	$(BUILD)/bench/runtime/prefill_bench --model $(MID_MODEL) --image data/scenes-test/images/test_0000.jpg \
 	  --decode-tokens 16 --retain 192,128,64,32
 
 clean:
