@@ -28,13 +28,19 @@ def build_tokenizer(out_path, vocab_size=512, seed=0, lines=20000):
         corpus = os.path.join(tmp, "corpus.txt")
         with open(corpus, "w") as f:
             f.write("\n".join(scenes.corpus_lines(lines, seed)) + "\n")
-        prefix = os.path.join(tmp, "sp")
-        cmd = ["spm_train", f"--input={corpus}", f"--model_prefix={prefix}",
+        # Relative paths, run inside tmp: the model file records them, so its bytes are
+        # reproducible.
+        cmd = ["spm_train", "--input=corpus.txt", "--model_prefix=sp",
                f"--vocab_size={vocab_size}"] + SPM_OPTIONS
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, cwd=tmp, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
         os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-        shutil.copyfile(prefix + ".model", out_path)
-    return " ".join(["spm_train", "--input=<corpus>", "--model_prefix=<prefix>",
+        shutil.copyfile(os.path.join(tmp, "sp.model"), out_path)
+    return spm_command(vocab_size)
+
+
+def spm_command(vocab_size):
+    return " ".join(["spm_train", "--input=corpus.txt", "--model_prefix=sp",
                      f"--vocab_size={vocab_size}"] + SPM_OPTIONS)
 
 

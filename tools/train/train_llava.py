@@ -17,6 +17,7 @@ the decoder's budget goes to learning to attend to the region the question names
 """
 import argparse
 import concurrent.futures
+import fcntl
 import json
 import math
 import multiprocessing
@@ -24,6 +25,10 @@ import os
 import shutil
 import sys
 import time
+
+# Other jobs share these cores: spinning OpenMP threads then stall at every barrier (measured
+# 50 s/step instead of 6.5 under load 9); passive waiting costs little when the machine is idle.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import torch
@@ -43,7 +48,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=os.path.join(common.ROOT, "models", "scenes-llava"))
     ap.add_argument("--test-data", default=os.path.join(common.ROOT, "data", "scenes-test"))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=4400)
+    ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
@@ -75,6 +80,9 @@ def parse_args(argv=None):
     ap.add_argument("--export-only", action="store_true")
     ap.add_argument("--no-export", action="store_true")
     ap.add_argument("--test-limit", type=int, default=0, help="questions evaluated at export")
+    ap.add_argument("--examples", default=os.path.join(common.ROOT, "examples"),
+                    help="after a finished run's export, write demo images the model answers "
+                         "correctly here ('' = don't)")
     return ap.parse_args(argv)
 
 
@@ -158,6 +166,12 @@ _WORKER = {}
 
 
 def _worker_init(tok_path, cfg_raw):
+    try:  # die with the trainer (PR_SET_PDEATHSIG = 1) instead of lingering when it is killed
+        import ctypes
+        import signal
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
     torch.set_num_threads(1)
     _WORKER["sp"] = common.load_sp(tok_path)
     _WORKER["cfg"] = lm.Config(cfg_raw)
@@ -285,7 +299,7 @@ def fmt_time(s):
 # export
 
 
-def export(model, a, cfg, tok_path, history, command, log):
+def export(model, a, cfg, tok_path, history, command, log, finished):
     import eval_torch
     out = a.out
     os.makedirs(out, exist_ok=True)
@@ -319,11 +333,15 @@ def export(model, a, cfg, tok_path, history, command, log):
                       f"model on the first {k} test questions: {same}/{k} identical.")
         log(agree_text)
     write_readme(out, a, cfg, history, command, result_text, agree_text, size)
+    if a.examples and finished:
+        sys.path.insert(0, os.path.join(common.ROOT, "tools", "scenes"))
+        import make_examples
+        for name, q, ans, _ in make_examples.write_examples(a.examples, out):
+            log(f"example {os.path.join(a.examples, name)}: {q} -> {ans}")
 
 
 def write_readme(out, a, cfg, history, command, result_text, agree_text, size):
     t, v = cfg.text, cfg.vision
-    n_params = None
     vals = [h for h in history if h.get("kind") == "val"]
     trains = [h for h in history if h.get("kind") == "train"]
     rows = []
@@ -361,8 +379,9 @@ to {a.min_lr_frac:g}x, weight decay {a.weight_decay:g}, bf16 autocast on CPU, {a
 about {rate:.2f} s/step). Loss = cross-entropy on the answer tokens + EOS, plus
 {a.aux_weight:g} x an auxiliary per-patch probe loss (shape kind, colour, 3x3 cell) on the
 vision features (the probe is not exported). The first {a.easy_frac:g} of the steps uses 2-4
-shapes per scene, then 2-6. The tokenizer: `{common.build_tokenizer.__doc__.strip()}`
-(options in tools/train/common.py: SPM_OPTIONS).
+shapes per scene, then 2-6. The tokenizer was trained on {20000} generated prompts + answers
+(tools/scenes/scenes.py corpus_lines, tools/train/common.py build_tokenizer) with
+`{common.spm_command(a.vocab)}`.
 
 Validation during training ({a.val_size} balanced val questions, 3-6 shapes, exact match of the
 teacher-forced argmax answer = greedy exact match):
@@ -388,9 +407,17 @@ teacher-forced argmax answer = greedy exact match):
 
 def main(argv=None):
     a = parse_args(argv)
-    command = "/usr/bin/python3 tools/train/train_llava.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = "/usr/bin/python3 tools/train/train_llava.py " + " ".join(
+        x for x in argv if x != "--export-only")
     torch.set_num_threads(a.threads)
     os.makedirs(a.run_dir, exist_ok=True)
+    lock = open(os.path.join(a.run_dir, "lock"), "w")
+    try:  # one training process per run dir (--export-only just reads the atomic ckpt.pt)
+        if not a.export_only:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        sys.exit(f"another train_llava.py is training in {a.run_dir}")
     log = Log(a.run_dir)
     ckpt_path = os.path.join(a.run_dir, "ckpt.pt")
 
@@ -504,7 +531,7 @@ def main(argv=None):
         return
     if not a.export_only and step < a.steps:
         return
-    export(model, a, cfg, tok_path, history, command, log)
+    export(model, a, cfg, tok_path, history, command, log, finished=step >= a.steps)
 
 
 if __name__ == "__main__":
