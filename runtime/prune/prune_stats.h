@@ -13,6 +13,8 @@ struct PruneStage {
   int tokens_before = 0;  // visual tokens present in that layer
   int tokens_kept = 0;    // visual tokens from after_layer + 1 on
   double select_us = 0;   // scoring + selection time for this stage
+  // The tokens kept after this stage, as indices into the image's V visual tokens, ascending.
+  std::vector<int> kept_original;
 };
 
 // HAP/uniform, one decoder layer of a group that ends in a pruning step: PAQ-softmax over its

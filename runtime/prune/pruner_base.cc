@@ -83,7 +83,8 @@ PrunerBase::KeepResult PrunerBase::Commit(const LayerAttention& att, std::vector
   stage.tokens_before = att.n_vis;
   stage.tokens_kept = static_cast<int>(kept.size());
   stage.select_us = select_us;
-  stats_.stages.push_back(stage);
+  stage.kept_original = next;
+  stats_.stages.push_back(std::move(stage));
   present_ = std::move(next);
   stats_.kept_original = present_;
   return std::optional<std::vector<int>>(std::move(kept));

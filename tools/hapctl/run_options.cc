@@ -78,6 +78,7 @@ nlohmann::json PrefillStatsJson(const PrefillStats& s) {
     stages.push_back({{"after_layer", st.after_layer},
                       {"visual_tokens_before", st.tokens_before},
                       {"visual_tokens_kept", st.tokens_kept},
+                      {"kept_tokens", st.kept_original},
                       {"select_us", st.select_us}});
   }
   return {{"method", s.method},
