@@ -11,6 +11,7 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "runtime/common/status_macros.h"
+#include "runtime/model/cancellation.h"
 
 namespace hap {
 namespace {
@@ -147,6 +148,9 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
   }
   std::vector<float> q, lse;
   for (int l = 0; l < n_layers(); ++l) {
+    if (CancellationRequested()) {
+      return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));
+    }
     const auto t0 = std::chrono::steady_clock::now();
     if (trace) {
       trace->tokens_per_layer.push_back(n);

@@ -1,0 +1,117 @@
+// The C++ client of HAP serve: streaming Generate with a callback per text delta, deadlines,
+// retries with exponential backoff (on UNAVAILABLE, and only before the first token arrived),
+// TLS or insecure channels, and the health and debug calls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "hap/v1/debug.grpc.pb.h"
+#include "hap/v1/generate.grpc.pb.h"
+
+namespace hap::sdk {
+
+struct TlsOptions {
+  bool enabled = false;          // false = plaintext (loopback, inside a cluster mesh)
+  std::string root_certs_file;   // PEM roots; empty = the system's
+  std::string client_cert_file;  // PEM; with client_key_file for mutual TLS
+  std::string client_key_file;
+  std::string server_name_override;  // expected server name when it differs from the address
+};
+
+struct RetryPolicy {
+  int max_attempts = 4;  // 1 = no retry
+  int64_t initial_backoff_ms = 100;
+  double multiplier = 2.0;
+  int64_t max_backoff_ms = 2000;
+};
+
+struct ClientOptions {
+  TlsOptions tls;
+  RetryPolicy retry;
+  int max_receive_message_bytes = 64 << 20;
+};
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(const TlsOptions& tls);
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
+                                                           const ClientOptions& options);
+
+// Cancels a Generate call from any thread (before it starts, too).
+class CancelToken {
+ public:
+  void Cancel();
+  bool cancelled() const;
+
+ private:
+  friend class Client;
+  void Attach(grpc::ClientContext* ctx);
+  void Detach();
+  mutable std::mutex mu_;
+  grpc::ClientContext* ctx_ = nullptr;
+  bool cancelled_ = false;
+};
+
+struct StreamOptions {
+  // The whole call, retries included, must finish within this (unset = no deadline).
+  std::optional<std::chrono::milliseconds> timeout;
+  // Called for every delta as it arrives; returning false cancels the call.
+  std::function<bool(const hap::v1::TextDelta&)> on_delta;
+  std::shared_ptr<CancelToken> cancel;
+};
+
+struct GenerateResult {
+  hap::v1::GenerateStats stats;  // the server's final message
+  std::string text;              // the streamed deltas, concatenated
+  std::vector<int32_t> streamed_token_ids;
+  int attempts = 0;
+  double ttft_ms = 0;                  // call start → first delta, as the client saw it
+  std::vector<double> token_times_ms;  // call start → each delta that carried a token
+};
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
+                                                         const ClientOptions& options = {});
+
+  // The status carries the server's code: INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE,
+  // DEADLINE_EXCEEDED, CANCELLED (on_delta returned false or the token was cancelled), ...
+  absl::StatusOr<GenerateResult> Generate(const hap::v1::GenerateRequest& request,
+                                          const StreamOptions& options = {});
+
+  // hap.v1.Debug/GetState (waits for the connection up to `timeout`).
+  absl::StatusOr<hap::v1::ServerState> GetState(
+      std::chrono::milliseconds timeout = std::chrono::seconds(2));
+  // grpc.health.v1.Health/Check for the whole server: true when SERVING.
+  absl::StatusOr<bool> IsServing(std::chrono::milliseconds timeout = std::chrono::seconds(2));
+
+  const std::string& address() const { return address_; }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+
+ private:
+  Client(std::string address, std::shared_ptr<grpc::Channel> channel, ClientOptions options);
+  // One attempt; `*streamed` tells whether any delta arrived.
+  absl::Status Attempt(const hap::v1::GenerateRequest& request, const StreamOptions& options,
+                       std::optional<std::chrono::system_clock::time_point> deadline,
+                       std::chrono::steady_clock::time_point t0, GenerateResult* result,
+                       bool* streamed);
+
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  ClientOptions options_;
+  std::unique_ptr<hap::v1::Generation::Stub> generation_;
+  std::unique_ptr<hap::v1::Debug::Stub> debug_;
+};
+
+// Polls the health service until SERVING (DeadlineExceeded with the last status otherwise).
+absl::Status WaitUntilServing(const std::string& address, std::chrono::milliseconds timeout,
+                              const ClientOptions& options = {});
+
+}  // namespace hap::sdk

@@ -1,0 +1,161 @@
+#include "sdk/local_pipeline.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "sdk/client.h"
+
+namespace hap::sdk {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool HasBinaries(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / "hap-prefill", ec) && fs::exists(dir / "hap-encoder", ec) &&
+         fs::exists(dir / "hap-decode", ec);
+}
+
+}  // namespace
+
+const char* ServiceBinary(Service service) {
+  switch (service) {
+    case Service::kEncoder:
+      return "hap-encoder";
+    case Service::kPrefill:
+      return "hap-prefill";
+    case Service::kDecode:
+      return "hap-decode";
+  }
+  return "";
+}
+
+std::string FindServiceBinDir() {
+  if (const char* env = std::getenv("HAP_BIN_DIR"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& dir : {exe.parent_path(), exe.parent_path() / "../../bin"}) {
+      if (HasBinaries(dir)) return fs::weakly_canonical(dir, ec).string();
+    }
+  }
+  return HAP_SERVICE_BIN_DIR;
+}
+
+std::string LocalPipeline::address(Service service) const {
+  return absl::StrCat(options_.host, ":", ports_[Index(service)]);
+}
+
+std::vector<std::string> LocalPipeline::Argv(Service service, int port) const {
+  std::vector<std::string> argv = {(fs::path(options_.bin_dir) / ServiceBinary(service)).string(),
+                                   "--host", options_.host, "--port", std::to_string(port)};
+  if (!options_.model_dir.empty()) {
+    argv.push_back("--model");
+    argv.push_back(options_.model_dir);
+  }
+  const std::vector<std::string>* extra = &options_.encoder_args;
+  if (service == Service::kPrefill) {
+    extra = &options_.prefill_args;
+    argv.insert(argv.end(), {"--encoder-addr", address(Service::kEncoder), "--decode-addr",
+                             address(Service::kDecode)});
+  } else if (service == Service::kDecode) {
+    extra = &options_.decode_args;
+  }
+  argv.insert(argv.end(), extra->begin(), extra->end());
+  return argv;
+}
+
+absl::Status LocalPipeline::Launch(Service service, int port) {
+  const std::string prefix =
+      options_.echo_output ? absl::StrCat("[", ServiceBinary(service), "]") : "";
+  auto child = ChildProcess::Spawn(Argv(service, port), prefix);
+  if (!child.ok()) return child.status();
+  procs_[Index(service)] = std::move(*child);
+  auto line = procs_[Index(service)]->WaitForLine(
+      [](const std::string& l) { return ParseListeningPort(l) > 0; }, options_.start_timeout);
+  if (!line.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        ServiceBinary(service), " did not start listening: ", line.status().message()));
+  }
+  ports_[Index(service)] = ParseListeningPort(*line);
+  return absl::OkStatus();
+}
+
+absl::Status LocalPipeline::WaitServing(Service service) {
+  // Health checks in short rounds, so a child that exits (a bad flag, a model that does not load)
+  // is reported at once instead of after the whole start timeout.
+  const auto end = std::chrono::steady_clock::now() + options_.start_timeout;
+  absl::Status last;
+  while (std::chrono::steady_clock::now() < end) {
+    if (!process(service)->running()) {
+      return absl::UnavailableError(
+          absl::StrCat(ServiceBinary(service), " exited with code ",
+                       process(service)->Wait(std::chrono::seconds(0)).value_or(-1),
+                       " before serving (its stderr says why)"));
+    }
+    last = WaitUntilServing(address(service), std::chrono::milliseconds(500));
+    if (last.ok()) return last;
+  }
+  return absl::UnavailableError(absl::StrCat(ServiceBinary(service), ": ", last.message()));
+}
+
+absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Start(
+    const LocalPipelineOptions& options) {
+  std::unique_ptr<LocalPipeline> p(new LocalPipeline());
+  p->options_ = options;
+  if (p->options_.bin_dir.empty()) p->options_.bin_dir = FindServiceBinDir();
+  if (!HasBinaries(p->options_.bin_dir)) {
+    return absl::NotFoundError(
+        absl::StrCat("hap-encoder, hap-prefill and hap-decode are not all in '",
+                     p->options_.bin_dir, "' (set HAP_BIN_DIR)"));
+  }
+  for (Service s : {Service::kEncoder, Service::kDecode, Service::kPrefill}) {
+    if (absl::Status st = p->Launch(s, 0); !st.ok()) return st;
+  }
+  for (Service s : {Service::kEncoder, Service::kDecode, Service::kPrefill}) {
+    if (absl::Status st = p->WaitServing(s); !st.ok()) return st;
+  }
+  return p;
+}
+
+LocalPipeline::~LocalPipeline() { Stop().IgnoreError(); }
+
+void LocalPipeline::Kill(Service service) {
+  ChildProcess* c = process(service);
+  if (c == nullptr) return;
+  c->Signal(SIGKILL);
+  c->Wait(std::chrono::seconds(10));
+}
+
+absl::Status LocalPipeline::Restart(Service service) {
+  if (process(service) != nullptr && process(service)->running()) Kill(service);
+  procs_[Index(service)].reset();
+  if (absl::Status st = Launch(service, ports_[Index(service)]); !st.ok()) return st;
+  return WaitServing(service);
+}
+
+absl::Status LocalPipeline::Stop(std::chrono::milliseconds grace) {
+  absl::Status result;
+  for (Service s : {Service::kPrefill, Service::kEncoder, Service::kDecode}) {
+    ChildProcess* c = process(s);
+    if (c == nullptr) continue;
+    if (!c->running()) continue;
+    c->Signal(SIGTERM);
+  }
+  for (Service s : {Service::kPrefill, Service::kEncoder, Service::kDecode}) {
+    ChildProcess* c = process(s);
+    if (c == nullptr) continue;
+    std::optional<int> code = c->Wait(grace);
+    if (!code) code = c->Terminate(std::chrono::milliseconds(0));
+    if (*code != 0 && result.ok()) {
+      result = absl::InternalError(absl::StrCat(ServiceBinary(s), " exited with ", *code));
+    }
+    procs_[Index(s)].reset();
+  }
+  return result;
+}
+
+}  // namespace hap::sdk

@@ -1,0 +1,63 @@
+// The three services as child processes on loopback (what `hapctl up` runs and what the
+// end-to-end tests start): encoder and decode first on free ports, then prefill pointed at them;
+// ready once all three report SERVING on the gRPC health service.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sdk/child_process.h"
+
+namespace hap::sdk {
+
+enum class Service { kEncoder, kPrefill, kDecode };
+const char* ServiceBinary(Service service);  // "hap-encoder", ...
+
+struct LocalPipelineOptions {
+  std::string bin_dir;    // holds the three binaries; empty = FindServiceBinDir()
+  std::string model_dir;  // empty = the services' default model
+  std::string host = "127.0.0.1";
+  // Extra flags for each service (e.g. {"--method", "hap", "--retain", "64"} for prefill).
+  std::vector<std::string> encoder_args, prefill_args, decode_args;
+  std::chrono::milliseconds start_timeout{120000};
+  bool echo_output = true;  // the children's stdout lines, prefixed, on our stderr
+};
+
+// $HAP_BIN_DIR; else the directory of this executable, or its ../../bin (the build tree's
+// tools/hapctl → bin), when the binaries are there; else the build tree this was compiled in.
+std::string FindServiceBinDir();
+
+class LocalPipeline {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalPipeline>> Start(const LocalPipelineOptions& options);
+  ~LocalPipeline();  // Stop()
+
+  // host:port of the front door (hap-prefill).
+  std::string front_door() const { return address(Service::kPrefill); }
+  std::string address(Service service) const;
+  ChildProcess* process(Service service) { return procs_[Index(service)].get(); }
+
+  // SIGKILL, for fault tests.
+  void Kill(Service service);
+  // Starts the service again on the same port and waits until it is SERVING.
+  absl::Status Restart(Service service);
+  // SIGTERM to prefill, then encoder and decode; SIGKILL whatever is left after `grace`.
+  // OK when every service exited with code 0.
+  absl::Status Stop(std::chrono::milliseconds grace = std::chrono::seconds(15));
+
+ private:
+  LocalPipeline() = default;
+  static int Index(Service s) { return static_cast<int>(s); }
+  std::vector<std::string> Argv(Service service, int port) const;
+  absl::Status Launch(Service service, int port);
+  absl::Status WaitServing(Service service);
+
+  LocalPipelineOptions options_;
+  std::unique_ptr<ChildProcess> procs_[3];
+  int ports_[3] = {0, 0, 0};
+};
+
+}  // namespace hap::sdk

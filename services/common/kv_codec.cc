@@ -1,0 +1,248 @@
+#include "services/common/kv_codec.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/common/status_macros.h"
+#include "services/common/convert.h"
+#include "services/common/crc32c.h"
+#include "services/common/status.h"
+
+namespace hap::svc {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian; add byte swapping for this host");
+
+absl::Status Bad(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("KV transfer: ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<KvChunker> KvChunker::Create(const KvCache* cache, int max_message_bytes) {
+  // K and V rows plus up to 5 bytes of varint position per row.
+  const int64_t row_bytes = static_cast<int64_t>(cache->kv_dim) * 2 * sizeof(float) + 5;
+  const int64_t room = static_cast<int64_t>(max_message_bytes) - kChunkOverheadBytes;
+  if (cache->kv_dim <= 0 || room < row_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("max message size ", max_message_bytes,
+                                                   " is too small for one KV row of ", row_bytes,
+                                                   " bytes"));
+  }
+  return KvChunker(cache, static_cast<int>(std::min<int64_t>(room / row_bytes, 1 << 30)));
+}
+
+KvChunker::KvChunker(const KvCache* cache, int rows_per_chunk)
+    : cache_(cache), rows_per_chunk_(rows_per_chunk) {
+  for (const LayerKv& l : cache->layers) {
+    n_chunks_ += std::max(1, (l.len() + rows_per_chunk - 1) / rows_per_chunk);
+  }
+}
+
+void KvChunker::FillHeader(hap::v1::KvHeader* header) const {
+  header->set_n_layers(static_cast<int>(cache_->layers.size()));
+  header->set_kv_dim(cache_->kv_dim);
+  header->set_dtype(hap::v1::DTYPE_F32);
+  header->clear_layer_rows();
+  for (const LayerKv& l : cache_->layers) header->add_layer_rows(l.len());
+  header->set_next_position(cache_->next_position);
+  header->set_n_chunks(n_chunks_);
+}
+
+bool KvChunker::Next(hap::v1::KvChunk* chunk) {
+  while (layer_ < static_cast<int>(cache_->layers.size()) && row_ >= cache_->layers[layer_].len()) {
+    ++layer_;
+    row_ = 0;
+  }
+  if (layer_ >= static_cast<int>(cache_->layers.size())) return false;
+  const LayerKv& l = cache_->layers[layer_];
+  const int n = std::min(rows_per_chunk_, l.len() - row_);
+  const size_t floats = static_cast<size_t>(cache_->kv_dim);
+  chunk->Clear();
+  chunk->set_chunk_index(index_++);
+  chunk->set_layer(layer_);
+  chunk->set_row_offset(row_);
+  chunk->set_n_rows(n);
+  chunk->set_dtype(hap::v1::DTYPE_F32);
+  chunk->mutable_positions()->Add(l.positions.begin() + row_, l.positions.begin() + row_ + n);
+  chunk->set_k(reinterpret_cast<const char*>(l.k.data() + row_ * floats),
+               n * floats * sizeof(float));
+  chunk->set_v(reinterpret_cast<const char*>(l.v.data() + row_ * floats),
+               n * floats * sizeof(float));
+  chunk->set_crc32c(KvChunkChecksum(*chunk));
+  row_ += n;
+  return true;
+}
+
+void KvChunker::FillTrailer(hap::v1::KvTrailer* trailer) const {
+  trailer->set_n_chunks(n_chunks_);
+  trailer->set_kv_bytes(cache_->bytes());
+  trailer->set_total_rows(cache_->total_rows());
+}
+
+uint32_t KvChunkChecksum(const hap::v1::KvChunk& chunk) {
+  uint32_t crc = Crc32c(0, chunk.k());
+  crc = Crc32c(crc, chunk.v());
+  return Crc32c(crc, chunk.positions().data(), chunk.positions().size() * sizeof(int32_t));
+}
+
+absl::Status KvAssembler::OnHeader(const hap::v1::KvHeader& h) {
+  if (has_header_) return Bad("a second header arrived");
+  if (h.request_id().size() > 256) return Bad("request_id is longer than 256 bytes");
+  auto must_equal = [](const char* field, int64_t got, int64_t want) -> absl::Status {
+    if (got == want) return absl::OkStatus();
+    return Bad(absl::StrCat("header ", field, " is ", got, " but this decode model has ", want));
+  };
+  HAP_RETURN_IF_ERROR(must_equal("n_layers", h.n_layers(), expect_.n_layers));
+  HAP_RETURN_IF_ERROR(must_equal("kv_dim", h.kv_dim(), expect_.kv_dim));
+  HAP_RETURN_IF_ERROR(must_equal("d_model", h.d_model(), expect_.d_model));
+  HAP_RETURN_IF_ERROR(must_equal("vocab_size", h.vocab_size(), expect_.vocab_size));
+  if (h.dtype() != hap::v1::DTYPE_F32) {
+    return Bad(absl::StrCat("header dtype ", hap::v1::DType_Name(h.dtype()),
+                            " is not supported (decode accepts DTYPE_F32)"));
+  }
+  if (h.layer_rows_size() != expect_.n_layers) {
+    return Bad(absl::StrCat("header has ", h.layer_rows_size(), " layer_rows for ",
+                            expect_.n_layers, " layers"));
+  }
+  if (h.next_position() < 1 || h.next_position() >= expect_.max_positions) {
+    return Bad(absl::StrCat("header next_position ", h.next_position(), " is outside [1, ",
+                            expect_.max_positions, ")"));
+  }
+  total_rows_ = 0;
+  for (int l = 0; l < h.layer_rows_size(); ++l) {
+    const int rows = h.layer_rows(l);
+    if (rows < 1 || rows > h.next_position()) {
+      return Bad(absl::StrCat("header layer_rows[", l, "] = ", rows, " is outside [1, ",
+                              h.next_position(), "] (next_position)"));
+    }
+    total_rows_ += rows;
+  }
+  if (h.first_token() < 0 || h.first_token() >= expect_.vocab_size) {
+    return Bad(absl::StrCat("header first_token ", h.first_token(),
+                            " is outside the vocabulary [0, ", expect_.vocab_size, ")"));
+  }
+  HAP_RETURN_IF_ERROR(Annotate(SamplingFromProto(h.sampling()).status(), "KV transfer header"));
+  if (h.samples_drawn() < 0 || h.samples_drawn() > 1024) {
+    return Bad(absl::StrCat("header samples_drawn ", h.samples_drawn(), " is outside [0, 1024]"));
+  }
+  HAP_RETURN_IF_ERROR(
+      Annotate(StopFromProto(h.max_new_tokens(), h.stop()).status(), "KV transfer header"));
+  if (h.max_new_tokens() < 1) return Bad("header max_new_tokens must be >= 1");
+  if (h.n_chunks() < h.n_layers() || h.n_chunks() > total_rows_) {
+    return Bad(absl::StrCat("header n_chunks ", h.n_chunks(), " is outside [n_layers = ",
+                            h.n_layers(), ", total rows = ", total_rows_, "]"));
+  }
+  header_ = h;
+  has_header_ = true;
+  expected_bytes_ = total_rows_ * h.kv_dim() * 2 * static_cast<int64_t>(sizeof(float));
+  cache_.kv_dim = h.kv_dim();
+  cache_.next_position = h.next_position();
+  cache_.layers.resize(h.n_layers());  // rows are allocated as they arrive
+  rows_received_.assign(h.n_layers(), 0);
+  return absl::OkStatus();
+}
+
+absl::Status KvAssembler::OnChunk(const hap::v1::KvChunk& c) {
+  if (!has_header_) return Bad("a chunk arrived before the header");
+  if (complete_) return Bad("a chunk arrived after the trailer");
+  const std::string where = absl::StrCat("chunk ", chunks_received_, " (layer ", c.layer(), ")");
+  if (c.chunk_index() != chunks_received_) {
+    return Bad(absl::StrCat("chunk_index ", c.chunk_index(), " arrived where ", chunks_received_,
+                            " was expected (out of order or missing)"));
+  }
+  if (chunks_received_ >= header_.n_chunks()) {
+    return Bad(absl::StrCat("more chunks than the header's n_chunks = ", header_.n_chunks()));
+  }
+  if (c.dtype() != header_.dtype()) {
+    return Bad(absl::StrCat(where, ": dtype ", hap::v1::DType_Name(c.dtype()),
+                            " differs from the header's ", hap::v1::DType_Name(header_.dtype())));
+  }
+  if (c.layer() < 0 || c.layer() >= header_.n_layers()) {
+    return Bad(absl::StrCat(where, ": layer index is outside [0, ", header_.n_layers(), ")"));
+  }
+  if (c.layer() < layer_) {
+    return Bad(
+        absl::StrCat(where, ": layer ", layer_, " was already being sent (layers go in order)"));
+  }
+  for (int l = layer_; l < c.layer(); ++l) {
+    if (rows_received_[l] != header_.layer_rows(l)) {
+      return Bad(absl::StrCat(where, ": layer ", l, " is incomplete (", rows_received_[l], " of ",
+                              header_.layer_rows(l), " rows)"));
+    }
+  }
+  layer_ = c.layer();
+  const int have = rows_received_[layer_], want = header_.layer_rows(layer_);
+  if (c.row_offset() != have) {
+    return Bad(absl::StrCat(where, ": row_offset ", c.row_offset(), " but ", have,
+                            " rows of the layer arrived so far"));
+  }
+  if (c.n_rows() < 1 || c.n_rows() > want - have) {
+    return Bad(absl::StrCat(where, ": n_rows ", c.n_rows(), " is outside [1, ", want - have,
+                            "] (the layer's remaining rows)"));
+  }
+  const size_t row_floats = static_cast<size_t>(header_.kv_dim());
+  const size_t bytes = c.n_rows() * row_floats * sizeof(float);
+  if (c.positions_size() != c.n_rows()) {
+    return Bad(
+        absl::StrCat(where, ": ", c.positions_size(), " positions for ", c.n_rows(), " rows"));
+  }
+  if (c.k().size() != bytes || c.v().size() != bytes) {
+    return Bad(absl::StrCat(where, ": k/v are ", c.k().size(), "/", c.v().size(), " bytes; ",
+                            c.n_rows(), " F32 rows of ", row_floats, " need ", bytes));
+  }
+  LayerKv& layer = cache_.layers[layer_];
+  int32_t prev = layer.positions.empty() ? -1 : layer.positions.back();
+  for (int32_t p : c.positions()) {
+    if (p <= prev || p >= header_.next_position()) {
+      return Bad(absl::StrCat(where, ": position ", p, " is not increasing within [0, ",
+                              header_.next_position(), ")"));
+    }
+    prev = p;
+  }
+  const uint32_t crc = KvChunkChecksum(c);
+  if (crc != c.crc32c()) {
+    return Bad(absl::StrCat(where, ": checksum mismatch (crc32c ", c.crc32c(), " sent, ", crc,
+                            " computed): the payload was corrupted"));
+  }
+  if (layer.positions.empty()) {
+    layer.k.reserve(static_cast<size_t>(want) * row_floats);
+    layer.v.reserve(static_cast<size_t>(want) * row_floats);
+    layer.positions.reserve(want);
+  }
+  const auto* k = reinterpret_cast<const float*>(c.k().data());
+  const auto* v = reinterpret_cast<const float*>(c.v().data());
+  layer.k.insert(layer.k.end(), k, k + c.n_rows() * row_floats);
+  layer.v.insert(layer.v.end(), v, v + c.n_rows() * row_floats);
+  layer.positions.insert(layer.positions.end(), c.positions().begin(), c.positions().end());
+  rows_received_[layer_] += c.n_rows();
+  bytes_received_ += 2 * static_cast<int64_t>(bytes);
+  ++chunks_received_;
+  return absl::OkStatus();
+}
+
+absl::Status KvAssembler::OnTrailer(const hap::v1::KvTrailer& t) {
+  if (!has_header_) return Bad("the trailer arrived before the header");
+  if (complete_) return Bad("a second trailer arrived");
+  if (chunks_received_ != header_.n_chunks() || t.n_chunks() != header_.n_chunks()) {
+    return Bad(absl::StrCat("trailer after ", chunks_received_, " chunks; the header announced ",
+                            header_.n_chunks(), " and the trailer ", t.n_chunks()));
+  }
+  for (int l = 0; l < header_.n_layers(); ++l) {
+    if (rows_received_[l] != header_.layer_rows(l)) {
+      return Bad(absl::StrCat("layer ", l, " is incomplete at the trailer (", rows_received_[l],
+                              " of ", header_.layer_rows(l), " rows)"));
+    }
+  }
+  if (t.kv_bytes() != bytes_received_ || t.total_rows() != total_rows_) {
+    return Bad(absl::StrCat("trailer totals (", t.kv_bytes(), " bytes, ", t.total_rows(),
+                            " rows) differ from what arrived (", bytes_received_, " bytes, ",
+                            total_rows_, " rows)"));
+  }
+  complete_ = true;
+  return absl::OkStatus();
+}
+
+}  // namespace hap::svc

@@ -1,0 +1,87 @@
+// The KV-cache transfer of the Decode stream (proto/hap/v1/decode.proto): KvChunker splits a
+// compacted cache into messages under the size limit; KvAssembler checks every message on
+// receipt (order, counts, sizes, checksum, layer range, dtype) and rebuilds the cache.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hap/v1/decode.pb.h"
+#include "runtime/model/kv_cache.h"
+
+namespace hap::svc {
+
+// Bytes of one chunk message besides its rows, with room to spare (tags, lengths, ids).
+inline constexpr int kChunkOverheadBytes = 512;
+
+class KvChunker {
+ public:
+  // InvalidArgument when not even one row fits in max_message_bytes.
+  static absl::StatusOr<KvChunker> Create(const KvCache* cache, int max_message_bytes);
+
+  int n_chunks() const { return n_chunks_; }
+  int rows_per_chunk() const { return rows_per_chunk_; }
+  // Sets n_layers, kv_dim, dtype, layer_rows, next_position and n_chunks; the caller adds the
+  // request id, model dims, first token, sampling and stop parameters.
+  void FillHeader(hap::v1::KvHeader* header) const;
+  // The next chunk (layers in order, rows in order); false after the last one.
+  bool Next(hap::v1::KvChunk* chunk);
+  void FillTrailer(hap::v1::KvTrailer* trailer) const;
+
+ private:
+  KvChunker(const KvCache* cache, int rows_per_chunk);
+
+  const KvCache* cache_;
+  int rows_per_chunk_;
+  int n_chunks_ = 0;
+  int layer_ = 0;
+  int row_ = 0;
+  int index_ = 0;
+};
+
+// CRC-32C of a chunk's k, v and positions (little-endian int32), as KvChunk.crc32c.
+uint32_t KvChunkChecksum(const hap::v1::KvChunk& chunk);
+
+// What the receiving model requires of a cache.
+struct KvExpectation {
+  int n_layers = 0;
+  int kv_dim = 0;
+  int d_model = 0;
+  int vocab_size = 0;
+  int max_positions = 0;  // the model's context length
+};
+
+class KvAssembler {
+ public:
+  explicit KvAssembler(const KvExpectation& expect) : expect_(expect) {}
+
+  // Every error is InvalidArgument with what was wrong and where.
+  absl::Status OnHeader(const hap::v1::KvHeader& header);
+  absl::Status OnChunk(const hap::v1::KvChunk& chunk);
+  absl::Status OnTrailer(const hap::v1::KvTrailer& trailer);
+
+  bool has_header() const { return has_header_; }
+  bool complete() const { return complete_; }
+  const hap::v1::KvHeader& header() const { return header_; }
+  int64_t expected_bytes() const { return expected_bytes_; }  // after OnHeader
+  int64_t bytes_received() const { return bytes_received_; }
+  int chunks_received() const { return chunks_received_; }
+  // The cache, once OnTrailer succeeded.
+  KvCache TakeCache() { return std::move(cache_); }
+
+ private:
+  KvExpectation expect_;
+  hap::v1::KvHeader header_;
+  bool has_header_ = false;
+  bool complete_ = false;
+  KvCache cache_;
+  std::vector<int> rows_received_;
+  int layer_ = 0;
+  int chunks_received_ = 0;
+  int64_t bytes_received_ = 0;
+  int64_t expected_bytes_ = 0;
+  int64_t total_rows_ = 0;
+};
+
+}  // namespace hap::svc

@@ -1,0 +1,19 @@
+// Loads the service's model with the options every service shares and prints how long it took.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "runtime/model/llava_model.h"
+#include "services/common/options.h"
+
+namespace hap::svc {
+
+// `model_options.threads` is taken from `common`; the rest (image and prompt limits) from the
+// caller.
+absl::StatusOr<std::unique_ptr<LlavaModel>> LoadServiceModel(const std::string& service,
+                                                             const CommonOptions& common,
+                                                             ModelOptions model_options);
+
+}  // namespace hap::svc

@@ -1,0 +1,143 @@
+#include "services/common/options.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/common/status_macros.h"
+#include "tools/hapctl/model_dir.h"
+
+namespace hap::svc {
+
+absl::StatusOr<Options> Options::Parse(const std::vector<std::string>& args,
+                                       const std::vector<OptionSpec>& specs) {
+  Options out;
+  std::map<std::string, const OptionSpec*> by_flag;
+  for (const OptionSpec& s : specs) {
+    by_flag[s.flag] = &s;
+    if (const char* env = std::getenv(s.env.c_str()); env != nullptr && *env != '\0') {
+      out.values_[s.flag] = env;
+      out.sources_[s.flag] = "$" + s.env;
+    }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      out.help_ = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    std::string name = arg.substr(2), value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else if (by_flag.count(name)) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      }
+      value = args[++i];
+    }
+    if (!by_flag.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
+    }
+    out.values_[name] = value;
+    out.sources_[name] = "--" + name;
+  }
+  for (const OptionSpec& s : specs) {
+    if (!out.values_.count(s.flag)) out.values_[s.flag] = s.default_value;
+  }
+  return out;
+}
+
+std::string Options::Get(const std::string& flag) const {
+  auto it = values_.find(flag);
+  return it == values_.end() ? "" : it->second;
+}
+
+bool Options::IsSet(const std::string& flag) const { return sources_.count(flag) > 0; }
+
+absl::StatusOr<int64_t> Options::Int(const std::string& flag, int64_t min, int64_t max) const {
+  const std::string v = Get(flag);
+  auto src = sources_.find(flag);
+  const std::string where = src == sources_.end() ? "--" + flag : src->second;
+  int64_t out;
+  if (!absl::SimpleAtoi(v, &out)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": '", v, "' is not an integer"));
+  }
+  if (out < min || out > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " must be in [", min, ", ", max, "], got ", out));
+  }
+  return out;
+}
+
+absl::StatusOr<double> Options::Double(const std::string& flag) const {
+  const std::string v = Get(flag);
+  double out;
+  if (!absl::SimpleAtod(v, &out)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", v, "' is not a number"));
+  }
+  return out;
+}
+
+std::string Options::Usage(const std::string& program, const std::vector<OptionSpec>& specs) {
+  std::string out = absl::StrCat("usage: ", program, " [flags]\n\nflags (environment variable):\n");
+  for (const OptionSpec& s : specs) {
+    absl::StrAppend(&out, absl::StrFormat("  --%-20s %s", s.flag, s.help));
+    absl::StrAppend(&out, " (", s.env,
+                    s.default_value.empty() ? "" : absl::StrCat("; default ", s.default_value),
+                    ")\n");
+  }
+  return out;
+}
+
+std::vector<OptionSpec> CommonOptionSpecs() {
+  return {
+      {"host", "HAP_HOST", "0.0.0.0", "address to listen on"},
+      {"port", "HAP_PORT", "0", "port to listen on; 0 picks a free one and prints it"},
+      {"model", "HAP_MODEL_DIR", "", "llava-hf checkpoint directory (default: the bundled model)"},
+      {"threads", "HAP_THREADS", "0", "CPU threads for the model; 0 = all cores"},
+      {"max-concurrent", "HAP_MAX_CONCURRENT", "4", "requests running at once"},
+      {"queue-length", "HAP_QUEUE_LENGTH", "16",
+       "requests waiting for a worker; beyond it RESOURCE_EXHAUSTED"},
+      {"max-message-bytes", "HAP_MAX_MESSAGE_BYTES", "4194304", "largest gRPC message"},
+      {"drain-timeout-ms", "HAP_DRAIN_TIMEOUT_MS", "30000",
+       "on SIGTERM, wait this long for in-flight requests before shutting down"},
+      {"tls-cert", "HAP_TLS_CERT", "", "PEM certificate chain: serve TLS (with --tls-key)"},
+      {"tls-key", "HAP_TLS_KEY", "", "PEM private key of --tls-cert"},
+      {"tls-client-ca", "HAP_TLS_CLIENT_CA", "",
+       "PEM roots: require client certificates they signed (mutual TLS)"},
+  };
+}
+
+absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options) {
+  CommonOptions c;
+  c.host = options.Get("host");
+  HAP_ASSIGN_OR_RETURN(int64_t port, options.Int("port", 0, 65535));
+  c.port = static_cast<int>(port);
+  c.model_dir = cli::ResolveModelDir(options.Get("model"));
+  HAP_ASSIGN_OR_RETURN(int64_t threads, options.Int("threads", 0, 1024));
+  c.threads = static_cast<int>(threads);
+  HAP_ASSIGN_OR_RETURN(int64_t conc, options.Int("max-concurrent", 1, 4096));
+  c.max_concurrent = static_cast<int>(conc);
+  HAP_ASSIGN_OR_RETURN(int64_t queue, options.Int("queue-length", 0, 1 << 20));
+  c.queue_length = static_cast<int>(queue);
+  HAP_ASSIGN_OR_RETURN(int64_t msg, options.Int("max-message-bytes", 4096, 1 << 30));
+  c.max_message_bytes = static_cast<int>(msg);
+  HAP_ASSIGN_OR_RETURN(c.drain_timeout_ms, options.Int("drain-timeout-ms", 0, 3600 * 1000));
+  c.tls_cert_file = options.Get("tls-cert");
+  c.tls_key_file = options.Get("tls-key");
+  c.tls_client_ca_file = options.Get("tls-client-ca");
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  return c;
+}
+
+}  // namespace hap::svc

@@ -1,0 +1,112 @@
+// The write side of a server-streaming or bidi reactor, usable from worker threads: Send()
+// queues a message and the reactor writes one at a time; Close() finishes the call once the
+// queue is written. The first Close() wins. Whoever closes must not touch the reactor after
+// Close() returns: gRPC may run OnDone (which deletes it) right away.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+
+#include "grpcpp/grpcpp.h"
+
+namespace hap::svc {
+
+// Base is grpc::ServerWriteReactor<Response> or grpc::ServerBidiReactor<Request, Response>.
+template <class Base, class Response>
+class OutboxReactor : public Base {
+ public:
+  // Thread-safe. False once the call is closing or the client is gone (the message is dropped).
+  bool Send(Response message) {
+    Action action;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closing_ || broken_) return false;
+      queue_.push_back(std::move(message));
+      action = NextLocked();
+    }
+    Do(action);
+    return true;
+  }
+
+  // Thread-safe; only the first call counts.
+  void Close(const grpc::Status& status) {
+    Action action;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closing_) return;
+      closing_ = true;
+      final_status_ = status;
+      action = NextLocked();
+    }
+    Do(action);
+  }
+
+  bool cancelled() const { return cancelled_.load(); }
+
+ protected:
+  OutboxReactor() = default;
+  virtual ~OutboxReactor() = default;
+
+  // Runs on a gRPC thread when the client cancels or the deadline passes.
+  virtual void OnCancelled() {}
+
+  void OnWriteDone(bool ok) override {
+    Action action;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) {
+        broken_ = true;
+        queue_.clear();
+      }
+      action = NextLocked();
+    }
+    Do(action);
+  }
+
+  void OnCancel() override {
+    cancelled_ = true;
+    OnCancelled();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  enum class Action { kNone, kWrite, kFinish };
+
+  Action NextLocked() {
+    if (writing_ || finished_) return Action::kNone;
+    if (!queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      return Action::kWrite;
+    }
+    if (closing_) {
+      finished_ = true;
+      return Action::kFinish;
+    }
+    return Action::kNone;
+  }
+
+  void Do(Action action) {
+    if (action == Action::kWrite) {
+      this->StartWrite(&current_);
+    } else if (action == Action::kFinish) {
+      this->Finish(final_status_);  // the last use of `this`
+    }
+  }
+
+  std::mutex mu_;
+  std::deque<Response> queue_;
+  Response current_;  // the message being written
+  bool writing_ = false;
+  bool closing_ = false;
+  bool finished_ = false;
+  bool broken_ = false;
+  grpc::Status final_status_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace hap::svc

@@ -1,0 +1,65 @@
+// The skeleton every service binary shares (STYLE §6): a gRPC server with the health service
+// (NOT_SERVING until the model is loaded and again while draining), server reflection and the
+// Debug service; SIGTERM/SIGINT → drain in-flight requests → Shutdown(deadline) → exit 0.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "services/common/options.h"
+#include "services/common/server_state.h"
+
+namespace hap::svc {
+
+class ServiceHost {
+ public:
+  // Call first thing in main(): installs the SIGTERM/SIGINT handlers that start the drain.
+  explicit ServiceHost(std::string name);
+  ~ServiceHost();
+
+  const std::string& name() const { return name_; }
+  ServerState& state() { return state_; }
+
+  // Starts listening on options.host:options.port (0 = a free port) with `services` plus
+  // health, reflection and Debug, reports NOT_SERVING, and prints "<name> listening on
+  // HOST:PORT" on stdout. `max_receive_bytes` bounds incoming messages.
+  absl::Status Start(const CommonOptions& options, const std::vector<grpc::Service*>& services,
+                     int max_receive_bytes);
+  int port() const { return port_; }
+
+  // The model is loaded: health reports SERVING and requests are accepted.
+  void SetServing();
+
+  // Blocks until SIGTERM/SIGINT (or Stop()), then drains: health NOT_SERVING, new requests get
+  // UNAVAILABLE, in-flight requests get up to drain_timeout_ms to finish, then Shutdown with a
+  // short deadline cancels whatever is left. Returns the process exit code (0).
+  int WaitAndDrain(int64_t drain_timeout_ms);
+  void Stop();
+
+  // A startup step after Start() failed: stops the server at once, prints the error, returns
+  // the exit code. Call it before the services it serves are destroyed.
+  int Fail(const absl::Status& status);
+
+ private:
+  void SetHealth(bool serving);
+
+  const std::string name_;
+  ServerState state_;
+  std::unique_ptr<grpc::Service> debug_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_requested_ = false;
+};
+
+// "<program>: <message>" on stderr; the exit code for a startup error (2 for bad flags).
+int StartupFailure(const std::string& program, const absl::Status& status);
+
+}  // namespace hap::svc

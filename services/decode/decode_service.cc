@@ -1,0 +1,216 @@
+#include "services/decode/decode_service.h"
+
+#include <chrono>
+#include <mutex>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/common/status_macros.h"
+#include "runtime/model/generate.h"
+#include "runtime/model/sampler.h"
+#include "services/common/convert.h"
+#include "services/common/kv_codec.h"
+#include "services/common/outbox_reactor.h"
+#include "services/common/status.h"
+
+namespace hap::svc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+KvExpectation ExpectationOf(const LlavaModel& model) {
+  const TextConfig& t = model.config().text;
+  KvExpectation e;
+  e.n_layers = t.num_hidden_layers;
+  e.kv_dim = t.num_key_value_heads * t.head_dim;
+  e.d_model = t.hidden_size;
+  e.vocab_size = t.vocab_size;
+  e.max_positions = t.max_position_embeddings;
+  return e;
+}
+
+}  // namespace
+
+// One Decode call. Reactions (gRPC threads) receive and check the cache; after the trailer a
+// worker runs the decode loop and is then the only one that closes the call.
+class DecodeReactor final
+    : public OutboxReactor<grpc::ServerBidiReactor<hap::v1::DecodeRequest, hap::v1::DecodeResponse>,
+                           hap::v1::DecodeResponse> {
+ public:
+  explicit DecodeReactor(DecodeService* service) : service_(service) {
+    guard_ = service->state_->Begin("(awaiting KV header)");
+    if (absl::Status s = service->state_->CheckAccepting(); !s.ok()) {
+      Close(ToGrpc(s));
+      return;
+    }
+    model_ = service->model_.load();
+    assembler_.emplace(ExpectationOf(*model_));
+    StartRead(&in_);
+  }
+
+  ~DecodeReactor() override { service_->kv_->Release(kv_); }
+
+ private:
+  enum class Phase { kHeader, kChunks, kDecoding, kFailed };
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (phase_ == Phase::kHeader || phase_ == Phase::kChunks) {
+        Fail(absl::InvalidArgumentError(
+            absl::StrCat("KV transfer: the stream ended before the trailer (",
+                         assembler_->chunks_received(), " chunks received)")));
+      }
+      return;  // after the trailer: the client half-closed, which is normal
+    }
+    if (phase_ == Phase::kDecoding) {
+      // Nothing may follow the trailer; the worker sees the flag, stops and reports it.
+      std::lock_guard<std::mutex> lock(mu_);
+      protocol_error_ = "KV transfer: a message arrived after the trailer";
+      return;
+    }
+    if (absl::Status s = Receive(); !s.ok()) {
+      Fail(s);
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  absl::Status Receive() {
+    if (phase_ == Phase::kHeader) {
+      if (!in_.has_header()) {
+        return absl::InvalidArgumentError(
+            "KV transfer: the first message must be a KvHeader (got a chunk or trailer)");
+      }
+      HAP_RETURN_IF_ERROR(assembler_->OnHeader(in_.header()));
+      const hap::v1::KvHeader& h = assembler_->header();
+      guard_ = service_->state_->Begin(h.request_id());
+      HAP_ASSIGN_OR_RETURN(ticket_, service_->pool_->Admit());
+      HAP_ASSIGN_OR_RETURN(
+          kv_, service_->kv_->Acquire(h.request_id(), assembler_->expected_bytes(),
+                                      service_->config_.lease_ms, [this] { OnLeaseExpired(); }));
+      header_time_ = Clock::now();
+      phase_ = Phase::kChunks;
+      return absl::OkStatus();
+    }
+    switch (in_.kind_case()) {
+      case hap::v1::DecodeRequest::kChunk:
+        return assembler_->OnChunk(in_.chunk());
+      case hap::v1::DecodeRequest::kTrailer:
+        HAP_RETURN_IF_ERROR(assembler_->OnTrailer(in_.trailer()));
+        return StartDecoding();
+      case hap::v1::DecodeRequest::kHeader:
+        return absl::InvalidArgumentError("KV transfer: a second header arrived");
+      default:
+        return absl::InvalidArgumentError("KV transfer: an empty DecodeRequest arrived");
+    }
+  }
+
+  absl::Status StartDecoding() {
+    if (!service_->kv_->EndLease(kv_)) {
+      return absl::DeadlineExceededError("KV transfer: the lease expired");
+    }
+    hap::v1::DecodeResponse ack;
+    ack.mutable_ack()->set_kv_bytes(assembler_->bytes_received());
+    ack.mutable_ack()->set_n_chunks(assembler_->chunks_received());
+    ack.mutable_ack()->set_transfer_ms(MsSince(header_time_));
+    Send(std::move(ack));
+    phase_ = Phase::kDecoding;
+    trailer_time_ = Clock::now();
+    service_->pool_->Run(std::move(ticket_), [this] { Close(ToGrpc(RunDecode())); });
+    return absl::OkStatus();
+  }
+
+  // Only on reaction threads before the worker exists.
+  void Fail(const absl::Status& status) {
+    phase_ = Phase::kFailed;
+    service_->kv_->Release(kv_);
+    assembler_.reset();
+    ticket_.Reset();
+    Close(ToGrpc(status));
+  }
+
+  // On the registry's thread: the cache never completed. Memory goes when the call ends.
+  void OnLeaseExpired() {
+    Close(grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        absl::StrCat("KV transfer did not complete within the ", service_->config_.lease_ms,
+                     " ms lease; the partial cache was freed")));
+  }
+
+  bool ShouldStop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled() || !protocol_error_.empty();
+  }
+
+  absl::Status RunDecode() {
+    const double queue_ms = MsSince(trailer_time_);
+    const hap::v1::KvHeader header = assembler_->header();
+    KvCache cache = assembler_->TakeCache();
+    assembler_.reset();
+    HAP_ASSIGN_OR_RETURN(SamplingParams params, SamplingFromProto(header.sampling()));
+    HAP_ASSIGN_OR_RETURN(StopCriteria stop, StopFromProto(header.max_new_tokens(), header.stop()));
+    // The sampler prefill used, continued: same seed, with its draws skipped.
+    Sampler sampler(params);
+    sampler.Discard(header.samples_drawn());
+    const int32_t eos = model_->tokenizer().eos_id();
+    const int32_t cfg_eos = model_->config().text.eos_token_id;
+    int sampled = 0;
+    // ContinueDecodeLoop calls the sink once per sampled token (never for EOS) and, when the
+    // answer ends by EOS or length, once more to flush held-back text: that call repeats the
+    // last id (EOS, or the max_new_tokens-th token), so it carries no token id here.
+    TokenSink sink = [&](int32_t token, const std::string& text) {
+      if (ShouldStop()) return false;
+      hap::v1::DecodeResponse msg;
+      hap::v1::TextDelta* delta = msg.mutable_delta();
+      delta->set_text(text);
+      const bool flush = sampled == stop.max_new_tokens || token == eos || token == cfg_eos;
+      if (!flush) {
+        delta->add_token_ids(token);
+        ++sampled;
+      }
+      return Send(std::move(msg));
+    };
+    absl::StatusOr<DecodeResult> result =
+        ContinueDecodeLoop(*model_, &cache, header.first_token(), sampler, stop, sink);
+    cache = KvCache();
+    service_->kv_->Release(kv_);
+    HAP_RETURN_IF_ERROR(result.status());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!protocol_error_.empty()) return absl::InvalidArgumentError(protocol_error_);
+    }
+    if (cancelled()) return absl::CancelledError("the client cancelled");
+    hap::v1::DecodeResponse done;
+    hap::v1::DecodeDone* d = done.mutable_done();
+    d->set_finish_reason(FinishToProto(result->finish));
+    d->mutable_token_ids()->Add(result->tokens.begin(), result->tokens.end());
+    d->set_text(result->text);
+    d->set_decode_ms(result->decode_ms);
+    d->set_queue_ms(queue_ms);
+    Send(std::move(done));
+    return absl::OkStatus();
+  }
+
+  DecodeService* service_;
+  const LlavaModel* model_ = nullptr;
+  ServerState::RequestGuard guard_;
+  hap::v1::DecodeRequest in_;
+  Phase phase_ = Phase::kHeader;  // reaction threads only, then the worker
+  std::optional<KvAssembler> assembler_;
+  WorkerPool::Ticket ticket_;
+  KvRegistry::Handle kv_;
+  Clock::time_point header_time_, trailer_time_;
+  std::mutex mu_;
+  std::string protocol_error_;
+};
+
+grpc::ServerBidiReactor<hap::v1::DecodeRequest, hap::v1::DecodeResponse>* DecodeService::Decode(
+    grpc::CallbackServerContext* ctx) {
+  return new DecodeReactor(this);
+}
+
+}  // namespace hap::svc

@@ -1,0 +1,59 @@
+// hap-decode: the decode service. Receives compacted KV caches from hap-prefill and generates.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "services/common/model_loader.h"
+#include "services/common/service_host.h"
+#include "services/decode/decode_service.h"
+
+namespace hap::svc {
+namespace {
+
+std::vector<OptionSpec> Specs() {
+  std::vector<OptionSpec> specs = CommonOptionSpecs();
+  specs.push_back({"kv-lease-ms", "HAP_KV_LEASE_MS", "30000",
+                   "a KV transfer must complete this long after its header, or it is dropped"});
+  specs.push_back({"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
+                   "KV cache bytes held at once; 0 = unlimited (RESOURCE_EXHAUSTED above)"});
+  return specs;
+}
+
+int Main(int argc, char** argv) {
+  ServiceHost host("hap-decode");
+  const std::vector<OptionSpec> specs = Specs();
+  auto options = Options::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
+  if (!options.ok()) return StartupFailure("hap-decode", options.status());
+  if (options->help()) {
+    std::printf("%s", Options::Usage("hap-decode", specs).c_str());
+    return 0;
+  }
+  auto common = ReadCommonOptions(*options);
+  if (!common.ok()) return StartupFailure("hap-decode", common.status());
+  auto lease = options->Int("kv-lease-ms", 1, 3600 * 1000);
+  auto max_kv = options->Int("max-kv-bytes", 0, int64_t{1} << 50);
+  if (!lease.ok()) return StartupFailure("hap-decode", lease.status());
+  if (!max_kv.ok()) return StartupFailure("hap-decode", max_kv.status());
+  DecodeConfig config;
+  config.lease_ms = *lease;
+
+  std::unique_ptr<LlavaModel> model;
+  WorkerPool pool(common->max_concurrent, common->queue_length);
+  KvRegistry kv(*max_kv);
+  host.state().Attach(&pool, &kv);
+  DecodeService service(&host.state(), &pool, &kv, config);
+  if (absl::Status s = host.Start(*common, {&service}, common->max_message_bytes); !s.ok()) {
+    return StartupFailure("hap-decode", s);
+  }
+  auto loaded = LoadServiceModel("hap-decode", *common, ModelOptions());
+  if (!loaded.ok()) return host.Fail(loaded.status());
+  model = std::move(*loaded);
+  service.SetModel(model.get());
+  host.SetServing();
+  return host.WaitAndDrain(common->drain_timeout_ms);
+}
+
+}  // namespace
+}  // namespace hap::svc
+
+int main(int argc, char** argv) { return hap::svc::Main(argc, argv); }

@@ -1,0 +1,93 @@
+#include "services/encoder/encoder_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/common/status_macros.h"
+#include "runtime/model/pipeline.h"
+#include "services/common/convert.h"
+#include "services/common/embed_codec.h"
+#include "services/common/outbox_reactor.h"
+#include "services/common/status.h"
+
+namespace hap::svc {
+
+// One Encode call: checked on receipt, then encoded on a worker thread.
+class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v1::EncodeResponse>,
+                                                 hap::v1::EncodeResponse> {
+ public:
+  EncodeReactor(EncoderService* service, const hap::v1::EncodeRequest* request)
+      : service_(service), request_(request) {
+    guard_ = service->state_->Begin(request->request_id());
+    absl::StatusOr<WorkerPool::Ticket> ticket = Accept();
+    if (!ticket.ok()) {
+      Close(ToGrpc(ticket.status()));
+      return;
+    }
+    service->pool_->Run(std::move(*ticket), [this] { Close(ToGrpc(Encode())); });
+  }
+
+ private:
+  absl::StatusOr<WorkerPool::Ticket> Accept() {
+    HAP_RETURN_IF_ERROR(service_->state_->CheckAccepting());
+    model_ = service_->model_.load();
+    if (request_->image().empty()) {
+      return absl::InvalidArgumentError("image is empty (send JPEG or PNG bytes)");
+    }
+    if (static_cast<int64_t>(request_->image().size()) > service_->config_.max_image_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("image is ", request_->image().size(), " bytes; the limit is ",
+                       service_->config_.max_image_bytes, " (--max-image-bytes)"));
+    }
+    HAP_ASSIGN_OR_RETURN(prune_, PruneFromProto(request_->pruning(), hap::v1::Pruning(),
+                                                model_->config().num_visual_tokens()));
+    if (prune_.method == "visionzip") {
+      HAP_RETURN_IF_ERROR(VisionZipCountsFor(prune_, DimsOf(model_->config())).status());
+    }
+    return service_->pool_->Admit();
+  }
+
+  absl::Status Encode() {
+    if (cancelled()) return absl::CancelledError("cancelled before encoding");
+    HAP_ASSIGN_OR_RETURN(EncodeResult r, EncodeImage(*model_, request_->image(), prune_));
+    if (cancelled()) return absl::CancelledError("cancelled after encoding");
+    const int hidden = model_->config().text.hidden_size;
+    int limit = service_->config_.max_message_bytes;
+    if (request_->max_message_bytes() > 0) {
+      limit = std::min<int>(limit, static_cast<int>(request_->max_message_bytes()));
+    }
+    HAP_ASSIGN_OR_RETURN(std::vector<hap::v1::EmbeddingChunk> chunks,
+                         ChunkEmbeddings(r.embeds, hidden, limit));
+    hap::v1::EncodeResponse head;
+    hap::v1::EmbeddingHeader* h = head.mutable_header();
+    h->set_request_id(request_->request_id());
+    h->set_n_tokens(r.n_vis);
+    h->set_hidden(hidden);
+    h->set_dtype(hap::v1::DTYPE_F32);
+    h->set_n_chunks(static_cast<int>(chunks.size()));
+    h->set_image_width(r.image_width);
+    h->set_image_height(r.image_height);
+    h->set_preprocess_ms(r.preprocess_ms);
+    h->set_encode_ms(r.encode_ms);
+    Send(std::move(head));
+    for (hap::v1::EmbeddingChunk& c : chunks) {
+      hap::v1::EncodeResponse msg;
+      *msg.mutable_chunk() = std::move(c);
+      if (!Send(std::move(msg))) return absl::CancelledError("the client went away");
+    }
+    return absl::OkStatus();
+  }
+
+  EncoderService* service_;
+  const hap::v1::EncodeRequest* request_;
+  const LlavaModel* model_ = nullptr;
+  PruneRequest prune_;
+  ServerState::RequestGuard guard_;
+};
+
+grpc::ServerWriteReactor<hap::v1::EncodeResponse>* EncoderService::Encode(
+    grpc::CallbackServerContext* ctx, const hap::v1::EncodeRequest* request) {
+  return new EncodeReactor(this, request);
+}
+
+}  // namespace hap::svc

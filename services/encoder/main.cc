@@ -1,0 +1,65 @@
+// hap-encoder: the vision-encoder service (image bytes → visual embeddings).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "services/common/model_loader.h"
+#include "services/common/service_host.h"
+#include "services/encoder/encoder_service.h"
+
+namespace hap::svc {
+namespace {
+
+std::vector<OptionSpec> Specs() {
+  std::vector<OptionSpec> specs = CommonOptionSpecs();
+  specs.push_back({"max-image-bytes", "HAP_MAX_IMAGE_BYTES", "16777216",
+                   "largest encoded image accepted (RESOURCE_EXHAUSTED above)"});
+  specs.push_back({"max-image-pixels", "HAP_MAX_IMAGE_PIXELS", "40000000",
+                   "largest width*height accepted (RESOURCE_EXHAUSTED above)"});
+  return specs;
+}
+
+int Main(int argc, char** argv) {
+  ServiceHost host("hap-encoder");
+  const std::vector<OptionSpec> specs = Specs();
+  auto options = Options::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
+  if (!options.ok()) return StartupFailure("hap-encoder", options.status());
+  if (options->help()) {
+    std::printf("%s", Options::Usage("hap-encoder", specs).c_str());
+    return 0;
+  }
+  auto common = ReadCommonOptions(*options);
+  if (!common.ok()) return StartupFailure("hap-encoder", common.status());
+  EncoderConfig config;
+  config.max_message_bytes = common->max_message_bytes;
+  auto max_image = options->Int("max-image-bytes", 1, 1LL << 31);
+  auto max_pixels = options->Int("max-image-pixels", 1, 1LL << 34);
+  if (!max_image.ok()) return StartupFailure("hap-encoder", max_image.status());
+  if (!max_pixels.ok()) return StartupFailure("hap-encoder", max_pixels.status());
+  config.max_image_bytes = *max_image;
+
+  std::unique_ptr<LlavaModel> model;
+  WorkerPool pool(common->max_concurrent, common->queue_length);
+  host.state().Attach(&pool, nullptr);
+  EncoderService service(&host.state(), &pool, config);
+  // The request carries the whole image, so the receive limit must admit the largest one.
+  const int max_receive = static_cast<int>(
+      std::max<int64_t>(common->max_message_bytes, config.max_image_bytes + (64 << 10)));
+  if (absl::Status s = host.Start(*common, {&service}, max_receive); !s.ok()) {
+    return StartupFailure("hap-encoder", s);
+  }
+  ModelOptions model_options;
+  model_options.image_limits.max_bytes = config.max_image_bytes;
+  model_options.image_limits.max_pixels = *max_pixels;
+  auto loaded = LoadServiceModel("hap-encoder", *common, model_options);
+  if (!loaded.ok()) return host.Fail(loaded.status());
+  model = std::move(*loaded);
+  service.SetModel(model.get());
+  host.SetServing();
+  return host.WaitAndDrain(common->drain_timeout_ms);
+}
+
+}  // namespace
+}  // namespace hap::svc
+
+int main(int argc, char** argv) { return hap::svc::Main(argc, argv); }

@@ -1,0 +1,59 @@
+// One Generate call on the front door. Checked on receipt (gRPC thread); then a worker runs
+// encode → prefill → KV transfer → relay of decode's tokens. Cancelling the call (or its
+// deadline) cancels the peer calls, which stops decode and frees the KV caches.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <set>
+
+#include "absl/status/statusor.h"
+#include "hap/v1/generate.grpc.pb.h"
+#include "runtime/model/pipeline.h"
+#include "services/common/outbox_reactor.h"
+#include "services/prefill/prefill_service.h"
+
+namespace hap::svc {
+
+// The client calls a request has open to peers, so a cancel reaches all of them.
+class ChildCalls {
+ public:
+  void Add(grpc::ClientContext* ctx);
+  void Remove(grpc::ClientContext* ctx);
+  void CancelAll();
+
+ private:
+  std::mutex mu_;
+  std::set<grpc::ClientContext*> calls_;
+  bool cancelled_ = false;
+};
+
+class GenerateReactor final
+    : public OutboxReactor<grpc::ServerWriteReactor<hap::v1::GenerateResponse>,
+                           hap::v1::GenerateResponse> {
+ public:
+  GenerateReactor(PrefillService* service, grpc::CallbackServerContext* ctx,
+                  const hap::v1::GenerateRequest* request);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void OnCancelled() override { children_.CancelAll(); }
+
+  absl::Status Execute();
+  absl::StatusOr<EncodeResult> CallEncoder();
+  // Streams the cache to decode, relays the tokens and sends the stats.
+  absl::Status TransferAndRelay(PrefillResult prefill);
+  absl::Status CheckCancelled(const char* stage) const;
+
+  PrefillService* service_;
+  grpc::CallbackServerContext* ctx_;
+  const hap::v1::GenerateRequest* request_;
+  GenerateJob job_;
+  ServerState::RequestGuard guard_;
+  ChildCalls children_;
+  Clock::time_point received_;
+  hap::v1::StageTimings timings_;
+};
+
+}  // namespace hap::svc

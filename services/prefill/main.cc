@@ -1,0 +1,118 @@
+// hap-prefill: the front door (hap.v1.Generation). It calls hap-encoder for the embeddings, runs
+// the pruned prefill and hands the KV cache to hap-decode, relaying the tokens back.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "runtime/model/pipeline.h"
+#include "services/common/convert.h"
+#include "services/common/model_loader.h"
+#include "services/common/service_host.h"
+#include "services/common/status.h"
+#include "services/prefill/prefill_service.h"
+
+namespace hap::svc {
+namespace {
+
+std::vector<OptionSpec> Specs() {
+  std::vector<OptionSpec> specs = CommonOptionSpecs();
+  specs.push_back(
+      {"encoder-addr", "HAP_ENCODER_ADDR", "", "hap-encoder address host:port (required)"});
+  specs.push_back(
+      {"decode-addr", "HAP_DECODE_ADDR", "", "hap-decode address host:port (required)"});
+  specs.push_back({"max-image-bytes", "HAP_MAX_IMAGE_BYTES", "16777216",
+                   "largest encoded image accepted (RESOURCE_EXHAUSTED above)"});
+  specs.push_back({"max-prompt-tokens", "HAP_MAX_PROMPT_TOKENS", "0",
+                   "longest prompt, visual tokens included; 0 = the model's context length"});
+  specs.push_back({"method", "HAP_METHOD", "hap", "default pruning method"});
+  specs.push_back({"retain", "HAP_RETAIN", "33.3%",
+                   "default budget: average visual tokens per layer (64) or a percentage (11.1%)"});
+  specs.push_back(
+      {"flops", "HAP_FLOPS", "", "default budget as a FLOPs fraction instead of --retain (0.25)"});
+  specs.push_back({"kv-lease-ms", "HAP_KV_LEASE_MS", "30000",
+                   "a KV cache waiting for its transfer to decode is freed after this"});
+  specs.push_back({"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
+                   "KV cache bytes held at once; 0 = unlimited (RESOURCE_EXHAUSTED above)"});
+  return specs;
+}
+
+absl::StatusOr<hap::v1::Pruning> DefaultPruning(const Options& options) {
+  hap::v1::Pruning p;
+  p.set_method(options.Get("method"));
+  const bool flops = !options.Get("flops").empty();
+  const bool retain = !options.Get("retain").empty();
+  if (flops && retain && options.IsSet("retain")) {
+    return absl::InvalidArgumentError("give one default budget: --retain or --flops");
+  }
+  if (flops) {  // over the built-in default retain
+    auto value = options.Double("flops");
+    if (!value.ok()) return value.status();
+    p.set_flops(*value);
+  } else if (retain) {
+    p.set_retain(options.Get("retain"));
+  }
+  return p;
+}
+
+int Main(int argc, char** argv) {
+  ServiceHost host("hap-prefill");
+  const std::vector<OptionSpec> specs = Specs();
+  auto options = Options::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
+  if (!options.ok()) return StartupFailure("hap-prefill", options.status());
+  if (options->help()) {
+    std::printf("%s", Options::Usage("hap-prefill", specs).c_str());
+    return 0;
+  }
+  auto common = ReadCommonOptions(*options);
+  if (!common.ok()) return StartupFailure("hap-prefill", common.status());
+  PrefillConfig config;
+  config.encoder_address = options->Get("encoder-addr");
+  config.decode_address = options->Get("decode-addr");
+  if (config.encoder_address.empty() || config.decode_address.empty()) {
+    return StartupFailure(
+        "hap-prefill", absl::InvalidArgumentError("--encoder-addr and --decode-addr are required"));
+  }
+  config.max_message_bytes = common->max_message_bytes;
+  auto max_image = options->Int("max-image-bytes", 1, 1LL << 31);
+  auto max_prompt = options->Int("max-prompt-tokens", 0, 1 << 24);
+  auto lease = options->Int("kv-lease-ms", 1, 3600 * 1000);
+  auto max_kv = options->Int("max-kv-bytes", 0, int64_t{1} << 50);
+  auto pruning = DefaultPruning(*options);
+  for (const absl::Status& s : {max_image.status(), max_prompt.status(), lease.status(),
+                                max_kv.status(), pruning.status()}) {
+    if (!s.ok()) return StartupFailure("hap-prefill", s);
+  }
+  config.max_image_bytes = *max_image;
+  config.lease_ms = *lease;
+  config.default_pruning = *pruning;
+
+  std::unique_ptr<LlavaModel> model;
+  WorkerPool pool(common->max_concurrent, common->queue_length);
+  KvRegistry kv(*max_kv);
+  host.state().Attach(&pool, &kv);
+  PrefillService service(&host.state(), &pool, &kv, config);
+  const int max_receive = static_cast<int>(
+      std::max<int64_t>(common->max_message_bytes, config.max_image_bytes + (64 << 10)));
+  if (absl::Status s = host.Start(*common, {&service}, max_receive); !s.ok()) {
+    return StartupFailure("hap-prefill", s);
+  }
+  ModelOptions model_options;
+  model_options.max_prompt_tokens = static_cast<int>(*max_prompt);
+  auto loaded = LoadServiceModel("hap-prefill", *common, model_options);
+  if (!loaded.ok()) return host.Fail(loaded.status());
+  model = std::move(*loaded);
+  // A default budget this model cannot reach would fail every request: refuse to start.
+  auto prune = PruneFromProto(hap::v1::Pruning(), config.default_pruning,
+                              model->config().num_visual_tokens());
+  absl::Status ok =
+      prune.ok() ? ValidateRequest(*model, "default pruning check", *prune) : prune.status();
+  if (!ok.ok()) return host.Fail(Annotate(ok, "default pruning (--method/--retain/--flops)"));
+  service.SetModel(model.get());
+  host.SetServing();
+  return host.WaitAndDrain(common->drain_timeout_ms);
+}
+
+}  // namespace
+}  // namespace hap::svc
+
+int main(int argc, char** argv) { return hap::svc::Main(argc, argv); }

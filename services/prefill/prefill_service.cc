@@ -1,0 +1,66 @@
+#include "services/prefill/prefill_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "runtime/common/status_macros.h"
+#include "runtime/model/pipeline.h"
+#include "services/common/convert.h"
+#include "services/prefill/generate_reactor.h"
+
+namespace hap::svc {
+
+std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, int max_message_bytes) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Chunks stay under max_message_bytes; a final DecodeDone carries every token id and the text.
+  args.SetMaxReceiveMessageSize(std::max(max_message_bytes, 64 << 20));
+  // Requests carry the image to the encoder: allow what the front door accepted.
+  args.SetMaxSendMessageSize(-1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry* kv,
+                               const PrefillConfig& config)
+    : state_(state), pool_(pool), kv_(kv), config_(config) {
+  encoder_ =
+      hap::v1::Encoder::NewStub(PeerChannel(config.encoder_address, config.max_message_bytes));
+  decode_ = hap::v1::Decode::NewStub(PeerChannel(config.decode_address, config.max_message_bytes));
+}
+
+absl::StatusOr<GenerateJob> PrefillService::Check(const hap::v1::GenerateRequest& request) {
+  HAP_RETURN_IF_ERROR(state_->CheckAccepting());
+  const LlavaModel* model = model_.load();
+  GenerateJob job;
+  job.request_id =
+      request.request_id().empty() ? state_->NewRequestId("req") : request.request_id();
+  if (job.request_id.size() > 256) {
+    return absl::InvalidArgumentError("request_id is longer than 256 bytes");
+  }
+  if (request.image().empty()) {
+    return absl::InvalidArgumentError("image is required (JPEG or PNG bytes)");
+  }
+  if (static_cast<int64_t>(request.image().size()) > config_.max_image_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("image is ", request.image().size(), " bytes; the limit is ",
+                     config_.max_image_bytes, " (--max-image-bytes)"));
+  }
+  if (request.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
+  HAP_ASSIGN_OR_RETURN(job.sampling, SamplingFromProto(request.sampling()));
+  HAP_ASSIGN_OR_RETURN(job.stop, StopFromProto(request.max_new_tokens(), request.stop()));
+  HAP_ASSIGN_OR_RETURN(job.prune, PruneFromProto(request.pruning(), config_.default_pruning,
+                                                 model->config().num_visual_tokens()));
+  // Prompt length (--max-prompt-tokens), method and budget against this model.
+  HAP_RETURN_IF_ERROR(ValidateRequest(*model, request.prompt(), job.prune));
+  return job;
+}
+
+grpc::ServerWriteReactor<hap::v1::GenerateResponse>* PrefillService::Generate(
+    grpc::CallbackServerContext* ctx, const hap::v1::GenerateRequest* request) {
+  return new GenerateReactor(this, ctx, request);
+}
+
+}  // namespace hap::svc

@@ -1,0 +1,77 @@
+// hap.v1.Generation, the front door: checks a request, has the encoder turn the image into
+// embeddings, runs the pruned prefill here, streams the compacted KV cache and the first token to
+// the decode service and relays decode's tokens to the client, ending with the stats.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "hap/v1/decode.grpc.pb.h"
+#include "hap/v1/encoder.grpc.pb.h"
+#include "hap/v1/generate.grpc.pb.h"
+#include "runtime/model/generate.h"
+#include "runtime/model/llava_model.h"
+#include "runtime/model/sampler.h"
+#include "runtime/prune/factory.h"
+#include "services/common/kv_registry.h"
+#include "services/common/server_state.h"
+#include "services/common/worker_pool.h"
+
+namespace hap::svc {
+
+struct PrefillConfig {
+  std::string encoder_address;
+  std::string decode_address;
+  int max_message_bytes = 4 << 20;
+  int64_t max_image_bytes = 16 << 20;
+  hap::v1::Pruning default_pruning;  // method + budget for requests that leave them out
+  int64_t lease_ms = 30000;          // the KV transfer to decode must finish within this
+};
+
+// A request that passed the checks on receipt.
+struct GenerateJob {
+  std::string request_id;
+  PruneRequest prune;
+  SamplingParams sampling;
+  StopCriteria stop;
+};
+
+class PrefillService final : public hap::v1::Generation::CallbackService {
+ public:
+  PrefillService(ServerState* state, WorkerPool* pool, KvRegistry* kv, const PrefillConfig& config);
+
+  void SetModel(const LlavaModel* model) { model_ = model; }
+
+  grpc::ServerWriteReactor<hap::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const hap::v1::GenerateRequest* request) override;
+
+  // The checks every request passes before any work (InvalidArgument / ResourceExhausted /
+  // Unavailable with a message naming the problem).
+  absl::StatusOr<GenerateJob> Check(const hap::v1::GenerateRequest& request);
+
+  ServerState* state() { return state_; }
+  WorkerPool* pool() { return pool_; }
+  KvRegistry* kv() { return kv_; }
+  const PrefillConfig& config() const { return config_; }
+  const LlavaModel* model() const { return model_.load(); }
+  hap::v1::Encoder::Stub* encoder() { return encoder_.get(); }
+  hap::v1::Decode::Stub* decode() { return decode_.get(); }
+
+ private:
+  ServerState* state_;
+  WorkerPool* pool_;
+  KvRegistry* kv_;
+  const PrefillConfig config_;
+  std::atomic<const LlavaModel*> model_{nullptr};
+  std::unique_ptr<hap::v1::Encoder::Stub> encoder_;
+  std::unique_ptr<hap::v1::Decode::Stub> decode_;
+};
+
+// A channel to a peer service: fast reconnects (a restarted peer is used again within about a
+// second) and message limits that fit the transfer chunks.
+std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, int max_message_bytes);
+
+}  // namespace hap::svc

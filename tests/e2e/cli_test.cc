@@ -1,0 +1,154 @@
+// `hapctl up` starts the three services and prints the front door and "ready"; `hapctl generate`
+// against it prints what `hapctl run` prints; SIGINT stops everything with exit code 0.
+#include <signal.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "sdk/child_process.h"
+#include "sdk/client.h"
+#include "tests/e2e/e2e_util.h"
+
+namespace hap::e2e {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(HapctlUpTest, UpGenerateAndStop) {
+  const std::string model = MakeTinyModel("cli_tiny8", 2);
+  ASSERT_FALSE(model.empty());
+  setenv("HAP_BIN_DIR", HAP_BIN_DIR, 1);
+  auto up = sdk::ChildProcess::Spawn(
+      {HapctlPath(), "up", "--model", model, "--method", "hap", "--retain", "8", "--quiet"}, "");
+  ASSERT_TRUE(up.ok()) << up.status();
+  auto ready =
+      (*up)->WaitForLine([](const std::string& l) { return l.find("ready") != std::string::npos; },
+                         milliseconds(60000));
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  auto address = (*up)->WaitForLine(
+      [](const std::string& l) {
+        return l.find(':') != std::string::npos && l.find(' ') == std::string::npos;
+      },
+      milliseconds(100));
+  ASSERT_TRUE(address.ok()) << "no host:port line before ready";
+
+  Ask ask;
+  ask.method = "hap";
+  ask.retain = "8";
+  ask.seed = 5;
+  ask.max_new_tokens = 14;
+  std::string error;
+  const nlohmann::json run = HapctlRun(model, ask, &error);
+  ASSERT_TRUE(error.empty()) << error;
+  const std::vector<std::string> generate = {
+      HapctlPath(), "generate", "--server", *address, "--image", TestImagePath(),    "--prompt",
+      ask.prompt,   "--retain", "8",        "--seed", "5",       "--max-new-tokens", "14"};
+  std::vector<std::string> as_json = generate;
+  as_json.push_back("--json");
+  const CommandResult j = RunCommand(as_json);
+  ASSERT_EQ(j.exit_code, 0) << j.out;
+  const nlohmann::json got = nlohmann::json::parse(j.out);
+  EXPECT_EQ(got["token_ids"], run["token_ids"]);
+  EXPECT_EQ(got["text"], run["text"]);
+  EXPECT_EQ(got["finish_reason"], run["finish_reason"]);
+  EXPECT_EQ(got["kv_bytes"], run["pruning"]["kv_bytes"]);
+  EXPECT_EQ(got["method"], "hap");
+
+  const CommandResult plain = RunCommand(generate);
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  EXPECT_EQ(plain.out.rfind(run["text"].get<std::string>(), 0), 0u) << plain.out;
+  EXPECT_NE(plain.out.find("-- finish: "), std::string::npos) << plain.out;
+
+  // A bad request is a one-line error and exit code 2, as for `hapctl run`.
+  std::vector<std::string> bad = generate;
+  bad.insert(bad.end(), {"--method", "magic"});
+  EXPECT_EQ(RunCommand(bad).exit_code, 2);
+
+  (*up)->Signal(SIGINT);
+  const std::optional<int> code = (*up)->Wait(milliseconds(30000));
+  ASSERT_TRUE(code.has_value()) << "hapctl up did not stop";
+  EXPECT_EQ(*code, 0);
+  auto client = sdk::Client::Connect(*address);
+  ASSERT_TRUE(client.ok());
+  EXPECT_FALSE(client.value()->IsServing(milliseconds(500)).ok()) << "the front door is still up";
+}
+
+}  // namespace
+}  // namespace hap::e2e
+
+namespace hap::e2e {
+namespace {
+
+// Retries: UNAVAILABLE before any token is retried with exponential backoff, within the deadline.
+TEST(SdkTest, RetriesUnavailableWithBackoffWithinTheDeadline) {
+  sdk::ClientOptions o;
+  o.retry.max_attempts = 4;
+  o.retry.initial_backoff_ms = 100;
+  auto client = sdk::Client::Connect("127.0.0.1:1", o);  // nothing listens on port 1
+  ASSERT_TRUE(client.ok());
+  hap::v1::GenerateRequest req;
+  auto t0 = std::chrono::steady_clock::now();
+  auto got = (*client)->Generate(req);
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_GE(ms, 100 + 200 + 400);  // three backoffs between four attempts
+  sdk::StreamOptions short_deadline;
+  short_deadline.timeout = milliseconds(250);
+  t0 = std::chrono::steady_clock::now();
+  got = (*client)->Generate(req, short_deadline);
+  ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(got.ok());
+  EXPECT_LT(ms, 1000) << "retries must stop at the deadline";
+}
+
+// A service serving mutual TLS; the SDK connects with the CA, a client certificate and key, and
+// is refused without them.
+TEST(TlsTest, SdkTalksMutualTlsToAService) {
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/e2e/tls";
+  std::filesystem::create_directories(dir);
+  const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
+  const CommandResult made = RunCommand(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out",
+       cert, "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"});
+  if (made.exit_code != 0) GTEST_SKIP() << "openssl could not make a test certificate";
+  const std::string model = MakeTinyModel("tls_tiny8", 1);
+  ASSERT_FALSE(model.empty());
+  auto decode = sdk::ChildProcess::Spawn(
+      {std::string(HAP_BIN_DIR) + "/hap-decode", "--host", "127.0.0.1", "--port", "0", "--model",
+       model, "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", cert},
+      "");
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  auto line = (*decode)->WaitForLine(
+      [](const std::string& l) { return sdk::ParseListeningPort(l) > 0; }, milliseconds(30000));
+  ASSERT_TRUE(line.ok()) << line.status();
+  const std::string address = "127.0.0.1:" + std::to_string(sdk::ParseListeningPort(*line));
+
+  sdk::ClientOptions tls;
+  tls.tls.enabled = true;
+  tls.tls.root_certs_file = cert;
+  tls.tls.client_cert_file = cert;
+  tls.tls.client_key_file = key;
+  tls.tls.server_name_override = "localhost";
+  ASSERT_TRUE(sdk::WaitUntilServing(address, milliseconds(30000), tls).ok());
+  auto client = sdk::Client::Connect(address, tls);
+  ASSERT_TRUE(client.ok());
+  auto state = (*client)->GetState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->service(), "hap-decode");
+
+  sdk::ClientOptions no_client_cert = tls;
+  no_client_cert.tls.client_cert_file.clear();
+  no_client_cert.tls.client_key_file.clear();
+  auto anonymous = sdk::Client::Connect(address, no_client_cert);
+  ASSERT_TRUE(anonymous.ok());
+  EXPECT_FALSE((*anonymous)->GetState(milliseconds(2000)).ok());
+  auto plaintext = sdk::Client::Connect(address);
+  ASSERT_TRUE(plaintext.ok());
+  EXPECT_FALSE((*plaintext)->GetState(milliseconds(2000)).ok());
+  EXPECT_EQ((*decode)->Terminate(milliseconds(10000)), 0);
+}
+
+}  // namespace
+}  // namespace hap::e2e

@@ -1,0 +1,125 @@
+#include "tests/e2e/e2e_util.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "sdk/child_process.h"
+
+namespace hap::e2e {
+
+CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+  CommandResult r;
+  auto child = sdk::ChildProcess::Spawn(argv, "");
+  if (!child.ok()) return r;
+  auto lines = (*child)->ReadAll(timeout);
+  r.exit_code = (*child)->Wait(std::chrono::seconds(10)).value_or(-1);
+  if (lines.ok()) r.out = absl::StrJoin(*lines, "\n");
+  return r;
+}
+
+std::string HapctlPath() { return HAP_HAPCTL; }
+
+std::string MakeTinyModel(const std::string& name, int seed) {
+  const std::string dir = absl::StrCat(HAP_BINARY_DIR, "/tests/e2e/", name);
+  std::filesystem::remove_all(dir);
+  const CommandResult r = RunCommand(
+      {HapctlPath(), "make-tiny", "--out", dir, "--layers", "8", "--seed", std::to_string(seed)});
+  return r.exit_code == 0 ? dir : "";
+}
+
+std::string TestImagePath() {
+  return std::string(HAP_SOURCE_DIR) + "/data/scenes-test/images/test_0000.jpg";
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+nlohmann::json HapctlRun(const std::string& model_dir, const Ask& ask, std::string* error) {
+  std::vector<std::string> argv = {HapctlPath(),
+                                   "run",
+                                   "--json",
+                                   "--model",
+                                   model_dir,
+                                   "--image",
+                                   TestImagePath(),
+                                   "--prompt",
+                                   ask.prompt,
+                                   "--method",
+                                   ask.method,
+                                   "--max-new-tokens",
+                                   std::to_string(ask.max_new_tokens),
+                                   "--temperature",
+                                   absl::StrCat(ask.temperature),
+                                   "--top-p",
+                                   absl::StrCat(ask.top_p),
+                                   "--top-k",
+                                   std::to_string(ask.top_k),
+                                   "--seed",
+                                   std::to_string(ask.seed)};
+  if (!ask.retain.empty()) argv.insert(argv.end(), {"--retain", ask.retain});
+  if (!ask.stop.empty()) argv.insert(argv.end(), {"--stop", ask.stop});
+  const CommandResult r = RunCommand(argv);
+  if (r.exit_code != 0) {
+    *error = absl::StrCat("hapctl run exited with ", r.exit_code, ": ", r.out);
+    return nlohmann::json::object();
+  }
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    *error = absl::StrCat("hapctl run printed no JSON (", e.what(), "): ", r.out);
+    return nlohmann::json::object();
+  }
+}
+
+std::optional<Ask> FindLongAsk(const std::string& model_dir, int min_tokens) {
+  Ask ask;
+  ask.method = "hap";
+  ask.retain = "8";
+  ask.temperature = 0.7f;
+  ask.max_new_tokens = 3000;
+  for (ask.seed = 1; ask.seed <= 30; ++ask.seed) {
+    std::string error;
+    const nlohmann::json run = HapctlRun(model_dir, ask, &error);
+    if (error.empty() && static_cast<int>(run["token_ids"].size()) >= min_tokens) return ask;
+  }
+  return std::nullopt;
+}
+
+hap::v1::GenerateRequest ToRequest(const Ask& ask, const std::string& image) {
+  hap::v1::GenerateRequest req;
+  req.set_image(image);
+  req.set_prompt(ask.prompt);
+  req.set_max_new_tokens(ask.max_new_tokens);
+  if (!ask.stop.empty()) req.add_stop(ask.stop);
+  req.mutable_pruning()->set_method(ask.method);
+  if (!ask.retain.empty()) req.mutable_pruning()->set_retain(ask.retain);
+  req.mutable_pruning()->set_seed(ask.seed);
+  hap::v1::Sampling* s = req.mutable_sampling();
+  s->set_temperature(ask.temperature);
+  s->set_top_p(ask.top_p);
+  s->set_top_k(ask.top_k);
+  s->set_seed(ask.seed);
+  return req;
+}
+
+std::optional<double> WaitUntil(const std::function<bool()>& done,
+                                std::chrono::milliseconds timeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (done()) return ms;
+    if (ms > timeout.count()) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace hap::e2e

@@ -1,0 +1,61 @@
+// Helpers for the end-to-end tests: a tiny checkpoint from `hapctl make-tiny`, `hapctl run --json`
+// as the in-process reference, requests, and polling.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hap/v1/generate.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace hap::e2e {
+
+// What one request asks, for both `hapctl run` and the services.
+struct Ask {
+  std::string prompt = "What is in the picture?";
+  std::string method = "none";
+  std::string retain;  // "" = no budget
+  int max_new_tokens = 12;
+  float temperature = 0;
+  float top_p = 1;
+  int top_k = 0;
+  uint64_t seed = 0;
+  std::string stop;  // "" = none
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+};
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(120));
+
+std::string HapctlPath();
+// `hapctl make-tiny --layers 8` into the build tree; returns the directory.
+std::string MakeTinyModel(const std::string& name, int seed);
+// A real JPEG from the repository's test scenes.
+std::string TestImagePath();
+std::string ReadBytes(const std::string& path);
+
+// `hapctl run --json` on `model_dir` (empty JSON object on failure, with the reason in `error`).
+nlohmann::json HapctlRun(const std::string& model_dir, const Ask& ask, std::string* error);
+
+// A sampled request (hap, retain 8) that runs for at least `min_tokens` tokens on this model,
+// found by trying seeds with `hapctl run`; its max_new_tokens is 3000.
+std::optional<Ask> FindLongAsk(const std::string& model_dir, int min_tokens);
+
+hap::v1::GenerateRequest ToRequest(const Ask& ask, const std::string& image);
+
+// Polls `done` every 10 ms; the milliseconds it took, or nullopt at the timeout.
+std::optional<double> WaitUntil(const std::function<bool()>& done,
+                                std::chrono::milliseconds timeout);
+
+template <class Repeated>
+std::vector<int32_t> Ids(const Repeated& r) {
+  return std::vector<int32_t>(r.begin(), r.end());
+}
+
+}  // namespace hap::e2e
