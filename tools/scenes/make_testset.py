@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Writes a scenes split to disk: JPEG images + questions.jsonl (format: data/scenes-test/README.md).
+"""Writes a scenes split to disk: JPEG images + questions.jsonl (format in
+data/scenes-test/README.md).
 
   /usr/bin/python3 tools/scenes/make_testset.py --out data/scenes-test --split test --images 340
 

@@ -47,7 +47,8 @@ TEMPLATES = {
     "color": ["What color is the {ref}?", "Which color does the {ref} have?"],
     "shape": ["What shape is in the {pos}?", "Which shape is at the {pos}?"],
     "count": ["How many {color} shapes are there?", "How many shapes are {color}?"],
-    "exist": ["Is there a {color} {shape}?", "Is there a {color} {shape} in the image?"],
+    "exist": ["Is there {article} {color} {shape}?",
+              "Is there {article} {color} {shape} in the image?"],
     "relpos": ["Where is the {ref1} relative to the {ref2}?",
                "Is the {ref1} left, right, above or below the {ref2}?"],
 }
@@ -76,7 +77,7 @@ def random_scene(rng, size=168, n_min=3, n_max=6):
     n = rng.randint(n_min, n_max)
     cells = rng.sample(range(9), n)
     # A small per-scene palette makes repeated colours (count answers 2 and 3) common.
-    palette = rng.sample(COLOR_NAMES, rng.randint(2, min(n, 5)))
+    palette = rng.sample(COLOR_NAMES, rng.randint(min(2, n), min(n, 5)))
     objs = []
     cell = size / 3.0
     counts = {}
@@ -142,7 +143,8 @@ def make_question(scene, qtype, rng, target=None):
             hard = [(c, k) for c, k in absent if c in colors or k in kinds]
             pool = hard if (hard and rng.random() < 0.8) else absent
             color, kind = rng.choice(pool)
-        return tmpl.format(color=color, shape=kind), "yes" if want_yes else "no"
+        article = "an" if color[0] in "aeiou" else "a"
+        return tmpl.format(article=article, color=color, shape=kind), "yes" if want_yes else "no"
     if qtype == "relpos":
         pairs = []
         for a in objs:

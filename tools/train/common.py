@@ -72,6 +72,26 @@ def encode_example(sp, cfg, question, answer):
     return ids, tgt
 
 
+def encode_conversation(sp, cfg, qas):
+    """Multi-turn LLaVA-1.5 conversation about one image:
+    `USER: <image>\n{q1} ASSISTANT: {a1}</s>USER: {q2} ASSISTANT: {a2}</s>...`.
+    Turn 1 is exactly the single-turn inference prompt; each turn's answer + EOS is supervised.
+    -> (input ids, targets) as encode_example."""
+    toks, is_tgt = [], []
+    for k, (q, a) in enumerate(qas):
+        if k == 0:
+            p = lm.prompt_ids(sp, q, cfg.image_token_index, cfg.num_visual_tokens,
+                              bos_id=sp.bos_id())
+        else:
+            p = sp.encode("USER: " + q + " ASSISTANT:")
+        ans = answer_ids(sp, a)
+        toks += p + ans
+        is_tgt += [False] * len(p) + [True] * len(ans)
+    ids = toks[:-1]
+    tgt = [t if m else -100 for t, m in zip(toks[1:], is_tgt[1:])]
+    return ids, tgt
+
+
 def collate(examples, pad_id):
     """examples: list of (ids, tgt); right-padded (the causal mask alone is then correct)."""
     n = max(len(e[0]) for e in examples)
