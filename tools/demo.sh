@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make demo`: answers a question about an example image with the default model, in process,
-# unpruned and with HAP at 5.6% of the visual tokens, printing answers, pruning stats and
-# timings. Until the trained default model (models/scenes-llava) is committed, the demo runs the
-# same pipeline on a random-weight checkpoint of the same shape and says so: its answers are
+# `make demo`: starts the three services on loopback with `hapctl up`, then asks the front door
+# (hap-prefill) a question about an example image with `hapctl generate`, unpruned and with HAP at
+# 5.6% of the visual tokens, printing the answers, pruning stats and per-stage timings; then stops
+# the services. Until the trained default model (models/scenes-llava) is committed, the demo runs
+# the same pipeline on a random-weight checkpoint of the same shape and says so: its answers are
 # then meaningless text, but every stage, the pruning and the stats are the real ones.
 set -euo pipefail
 HAPCTL=${1:-build/tools/hapctl/hapctl}
@@ -22,10 +23,30 @@ if [ ! -f models/scenes-llava/config.json ] && [ -z "${HAP_MODEL_DIR:-}" ]; then
   MODEL_ARGS=(--model "$STANDIN")
 fi
 
+# hapctl up prints the front door's host:port, then a line with "ready".
+UP_LOG=$(mktemp)
+"$HAPCTL" up "${MODEL_ARGS[@]}" --quiet >"$UP_LOG" &
+UP_PID=$!
+stop_services() {
+  if kill -0 "$UP_PID" 2>/dev/null; then
+    kill -INT "$UP_PID" && wait "$UP_PID" || true
+  fi
+  rm -f "$UP_LOG"
+}
+trap stop_services EXIT
+for _ in $(seq 1 600); do
+  grep -q ready "$UP_LOG" && break
+  kill -0 "$UP_PID" 2>/dev/null || { echo "hapctl up exited before it was ready" >&2; exit 1; }
+  sleep 0.2
+done
+grep -q ready "$UP_LOG" || { echo "hapctl up was not ready after 120 s" >&2; exit 1; }
+SERVER=$(head -n 1 "$UP_LOG")
+echo "== services up; front door (hap-prefill) at $SERVER"
 echo "== image: $IMAGE"
 echo "== question: $QUESTION (reference answer: $EXPECTED)"
 echo "== unpruned:"
-"$HAPCTL" run "${MODEL_ARGS[@]}" --image "$IMAGE" --prompt "$QUESTION" --max-new-tokens 8
+"$HAPCTL" generate --server "$SERVER" --image "$IMAGE" --prompt "$QUESTION" --max-new-tokens 8 \
+  --method none
 echo "== HAP, 5.6% of the visual tokens:"
-"$HAPCTL" run "${MODEL_ARGS[@]}" --image "$IMAGE" --prompt "$QUESTION" --max-new-tokens 8 \
+"$HAPCTL" generate --server "$SERVER" --image "$IMAGE" --prompt "$QUESTION" --max-new-tokens 8 \
   --method hap --retain 5.6%

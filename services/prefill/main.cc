@@ -9,6 +9,7 @@
 #include "services/common/model_loader.h"
 #include "services/common/service_host.h"
 #include "services/common/status.h"
+#include "sdk/client.h"
 #include "services/prefill/prefill_service.h"
 
 namespace hap::svc {
@@ -29,6 +30,13 @@ std::vector<OptionSpec> Specs() {
                    "default budget: average visual tokens per layer (64) or a percentage (11.1%)"});
   specs.push_back(
       {"flops", "HAP_FLOPS", "", "default budget as a FLOPs fraction instead of --retain (0.25)"});
+  specs.push_back({"peer-tls-ca", "HAP_PEER_TLS_CA", "",
+                   "PEM roots: call hap-encoder and hap-decode over TLS, verified against these"});
+  specs.push_back({"peer-tls-cert", "HAP_PEER_TLS_CERT", "",
+                   "PEM client certificate for mutual TLS to the peers (with --peer-tls-key)"});
+  specs.push_back({"peer-tls-key", "HAP_PEER_TLS_KEY", "", "PEM private key of --peer-tls-cert"});
+  specs.push_back({"peer-tls-server-name", "HAP_PEER_TLS_SERVER_NAME", "",
+                   "name the peers' certificates carry, when it differs from their addresses"});
   specs.push_back({"kv-lease-ms", "HAP_KV_LEASE_MS", "30000",
                    "a KV cache waiting for its transfer to decode is freed after this"});
   specs.push_back({"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
@@ -85,6 +93,17 @@ int Main(int argc, char** argv) {
   config.max_image_bytes = *max_image;
   config.lease_ms = *lease;
   config.default_pruning = *pruning;
+  sdk::TlsOptions peer_tls;
+  peer_tls.root_certs_file = options->Get("peer-tls-ca");
+  peer_tls.client_cert_file = options->Get("peer-tls-cert");
+  peer_tls.client_key_file = options->Get("peer-tls-key");
+  peer_tls.enabled = !peer_tls.root_certs_file.empty() || !peer_tls.client_cert_file.empty();
+  if (peer_tls.enabled) {
+    auto creds = sdk::MakeCredentials(peer_tls);
+    if (!creds.ok()) return StartupFailure("hap-prefill", creds.status());
+    config.peer_credentials = *creds;
+  }
+  config.peer_server_name = options->Get("peer-tls-server-name");
 
   std::unique_ptr<LlavaModel> model;
   WorkerPool pool(common->max_concurrent, common->queue_length);

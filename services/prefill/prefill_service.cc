@@ -11,7 +11,8 @@
 
 namespace hap::svc {
 
-std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, int max_message_bytes) {
+std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const PrefillConfig& config) {
+  const int max_message_bytes = config.max_message_bytes;
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
@@ -20,15 +21,17 @@ std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, int max_m
   args.SetMaxReceiveMessageSize(std::max(max_message_bytes, 64 << 20));
   // Requests carry the image to the encoder: allow what the front door accepted.
   args.SetMaxSendMessageSize(-1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!config.peer_server_name.empty()) args.SetSslTargetNameOverride(config.peer_server_name);
+  return grpc::CreateCustomChannel(
+      address,
+      config.peer_credentials ? config.peer_credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry* kv,
                                const PrefillConfig& config)
     : state_(state), pool_(pool), kv_(kv), config_(config) {
-  encoder_ =
-      hap::v1::Encoder::NewStub(PeerChannel(config.encoder_address, config.max_message_bytes));
-  decode_ = hap::v1::Decode::NewStub(PeerChannel(config.decode_address, config.max_message_bytes));
+  encoder_ = hap::v1::Encoder::NewStub(PeerChannel(config.encoder_address, config));
+  decode_ = hap::v1::Decode::NewStub(PeerChannel(config.decode_address, config));
 }
 
 absl::StatusOr<GenerateJob> PrefillService::Check(const hap::v1::GenerateRequest& request) {

@@ -16,6 +16,7 @@
 #include "runtime/model/llava_model.h"
 #include "runtime/model/sampler.h"
 #include "runtime/prune/factory.h"
+#include "grpcpp/security/credentials.h"
 #include "services/common/kv_registry.h"
 #include "services/common/server_state.h"
 #include "services/common/worker_pool.h"
@@ -29,6 +30,10 @@ struct PrefillConfig {
   int64_t max_image_bytes = 16 << 20;
   hap::v1::Pruning default_pruning;  // method + budget for requests that leave them out
   int64_t lease_ms = 30000;          // the KV transfer to decode must finish within this
+  // Credentials for the calls to hap-encoder and hap-decode; null = plaintext. Built from the
+  // --peer-tls-* flags with sdk::MakeCredentials (which reports unreadable files at startup).
+  std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
+  std::string peer_server_name;  // expected name in the peers' certificates, if not the address
 };
 
 // A request that passed the checks on receipt.
@@ -72,6 +77,6 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
 
 // A channel to a peer service: fast reconnects (a restarted peer is used again within about a
 // second) and message limits that fit the transfer chunks.
-std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, int max_message_bytes);
+std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const PrefillConfig& config);
 
 }  // namespace hap::svc

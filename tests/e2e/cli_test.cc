@@ -150,5 +150,91 @@ TEST(TlsTest, SdkTalksMutualTlsToAService) {
   EXPECT_EQ((*decode)->Terminate(milliseconds(10000)), 0);
 }
 
+// Starts one service binary and returns it with its address (127.0.0.1:port).
+std::unique_ptr<sdk::ChildProcess> StartService(const std::string& binary,
+                                                const std::vector<std::string>& flags,
+                                                std::string* address) {
+  std::vector<std::string> argv = {std::string(HAP_BIN_DIR) + "/" + binary, "--host", "127.0.0.1",
+                                   "--port", "0"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto child = sdk::ChildProcess::Spawn(argv, "");
+  if (!child.ok()) return nullptr;
+  auto line = (*child)->WaitForLine(
+      [](const std::string& l) { return sdk::ParseListeningPort(l) > 0; }, milliseconds(30000));
+  if (!line.ok()) return nullptr;
+  *address = "127.0.0.1:" + std::to_string(sdk::ParseListeningPort(*line));
+  return std::move(*child);
+}
+
+// All three services on mutual TLS: prefill calls the encoder and decode with its client
+// certificate (--peer-tls-*), and the answer equals `hapctl run`. Without the peer credentials the
+// same request fails as UNAVAILABLE (the peers refuse plaintext) and prefill keeps serving.
+TEST(TlsTest, PipelineRunsOnMutualTlsBetweenServices) {
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/e2e/tls-pipeline";
+  std::filesystem::create_directories(dir);
+  const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
+  const CommandResult made = RunCommand(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out",
+       cert, "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"});
+  if (made.exit_code != 0) GTEST_SKIP() << "openssl could not make a test certificate";
+  const std::string model = MakeTinyModel("tls_tiny8", 1);
+  ASSERT_FALSE(model.empty());
+  const std::vector<std::string> serve_tls = {"--model",     model, "--tls-cert", cert, "--tls-key",
+                                              key,           "--tls-client-ca",   cert};
+  std::string encoder_addr, decode_addr, prefill_addr, plain_prefill_addr;
+  auto encoder = StartService("hap-encoder", serve_tls, &encoder_addr);
+  ASSERT_NE(encoder, nullptr);
+  auto decode = StartService("hap-decode", serve_tls, &decode_addr);
+  ASSERT_NE(decode, nullptr);
+  std::vector<std::string> prefill_flags = serve_tls;
+  prefill_flags.insert(prefill_flags.end(),
+                       {"--encoder-addr", encoder_addr, "--decode-addr", decode_addr,
+                        "--peer-tls-ca", cert, "--peer-tls-cert", cert, "--peer-tls-key", key,
+                        "--peer-tls-server-name", "localhost"});
+  auto prefill = StartService("hap-prefill", prefill_flags, &prefill_addr);
+  ASSERT_NE(prefill, nullptr);
+  // A second front door with TLS towards clients but plaintext towards its peers.
+  std::vector<std::string> plain_peer_flags = serve_tls;
+  plain_peer_flags.insert(plain_peer_flags.end(),
+                          {"--encoder-addr", encoder_addr, "--decode-addr", decode_addr});
+  auto plain_prefill = StartService("hap-prefill", plain_peer_flags, &plain_prefill_addr);
+  ASSERT_NE(plain_prefill, nullptr);
+
+  sdk::ClientOptions tls;
+  tls.tls.enabled = true;
+  tls.tls.root_certs_file = cert;
+  tls.tls.client_cert_file = cert;
+  tls.tls.client_key_file = key;
+  tls.tls.server_name_override = "localhost";
+  tls.retry.max_attempts = 1;
+  ASSERT_TRUE(sdk::WaitUntilServing(prefill_addr, milliseconds(30000), tls).ok());
+  ASSERT_TRUE(sdk::WaitUntilServing(plain_prefill_addr, milliseconds(30000), tls).ok());
+
+  Ask ask;
+  ask.method = "hap";
+  ask.retain = "8";
+  std::string error;
+  const nlohmann::json run = HapctlRun(model, ask, &error);
+  ASSERT_TRUE(error.empty()) << error;
+  auto client = sdk::Client::Connect(prefill_addr, tls);
+  ASSERT_TRUE(client.ok());
+  auto got = (*client)->Generate(ToRequest(ask, ReadBytes(TestImagePath())));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(Ids(got->stats.token_ids()), run["token_ids"].get<std::vector<int32_t>>());
+
+  auto plain_client = sdk::Client::Connect(plain_prefill_addr, tls);
+  ASSERT_TRUE(plain_client.ok());
+  sdk::StreamOptions bounded;
+  bounded.timeout = milliseconds(10000);
+  auto refused = (*plain_client)->Generate(ToRequest(ask, ReadBytes(TestImagePath())), bounded);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  const absl::StatusOr<bool> serving = (*plain_client)->IsServing(milliseconds(2000));
+  EXPECT_TRUE(serving.ok() && *serving) << serving.status();
+
+  for (auto* child : {plain_prefill.get(), prefill.get(), decode.get(), encoder.get()}) {
+    EXPECT_EQ(child->Terminate(milliseconds(10000)), 0);
+  }
+}
+
 }  // namespace
 }  // namespace hap::e2e
