@@ -11,7 +11,19 @@ PACKAGES=(
   sentencepiece libsentencepiece-dev
   libjpeg-dev libpng-dev
   python3 python3-torch python3-numpy python3-sentencepiece python3-grpcio python3-protobuf python3-pil
+  # tests/deploy: tools/helm-render (Go text/template + sprig, built in GOPATH mode)
+  golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
 )
+
+# Tools that may already be on the machine from another source (the machine image brings Node.js
+# with npm and kubectl from their vendors' repositories): install Debian's only when the command
+# is missing, since Debian's npm would conflict with a vendor nodejs that bundles npm. Debian's
+# kubectl is kubernetes-client 1.20; its kustomize builds deploy/k8s (see the overlays' notes).
+for tool in node:nodejs npm:npm kubectl:kubernetes-client; do
+  if ! command -v "${tool%%:*}" > /dev/null; then
+    PACKAGES+=("${tool#*:}")
+  fi
+done
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -20,16 +32,24 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  if [ "$(id -u)" -ne 0 ]; then
+    SUDO=sudo
+  else
+    SUDO=
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-echo "install-deps: installing ${missing[*]}" >&2
-if [ "$(id -u)" -ne 0 ]; then
-  SUDO=sudo
-else
-  SUDO=
+# The npm packages of tests/deploy (Kubernetes schemas, js-yaml, ajv), exactly as locked; skipped
+# while node_modules is at least as new as the lock file.
+deploy_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/deploy"
+if [ -f "$deploy_tests/package-lock.json" ] &&
+   { [ ! -f "$deploy_tests/node_modules/.package-lock.json" ] ||
+     [ "$deploy_tests/package-lock.json" -nt "$deploy_tests/node_modules/.package-lock.json" ]; }; then
+  echo "install-deps: npm ci in tests/deploy" >&2
+  (cd "$deploy_tests" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,300 @@
+// The Helm chart, rendered offline by tools/helm-render (Go text/template + sprig, as Helm):
+// the defaults, the GPU and CPU examples and a TLS case render; every object validates against
+// the Kubernetes OpenAPI schemas with no unknown field; the semantic checks hold; the merged
+// values pass values.schema.json, bad values fail it with the schema's message, and values the
+// templates refuse fail the render with the chart's message; every value is documented; the
+// committed renderings under helm/hap/examples/rendered are current.
+//
+// node chart_test.js --render BIN --chart DIR --cases DIR --source DIR --work DIR [--update]
+"use strict";
+
+const fs = require("fs");
+const path = require("path");
+const { execFileSync } = require("child_process");
+const yaml = require("js-yaml");
+const Ajv = require("ajv");
+const { loadDocs, validateSchema } = require("./lib/k8s");
+const { checkAll } = require("./lib/semantics");
+const { Report } = require("./lib/report");
+
+const args = {};
+for (let i = 2; i < process.argv.length; i++) {
+  const a = process.argv[i];
+  if (a === "--update") args.update = true;
+  else args[a.replace(/^--/, "")] = process.argv[++i];
+}
+for (const need of ["render", "chart", "cases", "source", "work"]) {
+  if (!args[need]) {
+    console.error(`usage: node chart_test.js --render BIN --chart DIR --cases DIR --source DIR --work DIR [--update]`);
+    process.exit(2);
+  }
+}
+fs.mkdirSync(args.work, { recursive: true });
+
+const RELEASE = "hap";
+const NAMESPACE = "hap";
+const SERVICES = ["encoder", "prefill", "decode"];
+const report = new Report();
+
+// render runs helm-render; returns {ok, manifests, values, notes, stderr}.
+function render(name, valueFiles, extra = []) {
+  const valuesOut = path.join(args.work, `${name}.values.json`);
+  const notesOut = path.join(args.work, `${name}.NOTES.txt`);
+  const argv = ["--name", RELEASE, "--namespace", NAMESPACE, "--values-out", valuesOut, "--notes-out", notesOut];
+  for (const f of valueFiles) argv.push("-f", f);
+  argv.push(...extra, args.chart);
+  try {
+    const manifests = execFileSync(args.render, argv, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+    return {
+      ok: true, manifests,
+      values: JSON.parse(fs.readFileSync(valuesOut, "utf8")),
+      notes: fs.readFileSync(notesOut, "utf8"),
+    };
+  } catch (e) {
+    const values = fs.existsSync(valuesOut) ? JSON.parse(fs.readFileSync(valuesOut, "utf8")) : null;
+    return { ok: false, stderr: String(e.stderr || e.message), values };
+  }
+}
+
+// The values schema, as Helm applies it (draft-07) to the merged values.
+const schema = JSON.parse(fs.readFileSync(path.join(args.chart, "values.schema.json"), "utf8"));
+const ajv = new Ajv({ allErrors: true, strict: false });
+const validateValues = ajv.compile(schema);
+function schemaErrors(values) {
+  if (validateValues(values)) return [];
+  return validateValues.errors.map((e) => {
+    const extra = e.params && e.params.additionalProperty ? ` '${e.params.additionalProperty}'` : "";
+    return `${e.instancePath || "/"} ${e.message}${extra}`;
+  });
+}
+
+// `# expect: ...` in a case file's header.
+function expectation(file) {
+  const m = fs.readFileSync(file, "utf8").match(/^# expect: (.*)$/m);
+  if (!m) throw new Error(`${file} has no '# expect:' line`);
+  return m[1].trim();
+}
+
+// --- Every value documented ------------------------------------------------------------------
+report.run("every value in values.yaml is documented with ## @param (and every @param exists)", () => {
+  const text = fs.readFileSync(path.join(args.chart, "values.yaml"), "utf8");
+  const values = yaml.load(text);
+  const params = [...text.matchAll(/^\s*## @param (\S+) \S/gm)].map((m) => m[1]);
+  const errs = [];
+  const leaves = [];
+  (function walk(v, at) {
+    const isMap = v && typeof v === "object" && !Array.isArray(v);
+    if (isMap && Object.keys(v).length > 0) {
+      for (const [k, e] of Object.entries(v)) walk(e, at ? `${at}.${k}` : k);
+    } else {
+      leaves.push(at);
+    }
+  })(values, "");
+  for (const leaf of leaves) {
+    if (!params.some((p) => leaf === p || leaf.startsWith(`${p}.`))) errs.push(`undocumented: ${leaf}`);
+  }
+  for (const p of params) {
+    let v = values;
+    for (const k of p.split(".")) v = v && typeof v === "object" ? v[k] : undefined;
+    if (v === undefined) errs.push(`@param ${p} names no value`);
+  }
+  if (new Set(params).size !== params.length) errs.push("a value is documented twice");
+  return errs;
+});
+
+report.run("Chart.yaml appVersion is the CMake project version (the default image tag)", () => {
+  const chart = yaml.load(fs.readFileSync(path.join(args.chart, "Chart.yaml"), "utf8"));
+  const cmake = fs.readFileSync(path.join(args.source, "CMakeLists.txt"), "utf8");
+  const m = cmake.match(/project\(\s*\w+\s+VERSION\s+([0-9.]+)/);
+  return m && m[1] === String(chart.appVersion) ? [] : [`appVersion ${chart.appVersion}, CMake ${m && m[1]}`];
+});
+
+// --- The good cases -------------------------------------------------------------------------
+const examples = path.join(args.chart, "examples");
+const cases = [
+  { name: "default", files: [], golden: true },
+  { name: "gpu", files: [path.join(examples, "values-gpu.yaml")], golden: true },
+  { name: "cpu", files: [path.join(examples, "values-cpu.yaml")], golden: true },
+  { name: "tls", files: [path.join(args.cases, "values-tls.yaml")] },
+];
+
+const byKind = (objs, kind) => objs.filter((o) => o.kind === kind);
+const named = (objs, kind, name) => objs.find((o) => o.kind === kind && o.metadata.name === name);
+const container = (dep) => dep.spec.template.spec.containers[0];
+const envOf = (c) => Object.fromEntries((c.env || []).map((e) => [e.name, e.value]));
+function expect(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+// Checks for every case: the front door's peer addresses and the OTLP endpoint name rendered
+// Services and their ports; the test pod asks the front door's Service.
+function wiring(objs, values) {
+  const errs = [];
+  const svcPort = (host, port) => {
+    const name = host.split(".")[0];
+    const svc = named(objs, "Service", name);
+    if (!svc) return `no Service ${name}`;
+    return svc.spec.ports.some((p) => p.port === Number(port)) ? null : `Service ${name} has no port ${port}`;
+  };
+  const prefill = named(objs, "Deployment", `${RELEASE}-prefill`);
+  const env = envOf(container(prefill));
+  for (const k of ["HAP_ENCODER_ADDR", "HAP_DECODE_ADDR"]) {
+    const [host, port] = String(env[k]).split(":");
+    const e = svcPort(host, port);
+    if (e) errs.push(`${k}=${env[k]}: ${e}`);
+  }
+  expect(env.HAP_ENCODER_ADDR.startsWith(`${RELEASE}-encoder.`), "HAP_ENCODER_ADDR is not the encoder");
+  expect(env.HAP_DECODE_ADDR.startsWith(`${RELEASE}-decode.`), "HAP_DECODE_ADDR is not decode");
+  for (const c of SERVICES) {
+    const e = envOf(container(named(objs, "Deployment", `${RELEASE}-${c}`)));
+    if (values.tracing.enabled) {
+      const m = String(e.OTEL_EXPORTER_OTLP_ENDPOINT).match(/^https?:\/\/([^:/]+):(\d+)$/);
+      if (!m) errs.push(`${c}: OTEL_EXPORTER_OTLP_ENDPOINT=${e.OTEL_EXPORTER_OTLP_ENDPOINT}`);
+      else if (values.otelCollector.enabled && !values.tracing.endpoint) {
+        const err = svcPort(m[1], m[2]);
+        if (err) errs.push(`${c} OTLP endpoint: ${err}`);
+      }
+    } else if (e.OTEL_EXPORTER_OTLP_ENDPOINT) {
+      errs.push(`${c}: tracing is off but OTEL_EXPORTER_OTLP_ENDPOINT is set`);
+    }
+    expect(e.HAP_MODEL_DIR === `${values.model.mountPath}/${values.model.path}`, `${c}: HAP_MODEL_DIR ${e.HAP_MODEL_DIR}`);
+  }
+  const test = byKind(objs, "Pod").find((p) => (p.metadata.annotations || {})["helm.sh/hook"] === "test");
+  if (!test) return [...errs, "no helm test pod"];
+  const targs = test.spec.containers[0].args;
+  const [host, port] = targs[targs.indexOf("--server") + 1].split(":");
+  const e = svcPort(host, port);
+  if (e) errs.push(`helm test --server: ${e}`);
+  expect(host.startsWith(`${RELEASE}-prefill.`), "helm test does not call the front door");
+  expect(test.spec.containers[0].command.join(" ") === "hapctl generate", "helm test does not run hapctl generate");
+  expect(test.spec.containers[0].image === container(prefill).image, "helm test runs another image than prefill");
+  return errs;
+}
+
+const specific = {
+  default(objs, r) {
+    const kinds = objs.map((o) => o.kind).sort().join(",");
+    expect(kinds === "Deployment,Deployment,Deployment,NetworkPolicy,NetworkPolicy,NetworkPolicy,PersistentVolumeClaim," +
+      "Pod,PodDisruptionBudget,PodDisruptionBudget,PodDisruptionBudget,Service,Service,Service,ServiceAccount", `kinds: ${kinds}`);
+    const pvc = byKind(objs, "PersistentVolumeClaim")[0];
+    for (const d of byKind(objs, "Deployment")) {
+      const vol = d.spec.template.spec.volumes.find((v) => v.name === "model");
+      expect(vol.persistentVolumeClaim.claimName === pvc.metadata.name && vol.persistentVolumeClaim.readOnly,
+        `${d.metadata.name}: model volume is not the chart's claim, read-only`);
+      expect(container(d).volumeMounts.find((m) => m.name === "model").readOnly, `${d.metadata.name}: model mount not read-only`);
+      expect(container(d).startupProbe.grpc && container(d).readinessProbe.grpc && container(d).livenessProbe.grpc,
+        `${d.metadata.name}: probes are not native gRPC`);
+      expect(container(d).image === "hap-serve:0.1.0-cpu", `${d.metadata.name}: image ${container(d).image}`);
+    }
+    expect(r.notes.includes(`${RELEASE}-prefill.${NAMESPACE}.svc:50052`), "NOTES.txt does not name the front door");
+  },
+  gpu(objs) {
+    for (const c of ["encoder", "prefill"]) {
+      expect(named(objs, "HorizontalPodAutoscaler", `${RELEASE}-${c}`), `no HPA for ${c}`);
+      expect(container(named(objs, "Deployment", `${RELEASE}-${c}`)).image === "registry.example.com/ml/hap-serve:0.1.0-cuda",
+        `${c} does not run the CUDA image`);
+    }
+    const decode = named(objs, "Deployment", `${RELEASE}-decode`);
+    expect(decode.spec.replicas === 3 && container(decode).image.endsWith(":0.1.0-cpu"), "decode: 3 replicas of the CPU image");
+    expect(byKind(objs, "ServiceMonitor").length === 1, "no ServiceMonitor");
+    expect(named(objs, "Deployment", `${RELEASE}-otel-collector`) && named(objs, "Deployment", `${RELEASE}-jaeger`),
+      "collector and Jaeger are not deployed");
+    const cfg = yaml.load(named(objs, "ConfigMap", `${RELEASE}-otel-collector`).data["config.yaml"]);
+    expect(cfg.exporters.otlp.endpoint === `${RELEASE}-jaeger.${NAMESPACE}.svc:4317`, "collector does not export to Jaeger");
+    expect(named(objs, "Service", `${RELEASE}-prefill`).spec.type === "LoadBalancer", "front door is not a LoadBalancer");
+    for (const c of ["encoder", "prefill", "decode"]) {
+      expect(named(objs, "Service", `${RELEASE}-${c}`).spec.type === (c === "prefill" ? "LoadBalancer" : "ClusterIP"),
+        `${c} Service type`);
+    }
+  },
+  cpu(objs) {
+    for (const d of byKind(objs, "Deployment")) {
+      const vol = d.spec.template.spec.volumes.find((v) => v.name === "model");
+      expect(vol.hostPath && vol.hostPath.path === "/srv/hap/models", `${d.metadata.name}: model is not the hostPath`);
+    }
+    expect(byKind(objs, "PersistentVolumeClaim").length === 0, "a claim is created although the model is a hostPath");
+    const env = envOf(container(named(objs, "Deployment", `${RELEASE}-prefill`)));
+    expect(env.HAP_FLOPS === "0.25" && env.HAP_RETAIN === undefined, "prefill budget should be HAP_FLOPS=0.25 alone");
+    const np = named(objs, "NetworkPolicy", `${RELEASE}-prefill`);
+    const from = np.spec.ingress[0].from;
+    expect(from.length === 2 && from[0].namespaceSelector.matchLabels["hap-client"] === "true" &&
+      from[1].podSelector.matchLabels["app.kubernetes.io/component"] === "test", "front door ingress is not restricted as configured");
+  },
+  tls(objs) {
+    for (const c of SERVICES) {
+      const d = named(objs, "Deployment", `${RELEASE}-${c}`);
+      const k = container(d);
+      const env = envOf(k);
+      expect(env.HAP_TLS_CERT === "/etc/hap/tls/tls.crt" && env.HAP_TLS_KEY === "/etc/hap/tls/tls.key" &&
+        env.HAP_TLS_CLIENT_CA === "/etc/hap/tls/ca.crt", `${c}: TLS variables`);
+      expect(k.startupProbe.tcpSocket && k.startupProbe.tcpSocket.port === "grpc" && !k.readinessProbe.grpc,
+        `${c}: with TLS the probes must be tcpSocket (the kubelet's gRPC probe has no TLS)`);
+      const vol = d.spec.template.spec.volumes.find((v) => v.name === "tls");
+      expect(vol && vol.secret.secretName === `hap-${c}-tls`, `${c}: TLS secret volume`);
+    }
+    const env = envOf(container(named(objs, "Deployment", `${RELEASE}-prefill`)));
+    expect(env.HAP_PEER_TLS_CA && env.HAP_PEER_TLS_CERT, "prefill has no peer TLS settings");
+    const test = byKind(objs, "Pod")[0].spec.containers[0].args;
+    expect(test.includes("--tls-ca") && test.includes("--tls-cert"), "helm test does not use TLS");
+  },
+};
+
+for (const c of cases) {
+  const r = render(c.name, c.files);
+  if (!report.check(`${c.name}: renders`, r.ok ? [] : [r.stderr.trim()])) continue;
+  report.check(`${c.name}: merged values pass values.schema.json`, schemaErrors(r.values));
+  const objs = loadDocs(r.manifests);
+  report.check(`${c.name}: ${objs.length} objects validate against the Kubernetes OpenAPI schemas, no unknown fields`,
+    objs.flatMap(validateSchema));
+  const gpus = {};
+  for (const s of SERVICES) if (r.values[s].gpu.count > 0) gpus[s] = r.values[s].gpu.count;
+  for (const [name, errs] of Object.entries(checkAll(objs, { gpus, networkPolicies: r.values.networkPolicy.enabled }))) {
+    report.check(`${c.name}: ${name}`, errs);
+  }
+  report.run(`${c.name}: addresses, endpoints and the helm test pod point at rendered Services`, () => wiring(objs, r.values));
+  report.run(`${c.name}: case specifics`, () => specific[c.name](objs, r));
+  if (c.golden) {
+    const file = path.join(examples, "rendered", `${c.name}.yaml`);
+    const header = `# helm template ${RELEASE} helm/hap -n ${NAMESPACE}` +
+      `${c.files.map((f) => ` -f helm/hap/examples/${path.basename(f)}`).join("")}\n` +
+      "# Generated by tests/deploy (node chart_test.js ... --update); do not edit.\n";
+    const want = header + r.manifests;
+    if (args.update) {
+      fs.mkdirSync(path.dirname(file), { recursive: true });
+      fs.writeFileSync(file, want);
+    }
+    const have = fs.existsSync(file) ? fs.readFileSync(file, "utf8") : "";
+    report.check(`${c.name}: helm/hap/examples/rendered/${c.name}.yaml is current`,
+      have === want ? [] : ["stale or missing: run tests/deploy/update-rendered.sh and review the diff"]);
+  }
+}
+
+// --- Values the schema must refuse, with its message ---------------------------------------
+const caseFiles = fs.readdirSync(args.cases).sort();
+for (const f of caseFiles.filter((x) => x.startsWith("schema-"))) {
+  const want = expectation(path.join(args.cases, f));
+  const r = render(f, [path.join(args.cases, f)]);
+  report.run(`values.schema.json rejects ${f}: "${want}"`, () => {
+    if (!r.values) throw new Error(`no merged values: ${r.stderr}`);
+    const errs = schemaErrors(r.values);
+    expect(errs.length > 0, "accepted");
+    expect(errs.some((e) => e.includes(want)), `messages: ${errs.join("; ")}`);
+  });
+}
+
+// --- Values the templates must refuse, with the chart's message ----------------------------
+for (const f of caseFiles.filter((x) => x.startsWith("fail-"))) {
+  const want = expectation(path.join(args.cases, f));
+  const r = render(f, [path.join(args.cases, f)]);
+  report.run(`the chart refuses ${f}: "${want}"`, () => {
+    expect(!r.ok, "rendered");
+    expect(/^Error: execution error at \(hap\/templates\/[^)]+\): /.test(r.stderr), `not a template failure: ${r.stderr}`);
+    expect(r.stderr.includes(want), `message: ${r.stderr.trim()}`);
+  });
+}
+report.run("the chart refuses serviceAccount.create=false without a name (--set)", () => {
+  const r = render("set-sa", [], ["--set", "serviceAccount.create=false"]);
+  expect(!r.ok && r.stderr.includes("serviceAccount.name is required when serviceAccount.create is false"), r.stderr || "rendered");
+});
+
+report.finish();
