@@ -1,14 +1,22 @@
 // hapctl explain: runs one request with HAP (or uniform) and writes what it kept and why —
 // explain.json (per layer: head PAQ and weights; per group: layer weights, token scores, kept
 // tokens) and PNGs: the image with the kept patches highlighted, and a heat map of each
-// group's token scores.
+// group's token scores. explain.json also holds "head_stats": per layer and head, the
+// quantities behind the sink / dispersed / optimal head taxonomy (PAQ, mutual information,
+// spatial entropy, visual attention mass), measured on a second, unpruned prefill so every
+// layer sees all V visual tokens.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_format.h"
+#include "kernels/prune/attention_rows.h"
+#include "kernels/prune/paq.h"
+#include "kernels/prune/paq_softmax.h"
+#include "kernels/prune/weighted_sum.h"
 #include "nlohmann/json.hpp"
 #include "runtime/common/status_macros.h"
 #include "runtime/image/clip_preprocess.h"
@@ -90,6 +98,144 @@ RgbImage HeatMap(const RgbImage& base, int grid, const std::vector<float>& score
   return out;
 }
 
+// Per-head statistics of one layer's text→visual attention (SPEC §3 maps: rows = the query
+// text after the image, Â_h renormalised over the visual tokens; p_h(v) = mean_j Â_h(j, v)).
+struct HeadStatsLayer {
+  int layer = 0;
+  int n_vis = 0;
+  std::vector<float> paq;               // [H] PAQ(Â_h) = I / H(V)
+  std::vector<double> mutual_info;      // [H] I(V;T) in nats = H(V) − H(V|T)
+  std::vector<double> spatial_entropy;  // [H] H(V) = −Σ_v p_h(v) ln p_h(v), nats
+  std::vector<double> row_entropy;      // [H] H(V|T) = mean_j H(Â_h(j,:)), nats
+  std::vector<double> max_token_mass;   // [H] max_v p_h(v)
+  std::vector<int> argmax_token;        // [H] argmax_v p_h(v), index into the V tokens
+  std::vector<double> visual_mass;      // [H] mean_j Σ_v α_jv (un-renormalised softmax mass)
+  std::vector<float> weights;           // [H] PAQ-softmax weights of the heads
+  float layer_paq = 0;                  // PAQ(Σ_h w_h Â_h)
+};
+
+// A pruner that never prunes: after each layer it computes HeadStatsLayer from Q, K and the
+// log-sum-exp the engine passes, so the statistics come from the unpruned model.
+class HeadStatsObserver : public Pruner {
+ public:
+  absl::StatusOr<std::optional<std::vector<int>>> AfterLayer(const LayerAttention& att) override {
+    const int text_begin = att.vis_begin + att.n_vis;
+    const int n_text = att.n_tokens - text_begin, n_vis = att.n_vis, H = att.n_heads;
+    if (n_vis <= 0 || n_text <= 0) return std::optional<std::vector<int>>();
+    kernels::TextVisualAttentionArgs a;
+    const int64_t q_stride = int64_t{H} * att.head_dim;
+    const int64_t k_stride = int64_t{att.n_kv_heads} * att.head_dim;
+    a.q_text = att.q + text_begin * q_stride;
+    a.k_vis = att.k + att.vis_begin * k_stride;
+    a.lse = att.lse + text_begin;
+    a.n_text = n_text;
+    a.n_vis = n_vis;
+    a.n_heads = H;
+    a.n_kv_heads = att.n_kv_heads;
+    a.head_dim = att.head_dim;
+    a.q_stride = q_stride;
+    a.k_stride = k_stride;
+    a.lse_stride = att.n_tokens;
+    a.scale = att.scale;
+    const int64_t map_size = int64_t{n_text} * n_vis;
+    std::vector<float> maps(static_cast<size_t>(H) * map_size), raw(maps.size());
+    a.renormalize = true;
+    a.out = maps.data();
+    HAP_RETURN_IF_ERROR(kernels::TextVisualAttention(a));
+    a.renormalize = false;
+    a.out = raw.data();
+    HAP_RETURN_IF_ERROR(kernels::TextVisualAttention(a));
+
+    HeadStatsLayer s;
+    s.layer = att.layer;
+    s.n_vis = n_vis;
+    s.paq.resize(H);
+    s.weights.resize(H);
+    HAP_RETURN_IF_ERROR(kernels::Paq(maps.data(), H, n_text, n_vis, s.paq.data()));
+    HAP_RETURN_IF_ERROR(kernels::PaqSoftmaxWeights(s.paq.data(), H, s.weights.data()));
+    std::vector<double> pv(n_vis);
+    for (int h = 0; h < H; ++h) {
+      const float* m = maps.data() + h * map_size;
+      const float* r = raw.data() + h * map_size;
+      std::fill(pv.begin(), pv.end(), 0.0);
+      double row_h = 0, vis_mass = 0;
+      for (int j = 0; j < n_text; ++j) {
+        for (int i = 0; i < n_vis; ++i) {
+          const double x = m[int64_t{j} * n_vis + i];
+          pv[i] += x / n_text;
+          if (x > 0) row_h -= x * std::log(x) / n_text;
+          vis_mass += static_cast<double>(r[int64_t{j} * n_vis + i]) / n_text;
+        }
+      }
+      double hv = 0;
+      int arg = 0;
+      for (int i = 0; i < n_vis; ++i) {
+        if (pv[i] > 0) hv -= pv[i] * std::log(pv[i]);
+        if (pv[i] > pv[arg]) arg = i;
+      }
+      s.spatial_entropy.push_back(hv);
+      s.row_entropy.push_back(row_h);
+      s.mutual_info.push_back(std::max(0.0, hv - row_h));
+      s.max_token_mass.push_back(pv[arg]);
+      s.argmax_token.push_back(arg);
+      s.visual_mass.push_back(vis_mass);
+    }
+    std::vector<float> layer_map(map_size);
+    HAP_RETURN_IF_ERROR(kernels::WeightedSumContiguous(maps.data(), s.weights.data(), H, map_size,
+                                                       layer_map.data()));
+    HAP_RETURN_IF_ERROR(kernels::Paq(layer_map.data(), 1, n_text, n_vis, &s.layer_paq));
+    layers_.push_back(std::move(s));
+    return std::optional<std::vector<int>>();
+  }
+
+  const std::vector<HeadStatsLayer>& layers() const { return layers_; }
+
+ private:
+  std::vector<HeadStatsLayer> layers_;
+};
+
+// Runs the prompt once more without pruning and returns the "head_stats" object of explain.json.
+absl::StatusOr<nlohmann::json> HeadStatsJson(const LlavaModel& model, const GenerateRequest& req) {
+  PruneRequest none;
+  none.method = "none";
+  HAP_ASSIGN_OR_RETURN(EncodeResult encoded, EncodeImage(model, req.image_bytes, none));
+  HAP_ASSIGN_OR_RETURN(PromptTokens tokens, model.Tokenize(req.prompt, encoded.n_vis));
+  HeadStatsObserver observer;
+  HAP_RETURN_IF_ERROR(model.Prefill(tokens, encoded.embeds, &observer).status());
+  nlohmann::json layers = nlohmann::json::array();
+  for (const HeadStatsLayer& s : observer.layers()) {
+    const int H = static_cast<int>(s.weights.size());
+    double w2 = 0, kl = 0;
+    for (float w : s.weights) {
+      w2 += static_cast<double>(w) * w;
+      if (w > 0) kl += w * std::log(static_cast<double>(w) * H);
+    }
+    std::vector<double> hv_norm;
+    for (double hv : s.spatial_entropy) {
+      hv_norm.push_back(s.n_vis > 1 ? hv / std::log(static_cast<double>(s.n_vis)) : 0.0);
+    }
+    layers.push_back({{"layer", s.layer},
+                      {"visual_tokens", s.n_vis},
+                      {"head_paq", s.paq},
+                      {"head_mutual_info", s.mutual_info},
+                      {"head_spatial_entropy", s.spatial_entropy},
+                      {"head_spatial_entropy_norm", hv_norm},
+                      {"head_row_entropy", s.row_entropy},
+                      {"head_max_token_mass", s.max_token_mass},
+                      {"head_argmax_token", s.argmax_token},
+                      {"head_visual_mass", s.visual_mass},
+                      {"head_weights", s.weights},
+                      {"effective_heads", w2 > 0 ? 1.0 / w2 : 0.0},
+                      {"weights_kl_uniform", kl},
+                      {"layer_paq", s.layer_paq}});
+  }
+  return nlohmann::json{{"pass", "unpruned"},
+                        {"text_tokens", static_cast<int>(tokens.ids.size()) - tokens.vis_begin -
+                                            tokens.n_vis},
+                        {"visual_tokens", encoded.n_vis},
+                        {"layers", layers}};
+}
+
 absl::Status Explain(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(std::string out_dir, flags.Required("out"));
   HAP_ASSIGN_OR_RETURN(auto model, LlavaModel::Load(ResolveModelDir(flags.GetOr("model", "")), {}));
@@ -129,6 +275,9 @@ absl::Status Explain(const Flags& flags) {
                       {"layer_paq", l.layer_paq}});
   }
   j["layers"] = layers;
+  if (!flags.Bool("no-head-stats")) {
+    HAP_ASSIGN_OR_RETURN(j["head_stats"], HeadStatsJson(*model, req));
+  }
 
   HAP_ASSIGN_OR_RETURN(std::vector<float> pixels, model->PreprocessImage(req.image_bytes));
   const int size = cfg.vision.image_size;
@@ -160,8 +309,13 @@ absl::Status Explain(const Flags& flags) {
                       {"heatmap", heat}});
   }
   j["groups"] = groups;
-  const std::vector<int>& final_kept =
-      ps.hap_groups.empty() ? std::vector<int>() : ps.hap_groups.back().kept_original;
+  // No pruning step (M = 1, e.g. --retain 100%): every patch stays.
+  std::vector<int> final_kept;
+  if (ps.hap_groups.empty()) {
+    for (int i = 0; i < grid * grid; ++i) final_kept.push_back(i);
+  } else {
+    final_kept = ps.hap_groups.back().kept_original;
+  }
   HAP_RETURN_IF_ERROR(WritePng(path("kept.png"), HighlightKept(base, grid, final_kept)));
   j["final_kept_tokens"] = final_kept;
   j["grid"] = grid;
@@ -176,7 +330,7 @@ absl::Status Explain(const Flags& flags) {
 int CmdExplain(const std::vector<std::string>& args) {
   std::set<std::string> value_flags = {"model", "image", "prompt", "out"};
   AddGenerationFlags(&value_flags);
-  auto flags = Flags::Parse(args, value_flags, {});
+  auto flags = Flags::Parse(args, value_flags, {"no-head-stats"});
   if (!flags.ok()) return Fail("explain", flags.status());
   if (absl::Status s = Explain(*flags); !s.ok()) return Fail("explain", s);
   return 0;

@@ -1,0 +1,138 @@
+"""Smoke test of the pruning-accuracy bench and of `hapctl explain`'s head_stats on a tiny
+random checkpoint (`hapctl make-tiny`): run.py writes its JSON and replaces (not appends) the
+marked README sections on a rerun; every head_stats field is present and consistent."""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import run  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hapctl", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    w = a.workdir
+    shutil.rmtree(w, ignore_errors=True)
+    os.makedirs(w)
+    model = os.path.join(w, "model")
+    subprocess.run([a.hapctl, "make-tiny", "--out", model, "--seed", "3", "--layers", "8",
+                    "--heads", "4", "--kv-heads", "2"], check=True, stdout=subprocess.DEVNULL)
+    # A three-question data folder from the committed test split.
+    data = os.path.join(w, "data")
+    os.makedirs(os.path.join(data, "images"))
+    src = os.path.join(ROOT, "data", "scenes-test")
+    with open(os.path.join(src, "questions.jsonl")) as f:
+        qs = [json.loads(line) for line in f][:3]
+    with open(os.path.join(data, "questions.jsonl"), "w") as f:
+        for q in qs:
+            shutil.copy(os.path.join(src, q["image"]), os.path.join(data, q["image"]))
+            f.write(json.dumps(q) + "\n")
+
+    # explain: head_stats next to the existing fields.
+    out = os.path.join(w, "explain")
+    subprocess.run([a.hapctl, "explain", "--model", model, "--image",
+                    os.path.join(data, qs[0]["image"]), "--prompt", qs[0]["question"],
+                    "--retain", "50%", "--max-new-tokens", "2", "--out", out], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(os.path.join(out, "explain.json")) as f:
+        j = json.load(f)
+    for key in ("layers", "groups", "final_kept_tokens", "pruning"):
+        check(key in j, f"explain.json keeps '{key}'")
+    hs = j.get("head_stats", {})
+    check(hs.get("pass") == "unpruned", "head_stats.pass")
+    check(hs.get("text_tokens", 0) > 0, "head_stats.text_tokens")
+    layers = hs.get("layers", [])
+    check(len(layers) == 8, f"head_stats has every layer ({len(layers)})")
+    V = hs.get("visual_tokens")
+    for rec in layers:
+        l = rec["layer"]
+        check(rec["visual_tokens"] == V, f"layer {l}: all V tokens present (unpruned pass)")
+        for key in ("head_paq", "head_mutual_info", "head_spatial_entropy",
+                    "head_spatial_entropy_norm", "head_row_entropy", "head_max_token_mass",
+                    "head_argmax_token", "head_visual_mass", "head_weights"):
+            check(len(rec.get(key, [])) == 4, f"layer {l}: {key} has one value per head")
+        for h in range(4):
+            p, mi, hv = rec["head_paq"][h], rec["head_mutual_info"][h], rec["head_spatial_entropy"][h]
+            check(0 <= p <= 1, f"layer {l} head {h}: PAQ in [0,1]")
+            check(abs(mi / hv - p) < 1e-3 if hv > 1e-9 else p == 0,
+                  f"layer {l} head {h}: PAQ = I / H(V) ({p} vs {mi}/{hv})")
+            check(abs(rec["head_spatial_entropy_norm"][h] - hv / math.log(V)) < 1e-9,
+                  f"layer {l} head {h}: normalised entropy")
+            check(rec["head_row_entropy"][h] <= hv + 1e-6, f"layer {l} head {h}: H(V|T) <= H(V)")
+            check(1.0 / V - 1e-6 <= rec["head_max_token_mass"][h] <= 1 + 1e-6,
+                  f"layer {l} head {h}: max token mass")
+            check(0 <= rec["head_argmax_token"][h] < V, f"layer {l} head {h}: argmax token")
+            check(0 <= rec["head_visual_mass"][h] <= 1 + 1e-5, f"layer {l} head {h}: visual mass")
+        ws = rec["head_weights"]
+        check(abs(sum(ws) - 1) < 1e-5, f"layer {l}: head weights sum to 1")
+        check(abs(rec["effective_heads"] - 1 / sum(x * x for x in ws)) < 1e-4,
+              f"layer {l}: effective_heads = 1/sum w^2")
+        check(rec["weights_kl_uniform"] >= -1e-9, f"layer {l}: KL >= 0")
+    if j.get("layers") and layers:
+        check(j["layers"][0]["head_paq"] == layers[0]["head_paq"],
+              "layer 0: head PAQ of the HAP pass equals the unpruned pass's")
+
+    # The bench end to end, twice: the second run must replace the marked sections.
+    readme = os.path.join(w, "README.md")
+    bench_readme = os.path.join(w, "bench.md")
+    with open(readme, "w") as f:
+        f.write(f"# t\n\n## Pruning accuracy\n\n{run.README_BEGIN}\nold\n{run.README_END}\n\n## After\n")
+    with open(bench_readme, "w") as f:
+        f.write("# b\n")
+    res_path = os.path.join(w, "results", "r.json")
+    cmd = [sys.executable, os.path.join(HERE, "run.py"), "--hapctl", a.hapctl, "--model", model,
+           "--data", data, "--limit", "3", "--methods", "hap,uniform,fastv,visionzip,random",
+           "--retains", "1/2,40%", "--head-questions", "2", "--threads", "1", "--out", res_path,
+           "--update-readme", "--readme", readme, "--bench-readme", bench_readme]
+    for attempt in range(2):
+        p = subprocess.run(cmd + (["--resume"] if attempt else []), capture_output=True,
+                           text=True)
+        check(p.returncode == 0, f"run.py exit code (attempt {attempt}): {p.stderr[-2000:]}")
+    with open(res_path) as f:
+        res = json.load(f)
+    check(len(res["runs"]) == 1 + 5 * 2, f"runs: {len(res['runs'])}")
+    for r in res["runs"]:
+        check(r["total"] == 3 and len(r["correct_bits"]) == 3, f"{r['method']}: 3 questions")
+        check(0 <= r["same_as_unpruned"] <= 1, f"{r['method']}: same_as_unpruned")
+    first = res["runs"][0]
+    check(first["method"] == "none" and first["relative_score"] in (1.0, None),
+          "the first run is the unpruned one")
+    hm = res.get("head_modes", {})
+    check(hm.get("questions") == 2 and len(hm.get("layers", [])) == 8, "head_modes summary")
+    for x in hm.get("layers", []):
+        check(abs(sum(x["modes"].values()) - 1) < 1e-9, f"layer {x['layer']}: mode shares sum to 1")
+    text = open(readme).read()
+    check(text.count(run.README_BEGIN) == 1 and text.count(run.README_END) == 1,
+          "README markers once")
+    check("\nold\n" not in text and "| hap |" in text and text.endswith("## After\n"),
+          "README section replaced in place")
+    btext = open(bench_readme).read()
+    check(btext.count(run.HEADS_BEGIN) == 1 and "| layer |" in btext, "bench README head table")
+    check(run.classify(0.6, 0.95) == "optimal" and run.classify(0.05, 0.3) == "sink"
+          and run.classify(0.05, 0.95) == "dispersed" and run.classify(0.3, 0.95) == "other",
+          "classify")
+    if failures:
+        sys.exit(f"{len(failures)} check(s) failed")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+#include "services/common/health_service.h"
+
+#include <utility>
+
+namespace hap::svc {
+
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+// One Watch stream. Only one write is in flight at a time; a status that changes meanwhile is
+// sent when it completes (intermediate flips collapse into the latest status, as the protocol
+// allows). Finish waits for an outstanding write.
+class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheckResponse> {
+ public:
+  Watcher(HealthService* owner, std::string service) : owner_(owner), service_(std::move(service)) {}
+
+  // Called with the owner's lock held.
+  void Notify(HealthCheckResponse::ServingStatus status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    latest_ = status;
+    MaybeWriteLocked();
+  }
+
+  void FinishOnce(grpc::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    RequestFinishLocked(std::move(status));
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      RequestFinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "health watch write failed"));
+      return;
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    owner_->Remove(this);
+    delete this;
+  }
+
+ private:
+  void MaybeWriteLocked() {
+    if (writing_ || finish_requested_ || latest_ == sent_) return;
+    sent_ = latest_;
+    response_.set_status(sent_);
+    writing_ = true;
+    StartWrite(&response_);
+  }
+
+  void RequestFinishLocked(grpc::Status status) {
+    if (!finish_requested_) {
+      finish_requested_ = true;
+      finish_status_ = std::move(status);
+    }
+    if (!writing_ && !finished_) {
+      finished_ = true;
+      Finish(finish_status_);
+    }
+  }
+
+  HealthService* const owner_;
+  const std::string service_;
+  std::mutex mu_;
+  HealthCheckResponse::ServingStatus latest_ = HealthCheckResponse::UNKNOWN;
+  HealthCheckResponse::ServingStatus sent_ = HealthCheckResponse::UNKNOWN;
+  HealthCheckResponse response_;
+  bool writing_ = false;
+  bool finish_requested_ = false;
+  bool finished_ = false;
+  grpc::Status finish_status_;
+
+  friend class HealthService;
+};
+
+HealthService::HealthService(std::vector<std::string> services)
+    : services_(services.begin(), services.end()) {}
+
+HealthService::~HealthService() { Shutdown(); }
+
+HealthCheckResponse::ServingStatus HealthService::StatusOf(const std::string& service) const {
+  if (!service.empty() && services_.count(service) == 0) return HealthCheckResponse::SERVICE_UNKNOWN;
+  return serving_ ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+}
+
+void HealthService::SetServing(bool serving) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (serving_ == serving) return;
+  serving_ = serving;
+  for (Watcher* w : watchers_) w->Notify(StatusOf(w->service_));
+}
+
+void HealthService::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shut_down_ = true;
+  for (Watcher* w : watchers_) w->FinishOnce(grpc::Status::OK);
+}
+
+void HealthService::Remove(Watcher* w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watchers_.erase(w);
+}
+
+grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* ctx,
+                                               const HealthCheckRequest* request,
+                                               HealthCheckResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::lock_guard<std::mutex> lock(mu_);
+  const HealthCheckResponse::ServingStatus status = StatusOf(request->service());
+  if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                 "unknown service '" + request->service() + "'"));
+    return reactor;
+  }
+  response->set_status(status);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
+    grpc::CallbackServerContext* /*ctx*/, const HealthCheckRequest* request) {
+  auto* w = new Watcher(this, request->service());
+  std::lock_guard<std::mutex> lock(mu_);
+  watchers_.insert(w);
+  if (shut_down_) {
+    w->FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+  } else {
+    w->Notify(StatusOf(request->service()));
+  }
+  return w;
+}
+
+}  // namespace hap::svc

@@ -1,0 +1,122 @@
+// services/common/health_service: NOT_SERVING from the start until told otherwise, per-service
+// answers, Watch streams every change, Shutdown ends the streams. An in-process server on port 0.
+#include "services/common/health_service.h"
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace hap::svc {
+namespace {
+
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+class HealthServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    health_ = std::make_unique<HealthService>(std::vector<std::string>{"hap.v1.Generation"});
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(health_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port_, 0);
+    stub_ = Health::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                                grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    health_->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+  }
+
+  grpc::Status Check(const std::string& service, HealthCheckResponse* out) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    HealthCheckRequest req;
+    req.set_service(service);
+    return stub_->Check(&ctx, req, out);
+  }
+
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Health::Stub> stub_;
+  int port_ = 0;
+};
+
+TEST_F(HealthServiceTest, NotServingUntilToldThenPerService) {
+  HealthCheckResponse r;
+  ASSERT_TRUE(Check("", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+  ASSERT_TRUE(Check("hap.v1.Generation", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+
+  health_->SetServing(true);
+  ASSERT_TRUE(Check("", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  ASSERT_TRUE(Check("hap.v1.Generation", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  const grpc::Status unknown = Check("hap.v1.Nope", &r);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(unknown.error_message().find("hap.v1.Nope"), std::string::npos);
+
+  health_->SetServing(false);  // draining
+  ASSERT_TRUE(Check("", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+}
+
+TEST_F(HealthServiceTest, WatchStreamsEachChangeAndEndsAtShutdown) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  HealthCheckRequest req;
+  auto reader = stub_->Watch(&ctx, req);
+  HealthCheckResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+  health_->SetServing(true);
+  ASSERT_TRUE(reader->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  health_->SetServing(true);  // no change, no message
+  health_->SetServing(false);
+  ASSERT_TRUE(reader->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+
+  // A watch of an unknown service reports SERVICE_UNKNOWN instead of failing.
+  grpc::ClientContext ctx2;
+  ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  req.set_service("hap.v1.Nope");
+  auto unknown = stub_->Watch(&ctx2, req);
+  ASSERT_TRUE(unknown->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVICE_UNKNOWN);
+
+  health_->Shutdown();
+  EXPECT_FALSE(reader->Read(&r));
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_FALSE(unknown->Read(&r));
+  EXPECT_TRUE(unknown->Finish().ok());
+}
+
+TEST_F(HealthServiceTest, ClientCancelEndsItsWatch) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  HealthCheckRequest req;
+  auto reader = stub_->Watch(ctx.get(), req);
+  HealthCheckResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  ctx->TryCancel();
+  while (reader->Read(&r)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // The server side is gone too: status changes still work and a new watch starts clean.
+  health_->SetServing(true);
+  HealthCheckResponse now;
+  ASSERT_TRUE(Check("", &now).ok());
+  EXPECT_EQ(now.status(), HealthCheckResponse::SERVING);
+}
+
+}  // namespace
+}  // namespace hap::svc
