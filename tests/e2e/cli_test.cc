@@ -105,14 +105,34 @@ TEST(SdkTest, RetriesUnavailableWithBackoffWithinTheDeadline) {
 
 // A service serving mutual TLS; the SDK connects with the CA, a client certificate and key, and
 // is refused without them.
-TEST(TlsTest, SdkTalksMutualTlsToAService) {
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/e2e/tls";
+// A self-signed certificate for "localhost" (used as CA, server and client certificate) in
+// <build>/tests/e2e/<name>; false when openssl cannot make one.
+bool MakeTestCertificate(const std::string& name, std::string* cert, std::string* key) {
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/e2e/" + name;
   std::filesystem::create_directories(dir);
-  const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
-  const CommandResult made = RunCommand(
-      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out",
-       cert, "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"});
-  if (made.exit_code != 0) GTEST_SKIP() << "openssl could not make a test certificate";
+  *cert = dir + "/cert.pem";
+  *key = dir + "/key.pem";
+  return RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                     "-keyout", *key, "-out", *cert, "-days", "1", "-subj", "/CN=localhost",
+                     "-addext", "subjectAltName=DNS:localhost"})
+             .exit_code == 0;
+}
+
+sdk::ClientOptions MutualTls(const std::string& cert, const std::string& key) {
+  sdk::ClientOptions tls;
+  tls.tls.enabled = true;
+  tls.tls.root_certs_file = cert;
+  tls.tls.client_cert_file = cert;
+  tls.tls.client_key_file = key;
+  tls.tls.server_name_override = "localhost";
+  return tls;
+}
+
+TEST(TlsTest, SdkTalksMutualTlsToAService) {
+  std::string cert, key;
+  if (!MakeTestCertificate("tls", &cert, &key)) {
+    GTEST_SKIP() << "openssl could not make a test certificate";
+  }
   const std::string model = MakeTinyModel("tls_tiny8", 1);
   ASSERT_FALSE(model.empty());
   auto decode = sdk::ChildProcess::Spawn(
@@ -125,12 +145,7 @@ TEST(TlsTest, SdkTalksMutualTlsToAService) {
   ASSERT_TRUE(line.ok()) << line.status();
   const std::string address = "127.0.0.1:" + std::to_string(sdk::ParseListeningPort(*line));
 
-  sdk::ClientOptions tls;
-  tls.tls.enabled = true;
-  tls.tls.root_certs_file = cert;
-  tls.tls.client_cert_file = cert;
-  tls.tls.client_key_file = key;
-  tls.tls.server_name_override = "localhost";
+  sdk::ClientOptions tls = MutualTls(cert, key);
   ASSERT_TRUE(sdk::WaitUntilServing(address, milliseconds(30000), tls).ok());
   auto client = sdk::Client::Connect(address, tls);
   ASSERT_TRUE(client.ok());
@@ -170,13 +185,10 @@ std::unique_ptr<sdk::ChildProcess> StartService(const std::string& binary,
 // certificate (--peer-tls-*), and the answer equals `hapctl run`. Without the peer credentials the
 // same request fails as UNAVAILABLE (the peers refuse plaintext) and prefill keeps serving.
 TEST(TlsTest, PipelineRunsOnMutualTlsBetweenServices) {
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/e2e/tls-pipeline";
-  std::filesystem::create_directories(dir);
-  const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
-  const CommandResult made = RunCommand(
-      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out",
-       cert, "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"});
-  if (made.exit_code != 0) GTEST_SKIP() << "openssl could not make a test certificate";
+  std::string cert, key;
+  if (!MakeTestCertificate("tls-pipeline", &cert, &key)) {
+    GTEST_SKIP() << "openssl could not make a test certificate";
+  }
   const std::string model = MakeTinyModel("tls_tiny8", 1);
   ASSERT_FALSE(model.empty());
   const std::vector<std::string> serve_tls = {"--model",     model, "--tls-cert", cert, "--tls-key",
@@ -200,12 +212,7 @@ TEST(TlsTest, PipelineRunsOnMutualTlsBetweenServices) {
   auto plain_prefill = StartService("hap-prefill", plain_peer_flags, &plain_prefill_addr);
   ASSERT_NE(plain_prefill, nullptr);
 
-  sdk::ClientOptions tls;
-  tls.tls.enabled = true;
-  tls.tls.root_certs_file = cert;
-  tls.tls.client_cert_file = cert;
-  tls.tls.client_key_file = key;
-  tls.tls.server_name_override = "localhost";
+  sdk::ClientOptions tls = MutualTls(cert, key);
   tls.retry.max_attempts = 1;
   ASSERT_TRUE(sdk::WaitUntilServing(prefill_addr, milliseconds(30000), tls).ok());
   ASSERT_TRUE(sdk::WaitUntilServing(plain_prefill_addr, milliseconds(30000), tls).ok());

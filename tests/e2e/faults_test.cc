@@ -75,6 +75,22 @@ std::string* FaultsTest::model_dir_ = nullptr;
 std::string* FaultsTest::image_ = nullptr;
 sdk::LocalPipeline* FaultsTest::pipeline_ = nullptr;
 
+// A valid KV header for this model announcing 4 rows per layer, one chunk per layer.
+hap::v1::DecodeRequest SmallKvHeader(const LlavaConfig& cfg) {
+  hap::v1::DecodeRequest header;
+  hap::v1::KvHeader* h = header.mutable_header();
+  h->set_n_layers(cfg.text.num_hidden_layers);
+  h->set_kv_dim(cfg.text.num_key_value_heads * cfg.text.head_dim);
+  h->set_d_model(cfg.text.hidden_size);
+  h->set_vocab_size(cfg.text.vocab_size);
+  h->set_dtype(hap::v1::DTYPE_F32);
+  for (int l = 0; l < cfg.text.num_hidden_layers; ++l) h->add_layer_rows(4);
+  h->set_next_position(10);
+  h->set_max_new_tokens(2);
+  h->set_n_chunks(cfg.text.num_hidden_layers);
+  return header;
+}
+
 TEST_F(FaultsTest, LayersSplitIntoRowChunksStillMatchHapctlRun) {
   Ask ask;
   ask.method = "pdrop";
@@ -123,17 +139,7 @@ TEST_F(FaultsTest, BusyServicesSayResourceExhausted) {
   auto stub = hap::v1::Decode::NewStub(decode->channel());
   grpc::ClientContext ctx;
   auto stream = stub->Decode(&ctx);
-  hap::v1::DecodeRequest header;
-  hap::v1::KvHeader* h = header.mutable_header();
-  h->set_n_layers(cfg->text.num_hidden_layers);
-  h->set_kv_dim(cfg->text.num_key_value_heads * cfg->text.head_dim);
-  h->set_d_model(cfg->text.hidden_size);
-  h->set_vocab_size(cfg->text.vocab_size);
-  h->set_dtype(hap::v1::DTYPE_F32);
-  for (int l = 0; l < cfg->text.num_hidden_layers; ++l) h->add_layer_rows(4);
-  h->set_next_position(10);
-  h->set_max_new_tokens(2);
-  h->set_n_chunks(cfg->text.num_hidden_layers);
+  hap::v1::DecodeRequest header = SmallKvHeader(*cfg);
   stream->Write(header);
   stream->WritesDone();
   hap::v1::DecodeResponse resp;
@@ -159,18 +165,8 @@ TEST_F(FaultsTest, StalledTransferIsDroppedWhenItsLeaseRunsOut) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   auto stream = stub->Decode(&ctx);
-  hap::v1::DecodeRequest header;
-  hap::v1::KvHeader* h = header.mutable_header();
-  h->set_request_id("stalled");
-  h->set_n_layers(cfg->text.num_hidden_layers);
-  h->set_kv_dim(cfg->text.num_key_value_heads * cfg->text.head_dim);
-  h->set_d_model(cfg->text.hidden_size);
-  h->set_vocab_size(cfg->text.vocab_size);
-  h->set_dtype(hap::v1::DTYPE_F32);
-  for (int l = 0; l < cfg->text.num_hidden_layers; ++l) h->add_layer_rows(4);
-  h->set_next_position(10);
-  h->set_max_new_tokens(2);
-  h->set_n_chunks(cfg->text.num_hidden_layers);
+  hap::v1::DecodeRequest header = SmallKvHeader(*cfg);
+  header.mutable_header()->set_request_id("stalled");
   const auto t0 = Clock::now();
   ASSERT_TRUE(stream->Write(header));
   // The cache is held (leased) while the sender stalls...
