@@ -106,6 +106,7 @@ absl::Status Client::Attempt(const hap::v1::GenerateRequest& request, const Stre
                              Clock::time_point t0, GenerateResult* result, bool* streamed) {
   grpc::ClientContext ctx;
   if (deadline) ctx.set_deadline(*deadline);
+  for (const auto& [key, value] : options.metadata) ctx.AddMetadata(key, value);
   if (options.cancel) options.cancel->Attach(&ctx);
   std::unique_ptr<grpc::ClientReader<hap::v1::GenerateResponse>> reader =
       generation_->Generate(&ctx, request);

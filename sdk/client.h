@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -65,6 +66,9 @@ struct StreamOptions {
   // Called for every delta as it arrives; returning false cancels the call.
   std::function<bool(const hap::v1::TextDelta&)> on_delta;
   std::shared_ptr<CancelToken> cancel;
+  // Extra request metadata (lowercase keys), e.g. {"traceparent", "00-<trace>-<span>-01"} to
+  // make the call part of the caller's trace.
+  std::vector<std::pair<std::string, std::string>> metadata;
 };
 
 struct GenerateResult {

@@ -59,6 +59,11 @@ std::string Options::Get(const std::string& flag) const {
 
 bool Options::IsSet(const std::string& flag) const { return sources_.count(flag) > 0; }
 
+bool Options::IsFlag(const std::string& flag) const {
+  auto it = sources_.find(flag);
+  return it != sources_.end() && it->second.rfind("--", 0) == 0;
+}
+
 absl::StatusOr<int64_t> Options::Int(const std::string& flag, int64_t min, int64_t max) const {
   const std::string v = Get(flag);
   auto src = sources_.find(flag);
@@ -110,6 +115,16 @@ std::vector<OptionSpec> CommonOptionSpecs() {
       {"tls-key", "HAP_TLS_KEY", "", "PEM private key of --tls-cert"},
       {"tls-client-ca", "HAP_TLS_CLIENT_CA", "",
        "PEM roots: require client certificates they signed (mutual TLS)"},
+      {"metrics-port", "HAP_METRICS_PORT", "",
+       "serve Prometheus /metrics over HTTP on this port (0 = a free one, printed); unset = off"},
+      {"otlp-endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", "",
+       "OTLP collector: host:port for grpc, base URL for http/protobuf; unset = tracing off"},
+      {"otlp-protocol", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc",
+       "OTLP transport: grpc | http/protobuf"},
+      {"service-name", "OTEL_SERVICE_NAME", "", "service.name of the spans (default: the binary)"},
+      {"traces-sampler", "OTEL_TRACES_SAMPLER", "parentbased_always_on",
+       "always_on | always_off | traceidratio | parentbased_* (follow the caller's decision)"},
+      {"traces-sampler-arg", "OTEL_TRACES_SAMPLER_ARG", "", "the ratio for *traceidratio (0..1)"},
   };
 }
 
@@ -136,6 +151,18 @@ absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options) {
   }
   if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
     return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  if (!options.Get("metrics-port").empty()) {
+    HAP_ASSIGN_OR_RETURN(int64_t metrics_port, options.Int("metrics-port", 0, 65535));
+    c.metrics_port = static_cast<int>(metrics_port);
+  }
+  // Only what was given as a flag: the environment is read by the tracer itself, which also
+  // knows the OTEL_* variables that have no flag (and their precedence).
+  for (auto [flag, field] :
+       {std::pair{"otlp-endpoint", &c.otlp_endpoint}, std::pair{"otlp-protocol", &c.otlp_protocol},
+        std::pair{"service-name", &c.service_name}, std::pair{"traces-sampler", &c.traces_sampler},
+        std::pair{"traces-sampler-arg", &c.traces_sampler_arg}}) {
+    if (options.IsFlag(flag)) *field = options.Get(flag);
   }
   return c;
 }

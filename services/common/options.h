@@ -28,6 +28,7 @@ class Options {
   // The value and where it came from (flag, env or default); "" when unset everywhere.
   std::string Get(const std::string& flag) const;
   bool IsSet(const std::string& flag) const;  // given as a flag or in the environment
+  bool IsFlag(const std::string& flag) const;  // given as a flag
   absl::StatusOr<int64_t> Int(const std::string& flag, int64_t min, int64_t max) const;
   absl::StatusOr<double> Double(const std::string& flag) const;
 
@@ -55,6 +56,10 @@ struct CommonOptions {
   // TLS: serve with this PEM certificate chain and key (both or neither); with client_ca set,
   // clients must present a certificate it signed (mutual TLS).
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;
+  // Telemetry. Tracing: the OpenTelemetry environment (OTEL_*), with these flags winning over
+  // it; "" = not given. Metrics: Prometheus /metrics on this port (0 = a free one), -1 = off.
+  std::string otlp_endpoint, otlp_protocol, service_name, traces_sampler, traces_sampler_arg;
+  int metrics_port = -1;
 };
 absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options);
 

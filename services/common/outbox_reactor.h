@@ -1,7 +1,9 @@
 // The write side of a server-streaming or bidi reactor, usable from worker threads: Send()
 // queues a message and the reactor writes one at a time; Close() finishes the call once the
 // queue is written. The first Close() wins. Whoever closes must not touch the reactor after
-// Close() returns: gRPC may run OnDone (which deletes it) right away.
+// Close() returns: gRPC may run OnDone (which deletes it) right away. The call's telemetry (the
+// SERVER span, the request counter and latency) is finished at the first Close(), before the
+// status is sent, so a client that saw the status also sees it counted.
 #pragma once
 
 #include <atomic>
@@ -9,6 +11,7 @@
 #include <mutex>
 
 #include "grpcpp/grpcpp.h"
+#include "telemetry/rpc.h"
 
 namespace hap::svc {
 
@@ -39,6 +42,7 @@ class OutboxReactor : public Base {
       final_status_ = status;
       action = NextLocked();
     }
+    rpc_.Finish(status);  // only the first Close gets here
     Do(action);
   }
 
@@ -50,6 +54,12 @@ class OutboxReactor : public Base {
 
   // Runs on a gRPC thread when the client cancels or the deadline passes.
   virtual void OnCancelled() {}
+
+  // Starts the call's telemetry; derived constructors call it first ("hap.v1.Encoder/Encode").
+  void StartRpc(const grpc::ServerContextBase& ctx, const char* method) { rpc_.Start(ctx, method); }
+  // The SERVER span: parent of the service's own spans. Its context stays valid after Close.
+  const telemetry::Span& rpc_span() { return rpc_.span(); }
+  telemetry::Span& mutable_rpc_span() { return rpc_.span(); }
 
   void OnWriteDone(bool ok) override {
     Action action;
@@ -107,6 +117,7 @@ class OutboxReactor : public Base {
   bool broken_ = false;
   grpc::Status final_status_;
   std::atomic<bool> cancelled_{false};
+  telemetry::ServerRpc rpc_;
 };
 
 }  // namespace hap::svc

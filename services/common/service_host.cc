@@ -10,10 +10,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
+#include "hap/v1/debug.grpc.pb.h"
+#include "hap/v1/decode.grpc.pb.h"
+#include "hap/v1/encoder.grpc.pb.h"
+#include "hap/v1/generate.grpc.pb.h"
 #include "runtime/common/status_macros.h"
 #include "sdk/stop_signals.h"
 #include "services/common/debug_service.h"
+#include "telemetry/metrics.h"
+#include "telemetry/rpc.h"
 
 namespace hap::svc {
 namespace {
@@ -56,10 +61,82 @@ ServiceHost::ServiceHost(std::string name) : name_(std::move(name)), state_(name
 }
 
 ServiceHost::~ServiceHost() {
+  if (health_ != nullptr) health_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+  StopTelemetry();
+}
+
+absl::Status ServiceHost::StartTelemetry(const CommonOptions& options) {
+  HAP_ASSIGN_OR_RETURN(telemetry::TracingConfig config, telemetry::TracingConfigFromEnv(name_));
+  if (!options.otlp_endpoint.empty()) {
+    config.endpoint = options.otlp_endpoint;
+    config.endpoint_is_signal_url = false;
+  }
+  if (!options.otlp_protocol.empty()) config.protocol = options.otlp_protocol;
+  if (!options.service_name.empty()) config.service_name = options.service_name;
+  if (!options.traces_sampler.empty()) config.sampler = options.traces_sampler;
+  if (!options.traces_sampler_arg.empty()) config.sampler_arg = options.traces_sampler_arg;
+  absl::StatusOr<std::unique_ptr<telemetry::Tracing>> tracing = telemetry::Tracing::Start(config);
+  if (!tracing.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tracing: ", tracing.status().message()));
+  }
+  tracing_ = std::move(*tracing);
+  std::fprintf(stderr, "%s: %s\n", name_.c_str(), tracing_->Describe().c_str());
+
+  // What the process holds, read at each scrape.
+  telemetry::Registry& r = telemetry::Registry::Default();
+  telemetry::RpcMetrics::Default();  // the request families exist before the first request
+  r.AddCallbackGauge("hap_requests_in_flight",
+                     "Requests admitted and not finished (running + queued).",
+                     [this] { return state_.Snapshot().in_flight_requests(); });
+  r.AddCallbackGauge("hap_requests_queued", "Requests admitted and waiting for a worker.",
+                     [this] { return state_.Snapshot().queued_requests(); });
+  r.AddCallbackCounter("hap_requests_rejected_total",
+                       "Requests refused at admission (--max-concurrent + --queue-length taken).",
+                       [this] { return state_.Snapshot().requests_rejected(); });
+  r.AddCallbackGauge("hap_kv_leases_held", "KV caches waiting on a transfer (lease running).",
+                     [this] { return state_.Snapshot().kv_leases(); });
+  r.AddCallbackGauge("hap_kv_caches_held", "KV caches alive in this process.",
+                     [this] { return state_.Snapshot().kv_caches_held(); });
+  r.AddCallbackGauge("hap_kv_bytes_held", "K/V bytes of the caches alive in this process.",
+                     [this] { return state_.Snapshot().kv_bytes_held(); });
+  r.AddCallbackCounter("hap_kv_leases_expired_total",
+                       "KV transfers abandoned because their lease ran out.",
+                       [this] { return state_.Snapshot().leases_expired(); });
+  telemetry::Tracing* t = tracing_.get();
+  r.AddCallbackCounter("hap_trace_spans_exported_total", "Spans the OTLP collector accepted.",
+                       [t] { return t->stats().spans_exported; });
+  r.AddCallbackCounter("hap_trace_spans_dropped_total",
+                       "Spans dropped: exporter queue full, failed export, or left at shutdown.",
+                       [t] { return t->stats().dropped(); });
+  r.AddCallbackCounter("hap_trace_export_failures_total", "OTLP export calls that failed.",
+                       [t] { return t->stats().export_failures; });
+  r.AddCallbackGauge("hap_trace_queue_spans", "Spans waiting in the exporter queue.",
+                     [t] { return t->stats().queue_size; });
+
+  if (options.metrics_port < 0) return absl::OkStatus();
+  metrics_server_ = std::make_unique<telemetry::HttpServer>();
+  metrics_server_->Handle("/metrics", [](const telemetry::HttpRequest&) {
+    telemetry::HttpResponse resp;
+    resp.content_type = telemetry::kPrometheusContentType;
+    resp.body = telemetry::Registry::Default().Render();
+    return resp;
+  });
+  HAP_RETURN_IF_ERROR(metrics_server_->Start(options.host, options.metrics_port));
+  std::printf("%s metrics on %s:%d\n", name_.c_str(), options.host.c_str(),
+              metrics_server_->port());
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+void ServiceHost::StopTelemetry() {
+  if (metrics_server_ != nullptr) metrics_server_->Stop();
+  // Spans still queued get a moment to leave; a dead or stalled collector cannot hold the exit.
+  if (tracing_ != nullptr) tracing_->Shutdown(std::chrono::seconds(2));
 }
 
 int ServiceHost::Fail(const absl::Status& status) {
+  if (health_ != nullptr) health_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
@@ -71,7 +148,15 @@ int ServiceHost::Fail(const absl::Status& status) {
 absl::Status ServiceHost::Start(const CommonOptions& options,
                                 const std::vector<grpc::Service*>& services,
                                 int max_receive_bytes) {
-  grpc::EnableDefaultHealthCheckService(true);
+  HAP_RETURN_IF_ERROR(StartTelemetry(options));
+  // The project's health service, not gRPC's built-in one: that one says SERVING from
+  // BuildAndStart on, before the model is loaded.
+  grpc::EnableDefaultHealthCheckService(false);
+  std::vector<std::string> hosted = {hap::v1::Debug::service_full_name()};
+  if (name_ == "hap-encoder") hosted.push_back(hap::v1::Encoder::service_full_name());
+  if (name_ == "hap-prefill") hosted.push_back(hap::v1::Generation::service_full_name());
+  if (name_ == "hap-decode") hosted.push_back(hap::v1::Decode::service_full_name());
+  health_ = std::make_unique<HealthService>(std::move(hosted));
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   debug_service_ = std::make_unique<DebugService>(&state_);
   grpc::ServerBuilder builder;
@@ -84,6 +169,7 @@ absl::Status ServiceHost::Start(const CommonOptions& options,
   builder.SetMaxSendMessageSize(-1);
   for (grpc::Service* s : services) builder.RegisterService(s);
   builder.RegisterService(debug_service_.get());
+  builder.RegisterService(health_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
@@ -95,9 +181,7 @@ absl::Status ServiceHost::Start(const CommonOptions& options,
 }
 
 void ServiceHost::SetHealth(bool serving) {
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  if (health == nullptr) return;
-  health->SetServingStatus(serving);  // every registered service, and ""
+  if (health_ != nullptr) health_->SetServing(serving);  // every hosted service, and ""
 }
 
 void ServiceHost::SetServing() {
@@ -129,10 +213,12 @@ int ServiceHost::WaitAndDrain(int64_t drain_timeout_ms) {
                     : absl::StrCat(state_.in_flight(), " requests still in flight after ",
                                    drain_timeout_ms, " ms")
                           .c_str());
-  // Cancels whatever is left after a short grace period.
+  // Cancels whatever is left after a short grace period; health watches end first.
+  health_->Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   server_.reset();
+  StopTelemetry();
   std::fprintf(stderr, "%s: stopped\n", name_.c_str());
   return 0;
 }

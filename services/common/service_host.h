@@ -1,6 +1,8 @@
 // The skeleton every service binary shares (STYLE §6): a gRPC server with the health service
 // (NOT_SERVING until the model is loaded and again while draining), server reflection and the
-// Debug service; SIGTERM/SIGINT → drain in-flight requests → Shutdown(deadline) → exit 0.
+// Debug service; SIGTERM/SIGINT → drain in-flight requests → Shutdown(deadline) → exit 0. It also
+// runs the process's telemetry: tracing (OTLP export, off unless configured) and, with
+// --metrics-port, Prometheus /metrics over HTTP.
 #pragma once
 
 #include <atomic>
@@ -12,8 +14,11 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+#include "services/common/health_service.h"
 #include "services/common/options.h"
 #include "services/common/server_state.h"
+#include "telemetry/http_server.h"
+#include "telemetry/tracing.h"
 
 namespace hap::svc {
 
@@ -26,9 +31,11 @@ class ServiceHost {
   const std::string& name() const { return name_; }
   ServerState& state() { return state_; }
 
-  // Starts listening on options.host:options.port (0 = a free port) with `services` plus
-  // health, reflection and Debug, reports NOT_SERVING, and prints "<name> listening on
-  // HOST:PORT" on stdout. `max_receive_bytes` bounds incoming messages.
+  // Starts tracing (as configured by the OTEL_* environment and the telemetry flags; a bad value
+  // is InvalidArgument) and the /metrics server ("<name> metrics on HOST:PORT" on stdout), then
+  // listens on options.host:options.port (0 = a free port) with `services` plus health,
+  // reflection and Debug, reports NOT_SERVING, and prints "<name> listening on HOST:PORT" on
+  // stdout. `max_receive_bytes` bounds incoming messages.
   absl::Status Start(const CommonOptions& options, const std::vector<grpc::Service*>& services,
                      int max_receive_bytes);
   int port() const { return port_; }
@@ -38,7 +45,8 @@ class ServiceHost {
 
   // Blocks until SIGTERM/SIGINT (or Stop()), then drains: health NOT_SERVING, new requests get
   // UNAVAILABLE, in-flight requests get up to drain_timeout_ms to finish, then Shutdown with a
-  // short deadline cancels whatever is left. Returns the process exit code (0).
+  // short deadline cancels whatever is left; spans still queued get up to 2 s to be exported.
+  // Returns the process exit code (0).
   int WaitAndDrain(int64_t drain_timeout_ms);
   void Stop();
 
@@ -48,15 +56,20 @@ class ServiceHost {
 
  private:
   void SetHealth(bool serving);
+  absl::Status StartTelemetry(const CommonOptions& options);
+  void StopTelemetry();
 
   const std::string name_;
   ServerState state_;
   std::unique_ptr<grpc::Service> debug_service_;
+  std::unique_ptr<HealthService> health_;  // declared before server_: outlives it
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_requested_ = false;
+  std::unique_ptr<telemetry::Tracing> tracing_;
+  std::unique_ptr<telemetry::HttpServer> metrics_server_;
 };
 
 // "<program>: <message>" on stderr; the exit code for a startup error (2 for bad flags).

@@ -11,7 +11,9 @@
 #include "services/common/convert.h"
 #include "services/common/kv_codec.h"
 #include "services/common/outbox_reactor.h"
+#include "services/common/service_metrics.h"
 #include "services/common/status.h"
+#include "telemetry/tracer.h"
 
 namespace hap::svc {
 namespace {
@@ -41,7 +43,8 @@ class DecodeReactor final
     : public OutboxReactor<grpc::ServerBidiReactor<hap::v1::DecodeRequest, hap::v1::DecodeResponse>,
                            hap::v1::DecodeResponse> {
  public:
-  explicit DecodeReactor(DecodeService* service) : service_(service) {
+  DecodeReactor(DecodeService* service, grpc::CallbackServerContext* ctx) : service_(service) {
+    StartRpc(*ctx, "hap.v1.Decode/Decode");
     guard_ = service->state_->Begin("(awaiting KV header)");
     if (absl::Status s = service->state_->CheckAccepting(); !s.ok()) {
       Close(ToGrpc(s));
@@ -113,6 +116,9 @@ class DecodeReactor final
     if (!service_->kv_->EndLease(kv_)) {
       return absl::DeadlineExceededError("KV transfer: the lease expired");
     }
+    kv_bytes_ = assembler_->bytes_received();
+    kv_chunks_ = assembler_->chunks_received();
+    DecodeMetrics::Get().kv_received_bytes->Inc(static_cast<double>(kv_bytes_));
     hap::v1::DecodeResponse ack;
     ack.mutable_ack()->set_kv_bytes(assembler_->bytes_received());
     ack.mutable_ack()->set_n_chunks(assembler_->chunks_received());
@@ -148,6 +154,17 @@ class DecodeReactor final
 
   absl::Status RunDecode() {
     const double queue_ms = MsSince(trailer_time_);
+    // hap.decode: the decode loop of this call (the KV cache has arrived).
+    telemetry::Span span = telemetry::GlobalTracer().StartSpan("hap.decode", rpc_span());
+    span.SetAttribute("hap.queue_ms", queue_ms)
+        .SetAttribute("hap.kv.bytes_received", kv_bytes_)
+        .SetAttribute("hap.kv.chunks_received", kv_chunks_);
+    absl::Status status = Decode(span, queue_ms);
+    if (!status.ok()) span.SetStatus(telemetry::StatusCode::kError, std::string(status.message()));
+    return status;
+  }
+
+  absl::Status Decode(telemetry::Span& span, double queue_ms) {
     const hap::v1::KvHeader header = assembler_->header();
     KvCache cache = assembler_->TakeCache();
     assembler_.reset();
@@ -159,6 +176,8 @@ class DecodeReactor final
     const int32_t eos = model_->tokenizer().eos_id();
     const int32_t cfg_eos = model_->config().text.eos_token_id;
     int sampled = 0;
+    const Clock::time_point t_start = Clock::now();
+    std::optional<Clock::time_point> t_first;
     // ContinueDecodeLoop calls the sink once per sampled token (never for EOS) and, when the
     // answer ends by EOS or length, once more to flush held-back text: that call repeats the
     // last id (EOS, or the max_new_tokens-th token), so it carries no token id here.
@@ -171,6 +190,7 @@ class DecodeReactor final
       if (!flush) {
         delta->add_token_ids(token);
         ++sampled;
+        if (!t_first) t_first = Clock::now();
       }
       return Send(std::move(msg));
     };
@@ -178,7 +198,23 @@ class DecodeReactor final
         ContinueDecodeLoop(*model_, &cache, header.first_token(), sampler, stop, sink);
     cache = KvCache();
     service_->kv_->Release(kv_);
+    DecodeMetrics& metrics = DecodeMetrics::Get();
+    metrics.decode_tokens->Inc(sampled);
+    metrics.decode_seconds->Observe(std::chrono::duration<double>(Clock::now() - t_start).count());
+    span.SetAttribute("hap.decode.tokens", sampled);
+    if (t_first) {
+      span.SetAttribute("hap.decode.time_to_first_token_ms",
+                        std::chrono::duration<double, std::milli>(*t_first - t_start).count());
+    }
     HAP_RETURN_IF_ERROR(result.status());
+    const int n_tokens = static_cast<int>(result->tokens.size());
+    span.SetAttribute("gen_ai.usage.output_tokens", n_tokens)
+        .SetAttribute("gen_ai.response.finish_reasons",
+                      std::vector<std::string>{std::string(FinishReasonName(result->finish))})
+        .SetAttribute("hap.decode.ms", result->decode_ms)
+        .SetAttribute("hap.decode.tokens_per_s", n_tokens > 1 && result->decode_ms > 0
+                                                     ? (n_tokens - 1) / (result->decode_ms / 1e3)
+                                                     : 0.0);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!protocol_error_.empty()) return absl::InvalidArgumentError(protocol_error_);
@@ -204,13 +240,15 @@ class DecodeReactor final
   WorkerPool::Ticket ticket_;
   KvRegistry::Handle kv_;
   Clock::time_point header_time_, trailer_time_;
+  int64_t kv_bytes_ = 0;
+  int kv_chunks_ = 0;
   std::mutex mu_;
   std::string protocol_error_;
 };
 
 grpc::ServerBidiReactor<hap::v1::DecodeRequest, hap::v1::DecodeResponse>* DecodeService::Decode(
     grpc::CallbackServerContext* ctx) {
-  return new DecodeReactor(this);
+  return new DecodeReactor(this, ctx);
 }
 
 }  // namespace hap::svc

@@ -7,6 +7,7 @@
 
 #include "hap/v1/decode.grpc.pb.h"
 #include "runtime/model/llava_model.h"
+#include "services/common/service_metrics.h"
 #include "services/common/kv_registry.h"
 #include "services/common/server_state.h"
 #include "services/common/worker_pool.h"
@@ -22,7 +23,9 @@ struct DecodeConfig {
 class DecodeService final : public hap::v1::Decode::CallbackService {
  public:
   DecodeService(ServerState* state, WorkerPool* pool, KvRegistry* kv, const DecodeConfig& config)
-      : state_(state), pool_(pool), kv_(kv), config_(config) {}
+      : state_(state), pool_(pool), kv_(kv), config_(config) {
+    DecodeMetrics::Get();  // on /metrics from the start
+  }
 
   void SetModel(const LlavaModel* model) { model_ = model; }
 

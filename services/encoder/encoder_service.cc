@@ -1,6 +1,7 @@
 #include "services/encoder/encoder_service.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/common/status_macros.h"
@@ -8,7 +9,9 @@
 #include "services/common/convert.h"
 #include "services/common/embed_codec.h"
 #include "services/common/outbox_reactor.h"
+#include "services/common/service_metrics.h"
 #include "services/common/status.h"
+#include "telemetry/tracer.h"
 
 namespace hap::svc {
 
@@ -16,8 +19,10 @@ namespace hap::svc {
 class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v1::EncodeResponse>,
                                                  hap::v1::EncodeResponse> {
  public:
-  EncodeReactor(EncoderService* service, const hap::v1::EncodeRequest* request)
+  EncodeReactor(EncoderService* service, grpc::CallbackServerContext* ctx,
+                const hap::v1::EncodeRequest* request)
       : service_(service), request_(request) {
+    StartRpc(*ctx, "hap.v1.Encoder/Encode");
     guard_ = service->state_->Begin(request->request_id());
     absl::StatusOr<WorkerPool::Ticket> ticket = Accept();
     if (!ticket.ok()) {
@@ -49,7 +54,26 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
 
   absl::Status Encode() {
     if (cancelled()) return absl::CancelledError("cancelled before encoding");
-    HAP_ASSIGN_OR_RETURN(EncodeResult r, EncodeImage(*model_, request_->image(), prune_));
+    // hap.encode: the image → embeddings work of this call (not the streaming back).
+    telemetry::Span span = telemetry::GlobalTracer().StartSpan("hap.encode", rpc_span());
+    span.SetAttribute("hap.request_id", request_->request_id())
+        .SetAttribute("hap.method", prune_.method)
+        .SetAttribute("hap.image.bytes", request_->image().size());
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<EncodeResult> encoded = EncodeImage(*model_, request_->image(), prune_);
+    EncoderMetrics::Get().encode_seconds->Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (!encoded.ok()) {
+      span.SetStatus(telemetry::StatusCode::kError, std::string(encoded.status().message()));
+      return encoded.status();
+    }
+    EncodeResult r = std::move(*encoded);
+    span.SetAttribute("hap.image.width", r.image_width)
+        .SetAttribute("hap.image.height", r.image_height)
+        .SetAttribute("hap.visual_tokens", r.n_vis)
+        .SetAttribute("hap.preprocess_ms", r.preprocess_ms)
+        .SetAttribute("hap.encode_ms", r.encode_ms);
+    span.End();
     if (cancelled()) return absl::CancelledError("cancelled after encoding");
     const int hidden = model_->config().text.hidden_size;
     int limit = service_->config_.max_message_bytes;
@@ -87,7 +111,7 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
 
 grpc::ServerWriteReactor<hap::v1::EncodeResponse>* EncoderService::Encode(
     grpc::CallbackServerContext* ctx, const hap::v1::EncodeRequest* request) {
-  return new EncodeReactor(this, request);
+  return new EncodeReactor(this, ctx, request);
 }
 
 }  // namespace hap::svc

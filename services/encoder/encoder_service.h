@@ -7,6 +7,7 @@
 
 #include "hap/v1/encoder.grpc.pb.h"
 #include "runtime/model/llava_model.h"
+#include "services/common/service_metrics.h"
 #include "services/common/server_state.h"
 #include "services/common/worker_pool.h"
 
@@ -20,7 +21,9 @@ struct EncoderConfig {
 class EncoderService final : public hap::v1::Encoder::CallbackService {
  public:
   EncoderService(ServerState* state, WorkerPool* pool, const EncoderConfig& config)
-      : state_(state), pool_(pool), config_(config) {}
+      : state_(state), pool_(pool), config_(config) {
+    EncoderMetrics::Get();  // on /metrics from the start
+  }
 
   // Called once the model is loaded (requests before get UNAVAILABLE).
   void SetModel(const LlavaModel* model) { model_ = model; }

@@ -1,6 +1,7 @@
 #include "services/prefill/generate_reactor.h"
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/common/status_macros.h"
@@ -8,7 +9,11 @@
 #include "services/common/convert.h"
 #include "services/common/embed_codec.h"
 #include "services/common/kv_codec.h"
+#include "services/common/service_metrics.h"
 #include "services/common/status.h"
+#include "services/prefill/prefill_telemetry.h"
+#include "telemetry/rpc.h"
+#include "telemetry/tracer.h"
 
 namespace hap::svc {
 namespace {
@@ -73,6 +78,7 @@ void ChildCalls::CancelAll() {
 GenerateReactor::GenerateReactor(PrefillService* service, grpc::CallbackServerContext* ctx,
                                  const hap::v1::GenerateRequest* request)
     : service_(service), ctx_(ctx), request_(request), received_(Clock::now()) {
+  StartRpc(*ctx, "hap.v1.Generation/Generate");
   guard_ = service->state()->Begin(request->request_id());
   absl::StatusOr<GenerateJob> job = service->Check(*request);
   if (!job.ok()) {
@@ -81,6 +87,23 @@ GenerateReactor::GenerateReactor(PrefillService* service, grpc::CallbackServerCo
   }
   job_ = std::move(*job);
   guard_ = service->state()->Begin(job_.request_id);
+  telemetry::Span& span = mutable_rpc_span();
+  if (span.recording()) {
+    const std::string& dir = service->model()->dir();
+    span.SetAttribute("gen_ai.operation.name", "generate_content")
+        .SetAttribute("gen_ai.provider.name", "hap")
+        .SetAttribute("gen_ai.request.model", dir.substr(dir.find_last_of('/') + 1))
+        .SetAttribute("gen_ai.request.max_tokens", job_.stop.max_new_tokens)
+        .SetAttribute("gen_ai.request.temperature", job_.sampling.temperature)
+        .SetAttribute("gen_ai.request.top_p", job_.sampling.top_p)
+        .SetAttribute("gen_ai.request.top_k", job_.sampling.top_k)
+        .SetAttribute("gen_ai.request.seed", static_cast<int64_t>(job_.sampling.seed))
+        .SetAttribute("gen_ai.response.id", job_.request_id)
+        .SetAttribute("hap.request_id", job_.request_id)
+        .SetAttribute("hap.method", job_.prune.method)
+        .SetAttribute("hap.budget", BudgetString(job_.prune))
+        .SetAttribute("hap.image.bytes", request->image().size());
+  }
   absl::StatusOr<WorkerPool::Ticket> ticket = service->pool()->Admit();
   if (!ticket.ok()) {
     Close(ToGrpc(ticket.status()));
@@ -101,12 +124,25 @@ absl::Status GenerateReactor::Execute() {
   HAP_RETURN_IF_ERROR(CheckCancelled("after encoding"));
   Sampler sampler(job_.sampling);
   absl::StatusOr<PrefillResult> prefill;
+  std::vector<Clock::time_point> layer_starts;  // the decoder polls the check once per layer
+  const auto t_prefill = Clock::now();
   {
     // A cancelled request stops between decoder layers instead of finishing its prefill.
-    ScopedCancellation scope([this] { return cancelled(); });
+    ScopedCancellation scope([this, &layer_starts] {
+      layer_starts.push_back(Clock::now());
+      return cancelled();
+    });
     prefill = RunPrefill(*service_->model(), request_->prompt(), encoded, job_.prune, &sampler);
   }
-  if (!prefill.ok()) return prefill.status();
+  if (!prefill.ok()) {
+    telemetry::Span failed = telemetry::GlobalTracer().StartSpan("hap.prefill", rpc_span(),
+                                                                 telemetry::SpanKind::kInternal,
+                                                                 telemetry::ToUnixNanos(t_prefill));
+    failed.SetStatus(telemetry::StatusCode::kError, std::string(prefill.status().message()));
+    return prefill.status();
+  }
+  RecordPrefill(rpc_span(), *prefill, job_.prune, t_prefill, Clock::now(), layer_starts);
+  mutable_rpc_span().SetAttribute("gen_ai.usage.input_tokens", prefill->stats.prompt_tokens);
   HAP_RETURN_IF_ERROR(CheckCancelled("after prefill"));
   return TransferAndRelay(std::move(*prefill));
 }
@@ -118,6 +154,8 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoder() {
   children_.Add(ctx.get());
   absl::Cleanup remove = [&] { children_.Remove(ctx.get()); };
 
+  telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Encoder/Encode",
+                            service_->config().encoder_address, ctx.get());
   hap::v1::EncodeRequest req;
   req.set_request_id(job_.request_id);
   req.set_image(request_->image());
@@ -134,6 +172,7 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoder() {
   }
   if (!stream_error.ok()) ctx->TryCancel();
   const grpc::Status st = reader->Finish();
+  call.Finish(stream_error.ok() ? st : ToGrpc(stream_error));
   HAP_RETURN_IF_ERROR(stream_error);
   if (!st.ok()) {
     return PeerError("encoder", service_->config().encoder_address, st, /*client_input=*/true);
@@ -182,6 +221,13 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   HAP_ASSIGN_OR_RETURN(KvChunker chunker,
                        KvChunker::Create(&prefill.cache, config.max_message_bytes));
 
+  PrefillMetrics& metrics = PrefillMetrics::Get();
+  telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Decode/Decode", config.decode_address,
+                            ctx.get());
+  // hap.kv_transfer: first KV message sent → decode's acknowledgement of the whole cache.
+  telemetry::Span kv_span = telemetry::GlobalTracer().StartSpan("hap.kv_transfer", call.span());
+  kv_span.SetAttribute("hap.kv.layers", static_cast<int>(prefill.cache.layers.size()))
+      .SetAttribute("hap.kv.bytes_sent", prefill.cache.bytes());
   const auto t_transfer = Clock::now();
   std::unique_ptr<grpc::ClientReaderWriter<hap::v1::DecodeRequest, hap::v1::DecodeResponse>>
       stream = service_->decode()->Decode(ctx.get());
@@ -208,19 +254,42 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   hap::v1::DecodeResponse in;
   hap::v1::GenerateStats stats;
   bool acked = false, done = false, client_gone = false, first = true;
+  std::optional<Clock::time_point> last_token;
+  int relayed_tokens = 0;
   while (stream->Read(&in)) {
     if (in.has_ack()) {
       acked = true;
       kv->EndLease(lease);
       stats.set_kv_bytes_received(in.ack().kv_bytes());
       stats.set_kv_chunks(in.ack().n_chunks());
-      timings_.set_kv_transfer_ms(MsBetween(t_transfer, Clock::now()));
+      const double transfer_ms = MsBetween(t_transfer, Clock::now());
+      timings_.set_kv_transfer_ms(transfer_ms);
+      metrics.kv_transfer_seconds->Observe(transfer_ms / 1e3);
+      metrics.kv_transfer_bytes->Inc(static_cast<double>(in.ack().kv_bytes()));
+      kv_span.SetAttribute("hap.kv.bytes", in.ack().kv_bytes())
+          .SetAttribute("hap.kv.chunks", in.ack().n_chunks())
+          .SetAttribute("hap.kv.transfer_ms", transfer_ms)
+          .SetAttribute("hap.kv.decode_receive_ms", in.ack().transfer_ms())
+          .SetAttribute("hap.kv.gbps",
+                        transfer_ms > 0 ? in.ack().kv_bytes() / 1e9 / (transfer_ms / 1e3) : 0.0);
+      kv_span.End();
       prefill.cache = KvCache();  // decode has it now
       kv->Release(lease);
     } else if (in.has_delta()) {
+      const Clock::time_point now = Clock::now();
       if (first) {
         first = false;
-        timings_.set_ttft_ms(MsBetween(received_, Clock::now()));
+        timings_.set_ttft_ms(MsBetween(received_, now));
+        metrics.ttft_seconds->Observe(MsBetween(received_, now) / 1e3);
+      }
+      if (const int n = in.delta().token_ids_size(); n > 0) {
+        if (last_token) {
+          metrics.inter_token_seconds->Observe(
+              std::chrono::duration<double>(now - *last_token).count());
+        }
+        last_token = now;
+        relayed_tokens += n;
+        metrics.output_tokens->Inc(n);
       }
       hap::v1::GenerateResponse msg;
       *msg.mutable_delta() = std::move(*in.mutable_delta());
@@ -239,6 +308,16 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
     }
   }
   const grpc::Status st = stream->Finish();
+  call.Finish(st);
+  if (!acked) {
+    kv_span.SetStatus(telemetry::StatusCode::kError, lease_expired
+                                                         ? "the KV lease expired"
+                                                         : "decode did not acknowledge the cache");
+  }
+  kv_span.End();
+  telemetry::Span& server_span = mutable_rpc_span();
+  server_span.SetAttribute("hap.relayed_tokens", relayed_tokens);
+  if (!first) server_span.SetAttribute("hap.ttft_ms", timings_.ttft_ms());
   if (lease_expired) {
     return absl::DeadlineExceededError(absl::StrCat(
         "KV transfer to decode did not complete within the ", config.lease_ms, " ms lease"));
@@ -279,6 +358,15 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   timings_.set_decode_tokens_per_s(
       n_tok > 1 && timings_.decode_ms() > 0 ? (n_tok - 1) / (timings_.decode_ms() / 1e3) : 0);
   timings_.set_total_ms(MsBetween(received_, Clock::now()));
+  if (server_span.recording()) {
+    std::string reason = hap::v1::FinishReason_Name(stats.finish_reason());
+    if (reason.rfind("FINISH_REASON_", 0) == 0) reason = absl::AsciiStrToLower(reason.substr(14));
+    server_span.SetAttribute("gen_ai.usage.output_tokens", n_tok)
+        .SetAttribute("gen_ai.response.finish_reasons", std::vector<std::string>{reason})
+        .SetAttribute("hap.kv.bytes", stats.kv_bytes_received())
+        .SetAttribute("hap.visual_tokens.average", p.average_visual_tokens)
+        .SetAttribute("hap.total_ms", timings_.total_ms());
+  }
   *stats.mutable_timings() = timings_;
   hap::v1::GenerateResponse last;
   *last.mutable_stats() = std::move(stats);

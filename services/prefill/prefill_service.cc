@@ -32,6 +32,7 @@ PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry*
     : state_(state), pool_(pool), kv_(kv), config_(config) {
   encoder_ = hap::v1::Encoder::NewStub(PeerChannel(config.encoder_address, config));
   decode_ = hap::v1::Decode::NewStub(PeerChannel(config.decode_address, config));
+  PrefillMetrics::Get();  // on /metrics from the start
 }
 
 absl::StatusOr<GenerateJob> PrefillService::Check(const hap::v1::GenerateRequest& request) {

@@ -18,6 +18,7 @@
 #include "runtime/prune/factory.h"
 #include "grpcpp/security/credentials.h"
 #include "services/common/kv_registry.h"
+#include "services/common/service_metrics.h"
 #include "services/common/server_state.h"
 #include "services/common/worker_pool.h"
 
