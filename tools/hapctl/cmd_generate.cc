@@ -135,7 +135,8 @@ void PrintSummary(const sdk::GenerateResult& r) {
 int CmdGenerate(const std::vector<std::string>& args) {
   std::set<std::string> value_flags = {"server",     "image",          "prompt", "deadline-ms",
                                        "request-id", "retries",        "tls-ca", "tls-cert",
-                                       "tls-key",    "tls-server-name"};
+                                       "tls-key",    "tls-server-name", "traceparent",
+                                       "tracestate"};
   AddGenerationFlags(&value_flags);
   auto flags = Flags::Parse(args, value_flags, {"json", "tls"});
   if (!flags.ok()) return Fail("generate", flags.status());
@@ -153,6 +154,10 @@ int CmdGenerate(const std::vector<std::string>& args) {
   const bool json = flags->Bool("json");
   sdk::StreamOptions stream;
   if (*deadline > 0) stream.timeout = std::chrono::milliseconds(*deadline);
+  // W3C trace context to continue (the services check it; a malformed one starts a new trace).
+  for (const char* key : {"traceparent", "tracestate"}) {
+    if (auto v = flags->Get(key)) stream.metadata.emplace_back(key, *v);
+  }
   if (!json) {
     stream.on_delta = [](const hap::v1::TextDelta& d) {
       std::fwrite(d.text().data(), 1, d.text().size(), stdout);
