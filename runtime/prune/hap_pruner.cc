@@ -23,10 +23,7 @@ HapPruner::HapPruner(const Plan& plan, const ModelDims& dims, Weighting weightin
 
 PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   HAP_ASSIGN_OR_RETURN(bool has_image, StartLayer(att));
-  if (att.layer == 0) {
-    group_maps_.clear();
-    group_paq_.clear();
-  }
+  if (att.layer == 0) group_paq_.clear();
   const int g = plan_.GroupOfLayer(att.layer);
   // The last group never prunes, so its layers need no maps.
   if (!has_image || g < 0 || g >= plan_.M - 1) return std::optional<std::vector<int>>();
@@ -39,26 +36,30 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   }
   const int64_t map_size = int64_t{n_text} * n_vis;
 
-  // Â_h for every head: F32 [H, n_text, n_vis], rows renormalised over the visual tokens.
-  std::vector<float> head_maps;
-  HAP_RETURN_IF_ERROR(RowsAttention(att, TextBegin(att), n_text, /*renormalize=*/true, &head_maps));
+  // Â_h for every head: F32 [H, n_text, n_vis], rows renormalised over the visual tokens, and
+  // the entropy of each row, which gives PAQ(Â_h) without a logarithm per element.
+  HAP_RETURN_IF_ERROR(RowsAttention(att, TextBegin(att), n_text, /*renormalize=*/true, &head_maps_,
+                                    &head_entropy_));
   HapLayerExplain lx;
   lx.layer = att.layer;
   lx.n_vis = n_vis;
   lx.head_paq.resize(H);
   lx.head_weights.resize(H);
-  HAP_RETURN_IF_ERROR(kernels::Paq(head_maps.data(), H, n_text, n_vis, lx.head_paq.data()));
+  HAP_RETURN_IF_ERROR(kernels::PaqFromRowEntropies(head_maps_.data(), head_entropy_.data(), H,
+                                                   n_text, n_vis, lx.head_paq.data()));
   if (weighting_ == Weighting::kUniform) {
     std::fill(lx.head_weights.begin(), lx.head_weights.end(), 1.f / H);
   } else {
     HAP_RETURN_IF_ERROR(kernels::PaqSoftmaxWeights(lx.head_paq.data(), H, lx.head_weights.data()));
   }
-  // A_l = Σ_h w_h Â_h: F32 [n_text, n_vis]
-  std::vector<float> layer_map(map_size);
-  HAP_RETURN_IF_ERROR(kernels::WeightedSumContiguous(head_maps.data(), lx.head_weights.data(), H,
+  // A_l = Σ_h w_h Â_h: F32 [n_text, n_vis], into the group's next buffer.
+  const size_t slot = group_paq_.size();
+  if (group_maps_.size() <= slot) group_maps_.resize(slot + 1);
+  std::vector<float>& layer_map = group_maps_[slot];
+  layer_map.resize(map_size);
+  HAP_RETURN_IF_ERROR(kernels::WeightedSumContiguous(head_maps_.data(), lx.head_weights.data(), H,
                                                      map_size, layer_map.data()));
   HAP_RETURN_IF_ERROR(kernels::Paq(layer_map.data(), 1, n_text, n_vis, &lx.layer_paq));
-  group_maps_.push_back(std::move(layer_map));
   group_paq_.push_back(lx.layer_paq);
   stats_.hap_layers.push_back(std::move(lx));
 
@@ -74,7 +75,7 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   gx.first_layer = pg.first_layer;
   gx.n_layers = pg.n_layers;
   gx.layer_paq = group_paq_;
-  const int n_maps = static_cast<int>(group_maps_.size());
+  const int n_maps = static_cast<int>(group_paq_.size());
   gx.layer_weights.resize(n_maps);
   if (weighting_ == Weighting::kUniform) {
     std::fill(gx.layer_weights.begin(), gx.layer_weights.end(), 1.f / n_maps);
@@ -84,16 +85,15 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   }
   std::vector<const float*> maps(n_maps);
   for (int i = 0; i < n_maps; ++i) maps[i] = group_maps_[i].data();
-  std::vector<float> group_map(map_size);  // F32 [n_text, n_vis]
+  group_map_.resize(map_size);  // F32 [n_text, n_vis]
   HAP_RETURN_IF_ERROR(kernels::WeightedSumMaps(maps.data(), gx.layer_weights.data(), n_maps,
-                                               map_size, group_map.data()));
+                                               map_size, group_map_.data()));
   gx.token_scores.resize(n_vis);
   HAP_RETURN_IF_ERROR(
-      kernels::TokenScores(group_map.data(), n_text, n_vis, gx.token_scores.data()));
+      kernels::TokenScores(group_map_.data(), n_text, n_vis, gx.token_scores.data()));
   const int keep = std::min(plan_.groups[g + 1].visual_tokens, n_vis);
   std::vector<int> kept(keep);
   HAP_RETURN_IF_ERROR(kernels::StableTopK(gx.token_scores.data(), n_vis, keep, kept.data()));
-  group_maps_.clear();
   group_paq_.clear();
   gx.kept = kept;
   gx.kept_original.resize(keep);

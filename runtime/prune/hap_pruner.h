@@ -26,9 +26,14 @@ class HapPruner : public PrunerBase {
  private:
   Plan plan_;
   Weighting weighting_;
-  // Layers of the current group so far: each F32 [n_text, n_vis] (A_l) and PAQ_l.
+  // Layers of the current group so far: the first group_paq_.size() entries of group_maps_ are
+  // their maps A_l, each F32 [n_text, n_vis], and group_paq_ their PAQ_l. group_maps_ keeps its
+  // buffers across groups and requests so a layer allocates nothing.
   std::vector<std::vector<float>> group_maps_;
   std::vector<float> group_paq_;
+  std::vector<float> head_maps_;      // F32 [H, n_text, n_vis]: Â_h of the current layer
+  std::vector<double> head_entropy_;  // F64 [H, n_text]: entropy of each row of Â_h
+  std::vector<float> group_map_;      // F32 [n_text, n_vis]: A_g at the end of a group
 };
 
 }  // namespace hap

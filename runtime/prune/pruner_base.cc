@@ -91,7 +91,8 @@ PrunerBase::KeepResult PrunerBase::Commit(const LayerAttention& att, std::vector
 }
 
 absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int n_rows,
-                                       bool renormalize, std::vector<float>* out) const {
+                                       bool renormalize, std::vector<float>* out,
+                                       std::vector<double>* row_entropy) const {
   if (att.q == nullptr || att.k == nullptr || (!renormalize && att.lse == nullptr)) {
     return absl::InvalidArgumentError(
         absl::StrCat(stats_.method, ": layer ", att.layer, " passed no Q/K/LSE"));
@@ -119,6 +120,10 @@ absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int 
   a.scale = att.scale;
   a.renormalize = renormalize;
   a.out = out->data();
+  if (row_entropy != nullptr) {
+    row_entropy->resize(static_cast<size_t>(att.n_heads) * n_rows);
+    a.row_entropy = row_entropy->data();
+  }
   return kernels::TextVisualAttention(a);
 }
 

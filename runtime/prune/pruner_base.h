@@ -33,9 +33,11 @@ class PrunerBase : public Pruner {
   KeepResult Commit(const LayerAttention& att, std::vector<int> kept, double select_us);
 
   // Attention of rows [row0, row0 + n_rows) of the current sequence on the visual tokens
-  // present. out: F32 [n_heads, n_rows, n_vis].
+  // present. out: F32 [n_heads, n_rows, n_vis] (resized; its buffer is reused across calls).
+  // row_entropy (renormalize only, optional): F64 [n_heads, n_rows], each row's entropy.
   absl::Status RowsAttention(const LayerAttention& att, int row0, int n_rows, bool renormalize,
-                             std::vector<float>* out) const;
+                             std::vector<float>* out,
+                             std::vector<double>* row_entropy = nullptr) const;
 
   // Records time spent scoring/selecting in a layer that did not prune.
   void AddTime(double us) { stats_.score_select_us += us; }
