@@ -100,19 +100,4 @@ hap::v1::FinishReason FinishToProto(FinishReason reason) {
   return hap::v1::FINISH_REASON_UNSPECIFIED;
 }
 
-std::string FinishName(hap::v1::FinishReason reason) {
-  switch (reason) {
-    case hap::v1::FINISH_REASON_EOS:
-      return "eos";
-    case hap::v1::FINISH_REASON_STOP:
-      return "stop";
-    case hap::v1::FINISH_REASON_LENGTH:
-      return "length";
-    case hap::v1::FINISH_REASON_CANCELLED:
-      return "cancelled";
-    default:
-      return "unknown";
-  }
-}
-
 }  // namespace hap::svc

@@ -29,7 +29,6 @@ absl::StatusOr<PruneRequest> PruneFromProto(const hap::v1::Pruning& request,
 std::string BudgetString(const PruneRequest& prune);
 
 hap::v1::FinishReason FinishToProto(FinishReason reason);
-std::string FinishName(hap::v1::FinishReason reason);  // "eos", "stop", "length", "cancelled"
 
 inline constexpr int kMaxNewTokensLimit = 1 << 20;
 inline constexpr int kDefaultMaxNewTokens = 64;
