@@ -2,30 +2,17 @@
 # `make demo`: starts the three services on loopback with `hapctl up`, then asks the front door
 # (hap-prefill) a question about an example image with `hapctl generate`, unpruned and with HAP at
 # 5.6% of the visual tokens, printing the answers, pruning stats and per-stage timings; then stops
-# the services. Until the trained default model (models/scenes-llava) is committed, the demo runs
-# the same pipeline on a random-weight checkpoint of the same shape and says so: its answers are
-# then meaningless text, but every stage, the pruning and the stats are the real ones.
+# the services. The services load the default model, models/scenes-llava (or $HAP_MODEL_DIR).
 set -euo pipefail
 HAPCTL=${1:-build/tools/hapctl/hapctl}
 cd "$(dirname "$0")/.."
 IMAGE=data/scenes-test/images/test_0000.jpg
 QUESTION=$(head -n 1 data/scenes-test/questions.jsonl | sed -n 's/.*"question": "\([^"]*\)".*/\1/p')
 EXPECTED=$(head -n 1 data/scenes-test/questions.jsonl | sed -n 's/.*"answer": "\([^"]*\)".*/\1/p')
-MODEL_ARGS=()
-if [ ! -f models/scenes-llava/config.json ] && [ -z "${HAP_MODEL_DIR:-}" ]; then
-  STANDIN=build/demo-models/random-168px-32l
-  echo "== the trained default model (models/scenes-llava) is not in this tree yet;"
-  echo "== using a random-weight stand-in of the same shape: $STANDIN"
-  if [ ! -f "$STANDIN/config.json" ]; then
-    "$HAPCTL" make-tiny --out "$STANDIN" --layers 32 --hidden 96 --heads 4 --image-size 168 \
-      --vision-layers 4 --vision-hidden 96 --dtype bf16 --seed 7
-  fi
-  MODEL_ARGS=(--model "$STANDIN")
-fi
 
 # hapctl up prints the front door's host:port, then a line with "ready".
 UP_LOG=$(mktemp)
-"$HAPCTL" up "${MODEL_ARGS[@]}" --quiet >"$UP_LOG" &
+"$HAPCTL" up --quiet >"$UP_LOG" &
 UP_PID=$!
 stop_services() {
   if kill -0 "$UP_PID" 2>/dev/null; then

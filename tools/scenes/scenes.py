@@ -105,23 +105,37 @@ def _ref(objs, o, rng):
     return o["color"] + " " + o["kind"] if len(same) == 1 else None
 
 
-def make_question(scene, qtype, rng, target=None):
+def make_question(scene, qtype, rng, target=None, info=None):
     """Returns (question, answer) about the scene, or None when it cannot ask this one
-    (with `target`, only questions whose answer is `target`)."""
+    (with `target`, only questions whose answer is `target`). With a dict `info`, also records
+    the question type (info["qtype"]) and the indices of the objects the answer is read from:
+    info["refs"] (the named shape, the shape
+    in the cell, the shapes of the colour, the matching shape when the answer is yes, the first
+    shape of a relation) and info["refs2"] (the second shape of a relation). The rng draws do
+    not depend on `info`."""
     objs = scene["objects"]
     tmpl = rng.choice(TEMPLATES[qtype])
+    if info is not None:
+        info["qtype"], info["refs"], info["refs2"] = qtype, [], []
+
+    def note(refs, refs2=()):
+        if info is not None:
+            info["refs"] = [i for i, x in enumerate(objs) if any(x is r for r in refs)]
+            info["refs2"] = [i for i, x in enumerate(objs) if any(x is r for r in refs2)]
     if qtype == "color":
         cands = [o for o in objs if sum(x["kind"] == o["kind"] for x in objs) == 1
                  and (target is None or o["color"] == target)]
         if not cands:
             return None
         o = rng.choice(cands)
+        note([o])
         return tmpl.format(ref=o["kind"]), o["color"]
     if qtype == "shape":
         cands = [o for o in objs if target is None or o["kind"] == target]
         if not cands:
             return None
         o = rng.choice(cands)
+        note([o])
         return tmpl.format(pos=cell_name(o["row"], o["col"])), o["kind"]
     if qtype == "count":
         cnt = {c: sum(o["color"] == c for o in objs) for c in COLOR_NAMES}
@@ -129,6 +143,7 @@ def make_question(scene, qtype, rng, target=None):
         if not cands:
             return None
         c = rng.choice(cands)
+        note([o for o in objs if o["color"] == c])
         return tmpl.format(color=c), str(cnt[c])
     if qtype == "exist":
         present = {(o["color"], o["kind"]) for o in objs}
@@ -144,6 +159,7 @@ def make_question(scene, qtype, rng, target=None):
             pool = hard if (hard and rng.random() < 0.8) else absent
             color, kind = rng.choice(pool)
         article = "an" if color[0] in "aeiou" else "a"
+        note([o for o in objs if (o["color"], o["kind"]) == (color, kind)])
         return tmpl.format(article=article, color=color, shape=kind), "yes" if want_yes else "no"
     if qtype == "relpos":
         pairs = []
@@ -163,18 +179,19 @@ def make_question(scene, qtype, rng, target=None):
         for a, b, rel in pairs:
             ra, rb = _ref(objs, a, rng), _ref(objs, b, rng)
             if ra and rb:
+                note([a], [b])
                 return tmpl.format(ref1=ra, ref2=rb), rel
         return None
     raise ValueError(qtype)
 
 
-def sample_example(rng, qtype=None, n_min=3, n_max=6, size=168):
+def sample_example(rng, qtype=None, n_min=3, n_max=6, size=168, info=None):
     """One balanced training example: type uniform, then answer uniform within the type."""
     qtype = qtype or rng.choice(QTYPES)
     target = rng.choice(ANSWERS[qtype])
     for attempt in range(2000):
         scene = random_scene(rng, size, n_min, n_max)
-        qa = make_question(scene, qtype, rng, target if attempt < 1000 else None)
+        qa = make_question(scene, qtype, rng, target if attempt < 1000 else None, info)
         if qa:
             return scene, qa[0], qa[1], qtype
     raise RuntimeError("could not sample a question")
@@ -262,10 +279,9 @@ def render(scene, jpeg_quality=None):
     return img
 
 
-def patch_labels(scene, patch=14):
-    """Per-patch (shape kind, colour, cell) labels, [G*G] int arrays each, G = size/patch.
-    kind/colour 0 = background (the patch is < 30% covered by any shape); cell 0..8 row-major.
-    Used only as auxiliary supervision for the vision tower during training."""
+def patch_objects(scene, patch=14, min_cover=0.3):
+    """[G*G] int array, G = size/patch: 1 + index of the object covering most of each patch, or
+    0 where no object covers >= min_cover of it."""
     size = scene["size"]
     g = size // patch
     ids = Image.new("L", (size, size), 0)
@@ -277,16 +293,33 @@ def patch_labels(scene, patch=14):
     n_obj = len(scene["objects"])
     cover = np.stack([(a == i + 1).sum(1) for i in range(n_obj)], 1)  # [G*G, n_obj]
     best = cover.argmax(1)
-    has = cover.max(1) >= 0.3 * patch * patch
+    has = cover.max(1) >= min_cover * patch * patch
+    return np.where(has, best + 1, 0).astype(np.int64)
+
+
+def patch_labels(scene, patch=14):
+    """Per-patch (shape kind, colour, cell) labels, [G*G] int arrays each, G = size/patch.
+    kind/colour 0 = background (see patch_objects); cell 0..8 row-major.
+    Used only as auxiliary supervision for the vision tower during training (with
+    centre_patches)."""
+    g = scene["size"] // patch
+    obj = patch_objects(scene, patch)
     kind = np.zeros(g * g, np.int64)
     color = np.zeros(g * g, np.int64)
-    for p in np.nonzero(has)[0]:
-        o = scene["objects"][best[p]]
+    for p in np.nonzero(obj)[0]:
+        o = scene["objects"][obj[p] - 1]
         kind[p] = 1 + SHAPES.index(o["kind"])
         color[p] = 1 + COLOR_NAMES.index(o["color"])
     rc = (np.arange(g) * 3) // g
     cell = (rc[:, None] * 3 + rc[None, :]).reshape(-1)
     return kind, color, cell
+
+
+def centre_patches(scene, patch=14):
+    """Per object, the index of the patch holding its centre (row-major in the G x G grid)."""
+    g = scene["size"] // patch
+    return [min(g - 1, int(o["cy"] // patch)) * g + min(g - 1, int(o["cx"] // patch))
+            for o in scene["objects"]]
 
 
 def corpus_lines(n=20000, seed=0):

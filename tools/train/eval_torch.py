@@ -49,7 +49,8 @@ def evaluate(model, sp, questions, data_dir, max_new_tokens=8, bf16=False, log_e
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             toks, _ = model.greedy(cache[path], torch.tensor([ids]), max_new_tokens,
                                    eos_id=sp.eos_id())
-        text = sp.decode([t for t in toks if t != sp.eos_id()])
+        # Ids past the tokenizer (the image and pad ids) have no text.
+        text = sp.decode([t for t in toks if t != sp.eos_id() and t < sp.get_piece_size()])
         pred = common.normalise_answer(text)
         out.append(dict(id=q["id"], type=q.get("type", ""), question=q["question"],
                         answer=q["answer"], prediction=pred, correct=pred == q["answer"],

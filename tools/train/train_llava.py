@@ -14,6 +14,11 @@ Besides the answer loss (answer tokens + EOS only), a linear probe on the vision
 predicts each patch's shape kind, colour and 3x3 cell (auxiliary loss, not exported): dense
 supervision that teaches the small from-scratch ViT what is where within a few hundred steps, so
 the decoder's budget goes to learning to attend to the region the question names.
+
+In stage 2 a grounding loss (--ground-weight, --ground-layers; see grounding_loss and the model
+README it writes) trains heads 0 and 1 of a few early decoder layers to look, from each answer
+position, at the shapes the answer is read from: without it the decoder did not learn to bind a
+named shape to its patches in the time budget.
 """
 import argparse
 import concurrent.futures
@@ -40,6 +45,7 @@ import common  # noqa: E402
 from common import lm, scenes  # noqa: E402
 
 N_KIND, N_COLOR, N_CELL = 1 + len(scenes.SHAPES), 1 + len(scenes.COLOR_NAMES), 9
+N_PROBE = N_KIND + N_COLOR + N_CELL + 2  # + centre patch of a shape: no / yes
 
 
 def parse_args(argv=None):
@@ -49,7 +55,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=os.path.join(common.ROOT, "models", "scenes-llava"))
     ap.add_argument("--test-data", default=os.path.join(common.ROOT, "data", "scenes-test"))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=2400)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
@@ -72,6 +78,13 @@ def parse_args(argv=None):
     ap.add_argument("--curriculum", default="0.1:1-3,0.25:2-4,1:2-6",
                     help="frac:min-max,...: shapes per training scene until that fraction of steps")
     ap.add_argument("--jpeg-prob", type=float, default=0.5)
+    ap.add_argument("--ground-weight", type=float, default=0.5,
+                    help="weight of the grounding loss (0 = off): at each answer position, head 0 "
+                         "of the --ground-layers is trained to put its attention mass on the "
+                         "patches of the shapes the answer is read from, head 1 on the second "
+                         "shape of a relation")
+    ap.add_argument("--ground-layers", default="1,2,3,4",
+                    help="decoder layers whose heads 0 and 1 the grounding loss trains")
     # model
     ap.add_argument("--image-size", type=int, default=168)
     ap.add_argument("--vision-width", type=int, default=96)
@@ -182,23 +195,51 @@ def shapes_at(step, a):
 def build_example(sp, cfg, rng, n_min, n_max, jpeg_prob, turns, qtypes=tuple(scenes.QTYPES)):
     """One training image with `turns` questions. The first is balanced (type uniform, then
     answer uniform); later ones ask other types about the same scene."""
+    info = {}
     scene, q, a, qtype = scenes.sample_example(rng, rng.choice(qtypes), n_min, n_max,
-                                               cfg.vision["image_size"])
-    qas, used = [(q, a)], {qtype}
+                                               cfg.vision["image_size"], info)
+    qas, used, infos = [(q, a)], {qtype}, [info]
     while len(qas) < turns:
         fresh = [t for t in qtypes if t not in used] or list(qtypes)
         t = rng.choice(fresh)
         used.add(t)
-        qa = (scenes.make_question(scene, t, rng, rng.choice(scenes.ANSWERS[t]))
-              or scenes.make_question(scene, t, rng)
-              or scenes.make_question(scene, "exist", rng))  # exist is always possible
+        info = {}
+        qa = (scenes.make_question(scene, t, rng, rng.choice(scenes.ANSWERS[t]), info)
+              or scenes.make_question(scene, t, rng, None, info)
+              or scenes.make_question(scene, "exist", rng, None, info))  # always possible
         qas.append(qa)
+        infos.append(info)
     quality = rng.randint(70, 95) if rng.random() < jpeg_prob else None
     img = scenes.render(scene, jpeg_quality=quality)
-    kind, color, cell = scenes.patch_labels(scene, cfg.vision["patch_size"])
     ids, tgt = common.encode_conversation(sp, cfg, qas)
     return dict(px=common.pixels_from_image(img), ids=ids, tgt=tgt, type=qtype,
-                aux=np.stack([kind, color, cell], 1), q=q, a=a)
+                aux=probe_labels(scene, cfg.vision["patch_size"]), q=q, a=a,
+                ground=ground_masks(scene, infos, cfg.vision["patch_size"]))
+
+
+def ground_masks(scene, infos, patch):
+    """Grounding targets, [turns, 2 heads, 1 + V] float32 over (BOS, visual tokens), plus the
+    sign that says how they are used (see grounding_loss):
+      > 0 "mass": the head's attention mass belongs on these keys (the patches >= 15% covered
+          by each turn's refs for head 0, refs2 for head 1);
+      < 0 "distribution": a count's head attends equally to the centre patch of each shape of
+          the colour and to BOS, so the share off BOS says how many (n / (n + 1));
+      an existence answered no points head 0 at BOS (nothing to look at); empty = no target."""
+    obj = scenes.patch_objects(scene, patch, min_cover=0.15)
+    centres = scenes.centre_patches(scene, patch)
+    out = np.zeros((len(infos), 2, 1 + obj.size), np.float32)
+    for t, info in enumerate(infos):
+        qtype = info["qtype"]
+        if qtype == "count":
+            out[t, 0, 0] = -1
+            for i in info["refs"]:
+                out[t, 0, 1 + centres[i]] = -1
+            continue
+        for k, key in enumerate(("refs", "refs2")):
+            out[t, k, 1:] = np.isin(obj - 1, info[key])
+        if qtype == "exist" and not info["refs"]:
+            out[t, 0, 0] = 1
+    return out
 
 
 _WORKER = {}
@@ -220,8 +261,7 @@ def vision_example(cfg, rng, jpeg_prob):
     scene = scenes.random_scene(rng, cfg.vision["image_size"], 2, 6)
     quality = rng.randint(70, 95) if rng.random() < jpeg_prob else None
     img = scenes.render(scene, jpeg_quality=quality)
-    kind, color, cell = scenes.patch_labels(scene, cfg.vision["patch_size"])
-    return common.pixels_from_image(img), np.stack([kind, color, cell], 1)
+    return common.pixels_from_image(img), probe_labels(scene, cfg.vision["patch_size"])
 
 
 def make_batch(step, a):
@@ -245,6 +285,7 @@ def stack(exs, cfg):
     ids, tgt = common.collate([(e["ids"], e["tgt"]) for e in exs], cfg.raw["pad_token_id"])
     return dict(px=torch.stack([e["px"] for e in exs]), ids=ids, tgt=tgt,
                 aux=torch.from_numpy(np.stack([e["aux"] for e in exs])),
+                ground=torch.from_numpy(np.stack([e["ground"] for e in exs])),
                 types=[e["type"] for e in exs])
 
 
@@ -254,12 +295,14 @@ def val_set(a, sp, cfg):
     for i in range(a.val_size):
         rng = scenes.split_rng("val", a.seed, i)
         qtype = scenes.QTYPES[i % len(scenes.QTYPES)]
-        scene, q, ans, _ = scenes.sample_example(rng, qtype, 3, 6, cfg.vision["image_size"])
+        info = {}
+        scene, q, ans, _ = scenes.sample_example(rng, qtype, 3, 6, cfg.vision["image_size"],
+                                                 info)
         img = scenes.render(scene, jpeg_quality=90)
-        kind, color, cell = scenes.patch_labels(scene, cfg.vision["patch_size"])
         ids, tgt = common.encode_example(sp, cfg, q, ans)
         exs.append(dict(px=common.pixels_from_image(img), ids=ids, tgt=tgt, type=qtype,
-                        aux=np.stack([kind, color, cell], 1), q=q, a=ans))
+                        aux=probe_labels(scene, cfg.vision["patch_size"]), q=q, a=ans,
+                        ground=ground_masks(scene, [info], cfg.vision["patch_size"])))
     return exs
 
 
@@ -267,14 +310,18 @@ def val_set(a, sp, cfg):
 # forward / loss
 
 
-def forward(model, aux_head, batch, train_vision=False):
-    """-> lm loss, aux loss, per-example exact match (teacher-forced argmax == greedy answer)."""
+def forward(model, aux_head, batch, train_vision=False, ground_layers=()):
+    """-> lm loss, aux loss, grounding loss, per-example exact match (teacher-forced argmax ==
+    greedy answer)."""
     px, ids, tgt = batch["px"], batch["ids"], batch["tgt"]
     b, s = ids.shape
     with torch.set_grad_enabled(train_vision and torch.is_grad_enabled()):
         feats = model.vision_features(px)  # [B, V, Dv]
     emb = model.embed(ids, model.project(feats))  # [B, S, D]
-    h, _, _ = model.decoder(emb, torch.arange(s)[None].expand(b, s))
+    h, _, probs = model.decoder(emb, torch.arange(s)[None].expand(b, s),
+                                want_probs=bool(ground_layers))
+    ground = (grounding_loss([probs[l] for l in ground_layers], batch, model.cfg.image_token_index)
+              if ground_layers else torch.zeros(()))
     sel = tgt != -100
     logits = model.logits(h[sel]).float()  # [n_targets, vocab]
     lm_loss = F.cross_entropy(logits, tgt[sel])
@@ -282,33 +329,77 @@ def forward(model, aux_head, batch, train_vision=False):
     hit[sel] = logits.argmax(-1) == tgt[sel]
     exact = (hit | ~sel).all(1)
     aux_loss = probe_loss(aux_head, feats, batch["aux"])[0] if train_vision else torch.zeros(())
-    return lm_loss, aux_loss, exact
+    return lm_loss, aux_loss, ground, exact
+
+
+def grounding_loss(probs, batch, image_token_index):
+    """Grounding loss, averaged over (answer with a target, supervised head, layer): at the
+    position predicting the answer's first token, head h's attention p over (BOS, visual tokens)
+    against the target t (ground_masks): -log sum_{t>0} p for a mass target, the cross-entropy
+    -sum q log p with q = |t| / sum |t| for a distribution target. probs: [B, H, S, S] per
+    supervised layer; BOS is key 0."""
+    ids, tgt, g = batch["ids"], batch["tgt"], batch["ground"]  # g [B, turns, 2, 1 + V]
+    sel = tgt != -100
+    first = sel & ~torch.cat([torch.zeros_like(sel[:, :1]), sel[:, :-1]], 1)
+    bi, pi = first.nonzero(as_tuple=True)
+    turn = (first.long().cumsum(1) - 1)[bi, pi]
+    v0 = int((ids[0] == image_token_index).nonzero()[0])  # the same in every row
+    v = g.shape[-1] - 1
+    target = g[bi, turn]  # [N, 2, 1 + V]
+    valid = target.abs().sum(-1) > 0  # [N, 2]
+    if not valid.any():
+        return torch.zeros(())
+    dist = target.min(-1).values < 0
+    q = target.abs() / target.abs().sum(-1, keepdim=True).clamp(min=1e-9)
+    total = 0.0
+    for p in probs:
+        pv = p[bi, :2, pi].float()  # [N, 2, S]
+        pk = torch.cat([pv[..., :1], pv[..., v0:v0 + v]], -1)  # [N, 2, 1 + V]
+        mass = -torch.log((pk * (target > 0)).sum(-1) + 1e-6)
+        ce = -(q * torch.log(pk + 1e-6)).sum(-1)
+        total = total + torch.where(dist, ce, mass)[valid].sum()
+    return total / (valid.sum() * len(probs))
+
+
+CENTRE_WEIGHT = torch.tensor([1.0, 5.0])  # ~1 patch in 30 holds a shape's centre
+
+
+def probe_labels(scene, patch):
+    """[V, 4] int64: kind, colour, cell, centre (1 on the patch holding a shape's centre)."""
+    kind, color, cell = scenes.patch_labels(scene, patch)
+    centre = np.zeros_like(kind)
+    centre[scenes.centre_patches(scene, patch)] = 1
+    return np.stack([kind, color, cell, centre], 1)
 
 
 def probe_loss(aux_head, feats, lab):
-    """Per-patch probe: CE(kind) + CE(colour) + 0.5 CE(cell); also kind accuracy on patches
-    covered by a shape (the hard part: a patch sees only a piece of the silhouette)."""
+    """Per-patch probe: CE(kind) + CE(colour) + 0.5 CE(cell) + CE(centre, positives x5); also
+    kind accuracy on patches covered by a shape (the hard part: a patch sees only a piece of
+    the silhouette). The centre label lets the decoder count shapes (one centre each)."""
     aux = aux_head(feats).float()  # [B, V, kinds + colours + cells]
     loss = (F.cross_entropy(aux[..., :N_KIND].reshape(-1, N_KIND), lab[..., 0].reshape(-1))
             + F.cross_entropy(aux[..., N_KIND:N_KIND + N_COLOR].reshape(-1, N_COLOR),
                               lab[..., 1].reshape(-1))
-            + 0.5 * F.cross_entropy(aux[..., N_KIND + N_COLOR:].reshape(-1, N_CELL),
-                                    lab[..., 2].reshape(-1)))
+            + 0.5 * F.cross_entropy(aux[..., N_KIND + N_COLOR:-2].reshape(-1, N_CELL),
+                                    lab[..., 2].reshape(-1))
+            + F.cross_entropy(aux[..., -2:].reshape(-1, 2), lab[..., 3].reshape(-1),
+                              weight=CENTRE_WEIGHT))
     obj = lab[..., 0] > 0
     kind_acc = (aux[..., :N_KIND].argmax(-1) == lab[..., 0])[obj].float().mean()
     return loss, kind_acc
 
 
 @torch.no_grad()
-def validate(model, aux_head, val, cfg, bs=50):
+def validate(model, aux_head, val, cfg, layers=(), bs=50):
     model.eval()
     per = {}
-    losses, kind_acc = [], []
+    losses, kind_acc, ground = [], [], []
     for i in range(0, len(val), bs):
         chunk = val[i:i + bs]
         batch = stack(chunk, cfg)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            lm_loss, _, exact = forward(model, aux_head, batch)
+            lm_loss, _, g, exact = forward(model, aux_head, batch, ground_layers=layers)
+            ground.append(float(g))
             kind_acc.append(float(probe_loss(aux_head, model.vision_features(batch["px"]),
                                              batch["aux"])[1]))
         losses.append(float(lm_loss) * len(chunk))
@@ -319,7 +410,7 @@ def validate(model, aux_head, val, cfg, bs=50):
     model.train()
     overall = sum(c for c, _ in per.values()) / sum(n for _, n in per.values())
     return dict(acc=overall, loss=sum(losses) / len(val), kind_acc=float(np.mean(kind_acc)),
-                per_type={t: c / n for t, (c, n) in sorted(per.items())})
+                ground=float(np.mean(ground)), per_type={t: c / n for t, (c, n) in sorted(per.items())})
 
 
 @torch.no_grad()
@@ -470,17 +561,31 @@ never pruned; the floor is about 1.6 V / L).
 Seed {a.seed}. Two stages, as LLaVA builds on a pretrained CLIP:
 
 1. Vision: {a.vision_steps} steps of batch {a.vision_batch} train only the ViT and a linear per-patch
-   probe (shape kind, colour, 3x3 cell of the shape covering each patch; the probe is not
-   exported), lr {a.vision_lr:g}. Without this stage the from-scratch ViT stayed at ~36% kind accuracy
+   probe (shape kind, colour, 3x3 cell of the shape covering each patch, and whether the patch
+   holds a shape's centre; the probe is not exported), lr {a.vision_lr:g}. Without this stage the from-scratch ViT stayed at ~36% kind accuracy
    on shape patches and the decoder could only guess among the colours present. Final probe
    kind accuracy on val shape patches: {vision_acc}.
 2. LLaVA: {a.steps} steps of batch {a.batch}, all weights (AdamW, lr {a.lr:g}, warmup {a.warmup}, cosine
    to {a.min_lr_frac:g}x, weight decay {a.weight_decay:g}), loss = cross-entropy on answer tokens + EOS
-   plus {a.aux_weight:g} x the probe loss. Each training image carries {a.turns} questions as a
+   plus {a.aux_weight:g} x the probe loss plus {a.ground_weight:g} x the grounding loss below. Each training image carries {a.turns} questions as a
    LLaVA-1.5 multi-turn conversation (`USER: <image>\\n{{q1}} ASSISTANT: {{a1}}</s>USER: {{q2}} ...`;
    turn 1 is exactly the inference prompt, every answer is supervised): {a.turns}x the supervised
    answers for ~1.3x the compute. Shapes per scene follow the curriculum `{a.curriculum}`
    (fraction of stage-2 steps: min-max shapes).
+
+   Grounding loss (training only; it shapes attention and adds no weights): at each position
+   that predicts an answer, head 0 of decoder layers {a.ground_layers} is trained to put its
+   attention mass on the patches of the shape(s) the answer is read from (the named shape, the
+   shape in the named cell, the first shape of a relation, the matching shape of an existence
+   answered yes), head 1 on the second shape of a relation; for "how many X shapes" head 0
+   attends equally to BOS and to the centre patch of each X shape (so the share off BOS tells the
+   count), and for an existence answered no head 0 attends to BOS. The other heads, and heads 0
+   and 1 at every other position and layer, are free. Without it the decoder never learned to
+   bind a named shape to its patches within the budget: validation accuracy stayed at 35-38%
+   (guessing among the colours present) for 1,500 steps at 32 layers and at 8 layers alike, and
+   also when the ViT features were replaced by exact per-patch kind/colour labels; with it, an
+   8-layer control reached 100% on colour questions by step 600. So these two heads are
+   prompt-grounded by construction, and every pruning method sees them.
 
 bf16 autocast on CPU, {a.threads} threads, about {rate:.2f} s/step in stage 2. The tokenizer was
 trained on 20000 generated prompts + answers (tools/scenes/scenes.py corpus_lines,
@@ -535,7 +640,7 @@ def main(argv=None):
     torch.manual_seed(a.seed)
     model = lm.Llava(cfg)
     init_weights(model, a.seed)
-    aux_head = nn.Linear(cfg.vision["hidden_size"], N_KIND + N_COLOR + N_CELL)
+    aux_head = nn.Linear(cfg.vision["hidden_size"], N_PROBE)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
     groups = [{"params": decay, "weight_decay": a.weight_decay},
@@ -563,6 +668,10 @@ def main(argv=None):
                                         history=history, config=cfg.raw, args=vars(a)))
         log(f"checkpoint at step {step} -> {path}")
 
+    glayers = [int(x) for x in a.ground_layers.split(",")] if a.ground_weight > 0 else []
+    if any(not 0 <= l < cfg.text["num_hidden_layers"] for l in glayers):
+        sys.exit(f"--ground-layers {a.ground_layers}: the decoder has "
+                 f"{cfg.text['num_hidden_layers']} layers")
     total = a.vision_steps + a.steps  # global steps: stage 1 (vision) then stage 2 (LLaVA)
     if not a.export_only and step < total:
         val = val_set(a, sp, cfg)
@@ -574,7 +683,7 @@ def main(argv=None):
         nxt = pool.submit(make_batch, step, a)
         start = time.time()
         last_ckpt = time.time()
-        win_loss, win_aux, win_acc, win_t = [], [], [], []
+        win_loss, win_aux, win_acc, win_t, win_ground = [], [], [], [], []
         while step < total:
             t_iter = time.time()
             batch = nxt.result()
@@ -587,10 +696,12 @@ def main(argv=None):
                 if vision:
                     aux_loss, acc = probe_loss(aux_head, model.vision_features(batch["px"]),
                                                batch["aux"])
-                    lm_loss, loss = torch.zeros(()), aux_loss
+                    lm_loss, ground, loss = torch.zeros(()), torch.zeros(()), aux_loss
                 else:
-                    lm_loss, aux_loss, exact = forward(model, aux_head, batch, a.train_vision)
-                    loss, acc = lm_loss + a.aux_weight * aux_loss, exact.float().mean()
+                    lm_loss, aux_loss, ground, exact = forward(model, aux_head, batch,
+                                                               a.train_vision, glayers)
+                    loss = lm_loss + a.aux_weight * aux_loss + a.ground_weight * ground
+                    acc = exact.float().mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(list(model.parameters()) +
@@ -601,6 +712,7 @@ def main(argv=None):
             elapsed += win_t[-1]
             win_loss.append(float(lm_loss))
             win_aux.append(float(aux_loss))
+            win_ground.append(float(ground))
             win_acc.append(float(acc))
             if not math.isfinite(float(loss)):
                 sys.exit(f"loss is {float(loss)} at step {step}; not checkpointing")
@@ -619,16 +731,17 @@ def main(argv=None):
                 else:
                     eta = rate * (total - step) * 1.03  # + val and checkpoints
                     rec = dict(kind="train", step=local, loss=float(np.mean(win_loss)),
-                               aux=float(np.mean(win_aux)), acc=float(np.mean(win_acc)),
+                               aux=float(np.mean(win_aux)), ground=float(np.mean(win_ground)),
+                               acc=float(np.mean(win_acc)),
                                lr=lr_at(step - 1, a), gnorm=float(gnorm), s_per_step=rate,
                                elapsed=elapsed)
-                    msg = (f"step {local}/{a.steps} loss {rec['loss']:.4f} aux {rec['aux']:.3f} "
+                    msg = (f"step {local}/{a.steps} loss {rec['loss']:.4f} ground {rec['ground']:.3f} "
                            f"train-acc {rec['acc']:.3f} lr {rec['lr']:.2e} "
                            f"gnorm {rec['gnorm']:.2f} {rate:.2f} s/step ETA {fmt_time(eta)}")
                 history.append(rec)
                 log.metric(rec)
                 log(msg)
-                win_loss, win_aux, win_acc, win_t = [], [], [], []
+                win_loss, win_aux, win_acc, win_t, win_ground = [], [], [], [], []
             if vision and (step % a.val_every == 0 or stage_end):
                 r = validate_vision(model, aux_head, val)
                 rec = dict(kind="vision_val", step=step, elapsed=elapsed, **r)
@@ -640,7 +753,7 @@ def main(argv=None):
                     checkpoint(os.path.join(a.run_dir, "ckpt-stage1.pt"))
             elif not vision and (local % a.val_every == 0 or stage_end):
                 t0 = time.time()
-                r = validate(model, aux_head, val, cfg)
+                r = validate(model, aux_head, val, cfg, glayers)
                 recent = [h["loss"] for h in history if h["kind"] == "train"][-5:]
                 rec = dict(kind="val", step=local, elapsed=elapsed,
                            train_loss=float(np.mean(recent)), **r)
@@ -648,7 +761,8 @@ def main(argv=None):
                 log.metric(rec)
                 pt = " ".join(f"{k} {v:.3f}" for k, v in r["per_type"].items())
                 log(f"val step {local}: acc {r['acc']:.3f} loss {r['loss']:.4f} [{pt}] "
-                    f"probe kind-acc {r['kind_acc']:.3f} ({time.time() - t0:.0f}s)")
+                    f"ground {r['ground']:.3f} probe kind-acc {r['kind_acc']:.3f} "
+                    f"({time.time() - t0:.0f}s)")
             out_of_time = a.max_minutes and time.time() - start > 60 * a.max_minutes
             if time.time() - last_ckpt > 60 * a.ckpt_minutes or stage_end or out_of_time:
                 checkpoint()
