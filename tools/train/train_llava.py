@@ -11,7 +11,8 @@ exports the latest checkpoint as it is. Everything is determined by --seed: init
 training stream (example i of the run is scenes.split_rng("train", seed, i)) and the val set.
 
 Besides the answer loss (answer tokens + EOS only), a linear probe on the vision features
-predicts each patch's shape kind, colour and 3x3 cell (auxiliary loss, not exported): dense
+predicts each patch's shape kind, colour, 3x3 cell and whether it holds a shape's centre (auxiliary
+loss, not exported): dense
 supervision that teaches the small from-scratch ViT what is where within a few hundred steps, so
 the decoder's budget goes to learning to attend to the region the question names.
 
