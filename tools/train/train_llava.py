@@ -11,10 +11,10 @@ exports the latest checkpoint as it is. Everything is determined by --seed: init
 training stream (example i of the run is scenes.split_rng("train", seed, i)) and the val set.
 
 Besides the answer loss (answer tokens + EOS only), a linear probe on the vision features
-predicts each patch's shape kind, colour, 3x3 cell and whether it holds a shape's centre (auxiliary
-loss, not exported): dense
-supervision that teaches the small from-scratch ViT what is where within a few hundred steps, so
-the decoder's budget goes to learning to attend to the region the question names.
+predicts each patch's shape kind, colour, 3x3 cell and whether it holds a shape's centre
+(auxiliary loss, not exported): dense supervision that teaches the small from-scratch ViT what is
+where within a few hundred steps, so the decoder's budget goes to learning to attend to the
+region the question names.
 
 In stage 2 a grounding loss (--ground-weight, --ground-layers; see grounding_loss and the model
 README it writes) trains heads 0 and 1 of a few early decoder layers to look, from each answer
