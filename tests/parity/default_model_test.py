@@ -36,13 +36,9 @@ def hapctl_eval(hapctl, model, data, limit):
             return summary, [json.loads(line) for line in f if line.strip()]
 
 
-def per_type(rows):
-    out = {}
-    for r in rows:
-        c = out.setdefault(r["type"], [0, 0])
-        c[0] += int(r["correct"])
-        c[1] += 1
-    return {t: c / n for t, (c, n) in sorted(out.items())}
+def per_type(eval_torch, rows):
+    """{type: accuracy} of prediction rows (hapctl eval's and eval_torch's share the fields)."""
+    return {t: c / n for t, (c, n) in eval_torch.summarise(rows)[1].items()}
 
 
 def main():
@@ -81,7 +77,8 @@ def main():
     acc_ref = sum(r["correct"] for r in ref) / n
     result = dict(questions=n, same_answer=same_answer, agreement=same_answer / n,
                   same_tokens=same_tokens, accuracy_cpp=acc_cpp, accuracy_torch=acc_ref,
-                  per_type_cpp=per_type(cpp), per_type_torch=per_type(ref),
+                  per_type_cpp=per_type(eval_torch, cpp),
+                  per_type_torch=per_type(eval_torch, ref),
                   cpp_summary_accuracy=summary["accuracy"])
     print(f"{n} questions: same answer {same_answer}/{n} ({100 * same_answer / n:.2f}%), "
           f"same greedy tokens {same_tokens}/{n}")

@@ -109,10 +109,9 @@ def make_question(scene, qtype, rng, target=None, info=None):
     """Returns (question, answer) about the scene, or None when it cannot ask this one
     (with `target`, only questions whose answer is `target`). With a dict `info`, also records
     the question type (info["qtype"]) and the indices of the objects the answer is read from:
-    info["refs"] (the named shape, the shape
-    in the cell, the shapes of the colour, the matching shape when the answer is yes, the first
-    shape of a relation) and info["refs2"] (the second shape of a relation). The rng draws do
-    not depend on `info`."""
+    info["refs"] (the named shape, the shape in the cell, the shapes of the colour, the matching
+    shape when the answer is yes, the first shape of a relation) and info["refs2"] (the second
+    shape of a relation). The rng draws do not depend on `info`."""
     objs = scene["objects"]
     tmpl = rng.choice(TEMPLATES[qtype])
     if info is not None:
