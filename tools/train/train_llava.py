@@ -19,7 +19,8 @@ region the question names.
 In stage 2 a grounding loss (--ground-weight, --ground-layers; see grounding_loss and the model
 README it writes) trains heads 0 and 1 of a few early decoder layers to look, from each answer
 position, at the shapes the answer is read from: without it the decoder did not learn to bind a
-named shape to its patches in the time budget.
+named shape to its patches in the time budget. Stage 3 (--focus-steps) goes on like stage 2 with
+a restarted learning rate and a question mix weighted to counting and relative position.
 """
 import argparse
 import concurrent.futures
@@ -78,6 +79,12 @@ def parse_args(argv=None):
                     help="question types trained (diagnostics); val always covers all")
     ap.add_argument("--curriculum", default="0.1:1-3,0.25:2-4,1:2-6",
                     help="frac:min-max,...: shapes per training scene until that fraction of steps")
+    ap.add_argument("--focus-steps", type=int, default=1000,
+                    help="stage 3: steps after stage 2 on a mix weighted to the hard types")
+    ap.add_argument("--focus-lr", type=float, default=1e-3)
+    ap.add_argument("--focus-warmup", type=int, default=100)
+    ap.add_argument("--focus-qtypes", default="color,shape,exist,count,count,relpos,relpos,relpos",
+                    help="stage 3 draws every turn's type from this list (repeats weight it)")
     ap.add_argument("--jpeg-prob", type=float, default=0.5)
     ap.add_argument("--ground-weight", type=float, default=0.5,
                     help="weight of the grounding loss (0 = off): at each answer position, head 0 "
@@ -193,15 +200,17 @@ def shapes_at(step, a):
     raise ValueError(a.curriculum)
 
 
-def build_example(sp, cfg, rng, n_min, n_max, jpeg_prob, turns, qtypes=tuple(scenes.QTYPES)):
-    """One training image with `turns` questions. The first is balanced (type uniform, then
-    answer uniform); later ones ask other types about the same scene."""
+def build_example(sp, cfg, rng, n_min, n_max, jpeg_prob, turns, qtypes=tuple(scenes.QTYPES),
+                  distinct=True):
+    """One training image with `turns` questions. The first is balanced (type drawn from qtypes,
+    then answer uniform); later ones ask other types about the same scene (distinct) or types
+    drawn independently from qtypes (not distinct: stage 3's weighted mix)."""
     info = {}
     scene, q, a, qtype = scenes.sample_example(rng, rng.choice(qtypes), n_min, n_max,
                                                cfg.vision["image_size"], info)
     qas, used, infos = [(q, a)], {qtype}, [info]
     while len(qas) < turns:
-        fresh = [t for t in qtypes if t not in used] or list(qtypes)
+        fresh = ([t for t in qtypes if t not in used] or list(qtypes)) if distinct else qtypes
         t = rng.choice(fresh)
         used.add(t)
         info = {}
@@ -267,7 +276,7 @@ def vision_example(cfg, rng, jpeg_prob):
 
 def make_batch(step, a):
     """Training batch at global `step` (runs in the data worker process; a pure function of
-    step): stage 1 (step < vision_steps) images + patch labels, stage 2 conversations."""
+    step): stage 1 (step < vision_steps) images + patch labels, stages 2 and 3 conversations."""
     sp, cfg = _WORKER["sp"], _WORKER["cfg"]
     if step < a.vision_steps:
         exs = [vision_example(cfg, scenes.split_rng("vision", a.seed, step * a.vision_batch + i),
@@ -276,8 +285,10 @@ def make_batch(step, a):
                     aux=torch.from_numpy(np.stack([e[1] for e in exs])))
     step -= a.vision_steps
     n_min, n_max = shapes_at(step, a)
+    focus = step >= a.steps  # stage 3
+    qtypes = (a.focus_qtypes if focus else a.qtypes).split(",")
     exs = [build_example(sp, cfg, scenes.split_rng("train", a.seed, step * a.batch + i),
-                         n_min, n_max, a.jpeg_prob, a.turns, a.qtypes.split(","))
+                         n_min, n_max, a.jpeg_prob, a.turns, qtypes, distinct=not focus)
            for i in range(a.batch)]
     return stack(exs, cfg)
 
@@ -434,8 +445,8 @@ def validate_vision(model, aux_head, val, bs=100):
 
 
 def lr_at(step, a):
-    """Global step -> learning rate. Stage 1: warmup, cosine to 0.2x; stage 2: warmup, cosine
-    to min_lr_frac."""
+    """Global step -> learning rate. Stage 1: warmup, cosine to 0.2x; stages 2 and 3: warmup,
+    cosine to min_lr_frac (stage 3 restarts from --focus-lr)."""
     if step < a.vision_steps:
         w = min(100, a.vision_steps)
         if step < w:
@@ -443,10 +454,14 @@ def lr_at(step, a):
         t = (step - w) / max(1, a.vision_steps - w)
         return a.vision_lr * (0.2 + 0.8 * 0.5 * (1 + math.cos(math.pi * t)))
     step -= a.vision_steps
-    if step < a.warmup:
-        return a.lr * (step + 1) / a.warmup
-    t = (step - a.warmup) / max(1, a.steps - a.warmup)
-    return a.lr * (a.min_lr_frac + (1 - a.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1, t))))
+    lr, warmup, steps = a.lr, a.warmup, a.steps
+    if step >= a.steps:
+        step -= a.steps
+        lr, warmup, steps = a.focus_lr, a.focus_warmup, a.focus_steps
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return lr * (a.min_lr_frac + (1 - a.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1, t))))
 
 
 def save_checkpoint(path, state):
@@ -532,7 +547,8 @@ def write_readme(out, a, cfg, history, command, result_text, agree_text, size):
         pt = " ".join(f"{k} {100 * x:.0f}" for k, x in h["per_type"].items())
         rows.append(f"| {h['step']} | {fmt_time(h['elapsed'])} | {h['train_loss']:.3f} | "
                     f"{h['loss']:.3f} | {100 * h['acc']:.1f} | {pt} |")
-    rate = trains[-1]["s_per_step"] if trains else float("nan")
+    # The median window: the machine's speed varies, and one slow window says little.
+    rate = float(np.median([h["s_per_step"] for h in trains])) if trains else float("nan")
     vvals = [h for h in history if h.get("kind") == "vision_val"]
     vision_acc = f"{100 * vvals[-1]['kind_acc']:.1f}%" if vvals else "n/a"
     text = f"""# scenes-llava: tiny LLaVA-1.5 trained on synthetic scene QA
@@ -559,7 +575,7 @@ never pruned; the floor is about 1.6 V / L).
 {command}
 ```
 
-Seed {a.seed}. Two stages, as LLaVA builds on a pretrained CLIP:
+Seed {a.seed}. Three stages (LLaVA builds on a pretrained CLIP, hence stage 1):
 
 1. Vision: {a.vision_steps} steps of batch {a.vision_batch} train only the ViT and a linear per-patch
    probe (shape kind, colour, 3x3 cell of the shape covering each patch, and whether the patch
@@ -587,8 +603,13 @@ Seed {a.seed}. Two stages, as LLaVA builds on a pretrained CLIP:
    also when the ViT features were replaced by exact per-patch kind/colour labels; with it, an
    8-layer control reached 100% on colour questions by step 600. So these two heads are
    prompt-grounded by construction, and every pruning method sees them.
+3. Focus: {a.focus_steps} more steps like stage 2 (lr restarted at {a.focus_lr:g}, warmup
+   {a.focus_warmup}, cosine to {a.min_lr_frac:g}x), except that every turn's question type is
+   drawn independently from `{a.focus_qtypes}`,
+   so counting and relative position, the types still rising at the end of stage 2, get most
+   of the answers. Steps {a.steps + 1}-{a.steps + a.focus_steps} in the table below.
 
-bf16 autocast on CPU, {a.threads} threads, about {rate:.2f} s/step in stage 2. The tokenizer was
+bf16 autocast on CPU, {a.threads} threads, a median of {rate:.2f} s/step in stages 2 and 3. The tokenizer was
 trained on 20000 generated prompts + answers (tools/scenes/scenes.py corpus_lines,
 tools/train/common.py build_tokenizer) with `{common.spm_command(a.vocab)}`.
 
@@ -673,7 +694,8 @@ def main(argv=None):
     if any(not 0 <= l < cfg.text["num_hidden_layers"] for l in glayers):
         sys.exit(f"--ground-layers {a.ground_layers}: the decoder has "
                  f"{cfg.text['num_hidden_layers']} layers")
-    total = a.vision_steps + a.steps  # global steps: stage 1 (vision) then stage 2 (LLaVA)
+    # global steps: stage 1 (vision), stage 2 (LLaVA), stage 3 (LLaVA, weighted to hard types)
+    total = a.vision_steps + a.steps + a.focus_steps
     if not a.export_only and step < total:
         val = val_set(a, sp, cfg)
         # A worker process renders batch k+1 while k trains (a thread would fight autograd for
@@ -717,8 +739,8 @@ def main(argv=None):
             win_acc.append(float(acc))
             if not math.isfinite(float(loss)):
                 sys.exit(f"loss is {float(loss)} at step {step}; not checkpointing")
-            local = step - a.vision_steps  # stage-2 step
-            stage_end = step == a.vision_steps or step == total
+            local = step - a.vision_steps  # stage-2/3 step
+            stage_end = step in (a.vision_steps, a.vision_steps + a.steps, total)
             if step % a.log_every == 0 or stage_end:
                 rate = float(np.mean(win_t))
                 if vision:
@@ -736,7 +758,7 @@ def main(argv=None):
                                acc=float(np.mean(win_acc)),
                                lr=lr_at(step - 1, a), gnorm=float(gnorm), s_per_step=rate,
                                elapsed=elapsed)
-                    msg = (f"step {local}/{a.steps} loss {rec['loss']:.4f} ground {rec['ground']:.3f} "
+                    msg = (f"step {local}/{a.steps + a.focus_steps} loss {rec['loss']:.4f} ground {rec['ground']:.3f} "
                            f"train-acc {rec['acc']:.3f} lr {rec['lr']:.2e} "
                            f"gnorm {rec['gnorm']:.2f} {rate:.2f} s/step ETA {fmt_time(eta)}")
                 history.append(rec)
@@ -764,6 +786,8 @@ def main(argv=None):
                 log(f"val step {local}: acc {r['acc']:.3f} loss {r['loss']:.4f} [{pt}] "
                     f"ground {r['ground']:.3f} probe kind-acc {r['kind_acc']:.3f} "
                     f"({time.time() - t0:.0f}s)")
+            if step == a.vision_steps + a.steps and a.focus_steps:  # stage 3 can be re-run
+                checkpoint(os.path.join(a.run_dir, "ckpt-stage2.pt"))
             out_of_time = a.max_minutes and time.time() - start > 60 * a.max_minutes
             if time.time() - last_ckpt > 60 * a.ckpt_minutes or stage_end or out_of_time:
                 checkpoint()
