@@ -9,7 +9,7 @@ using grpc::health::v1::HealthCheckResponse;
 
 // One Watch stream. Only one write is in flight at a time; a status that changes meanwhile is
 // sent when it completes (intermediate flips collapse into the latest status, as the protocol
-// allows). Finish waits for an outstanding write.
+// allows). Finish waits for an outstanding write and is issued when it completes.
 class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheckResponse> {
  public:
   Watcher(HealthService* owner, std::string service) : owner_(owner), service_(std::move(service)) {}
@@ -31,6 +31,10 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
     writing_ = false;
     if (!ok) {
       RequestFinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "health watch write failed"));
+      return;
+    }
+    if (finish_requested_) {  // Shutdown or cancel came while the write was in flight.
+      RequestFinishLocked(finish_status_);
       return;
     }
     MaybeWriteLocked();

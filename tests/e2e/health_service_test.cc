@@ -101,6 +101,38 @@ TEST_F(HealthServiceTest, WatchStreamsEachChangeAndEndsAtShutdown) {
   EXPECT_TRUE(unknown->Finish().ok());
 }
 
+// Shutdown right after the client has read a message often lands while the server's write is
+// still completing; the stream must still end (not hang until the deadline).
+TEST(HealthServiceShutdownTest, ShutdownDuringAWriteStillEndsTheStream) {
+  for (int round = 0; round < 100; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    HealthService health({"hap.v1.Generation"});
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&health);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    ASSERT_NE(server, nullptr);
+    auto stub = Health::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                    grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    HealthCheckRequest req;
+    auto reader = stub->Watch(&ctx, req);
+    HealthCheckResponse r;
+    ASSERT_TRUE(reader->Read(&r));
+    health.SetServing(true);
+    ASSERT_TRUE(reader->Read(&r));
+    health.Shutdown();
+    EXPECT_FALSE(reader->Read(&r));
+    const grpc::Status done = reader->Finish();
+    EXPECT_TRUE(done.ok()) << done.error_code() << " " << done.error_message();
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server->Wait();
+    if (!done.ok()) break;
+  }
+}
+
 TEST_F(HealthServiceTest, ClientCancelEndsItsWatch) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   HealthCheckRequest req;
