@@ -1,5 +1,6 @@
-// Cooperative cancellation of a long prefill: a caller whose request went away (a service
-// worker) installs a check for the current thread, and the decoder polls it between layers.
+// Cooperative cancellation of long work: a caller whose request went away (a service worker)
+// installs a check for the current thread; the vision tower and the decoder poll it between
+// layers and return CANCELLED.
 #pragma once
 
 #include <functional>

@@ -8,6 +8,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
 #include "runtime/common/status_macros.h"
+#include "runtime/model/cancellation.h"
 
 namespace hap {
 
@@ -53,6 +54,9 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const 
       attn(h.size()), proj(h.size()), mlp(static_cast<size_t>(n) * ffn);
   const int n_layers = static_cast<int>(w.layers.size());
   for (int l = 0; l < n_layers; ++l) {
+    if (CancellationRequested()) {
+      return absl::CancelledError(absl::StrFormat("image encoding cancelled before layer %d", l));
+    }
     const ClipLayerWeights& lw = w.layers[l];
     // Self-attention block (pre-LN).
     HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), lw.ln1_w.data, lw.ln1_b.data, h.data(), n, d,

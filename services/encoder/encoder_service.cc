@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/common/status_macros.h"
+#include "runtime/model/cancellation.h"
 #include "runtime/model/pipeline.h"
 #include "services/common/convert.h"
 #include "services/common/embed_codec.h"
@@ -60,7 +61,12 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
         .SetAttribute("hap.method", prune_.method)
         .SetAttribute("hap.image.bytes", request_->image().size());
     const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<EncodeResult> encoded = EncodeImage(*model_, request_->image(), prune_);
+    absl::StatusOr<EncodeResult> encoded;
+    {
+      // A client that goes away mid-encode stops the vision tower at its next layer.
+      ScopedCancellation scope([this] { return cancelled(); });
+      encoded = EncodeImage(*model_, request_->image(), prune_);
+    }
     EncoderMetrics::Get().encode_seconds->Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (!encoded.ok()) {
