@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -143,6 +144,22 @@ int ServiceHost::Fail(const absl::Status& status) {
     server_.reset();
   }
   return StartupFailure(name_, status);
+}
+
+int ServiceHost::ParseArgs(int argc, char** argv, const std::vector<OptionSpec>& specs,
+                           Options* options, CommonOptions* common) {
+  absl::StatusOr<Options> parsed =
+      Options::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
+  if (!parsed.ok()) return StartupFailure(name_, parsed.status());
+  if (parsed->help()) {
+    std::printf("%s", Options::Usage(name_, specs).c_str());
+    return 0;
+  }
+  absl::StatusOr<CommonOptions> read = ReadCommonOptions(*parsed);
+  if (!read.ok()) return StartupFailure(name_, read.status());
+  *options = std::move(*parsed);
+  *common = std::move(*read);
+  return -1;
 }
 
 absl::Status ServiceHost::Start(const CommonOptions& options,

@@ -31,6 +31,13 @@ class ServiceHost {
   const std::string& name() const { return name_; }
   ServerState& state() { return state_; }
 
+  // The start of every service's main(): parses argv against `specs` (flags over HAP_*
+  // environment over defaults) into `*options` and reads the common options into `*common`.
+  // Returns -1 to go on, or the exit code to end with now: 0 after printing the usage for
+  // --help, StartupFailure's code (with the error on stderr) for a bad flag or value.
+  int ParseArgs(int argc, char** argv, const std::vector<OptionSpec>& specs, Options* options,
+                CommonOptions* common);
+
   // Starts tracing (as configured by the OTEL_* environment and the telemetry flags; a bad value
   // is InvalidArgument) and the /metrics server ("<name> metrics on HOST:PORT" on stdout), then
   // listens on options.host:options.port (0 = a free port) with `services` plus health,

@@ -1,5 +1,4 @@
 // hap-decode: the decode service. Receives compacted KV caches from hap-prefill and generates.
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -21,36 +20,32 @@ std::vector<OptionSpec> Specs() {
 
 int Main(int argc, char** argv) {
   ServiceHost host("hap-decode");
-  const std::vector<OptionSpec> specs = Specs();
-  auto options = Options::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
-  if (!options.ok()) return StartupFailure("hap-decode", options.status());
-  if (options->help()) {
-    std::printf("%s", Options::Usage("hap-decode", specs).c_str());
-    return 0;
+  Options options;
+  CommonOptions common;
+  if (int exit_code = host.ParseArgs(argc, argv, Specs(), &options, &common); exit_code >= 0) {
+    return exit_code;
   }
-  auto common = ReadCommonOptions(*options);
-  if (!common.ok()) return StartupFailure("hap-decode", common.status());
-  auto lease = options->Int("kv-lease-ms", 1, 3600 * 1000);
-  auto max_kv = options->Int("max-kv-bytes", 0, int64_t{1} << 50);
-  if (!lease.ok()) return StartupFailure("hap-decode", lease.status());
-  if (!max_kv.ok()) return StartupFailure("hap-decode", max_kv.status());
+  auto lease = options.Int("kv-lease-ms", 1, 3600 * 1000);
+  auto max_kv = options.Int("max-kv-bytes", 0, int64_t{1} << 50);
+  if (!lease.ok()) return StartupFailure(host.name(), lease.status());
+  if (!max_kv.ok()) return StartupFailure(host.name(), max_kv.status());
   DecodeConfig config;
   config.lease_ms = *lease;
 
   std::unique_ptr<LlavaModel> model;
-  WorkerPool pool(common->max_concurrent, common->queue_length);
+  WorkerPool pool(common.max_concurrent, common.queue_length);
   KvRegistry kv(*max_kv);
   host.state().Attach(&pool, &kv);
   DecodeService service(&host.state(), &pool, &kv, config);
-  if (absl::Status s = host.Start(*common, {&service}, common->max_message_bytes); !s.ok()) {
-    return StartupFailure("hap-decode", s);
+  if (absl::Status s = host.Start(common, {&service}, common.max_message_bytes); !s.ok()) {
+    return StartupFailure(host.name(), s);
   }
-  auto loaded = LoadServiceModel("hap-decode", *common, ModelOptions());
+  auto loaded = LoadServiceModel(host.name(), common, ModelOptions());
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);
   service.SetModel(model.get());
   host.SetServing();
-  return host.WaitAndDrain(common->drain_timeout_ms);
+  return host.WaitAndDrain(common.drain_timeout_ms);
 }
 
 }  // namespace

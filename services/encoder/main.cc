@@ -1,5 +1,4 @@
 // hap-encoder: the vision-encoder service (image bytes → visual embeddings).
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -21,42 +20,38 @@ std::vector<OptionSpec> Specs() {
 
 int Main(int argc, char** argv) {
   ServiceHost host("hap-encoder");
-  const std::vector<OptionSpec> specs = Specs();
-  auto options = Options::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
-  if (!options.ok()) return StartupFailure("hap-encoder", options.status());
-  if (options->help()) {
-    std::printf("%s", Options::Usage("hap-encoder", specs).c_str());
-    return 0;
+  Options options;
+  CommonOptions common;
+  if (int exit_code = host.ParseArgs(argc, argv, Specs(), &options, &common); exit_code >= 0) {
+    return exit_code;
   }
-  auto common = ReadCommonOptions(*options);
-  if (!common.ok()) return StartupFailure("hap-encoder", common.status());
   EncoderConfig config;
-  config.max_message_bytes = common->max_message_bytes;
-  auto max_image = options->Int("max-image-bytes", 1, 1LL << 31);
-  auto max_pixels = options->Int("max-image-pixels", 1, 1LL << 34);
-  if (!max_image.ok()) return StartupFailure("hap-encoder", max_image.status());
-  if (!max_pixels.ok()) return StartupFailure("hap-encoder", max_pixels.status());
+  config.max_message_bytes = common.max_message_bytes;
+  auto max_image = options.Int("max-image-bytes", 1, 1LL << 31);
+  auto max_pixels = options.Int("max-image-pixels", 1, 1LL << 34);
+  if (!max_image.ok()) return StartupFailure(host.name(), max_image.status());
+  if (!max_pixels.ok()) return StartupFailure(host.name(), max_pixels.status());
   config.max_image_bytes = *max_image;
 
   std::unique_ptr<LlavaModel> model;
-  WorkerPool pool(common->max_concurrent, common->queue_length);
+  WorkerPool pool(common.max_concurrent, common.queue_length);
   host.state().Attach(&pool, nullptr);
   EncoderService service(&host.state(), &pool, config);
   // The request carries the whole image, so the receive limit must admit the largest one.
   const int max_receive = static_cast<int>(
-      std::max<int64_t>(common->max_message_bytes, config.max_image_bytes + (64 << 10)));
-  if (absl::Status s = host.Start(*common, {&service}, max_receive); !s.ok()) {
-    return StartupFailure("hap-encoder", s);
+      std::max<int64_t>(common.max_message_bytes, config.max_image_bytes + (64 << 10)));
+  if (absl::Status s = host.Start(common, {&service}, max_receive); !s.ok()) {
+    return StartupFailure(host.name(), s);
   }
   ModelOptions model_options;
   model_options.image_limits.max_bytes = config.max_image_bytes;
   model_options.image_limits.max_pixels = *max_pixels;
-  auto loaded = LoadServiceModel("hap-encoder", *common, model_options);
+  auto loaded = LoadServiceModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);
   service.SetModel(model.get());
   host.SetServing();
-  return host.WaitAndDrain(common->drain_timeout_ms);
+  return host.WaitAndDrain(common.drain_timeout_ms);
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 // hap-prefill: the front door (hap.v1.Generation). It calls hap-encoder for the embeddings, runs
 // the pruned prefill and hands the KV cache to hap-decode, relaying the tokens back.
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -64,60 +63,56 @@ absl::StatusOr<hap::v1::Pruning> DefaultPruning(const Options& options) {
 
 int Main(int argc, char** argv) {
   ServiceHost host("hap-prefill");
-  const std::vector<OptionSpec> specs = Specs();
-  auto options = Options::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
-  if (!options.ok()) return StartupFailure("hap-prefill", options.status());
-  if (options->help()) {
-    std::printf("%s", Options::Usage("hap-prefill", specs).c_str());
-    return 0;
+  Options options;
+  CommonOptions common;
+  if (int exit_code = host.ParseArgs(argc, argv, Specs(), &options, &common); exit_code >= 0) {
+    return exit_code;
   }
-  auto common = ReadCommonOptions(*options);
-  if (!common.ok()) return StartupFailure("hap-prefill", common.status());
   PrefillConfig config;
-  config.encoder_address = options->Get("encoder-addr");
-  config.decode_address = options->Get("decode-addr");
+  config.encoder_address = options.Get("encoder-addr");
+  config.decode_address = options.Get("decode-addr");
   if (config.encoder_address.empty() || config.decode_address.empty()) {
     return StartupFailure(
-        "hap-prefill", absl::InvalidArgumentError("--encoder-addr and --decode-addr are required"));
+        host.name(), absl::InvalidArgumentError("--encoder-addr and --decode-addr are required"));
   }
-  config.max_message_bytes = common->max_message_bytes;
-  auto max_image = options->Int("max-image-bytes", 1, 1LL << 31);
-  auto max_prompt = options->Int("max-prompt-tokens", 0, 1 << 24);
-  auto lease = options->Int("kv-lease-ms", 1, 3600 * 1000);
-  auto max_kv = options->Int("max-kv-bytes", 0, int64_t{1} << 50);
-  auto pruning = DefaultPruning(*options);
+  config.max_message_bytes = common.max_message_bytes;
+  auto max_image = options.Int("max-image-bytes", 1, 1LL << 31);
+  auto max_prompt = options.Int("max-prompt-tokens", 0, 1 << 24);
+  auto lease = options.Int("kv-lease-ms", 1, 3600 * 1000);
+  auto max_kv = options.Int("max-kv-bytes", 0, int64_t{1} << 50);
+  auto pruning = DefaultPruning(options);
   for (const absl::Status& s : {max_image.status(), max_prompt.status(), lease.status(),
                                 max_kv.status(), pruning.status()}) {
-    if (!s.ok()) return StartupFailure("hap-prefill", s);
+    if (!s.ok()) return StartupFailure(host.name(), s);
   }
   config.max_image_bytes = *max_image;
   config.lease_ms = *lease;
   config.default_pruning = *pruning;
   sdk::TlsOptions peer_tls;
-  peer_tls.root_certs_file = options->Get("peer-tls-ca");
-  peer_tls.client_cert_file = options->Get("peer-tls-cert");
-  peer_tls.client_key_file = options->Get("peer-tls-key");
+  peer_tls.root_certs_file = options.Get("peer-tls-ca");
+  peer_tls.client_cert_file = options.Get("peer-tls-cert");
+  peer_tls.client_key_file = options.Get("peer-tls-key");
   peer_tls.enabled = !peer_tls.root_certs_file.empty() || !peer_tls.client_cert_file.empty();
   if (peer_tls.enabled) {
     auto creds = sdk::MakeCredentials(peer_tls);
-    if (!creds.ok()) return StartupFailure("hap-prefill", creds.status());
+    if (!creds.ok()) return StartupFailure(host.name(), creds.status());
     config.peer_credentials = *creds;
   }
-  config.peer_server_name = options->Get("peer-tls-server-name");
+  config.peer_server_name = options.Get("peer-tls-server-name");
 
   std::unique_ptr<LlavaModel> model;
-  WorkerPool pool(common->max_concurrent, common->queue_length);
+  WorkerPool pool(common.max_concurrent, common.queue_length);
   KvRegistry kv(*max_kv);
   host.state().Attach(&pool, &kv);
   PrefillService service(&host.state(), &pool, &kv, config);
   const int max_receive = static_cast<int>(
-      std::max<int64_t>(common->max_message_bytes, config.max_image_bytes + (64 << 10)));
-  if (absl::Status s = host.Start(*common, {&service}, max_receive); !s.ok()) {
-    return StartupFailure("hap-prefill", s);
+      std::max<int64_t>(common.max_message_bytes, config.max_image_bytes + (64 << 10)));
+  if (absl::Status s = host.Start(common, {&service}, max_receive); !s.ok()) {
+    return StartupFailure(host.name(), s);
   }
   ModelOptions model_options;
   model_options.max_prompt_tokens = static_cast<int>(*max_prompt);
-  auto loaded = LoadServiceModel("hap-prefill", *common, model_options);
+  auto loaded = LoadServiceModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);
   // A default budget this model cannot reach would fail every request: refuse to start.
@@ -128,7 +123,7 @@ int Main(int argc, char** argv) {
   if (!ok.ok()) return host.Fail(Annotate(ok, "default pruning (--method/--retain/--flops)"));
   service.SetModel(model.get());
   host.SetServing();
-  return host.WaitAndDrain(common->drain_timeout_ms);
+  return host.WaitAndDrain(common.drain_timeout_ms);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include "runtime/model/cancellation.h"
 
 #include <atomic>
+#include <memory>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "runtime/image/png_encode.h"
@@ -13,68 +15,75 @@
 namespace hap {
 namespace {
 
-TEST(CancellationTest, PrefillStopsBetweenLayers) {
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/e2e/cancel_tiny";
+// A tiny checkpoint written under the build tree, loaded, and a flat grey test image as PNG.
+struct TinySetup {
+  std::unique_ptr<LlavaModel> model;
+  std::string png;
+};
+
+TinySetup MakeTiny(const std::string& name, int layers, int vision_layers) {
+  TinySetup out;
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/e2e/" + name;
   TinyModelOptions o;
-  o.layers = 4;
+  o.layers = layers;
+  o.vision_layers = vision_layers;
   o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  EXPECT_TRUE(WriteTinyModel(o, dir).ok());
   auto model = LlavaModel::Load(dir, {});
-  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (model.ok()) out.model = std::move(*model);
   RgbImage img;
   img.width = img.height = 30;
   img.pixels.assign(30 * 30 * 3, 90);
   auto png = EncodePng(img);
-  ASSERT_TRUE(png.ok());
+  EXPECT_TRUE(png.ok());
+  if (png.ok()) out.png = std::move(*png);
+  return out;
+}
+
+TEST(CancellationTest, PrefillStopsBetweenLayers) {
+  TinySetup tiny = MakeTiny("cancel_tiny", /*layers=*/4, /*vision_layers=*/2);
+  ASSERT_NE(tiny.model, nullptr);
   PruneRequest prune;
   prune.method = "none";
-  auto encoded = EncodeImage(**model, *png, prune);
+  auto encoded = EncodeImage(*tiny.model, tiny.png, prune);
   ASSERT_TRUE(encoded.ok()) << encoded.status();
 
   Sampler sampler{SamplingParams()};
-  EXPECT_TRUE(RunPrefill(**model, "What is it?", *encoded, prune, &sampler).ok());
+  EXPECT_TRUE(RunPrefill(*tiny.model, "What is it?", *encoded, prune, &sampler).ok());
   std::atomic<int> polls{0};
   {
     ScopedCancellation outer([] { return false; });
     {
       ScopedCancellation inner([&] { return ++polls >= 3; });  // cancelled before layer 2
-      auto cancelled = RunPrefill(**model, "What is it?", *encoded, prune, &sampler);
+      auto cancelled = RunPrefill(*tiny.model, "What is it?", *encoded, prune, &sampler);
       ASSERT_FALSE(cancelled.ok());
       EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled);
       EXPECT_NE(cancelled.status().message().find("layer 2"), std::string::npos)
           << cancelled.status();
     }
     EXPECT_FALSE(CancellationRequested());  // the outer scope is back
-    EXPECT_TRUE(RunPrefill(**model, "What is it?", *encoded, prune, &sampler).ok());
+    EXPECT_TRUE(RunPrefill(*tiny.model, "What is it?", *encoded, prune, &sampler).ok());
   }
 }
 
 TEST(CancellationTest, ImageEncodingStopsBetweenVisionLayers) {
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/e2e/cancel_tiny_vision";
-  TinyModelOptions o;
-  o.vision_layers = 4;  // feature layer -2: three of them run
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
-  auto model = LlavaModel::Load(dir, {});
-  ASSERT_TRUE(model.ok()) << model.status();
-  RgbImage img;
-  img.width = img.height = 30;
-  img.pixels.assign(30 * 30 * 3, 90);
-  auto png = EncodePng(img);
-  ASSERT_TRUE(png.ok());
+  // Feature layer -2 of 4: three vision layers run.
+  TinySetup tiny = MakeTiny("cancel_tiny_vision", /*layers=*/2, /*vision_layers=*/4);
+  ASSERT_NE(tiny.model, nullptr);
   PruneRequest prune;
   prune.method = "none";
   int polls = 0;
   {
     ScopedCancellation scope([&] { return ++polls >= 2; });  // cancelled before layer 1
-    auto cancelled = EncodeImage(**model, *png, prune);
+    auto cancelled = EncodeImage(*tiny.model, tiny.png, prune);
     ASSERT_FALSE(cancelled.ok());
     EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled);
     EXPECT_NE(cancelled.status().message().find("before layer 1"), std::string::npos)
         << cancelled.status();
   }
   EXPECT_EQ(polls, 2);
-  EXPECT_TRUE(EncodeImage(**model, *png, prune).ok());  // without a scope it runs
+  EXPECT_TRUE(EncodeImage(*tiny.model, tiny.png, prune).ok());  // without a scope it runs
 }
 
 }  // namespace

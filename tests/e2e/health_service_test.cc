@@ -18,7 +18,11 @@ using grpc::health::v1::HealthCheckResponse;
 
 class HealthServiceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { StartServer(); }
+  void TearDown() override { StopServer(); }
+
+  // A fresh HealthService (NOT_SERVING) behind a fresh server on a free port.
+  void StartServer() {
     health_ = std::make_unique<HealthService>(std::vector<std::string>{"hap.v1.Generation"});
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
@@ -29,10 +33,11 @@ class HealthServiceTest : public ::testing::Test {
     stub_ = Health::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
                                                 grpc::InsecureChannelCredentials()));
   }
-  void TearDown() override {
+  void StopServer() {
     health_->Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();
+    server_.reset();  // before the service it serves
   }
 
   grpc::Status Check(const std::string& service, HealthCheckResponse* out) {
@@ -103,33 +108,25 @@ TEST_F(HealthServiceTest, WatchStreamsEachChangeAndEndsAtShutdown) {
 
 // Shutdown right after the client has read a message often lands while the server's write is
 // still completing; the stream must still end (not hang until the deadline).
-TEST(HealthServiceShutdownTest, ShutdownDuringAWriteStillEndsTheStream) {
+TEST_F(HealthServiceTest, ShutdownDuringAWriteStillEndsTheStream) {
   for (int round = 0; round < 100; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
-    HealthService health({"hap.v1.Generation"});
-    int port = 0;
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&health);
-    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-    ASSERT_NE(server, nullptr);
-    auto stub = Health::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                    grpc::InsecureChannelCredentials()));
+    if (round > 0) {
+      StopServer();
+      StartServer();
+    }
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     HealthCheckRequest req;
-    auto reader = stub->Watch(&ctx, req);
+    auto reader = stub_->Watch(&ctx, req);
     HealthCheckResponse r;
     ASSERT_TRUE(reader->Read(&r));
-    health.SetServing(true);
+    health_->SetServing(true);
     ASSERT_TRUE(reader->Read(&r));
-    health.Shutdown();
+    health_->Shutdown();
     EXPECT_FALSE(reader->Read(&r));
     const grpc::Status done = reader->Finish();
-    EXPECT_TRUE(done.ok()) << done.error_code() << " " << done.error_message();
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    server->Wait();
-    if (!done.ok()) break;
+    ASSERT_TRUE(done.ok()) << done.error_code() << " " << done.error_message();
   }
 }
 
