@@ -79,7 +79,7 @@ def parse_args(argv=None):
                     help="question types trained (diagnostics); val always covers all")
     ap.add_argument("--curriculum", default="0.1:1-3,0.25:2-4,1:2-6",
                     help="frac:min-max,...: shapes per training scene until that fraction of steps")
-    ap.add_argument("--focus-steps", type=int, default=1000,
+    ap.add_argument("--focus-steps", type=int, default=2500,
                     help="stage 3: steps after stage 2 on a mix weighted to the hard types")
     ap.add_argument("--focus-lr", type=float, default=1e-3)
     ap.add_argument("--focus-warmup", type=int, default=100)
