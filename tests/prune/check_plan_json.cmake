@@ -75,3 +75,19 @@ string(JSON v GET "${m3}" visual_tokens)
 if(NOT v EQUAL 65)
   message(FATAL_ERROR "--model (112/14, full): V=${v}, want 65")
 endif()
+
+# The text table prints each FLOPs row in the unit of its unpruned count: T for LLaVA-1.5-7B,
+# G for the 8-layer model above (5.0017G unpruned, paper convention), never 0.000T.
+file(WRITE "${dir}/config.json" [=[{"model_type": "llava", "text_config": {"hidden_size": 256,
+  "intermediate_size": 688, "num_hidden_layers": 8, "num_attention_heads": 4}}]=])
+execute_process(COMMAND ${HAPCTL} plan --model "${dir}" --retain 100% OUTPUT_VARIABLE table
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT table MATCHES "paper \\(visual tokens only\\) +5\\.002G +5\\.002G"
+   OR table MATCHES "0\\.000T")
+  message(FATAL_ERROR "hapctl plan table (small model), rc=${rc}:\n${table}")
+endif()
+execute_process(COMMAND ${HAPCTL} plan --preset llava-1.5-7b --retain 576 OUTPUT_VARIABLE table
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT table MATCHES "paper \\(visual tokens only\\) +3\\.817T +3\\.817T")
+  message(FATAL_ERROR "hapctl plan table (llava-1.5-7b), rc=${rc}:\n${table}")
+endif()

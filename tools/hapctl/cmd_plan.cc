@@ -49,7 +49,19 @@ absl::StatusOr<ModelDims> DimsFromFlags(const Flags& flags) {
   return d;
 }
 
-std::string Tera(double flops) { return absl::StrFormat("%.3fT", flops / 1e12); }
+// Formats `flops` with the SI prefix that suits `scale` (the row's unpruned count), so a row's
+// pruned and unpruned numbers share a unit: 3.817T for LLaVA-1.5-7B, 1.234G for a small model
+// (a fixed T showed 0.000T for both).
+std::string Flops(double flops, double scale) {
+  static constexpr struct {
+    double factor;
+    const char* suffix;
+  } kUnits[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "K"}};
+  for (const auto& u : kUnits) {
+    if (scale >= u.factor) return absl::StrFormat("%.3f%s", flops / u.factor, u.suffix);
+  }
+  return absl::StrFormat("%.0f", flops);
+}
 
 nlohmann::json ToJson(const Plan& p, const Budget& budget) {
   nlohmann::json groups = nlohmann::json::array();
@@ -102,13 +114,15 @@ void PrintTable(const Plan& p, const Budget& budget) {
   std::printf("\naverage visual tokens per layer  %.2f (%.1f%% of %d)\n", p.average_visual_tokens,
               100.0 * p.average_visual_tokens / p.n_visual_tokens, p.n_visual_tokens);
   std::printf("\n  FLOPs                          pruned    unpruned   fraction\n");
-  std::printf("  paper (visual tokens only)  %9s  %9s   %7.1f%%\n", Tera(p.flops_paper).c_str(),
-              Tera(p.unpruned_flops_paper).c_str(), 100.0 * p.flops_paper_fraction());
+  std::printf("  paper (visual tokens only)  %9s  %9s   %7.1f%%\n", Flops(p.flops_paper, p.unpruned_flops_paper).c_str(),
+              Flops(p.unpruned_flops_paper, p.unpruned_flops_paper).c_str(), 100.0 * p.flops_paper_fraction());
   std::printf("  full (+%4d text tokens)    %9s  %9s   %7.1f%%\n", p.text_tokens,
-              Tera(p.flops_full).c_str(), Tera(p.unpruned_flops_full).c_str(),
+              Flops(p.flops_full, p.unpruned_flops_full).c_str(),
+              Flops(p.unpruned_flops_full, p.unpruned_flops_full).c_str(),
               100.0 * p.flops_full_fraction());
   std::printf("  paper closed form F(m=%d)   %9s  %9s   %7.1f%%  (integral approximation)\n", p.M,
-              Tera(p.flops_closed_form).c_str(), Tera(p.unpruned_flops_closed_form).c_str(),
+              Flops(p.flops_closed_form, p.unpruned_flops_closed_form).c_str(),
+              Flops(p.unpruned_flops_closed_form, p.unpruned_flops_closed_form).c_str(),
               100.0 * p.flops_closed_form / p.unpruned_flops_closed_form);
   std::printf("\nKV cache: %.1f%% of the unpruned prompt's (%d text tokens)\n",
               100.0 * p.kv_cache_fraction, p.text_tokens);
