@@ -114,8 +114,10 @@ void PrintTable(const Plan& p, const Budget& budget) {
   std::printf("\naverage visual tokens per layer  %.2f (%.1f%% of %d)\n", p.average_visual_tokens,
               100.0 * p.average_visual_tokens / p.n_visual_tokens, p.n_visual_tokens);
   std::printf("\n  FLOPs                          pruned    unpruned   fraction\n");
-  std::printf("  paper (visual tokens only)  %9s  %9s   %7.1f%%\n", Flops(p.flops_paper, p.unpruned_flops_paper).c_str(),
-              Flops(p.unpruned_flops_paper, p.unpruned_flops_paper).c_str(), 100.0 * p.flops_paper_fraction());
+  std::printf("  paper (visual tokens only)  %9s  %9s   %7.1f%%\n",
+              Flops(p.flops_paper, p.unpruned_flops_paper).c_str(),
+              Flops(p.unpruned_flops_paper, p.unpruned_flops_paper).c_str(),
+              100.0 * p.flops_paper_fraction());
   std::printf("  full (+%4d text tokens)    %9s  %9s   %7.1f%%\n", p.text_tokens,
               Flops(p.flops_full, p.unpruned_flops_full).c_str(),
               Flops(p.unpruned_flops_full, p.unpruned_flops_full).c_str(),
