@@ -51,9 +51,10 @@ endif()
 # --model DIR reads config.json: no vision_config → CLIP ViT-L/14-336 (576 tokens); a
 # vision_config without sizes → CLIPVisionConfig's 224/32 (49 tokens); "full" adds CLS.
 set(dir "${WORK}/plan_model")
-file(MAKE_DIRECTORY "${dir}")
-file(WRITE "${dir}/config.json" [=[{"model_type": "llava", "text_config": {"hidden_size": 256,
+set(small_config [=[{"model_type": "llava", "text_config": {"hidden_size": 256,
   "intermediate_size": 688, "num_hidden_layers": 8, "num_attention_heads": 4}}]=])
+file(MAKE_DIRECTORY "${dir}")
+file(WRITE "${dir}/config.json" "${small_config}")
 run_plan(m1 --model "${dir}" --retain 100%)
 string(JSON v GET "${m1}" visual_tokens)
 string(JSON l GET "${m1}" layers)
@@ -78,8 +79,7 @@ endif()
 
 # The text table prints each FLOPs row in the unit of its unpruned count: T for LLaVA-1.5-7B,
 # G for the 8-layer model above (5.0017G unpruned, paper convention), never 0.000T.
-file(WRITE "${dir}/config.json" [=[{"model_type": "llava", "text_config": {"hidden_size": 256,
-  "intermediate_size": 688, "num_hidden_layers": 8, "num_attention_heads": 4}}]=])
+file(WRITE "${dir}/config.json" "${small_config}")
 execute_process(COMMAND ${HAPCTL} plan --model "${dir}" --retain 100% OUTPUT_VARIABLE table
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR NOT table MATCHES "paper \\(visual tokens only\\) +5\\.002G +5\\.002G"

@@ -63,6 +63,13 @@ std::string Flops(double flops, double scale) {
   return absl::StrFormat("%.0f", flops);
 }
 
+// One row of the FLOPs table: pruned and unpruned in the unpruned count's unit, and their ratio.
+void PrintFlopsRow(const std::string& label, double pruned, double unpruned,
+                   const char* note = "") {
+  std::printf("  %-26s  %9s  %9s   %7.1f%%%s\n", label.c_str(), Flops(pruned, unpruned).c_str(),
+              Flops(unpruned, unpruned).c_str(), 100.0 * pruned / unpruned, note);
+}
+
 nlohmann::json ToJson(const Plan& p, const Budget& budget) {
   nlohmann::json groups = nlohmann::json::array();
   for (const PlanGroup& g : p.groups) {
@@ -114,18 +121,11 @@ void PrintTable(const Plan& p, const Budget& budget) {
   std::printf("\naverage visual tokens per layer  %.2f (%.1f%% of %d)\n", p.average_visual_tokens,
               100.0 * p.average_visual_tokens / p.n_visual_tokens, p.n_visual_tokens);
   std::printf("\n  FLOPs                          pruned    unpruned   fraction\n");
-  std::printf("  paper (visual tokens only)  %9s  %9s   %7.1f%%\n",
-              Flops(p.flops_paper, p.unpruned_flops_paper).c_str(),
-              Flops(p.unpruned_flops_paper, p.unpruned_flops_paper).c_str(),
-              100.0 * p.flops_paper_fraction());
-  std::printf("  full (+%4d text tokens)    %9s  %9s   %7.1f%%\n", p.text_tokens,
-              Flops(p.flops_full, p.unpruned_flops_full).c_str(),
-              Flops(p.unpruned_flops_full, p.unpruned_flops_full).c_str(),
-              100.0 * p.flops_full_fraction());
-  std::printf("  paper closed form F(m=%d)   %9s  %9s   %7.1f%%  (integral approximation)\n", p.M,
-              Flops(p.flops_closed_form, p.unpruned_flops_closed_form).c_str(),
-              Flops(p.unpruned_flops_closed_form, p.unpruned_flops_closed_form).c_str(),
-              100.0 * p.flops_closed_form / p.unpruned_flops_closed_form);
+  PrintFlopsRow("paper (visual tokens only)", p.flops_paper, p.unpruned_flops_paper);
+  PrintFlopsRow(absl::StrFormat("full (+%4d text tokens)", p.text_tokens), p.flops_full,
+                p.unpruned_flops_full);
+  PrintFlopsRow(absl::StrFormat("paper closed form F(m=%d)", p.M), p.flops_closed_form,
+                p.unpruned_flops_closed_form, "  (integral approximation)");
   std::printf("\nKV cache: %.1f%% of the unpruned prompt's (%d text tokens)\n",
               100.0 * p.kv_cache_fraction, p.text_tokens);
 }
