@@ -21,6 +21,12 @@ README it writes) trains heads 0 and 1 of a few early decoder layers to look, fr
 position, at the shapes the answer is read from: without it the decoder did not learn to bind a
 named shape to its patches in the time budget. Stage 3 (--focus-steps) goes on like stage 2 with
 a restarted learning rate and a question mix weighted to counting and relative position.
+
+Depth growth (--grow-from, on by default): stages 1-3 train the decoder at 8 layers, about 3.5x
+cheaper per step than 32; then every layer is repeated 4 times in place with its residual outputs
+divided by 4 (grow_decoder), and stage 4 (--grow-steps) trains all 32 layers. That is what fits
+the run in about 80 minutes on 2 cores; `--grow-from 0 --steps 2400 --focus-steps 2500
+--ground-layers 1,2,3,4` trains at 32 layers throughout (about 3 h 20 min).
 """
 import argparse
 import concurrent.futures
@@ -57,7 +63,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=os.path.join(common.ROOT, "models", "scenes-llava"))
     ap.add_argument("--test-data", default=os.path.join(common.ROOT, "data", "scenes-test"))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=2400)
+    ap.add_argument("--steps", type=int, default=1700)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
@@ -79,20 +85,31 @@ def parse_args(argv=None):
                     help="question types trained (diagnostics); val always covers all")
     ap.add_argument("--curriculum", default="0.1:1-3,0.25:2-4,1:2-6",
                     help="frac:min-max,...: shapes per training scene until that fraction of steps")
-    ap.add_argument("--focus-steps", type=int, default=2500,
+    ap.add_argument("--focus-steps", type=int, default=2000,
                     help="stage 3: steps after stage 2 on a mix weighted to the hard types")
     ap.add_argument("--focus-lr", type=float, default=1e-3)
     ap.add_argument("--focus-warmup", type=int, default=100)
     ap.add_argument("--focus-qtypes", default="color,shape,exist,count,count,relpos,relpos,relpos",
                     help="stage 3 draws every turn's type from this list (repeats weight it)")
+    ap.add_argument("--grow-from", type=int, default=8,
+                    help="depth growth: train stages 1-3 with this many decoder layers, then "
+                         "repeat every layer --layers/N times in place (residual outputs, "
+                         "o_proj and down_proj, divided by that factor, so the deep model starts "
+                         "close to the shallow one) and train --grow-steps more at full depth "
+                         "(0 = train at --layers throughout)")
+    ap.add_argument("--grow-steps", type=int, default=300,
+                    help="stage 4: steps at full depth after growing (mix as stage 3)")
+    ap.add_argument("--grow-lr", type=float, default=5e-4)
+    ap.add_argument("--grow-warmup", type=int, default=30)
     ap.add_argument("--jpeg-prob", type=float, default=0.5)
     ap.add_argument("--ground-weight", type=float, default=0.5,
                     help="weight of the grounding loss (0 = off): at each answer position, head 0 "
                          "of the --ground-layers is trained to put its attention mass on the "
                          "patches of the shapes the answer is read from, head 1 on the second "
                          "shape of a relation")
-    ap.add_argument("--ground-layers", default="1,2,3,4",
-                    help="decoder layers whose heads 0 and 1 the grounding loss trains")
+    ap.add_argument("--ground-layers", default="1,2",
+                    help="decoder layers whose heads 0 and 1 the grounding loss trains (of the "
+                         "--grow-from model when growing; in stage 4 all copies of them)")
     # model
     ap.add_argument("--image-size", type=int, default=168)
     ap.add_argument("--vision-width", type=int, default=96)
@@ -128,7 +145,8 @@ def parse_args(argv=None):
 # model
 
 
-def model_config(a):
+def model_config(a, layers=None):
+    """The llava-hf config.json of the model; `layers` overrides --layers (growth's stages 1-3)."""
     sp_size = a.vocab
     return {
         "architectures": ["LlavaForConditionalGeneration"],
@@ -149,7 +167,7 @@ def model_config(a):
         },
         "text_config": {
             "model_type": "llama", "vocab_size": sp_size + 2, "hidden_size": a.width,
-            "intermediate_size": a.ffn, "num_hidden_layers": a.layers,
+            "intermediate_size": a.ffn, "num_hidden_layers": layers or a.layers,
             "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
             "hidden_act": "silu", "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
             "rope_theta": 10000.0, "bos_token_id": 1, "eos_token_id": 2,
@@ -184,6 +202,32 @@ def init_weights(model, seed):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
             elif name.endswith("bias"):
                 p.zero_()
+
+
+def growth_factor(a):
+    """How many times depth growth repeats every layer (1 = no growth)."""
+    if not a.grow_from or a.grow_from == a.layers:
+        return 1
+    if a.layers % a.grow_from:
+        sys.exit(f"--grow-from {a.grow_from} must divide --layers {a.layers}")
+    return a.layers // a.grow_from
+
+
+def grow_decoder(small, big, r):
+    """Copies `small` into `big` (r times its decoder layers): decoder layer i becomes layers
+    r*i .. r*i+r-1, each with its residual-branch outputs (o_proj, down_proj) divided by r, so
+    x + f(x) becomes r steps of x + f(x)/r; everything else is copied as it is."""
+    sd = small.state_dict()
+    out = {}
+    for name in big.state_dict():
+        if name.startswith("layers."):
+            _, i, rest = name.split(".", 2)
+            src = sd[f"layers.{int(i) // r}.{rest}"]
+            out[name] = src / r if rest in ("self_attn.o_proj.weight", "down_proj.weight") \
+                else src.clone()
+        else:
+            out[name] = sd[name].clone()
+    big.load_state_dict(out)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -285,7 +329,7 @@ def make_batch(step, a):
                     aux=torch.from_numpy(np.stack([e[1] for e in exs])))
     step -= a.vision_steps
     n_min, n_max = shapes_at(step, a)
-    focus = step >= a.steps  # stage 3
+    focus = step >= a.steps  # stages 3 and 4
     qtypes = (a.focus_qtypes if focus else a.qtypes).split(",")
     exs = [build_example(sp, cfg, scenes.split_rng("train", a.seed, step * a.batch + i),
                          n_min, n_max, a.jpeg_prob, a.turns, qtypes, distinct=not focus)
@@ -445,8 +489,8 @@ def validate_vision(model, aux_head, val, bs=100):
 
 
 def lr_at(step, a):
-    """Global step -> learning rate. Stage 1: warmup, cosine to 0.2x; stages 2 and 3: warmup,
-    cosine to min_lr_frac (stage 3 restarts from --focus-lr)."""
+    """Global step -> learning rate. Stage 1: warmup, cosine to 0.2x; stages 2-4: warmup,
+    cosine to min_lr_frac (stage 3 restarts from --focus-lr, stage 4 from --grow-lr)."""
     if step < a.vision_steps:
         w = min(100, a.vision_steps)
         if step < w:
@@ -455,7 +499,10 @@ def lr_at(step, a):
         return a.vision_lr * (0.2 + 0.8 * 0.5 * (1 + math.cos(math.pi * t)))
     step -= a.vision_steps
     lr, warmup, steps = a.lr, a.warmup, a.steps
-    if step >= a.steps:
+    if step >= a.steps + a.focus_steps:
+        step -= a.steps + a.focus_steps
+        lr, warmup, steps = a.grow_lr, a.grow_warmup, a.grow_steps
+    elif step >= a.steps:
         step -= a.steps
         lr, warmup, steps = a.focus_lr, a.focus_warmup, a.focus_steps
     if step < warmup:
@@ -497,7 +544,7 @@ def fmt_time(s):
 # export
 
 
-def export(model, a, cfg, tok_path, history, command, log, finished):
+def export(model, a, cfg, tok_path, history, command, log, finished, wall=0.0):
     import eval_torch
     out = a.out
     os.makedirs(out, exist_ok=True)
@@ -530,7 +577,7 @@ def export(model, a, cfg, tok_path, history, command, log, finished):
         agree_text = (f"Greedy tokens of the exported BF16 model vs the in-memory f32 training "
                       f"model on the first {k} test questions: {same}/{k} identical.")
         log(agree_text)
-    write_readme(out, a, cfg, history, command, result_text, agree_text, size)
+    write_readme(out, a, cfg, history, command, result_text, agree_text, size, wall)
     if a.examples and finished:
         sys.path.insert(0, os.path.join(common.ROOT, "tools", "scenes"))
         import make_examples
@@ -538,17 +585,47 @@ def export(model, a, cfg, tok_path, history, command, log, finished):
             log(f"example {os.path.join(a.examples, name)}: {q} -> {ans}")
 
 
-def write_readme(out, a, cfg, history, command, result_text, agree_text, size):
+def write_readme(out, a, cfg, history, command, result_text, agree_text, size, wall=0.0):
     t, v = cfg.text, cfg.vision
-    vals = [h for h in history if h.get("kind") == "val"]
+    grow_r = growth_factor(a)
+    vals = [h for h in history if h.get("kind") in ("val", "grown")]
     trains = [h for h in history if h.get("kind") == "train"]
     rows = []
     for h in vals:
         pt = " ".join(f"{k} {100 * x:.0f}" for k, x in h["per_type"].items())
-        rows.append(f"| {h['step']} | {fmt_time(h['elapsed'])} | {h['train_loss']:.3f} | "
+        step = f"{h['step']} (grown)" if h["kind"] == "grown" else str(h["step"])
+        train_loss = f"{h['train_loss']:.3f}" if "train_loss" in h else ""
+        depth = f" {h.get('layers', t['num_hidden_layers'])} |" if grow_r > 1 else ""
+        rows.append(f"| {step} |{depth} {fmt_time(h['elapsed'])} | {train_loss} | "
                     f"{h['loss']:.3f} | {100 * h['acc']:.1f} | {pt} |")
-    # The median window: the machine's speed varies, and one slow window says little.
-    rate = float(np.median([h["s_per_step"] for h in trains])) if trains else float("nan")
+    # The median window per decoder depth: the machine's speed varies, and one slow window says
+    # little.
+    rates = {}
+    for h in trains:
+        rates.setdefault(h.get("layers", t["num_hidden_layers"]), []).append(h["s_per_step"])
+    rate_text = ", ".join(f"{float(np.median(x)):.2f} s/step at {d} layers"
+                          for d, x in sorted(rates.items())) or "n/a"
+    step_time = trains[-1]["elapsed"] if trains else 0.0
+    time_text = (f"Training took {fmt_time(step_time)} of step time"
+                 + (f" and {fmt_time(wall)} from the first step to the last with validation and "
+                    f"checkpoints" if wall else "") + ".")
+    stage_steps = f"Steps {a.steps + 1}-{a.steps + a.focus_steps} in the table below."
+    depth_col = (" decoder layers |", "---|") if grow_r > 1 else ("", "")
+    ground_layers = a.ground_layers
+    growth_text = ""
+    if grow_r > 1:
+        mapped = [int(x) * grow_r + k for x in a.ground_layers.split(",") for k in range(grow_r)]
+        ground_layers = (f"{a.ground_layers} of the {a.grow_from}-layer decoder (all their copies "
+                         f"after growth, layers {mapped[0]}-{mapped[-1]})")
+        growth_text = f"""4. Depth growth: stages 1-3 train the decoder at {a.grow_from} layers (about {grow_r}x cheaper per
+   step than {a.layers} layers). Then every decoder layer is repeated {grow_r} times in place (layer i
+   becomes layers {grow_r}i..{grow_r}i+{grow_r - 1}) with its residual-branch outputs (o_proj,
+   down_proj) divided by {grow_r}, so each block x + f(x) becomes {grow_r} steps of x + f(x)/{grow_r}
+   and the {a.layers}-layer model starts close to the {a.grow_from}-layer one (row "grown" below),
+   and {a.grow_steps} more steps train all {a.layers} layers on the stage-3 mix (fresh AdamW, lr
+   {a.grow_lr:g}, warmup {a.grow_warmup}, cosine to {a.min_lr_frac:g}x). Every exported layer is a
+   trained layer with its own weights. Steps {a.steps + a.focus_steps + 1}-{a.steps + a.focus_steps + a.grow_steps} in the table below.
+"""
     vvals = [h for h in history if h.get("kind") == "vision_val"]
     vision_acc = f"{100 * vvals[-1]['kind_acc']:.1f}%" if vvals else "n/a"
     text = f"""# scenes-llava: tiny LLaVA-1.5 trained on synthetic scene QA
@@ -575,7 +652,7 @@ never pruned; the floor is about 1.6 V / L).
 {command}
 ```
 
-Seed {a.seed}. Three stages (LLaVA builds on a pretrained CLIP, hence stage 1):
+Seed {a.seed}. {"Four" if grow_r > 1 else "Three"} stages (LLaVA builds on a pretrained CLIP, hence stage 1):
 
 1. Vision: {a.vision_steps} steps of batch {a.vision_batch} train only the ViT and a linear per-patch
    probe (shape kind, colour, 3x3 cell of the shape covering each patch, and whether the patch
@@ -591,7 +668,7 @@ Seed {a.seed}. Three stages (LLaVA builds on a pretrained CLIP, hence stage 1):
    (fraction of stage-2 steps: min-max shapes).
 
    Grounding loss (training only; it shapes attention and adds no weights): at each position
-   that predicts an answer, head 0 of decoder layers {a.ground_layers} is trained to put its
+   that predicts an answer, head 0 of decoder layers {ground_layers} is trained to put its
    attention mass on the patches of the shape(s) the answer is read from (the named shape, the
    shape in the named cell, the first shape of a relation, the matching shape of an existence
    answered yes), head 1 on the second shape of a relation; for "how many X shapes" head 0
@@ -607,17 +684,18 @@ Seed {a.seed}. Three stages (LLaVA builds on a pretrained CLIP, hence stage 1):
    {a.focus_warmup}, cosine to {a.min_lr_frac:g}x), except that every turn's question type is
    drawn independently from `{a.focus_qtypes}`,
    so counting and relative position, the types still rising at the end of stage 2, get most
-   of the answers. Steps {a.steps + 1}-{a.steps + a.focus_steps} in the table below.
-
-bf16 autocast on CPU, {a.threads} threads, a median of {rate:.2f} s/step in stages 2 and 3. The tokenizer was
+   of the answers. {stage_steps}
+{growth_text}
+bf16 autocast on CPU, {a.threads} threads, a median of {rate_text} in stages 2 and up.
+{time_text} The tokenizer was
 trained on 20000 generated prompts + answers (tools/scenes/scenes.py corpus_lines,
 tools/train/common.py build_tokenizer) with `{common.spm_command(a.vocab)}`.
 
 Validation during training ({a.val_size} balanced val questions, 3-6 shapes, exact match of the
 teacher-forced argmax answer = greedy exact match):
 
-| step | elapsed | train loss | val loss | val acc % | per type % |
-|---|---|---|---|---|---|
+| step |{depth_col[0]} elapsed | train loss | val loss | val acc % | per type % |
+|---|{depth_col[1]}---|---|---|---|---|
 """ + "\n".join(rows) + f"""
 
 ## Test accuracy (data/scenes-test, exported BF16 weights, tools/train/eval_torch.py)
@@ -658,26 +736,43 @@ def main(argv=None):
     sp = common.load_sp(tok_path)
     assert sp.get_piece_size() == a.vocab, sp.get_piece_size()
 
-    cfg = lm.Config(model_config(a))
+    grow_r = growth_factor(a)
+    # global steps: stage 1 (vision), stage 2 (LLaVA), stage 3 (LLaVA, weighted to hard types),
+    # stage 4 (after depth growth)
+    grow_at = a.vision_steps + a.steps + a.focus_steps if grow_r > 1 else None
+    total = a.vision_steps + a.steps + a.focus_steps + (a.grow_steps if grow_r > 1 else 0)
+
+    def optimizer(model):
+        decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
+        no_decay = [p for n, p in model.named_parameters()
+                    if not (p.dim() >= 2 and "embed" not in n)]
+        groups = [{"params": decay, "weight_decay": a.weight_decay},
+                  {"params": no_decay + list(aux_head.parameters()), "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+
+    step, elapsed, wall, history = 0, 0.0, 0.0, []
+    src = ckpt_path if os.path.exists(ckpt_path) else a.init_from
+    st = torch.load(src) if src else None
+    # the decoder depth of the phase the run is in: the checkpoint's (before or after growth)
+    first_depth = a.grow_from if grow_at is not None else a.layers
+    depth = st["config"]["text_config"]["num_hidden_layers"] if st is not None else first_depth
+    if depth not in (first_depth, a.layers):
+        sys.exit(f"{src} has {depth} decoder layers; this run trains {first_depth}"
+                 + (f" then {a.layers}" if first_depth != a.layers else ""))
+    cfg = lm.Config(model_config(a, depth))
     torch.manual_seed(a.seed)
     model = lm.Llava(cfg)
     init_weights(model, a.seed)
     aux_head = nn.Linear(cfg.vision["hidden_size"], N_PROBE)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
-    groups = [{"params": decay, "weight_decay": a.weight_decay},
-              {"params": no_decay + list(aux_head.parameters()), "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    step, elapsed, history = 0, 0.0, []
-    src = ckpt_path if os.path.exists(ckpt_path) else a.init_from
-    if src:
-        st = torch.load(src)
+    opt = optimizer(model)
+    if st is not None:
         if st["config"] != cfg.raw:
             sys.exit(f"{src} was trained with another model config; use another --run-dir")
         model.load_state_dict(st["model"])
         aux_head.load_state_dict(st["aux_head"])
         opt.load_state_dict(st["opt"])
         step, elapsed, history = st["step"], st["elapsed"], st["history"]
+        wall = st.get("wall", elapsed)
         log(f"resumed from {src} at step {step} ({fmt_time(elapsed)} trained)")
     else:
         n = sum(p.numel() for p in model.parameters())
@@ -686,16 +781,15 @@ def main(argv=None):
 
     def checkpoint(path=ckpt_path):
         save_checkpoint(path, dict(model=model.state_dict(), aux_head=aux_head.state_dict(),
-                                        opt=opt.state_dict(), step=step, elapsed=elapsed,
-                                        history=history, config=cfg.raw, args=vars(a)))
+                                   opt=opt.state_dict(), step=step, elapsed=elapsed, wall=wall,
+                                   history=history, config=cfg.raw, args=vars(a)))
         log(f"checkpoint at step {step} -> {path}")
 
     glayers = [int(x) for x in a.ground_layers.split(",")] if a.ground_weight > 0 else []
-    if any(not 0 <= l < cfg.text["num_hidden_layers"] for l in glayers):
-        sys.exit(f"--ground-layers {a.ground_layers}: the decoder has "
-                 f"{cfg.text['num_hidden_layers']} layers")
-    # global steps: stage 1 (vision), stage 2 (LLaVA), stage 3 (LLaVA, weighted to hard types)
-    total = a.vision_steps + a.steps + a.focus_steps
+    if any(not 0 <= l < first_depth for l in glayers):
+        sys.exit(f"--ground-layers {a.ground_layers}: the decoder has {first_depth} layers")
+    if depth != first_depth:  # grown: every copy of a grounded layer
+        glayers = [l * grow_r + k for l in glayers for k in range(grow_r)]
     if not a.export_only and step < total:
         val = val_set(a, sp, cfg)
         # A worker process renders batch k+1 while k trains (a thread would fight autograd for
@@ -707,7 +801,27 @@ def main(argv=None):
         start = time.time()
         last_ckpt = time.time()
         win_loss, win_aux, win_acc, win_t, win_ground = [], [], [], [], []
+        t_wall = time.time()
         while step < total:
+            if step == grow_at and depth != a.layers:
+                small = model
+                depth = a.layers
+                cfg = lm.Config(model_config(a, depth))
+                model = lm.Llava(cfg)
+                grow_decoder(small, model, grow_r)
+                del small
+                opt = optimizer(model)
+                glayers = [l * grow_r + k for l in glayers for k in range(grow_r)]
+                log(f"grew the decoder from {a.grow_from} to {a.layers} layers (every layer "
+                    f"{grow_r}x, residual outputs / {grow_r}); grounding layers now "
+                    f"{','.join(map(str, glayers))}")
+                r0 = validate(model, aux_head, val, cfg, glayers)
+                rec = dict(kind="grown", step=step - a.vision_steps, elapsed=elapsed,
+                           layers=depth, **r0)
+                history.append(rec)
+                log.metric(rec)
+                log(f"val right after growing: acc {r0['acc']:.3f} loss {r0['loss']:.4f}")
+                checkpoint()
             t_iter = time.time()
             batch = nxt.result()
             if step + 1 < total:
@@ -733,6 +847,8 @@ def main(argv=None):
             step += 1
             win_t.append(time.time() - t_iter)  # step time, without val and checkpoints
             elapsed += win_t[-1]
+            wall += time.time() - t_wall  # with val and checkpoints
+            t_wall = time.time()
             win_loss.append(float(lm_loss))
             win_aux.append(float(aux_loss))
             win_ground.append(float(ground))
@@ -740,7 +856,7 @@ def main(argv=None):
             if not math.isfinite(float(loss)):
                 sys.exit(f"loss is {float(loss)} at step {step}; not checkpointing")
             local = step - a.vision_steps  # stage-2/3 step
-            stage_end = step in (a.vision_steps, a.vision_steps + a.steps, total)
+            stage_end = step in (a.vision_steps, a.vision_steps + a.steps, grow_at, total)
             if step % a.log_every == 0 or stage_end:
                 rate = float(np.mean(win_t))
                 if vision:
@@ -757,8 +873,8 @@ def main(argv=None):
                                aux=float(np.mean(win_aux)), ground=float(np.mean(win_ground)),
                                acc=float(np.mean(win_acc)),
                                lr=lr_at(step - 1, a), gnorm=float(gnorm), s_per_step=rate,
-                               elapsed=elapsed)
-                    msg = (f"step {local}/{a.steps + a.focus_steps} loss {rec['loss']:.4f} ground {rec['ground']:.3f} "
+                               elapsed=elapsed, layers=depth)
+                    msg = (f"step {local}/{total - a.vision_steps} loss {rec['loss']:.4f} ground {rec['ground']:.3f} "
                            f"train-acc {rec['acc']:.3f} lr {rec['lr']:.2e} "
                            f"gnorm {rec['gnorm']:.2f} {rate:.2f} s/step ETA {fmt_time(eta)}")
                 history.append(rec)
@@ -778,7 +894,7 @@ def main(argv=None):
                 t0 = time.time()
                 r = validate(model, aux_head, val, cfg, glayers)
                 recent = [h["loss"] for h in history if h["kind"] == "train"][-5:]
-                rec = dict(kind="val", step=local, elapsed=elapsed,
+                rec = dict(kind="val", step=local, elapsed=elapsed, wall=wall, layers=depth,
                            train_loss=float(np.mean(recent)), **r)
                 history.append(rec)
                 log.metric(rec)
@@ -788,6 +904,8 @@ def main(argv=None):
                     f"({time.time() - t0:.0f}s)")
             if step == a.vision_steps + a.steps and a.focus_steps:  # stage 3 can be re-run
                 checkpoint(os.path.join(a.run_dir, "ckpt-stage2.pt"))
+            if step == grow_at:  # stage 4 can be re-run
+                checkpoint(os.path.join(a.run_dir, "ckpt-stage3.pt"))
             out_of_time = a.max_minutes and time.time() - start > 60 * a.max_minutes
             if time.time() - last_ckpt > 60 * a.ckpt_minutes or stage_end or out_of_time:
                 checkpoint()
@@ -797,12 +915,13 @@ def main(argv=None):
                 pool.shutdown(wait=True, cancel_futures=True)
                 return
         pool.shutdown(wait=True)
-        log(f"training done: {step} steps, {fmt_time(elapsed)}")
+        log(f"training done: {step} steps, {fmt_time(elapsed)} of steps, {fmt_time(wall)} "
+            f"with validation and checkpoints")
     if a.no_export:
         return
     if not a.export_only and step < total:
         return
-    export(model, a, cfg, tok_path, history, command, log, finished=step >= total)
+    export(model, a, cfg, tok_path, history, command, log, finished=step >= total, wall=wall)
 
 
 if __name__ == "__main__":
