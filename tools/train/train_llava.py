@@ -617,8 +617,11 @@ def write_readme(out, a, cfg, history, command, result_text, agree_text, size, w
         mapped = [int(x) * grow_r + k for x in a.ground_layers.split(",") for k in range(grow_r)]
         ground_layers = (f"{a.ground_layers} of the {a.grow_from}-layer decoder (all their copies "
                          f"after growth, layers {mapped[0]}-{mapped[-1]})")
-        growth_text = f"""4. Depth growth: stages 1-3 train the decoder at {a.grow_from} layers (about {grow_r}x cheaper per
-   step than {a.layers} layers). Then every decoder layer is repeated {grow_r} times in place (layer i
+        cost = ""
+        if a.grow_from in rates and a.layers in rates:
+            cost = (f" (a median {float(np.median(rates[a.grow_from])):.2f} s/step against "
+                    f"{float(np.median(rates[a.layers])):.2f} at {a.layers} layers)")
+        growth_text = f"""4. Depth growth: stages 1-3 train the decoder at {a.grow_from} layers{cost}. Then every decoder layer is repeated {grow_r} times in place (layer i
    becomes layers {grow_r}i..{grow_r}i+{grow_r - 1}) with its residual-branch outputs (o_proj,
    down_proj) divided by {grow_r}, so each block x + f(x) becomes {grow_r} steps of x + f(x)/{grow_r}
    and the {a.layers}-layer model starts close to the {a.grow_from}-layer one (row "grown" below),
