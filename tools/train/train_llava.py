@@ -615,19 +615,21 @@ def write_readme(out, a, cfg, history, command, result_text, agree_text, size, w
     growth_text = ""
     if grow_r > 1:
         mapped = [int(x) * grow_r + k for x in a.ground_layers.split(",") for k in range(grow_r)]
-        ground_layers = (f"{a.ground_layers} of the {a.grow_from}-layer decoder (all their copies "
-                         f"after growth, layers {mapped[0]}-{mapped[-1]})")
+        ground_layers = (f"{a.ground_layers} of the {a.grow_from}-layer decoder\n   (all their "
+                         f"copies after growth, layers {mapped[0]}-{mapped[-1]})")
         cost = ""
         if a.grow_from in rates and a.layers in rates:
-            cost = (f" (a median {float(np.median(rates[a.grow_from])):.2f} s/step against "
+            cost = (f"\n   (a median {float(np.median(rates[a.grow_from])):.2f} s/step against "
                     f"{float(np.median(rates[a.layers])):.2f} at {a.layers} layers)")
-        growth_text = f"""4. Depth growth: stages 1-3 train the decoder at {a.grow_from} layers{cost}. Then every decoder layer is repeated {grow_r} times in place (layer i
-   becomes layers {grow_r}i..{grow_r}i+{grow_r - 1}) with its residual-branch outputs (o_proj,
-   down_proj) divided by {grow_r}, so each block x + f(x) becomes {grow_r} steps of x + f(x)/{grow_r}
-   and the {a.layers}-layer model starts close to the {a.grow_from}-layer one (row "grown" below),
-   and {a.grow_steps} more steps train all {a.layers} layers on the stage-3 mix (fresh AdamW, lr
-   {a.grow_lr:g}, warmup {a.grow_warmup}, cosine to {a.min_lr_frac:g}x). Every exported layer is a
-   trained layer with its own weights. Steps {a.steps + a.focus_steps + 1}-{a.steps + a.focus_steps + a.grow_steps} in the table below.
+        first, last = a.steps + a.focus_steps + 1, a.steps + a.focus_steps + a.grow_steps
+        growth_text = f"""4. Depth growth: stages 1-3 train the decoder at {a.grow_from} layers{cost}. Then every
+   decoder layer is repeated {grow_r} times in place (layer i becomes layers {grow_r}i..{grow_r}i+{grow_r - 1}) with
+   its residual-branch outputs (o_proj, down_proj) divided by {grow_r}, so each block x + f(x)
+   becomes {grow_r} steps of x + f(x)/{grow_r} and the {a.layers}-layer model starts close to the
+   {a.grow_from}-layer one (row "grown" below), and {a.grow_steps} more steps train all {a.layers} layers on
+   the stage-3 mix (fresh AdamW, lr {a.grow_lr:g}, warmup {a.grow_warmup}, cosine to {a.min_lr_frac:g}x).
+   Every exported layer is a trained layer with its own weights. Steps {first}-{last} in the
+   table below.
 """
     vvals = [h for h in history if h.get("kind") == "vision_val"]
     vision_acc = f"{100 * vvals[-1]['kind_acc']:.1f}%" if vvals else "n/a"
@@ -690,7 +692,9 @@ Seed {a.seed}. {"Four" if grow_r > 1 else "Three"} stages (LLaVA builds on a pre
    of the answers. {stage_steps}
 {growth_text}
 bf16 autocast on CPU, {a.threads} threads, a median of {rate_text} in stages 2 and up.
-{time_text} The tokenizer was
+{time_text}
+
+The tokenizer was
 trained on 20000 generated prompts + answers (tools/scenes/scenes.py corpus_lines,
 tools/train/common.py build_tokenizer) with `{common.spm_command(a.vocab)}`.
 
