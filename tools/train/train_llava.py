@@ -213,6 +213,11 @@ def growth_factor(a):
     return a.layers // a.grow_from
 
 
+def grown_layers(layers, r):
+    """Where grow_decoder puts the copies of these decoder layers: layer i -> r*i .. r*i+r-1."""
+    return [l * r + k for l in layers for k in range(r)]
+
+
 def grow_decoder(small, big, r):
     """Copies `small` into `big` (r times its decoder layers): decoder layer i becomes layers
     r*i .. r*i+r-1, each with its residual-branch outputs (o_proj, down_proj) divided by r, so
@@ -603,8 +608,9 @@ def write_readme(out, a, cfg, history, command, result_text, agree_text, size, w
     rates = {}
     for h in trains:
         rates.setdefault(h.get("layers", t["num_hidden_layers"]), []).append(h["s_per_step"])
-    rate_text = ", ".join(f"{float(np.median(x)):.2f} s/step at {d} layers"
-                          for d, x in sorted(rates.items())) or "n/a"
+    medians = {d: float(np.median(x)) for d, x in rates.items()}
+    rate_text = ", ".join(f"{m:.2f} s/step at {d} layers"
+                          for d, m in sorted(medians.items())) or "n/a"
     step_time = trains[-1]["elapsed"] if trains else 0.0
     time_text = (f"Training took {fmt_time(step_time)} of step time"
                  + (f" and {fmt_time(wall)} from the first step to the last with validation and "
@@ -614,13 +620,13 @@ def write_readme(out, a, cfg, history, command, result_text, agree_text, size, w
     ground_layers = a.ground_layers
     growth_text = ""
     if grow_r > 1:
-        mapped = [int(x) * grow_r + k for x in a.ground_layers.split(",") for k in range(grow_r)]
+        mapped = grown_layers([int(x) for x in a.ground_layers.split(",")], grow_r)
         ground_layers = (f"{a.ground_layers} of the {a.grow_from}-layer decoder\n   (all their "
                          f"copies after growth, layers {mapped[0]}-{mapped[-1]})")
         cost = ""
-        if a.grow_from in rates and a.layers in rates:
-            cost = (f"\n   (a median {float(np.median(rates[a.grow_from])):.2f} s/step against "
-                    f"{float(np.median(rates[a.layers])):.2f} at {a.layers} layers)")
+        if a.grow_from in medians and a.layers in medians:
+            cost = (f"\n   (a median {medians[a.grow_from]:.2f} s/step against "
+                    f"{medians[a.layers]:.2f} at {a.layers} layers)")
         first, last = a.steps + a.focus_steps + 1, a.steps + a.focus_steps + a.grow_steps
         growth_text = f"""4. Depth growth: stages 1-3 train the decoder at {a.grow_from} layers{cost}. Then every
    decoder layer is repeated {grow_r} times in place (layer i becomes layers {grow_r}i..{grow_r}i+{grow_r - 1}) with
@@ -796,7 +802,7 @@ def main(argv=None):
     if any(not 0 <= l < first_depth for l in glayers):
         sys.exit(f"--ground-layers {a.ground_layers}: the decoder has {first_depth} layers")
     if depth != first_depth:  # grown: every copy of a grounded layer
-        glayers = [l * grow_r + k for l in glayers for k in range(grow_r)]
+        glayers = grown_layers(glayers, grow_r)
     if not a.export_only and step < total:
         val = val_set(a, sp, cfg)
         # A worker process renders batch k+1 while k trains (a thread would fight autograd for
@@ -818,7 +824,7 @@ def main(argv=None):
                 grow_decoder(small, model, grow_r)
                 del small
                 opt = optimizer(model)
-                glayers = [l * grow_r + k for l in glayers for k in range(grow_r)]
+                glayers = grown_layers(glayers, grow_r)
                 log(f"grew the decoder from {a.grow_from} to {a.layers} layers (every layer "
                     f"{grow_r}x, residual outputs / {grow_r}); grounding layers now "
                     f"{','.join(map(str, glayers))}")
