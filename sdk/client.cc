@@ -1,7 +1,5 @@
 #include "sdk/client.h"
 
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -17,41 +15,13 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(const TlsOptions& tls) {
-  if (!tls.enabled) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions ssl;
-  if (!tls.root_certs_file.empty()) {
-    auto roots = ReadPem(tls.root_certs_file, "root certificates");
-    if (!roots.ok()) return roots.status();
-    ssl.pem_root_certs = *roots;
-  }
-  if (tls.client_cert_file.empty() != tls.client_key_file.empty()) {
-    return absl::InvalidArgumentError("mutual TLS needs both a client certificate and its key");
-  }
-  if (!tls.client_cert_file.empty()) {
-    auto cert = ReadPem(tls.client_cert_file, "client certificate");
-    if (!cert.ok()) return cert.status();
-    auto key = ReadPem(tls.client_key_file, "client key");
-    if (!key.ok()) return key.status();
-    ssl.pem_cert_chain = *cert;
-    ssl.pem_private_key = *key;
-  }
-  return grpc::SslCredentials(ssl);
-}
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
                                                            const ClientOptions& options) {
-  auto creds = MakeCredentials(options.tls);
+  auto creds = rpc::MakeCredentials(options.tls);
   if (!creds.ok()) return creds.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);

@@ -17,16 +17,11 @@
 #include "grpcpp/grpcpp.h"
 #include "hap/v1/debug.grpc.pb.h"
 #include "hap/v1/generate.grpc.pb.h"
+#include "rpc/credentials.h"
 
 namespace hap::sdk {
 
-struct TlsOptions {
-  bool enabled = false;          // false = plaintext (loopback, inside a cluster mesh)
-  std::string root_certs_file;   // PEM roots; empty = the system's
-  std::string client_cert_file;  // PEM; with client_key_file for mutual TLS
-  std::string client_key_file;
-  std::string server_name_override;  // expected server name when it differs from the address
-};
+using TlsOptions = rpc::TlsOptions;
 
 struct RetryPolicy {
   int max_attempts = 4;  // 1 = no retry
@@ -41,7 +36,6 @@ struct ClientOptions {
   int max_receive_message_bytes = 64 << 20;
 };
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(const TlsOptions& tls);
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
                                                            const ClientOptions& options);
 

@@ -21,7 +21,7 @@
 #include "sdk/local_pipeline.h"
 #include "services/common/kv_codec.h"
 #include "services/common/options.h"
-#include "tools/hapctl/model_dir.h"
+#include "runtime/io/model_dir.h"
 
 namespace hap::bench {
 namespace {
@@ -302,7 +302,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::string model = cli::ResolveModelDir(o->Get("model"));
+  const std::string model = ResolveModelDir(o->Get("model"));
   auto cfg = LoadLlavaConfig(model);
   if (!cfg.ok()) {
     std::fprintf(stderr, "kv_transfer_bench: %s\n", std::string(cfg.status().message()).c_str());

@@ -18,16 +18,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/timer.h"
 #include "runtime/model/pipeline.h"
 
 namespace hap {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Ms(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 // Real floating-point operations (2 per multiply-add) of one prefill, from the per-layer
 // sequence lengths it ran with.
@@ -53,7 +48,7 @@ double SgemmGflops(int m, int k, int n, int repeats) {
     const auto t0 = Clock::now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.f, a.data(), k, b.data(), k,
                 0.f, c.data(), n);
-    best = std::min(best, Ms(t0, Clock::now()));
+    best = std::min(best, MsSince(t0));
   }
   return 2.0 * m * k * n / (best / 1e3) / 1e9;
 }
@@ -98,7 +93,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
     return 1;
   }
-  const double load_ms = Ms(t_load, Clock::now());
+  const double load_ms = MsSince(t_load);
   const LlavaConfig& c = (*model)->config();
   const int V = c.num_visual_tokens();
   std::printf("model: %d layers, hidden %d, %d/%d heads, ffn %d, V=%d visual tokens; load %.0f ms\n",

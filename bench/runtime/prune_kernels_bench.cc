@@ -19,7 +19,7 @@
 #include "kernels/prune/attention_rows.h"
 #include "kernels/prune/paq.h"
 #include "kernels/prune/weighted_sum.h"
-#include "runtime/common/thread_pool.h"
+#include "base/thread_pool.h"
 
 namespace hap {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "runtime/common/thread_pool.h"
+#include "base/thread_pool.h"
 
 namespace hap::cpu {
 namespace {

@@ -2,11 +2,32 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/narrow_matmul.h"
 
 namespace hap::cpu {
+
+namespace {
+
+void AddBias(const float* bias, float* y, int m, int n) {
+  if (bias == nullptr) return;
+  for (int i = 0; i < m; ++i) {
+    float* row = y + static_cast<int64_t>(i) * n;
+    for (int j = 0; j < n; ++j) row[j] += bias[j];
+  }
+}
+
+// Weight tiles widened for sgemm: about 1 MiB of F32 each, so a tile stays in cache between
+// its widening and its use.
+constexpr int64_t kTileFloats = int64_t{1} << 18;
+
+}  // namespace
 
 absl::Status Linear(const float* x, const float* w, const float* bias, float* y, int m, int k,
                     int n) {
@@ -19,13 +40,44 @@ absl::Status Linear(const float* x, const float* w, const float* bias, float* y,
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.f, x, k, w, k, 0.f, y, n);
   }
-  if (bias != nullptr) {
-    for (int i = 0; i < m; ++i) {
-      float* row = y + static_cast<int64_t>(i) * n;
-      for (int j = 0; j < n; ++j) row[j] += bias[j];
+  AddBias(bias, y, m, n);
+  return absl::OkStatus();
+}
+
+absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m) {
+  if (w.shape.size() != 2 || w.device != Device::kCpu || !w.present()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear: the weight must be a 2-D host tensor, got ", w.Describe()));
+  }
+  const int n = static_cast<int>(w.shape[0]);
+  const int k = static_cast<int>(w.shape[1]);
+  if (m < 0 || k <= 0 || n <= 0 || x == nullptr || y == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat("Linear: bad arguments m=%d k=%d n=%d", m, k, n));
+  }
+  if (m == 0) return absl::OkStatus();
+  if (m > kNarrowGemvRows && w.dtype == DType::kF32) return Linear(x, w.f32(), bias, y, m, k, n);
+  if (m <= kNarrowGemvRows) {
+    DefaultPool().ParallelFor(n, [&](int64_t j0, int64_t j1) {
+      NarrowRowsTimesX(x, m, k, w.data, w.dtype, j0, j1, y, n);
+    });
+  } else {
+    thread_local std::vector<float> tile;
+    const int64_t rows = std::clamp<int64_t>(kTileFloats / k, 16, n);
+    tile.resize(static_cast<size_t>(rows * k));
+    for (int64_t j0 = 0; j0 < n; j0 += rows) {
+      const int64_t j1 = std::min<int64_t>(n, j0 + rows);
+      WidenRows(w.data, w.dtype, k, j0, j1, tile.data());
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(j1 - j0), k, 1.f,
+                  x, k, tile.data(), k, 0.f, y + j0, n);
     }
   }
+  AddBias(bias, y, m, n);
   return absl::OkStatus();
+}
+
+void SetComputeThreads(int n_threads) {
+  SetDefaultPoolThreads(n_threads);
+  openblas_set_num_threads(DefaultPool().size());
 }
 
 void LinearReference(const float* x, const float* w, const float* bias, float* y, int m, int k,

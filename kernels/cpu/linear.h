@@ -2,6 +2,7 @@
 #pragma once
 
 #include "absl/status/status.h"
+#include "base/tensor.h"
 
 namespace hap::cpu {
 
@@ -9,6 +10,19 @@ namespace hap::cpu {
 // bias may be null. y must not alias x.
 absl::Status Linear(const float* x, const float* w, const float* bias, float* y, int m, int k,
                     int n);
+
+// The same with w a host weight view [n, k] in F32, BF16 or F16 (F32 accumulation); k and n
+// come from w.shape. Weights are read as stored: m <= kNarrowGemvRows rows go through
+// NarrowRowsTimesX (one pass over the weight bytes, split over the default pool; batch-invariant
+// results), more rows use sgemm, on BF16/F16 weights over tiles widened into a thread-local F32
+// buffer.
+inline constexpr int kNarrowGemvRows = 16;
+absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m);
+
+// Sizes the CPU compute of this process: the default pool (the kernels' own threads) and
+// OpenBLAS's threads both get n_threads (<= 0: all cores), so the two never run more threads
+// than that between them (they take turns within one op sequence). Call before first use.
+void SetComputeThreads(int n_threads);
 
 // Plain reference of Linear (triple loop, double accumulation) for tests.
 void LinearReference(const float* x, const float* w, const float* bias, float* y, int m, int k,

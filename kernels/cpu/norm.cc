@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "runtime/common/thread_pool.h"
+#include "base/thread_pool.h"
 
 namespace hap::cpu {
 

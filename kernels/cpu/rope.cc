@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "runtime/common/thread_pool.h"
+#include "base/thread_pool.h"
 
 namespace hap::cpu {
 

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/prune/vec_math.h"
-#include "runtime/common/thread_pool.h"
+#include "base/thread_pool.h"
 
 namespace hap::kernels {
 namespace {

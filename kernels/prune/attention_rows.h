@@ -1,6 +1,6 @@
-// Text→visual attention rows for visual-token pruning (SPEC §3): the post-softmax weights of
-// selected query rows on the visual keys, computed from Q, K and each row's log-sum-exp so the
-// full N×N attention map is never materialised.
+// Text→visual attention rows for visual-token pruning (docs/design.md §3): the post-softmax weights
+// of selected query rows on the visual keys, computed from Q, K and each row's log-sum-exp so
+// the full N×N attention map is never materialised.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// PAQ (Prompt-grounded Attention Quality, SPEC §3): the uncertainty coefficient I(V;T)/H(V) of
-// a text→visual attention map whose rows are distributions over the visual tokens.
+// PAQ (Prompt-grounded Attention Quality, docs/design.md §3): the uncertainty coefficient
+// I(V;T)/H(V) of a text→visual attention map whose rows are distributions over the visual
+// tokens.
 #pragma once
 
 #include <cstdint>

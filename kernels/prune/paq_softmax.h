@@ -1,5 +1,5 @@
-// PAQ-softmax weights (SPEC §3): centre the candidates' PAQ scores on their mean and take the
-// softmax, so candidates with higher PAQ dominate the aggregated map.
+// PAQ-softmax weights (docs/design.md §3): centre the candidates' PAQ scores on their mean and take
+// the softmax, so candidates with higher PAQ dominate the aggregated map.
 #pragma once
 
 #include "absl/status/status.h"

@@ -1,5 +1,6 @@
-// Visual-token scores from an attention map: s_i = mean_j A(j,i) (SPEC §3 token score; also the
-// head-mean / rater-mean scores of FastV, PDrop and SparseVLM when the rows are heads × queries).
+// Visual-token scores from an attention map: s_i = mean_j A(j,i) (docs/design.md §3 token score;
+// also the head-mean / rater-mean scores of FastV, PDrop and SparseVLM when the rows are
+// heads × queries).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// CLIP image preprocessing of the llava-hf processor (SPEC §2; llava_model.preprocess).
+// CLIP image preprocessing of the llava-hf processor (docs/design.md §2; llava_model.preprocess).
 #pragma once
 
 #include <vector>

@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
-#include "runtime/common/status_macros.h"
-#include "runtime/io/string_view_compat.h"
+#include "base/status_macros.h"
+#include "base/string_view_compat.h"
 
 namespace hap {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/io/dtype.h"
+#include "base/dtype.h"
 
 namespace hap {
 

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "runtime/io/config.h"
-#include "runtime/io/dtype.h"
+#include "base/dtype.h"
 
 namespace hap {
 
@@ -20,20 +20,5 @@ namespace hap {
 //   norm weights           1 + N(0, 0.05);  biases N(0, 0.02);  embeddings N(0, 1)
 absl::Status WriteRandomLlavaCheckpoint(const LlavaConfig& cfg, const std::string& dir,
                                         uint64_t seed, DType dtype, int shards);
-
-// The generator behind it, exposed for tests: xoshiro256** seeded through splitmix64, with
-// Box-Muller normals, so values are identical on every platform and standard library.
-class Rng {
- public:
-  explicit Rng(uint64_t seed);
-  uint64_t Next();
-  double Uniform();  // in [0, 1), 53 random bits
-  double Normal();   // standard normal
-
- private:
-  uint64_t s_[4];
-  double spare_ = 0.0;
-  bool has_spare_ = false;
-};
 
 }  // namespace hap

@@ -12,9 +12,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "runtime/common/status_macros.h"
-#include "runtime/common/thread_pool.h"
-#include "runtime/io/string_view_compat.h"
+#include "base/status_macros.h"
+#include "base/string_view_compat.h"
 
 namespace hap {
 namespace {
@@ -117,10 +116,28 @@ absl::Status OpenSharded(const std::string& dir,
 
 }  // namespace
 
-int64_t Weight::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+bool HasPart(ModelParts parts, ModelParts part) {
+  return (static_cast<int>(parts) & static_cast<int>(part)) != 0;
+}
+
+std::string_view ModelPartsName(ModelParts parts) {
+  switch (parts) {
+    case ModelParts::kVision:
+      return "vision";
+    case ModelParts::kLanguage:
+      return "language";
+    case ModelParts::kAll:
+      return "all";
+  }
+  return "all";
+}
+
+absl::StatusOr<ModelParts> ParseModelParts(std::string_view name) {
+  for (ModelParts p : {ModelParts::kVision, ModelParts::kLanguage, ModelParts::kAll}) {
+    if (name == ModelPartsName(p)) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("model parts '", AsAbsl(name),
+                                                 "' is not one of vision, language, all"));
 }
 
 std::string CanonicalLlavaTensorName(std::string_view name) {
@@ -203,8 +220,16 @@ std::vector<ExpectedTensor> ExpectedLlavaTensors(const LlavaConfig& cfg) {
 LlavaWeights::~LlavaWeights() = default;
 
 absl::StatusOr<std::unique_ptr<LlavaWeights>> LlavaWeights::Load(const std::string& model_dir,
-                                                                 const LlavaConfig& cfg) {
+                                                                 const LlavaConfig& cfg,
+                                                                 ModelParts parts) {
   std::unique_ptr<LlavaWeights> w(new LlavaWeights);
+  w->parts_ = parts;
+  // Tensors of the language model start with language_model.; the rest (vision tower and
+  // projector) are the vision part.
+  auto wanted = [&](std::string_view name) {
+    return HasPart(parts, absl::StartsWith(AsAbsl(name), "language_model.") ? ModelParts::kLanguage
+                                                                             : ModelParts::kVision);
+  };
   std::map<std::string, Located> catalog;
   const std::string single_path = absl::StrCat(model_dir, "/", kSingleFile);
   std::string source;  // names the checkpoint in "missing tensor" errors
@@ -224,6 +249,7 @@ absl::StatusOr<std::unique_ptr<LlavaWeights>> LlavaWeights::Load(const std::stri
 
   // Presence and shape of every tensor, before any conversion work.
   for (const ExpectedTensor& e : ExpectedLlavaTensors(cfg)) {
+    if (!wanted(e.name)) continue;
     auto it = catalog.find(e.name);
     if (it == catalog.end()) {
       if (e.optional) continue;
@@ -238,92 +264,96 @@ absl::StatusOr<std::unique_ptr<LlavaWeights>> LlavaWeights::Load(const std::stri
     }
   }
 
-  // F32 view of one tensor (already validated above; absent -> null data). Aligned F32 data is
-  // used in place; anything else gets an owned buffer.
-  auto take = [&](const std::string& name) -> Weight {
+  // View of one tensor (already validated above; absent -> null data). Matrices (`stored`) are
+  // used in place in their stored dtype; other tensors become F32, in place when they are F32
+  // and aligned, else in an owned buffer.
+  auto take = [&](const std::string& name, bool stored) -> Weight {
     auto it = catalog.find(name);
     if (it == catalog.end()) return Weight{};
     const SafetensorsFile& file = *it->second.file;
     const TensorInfo& info = *it->second.info;
-    Weight weight{nullptr, info.shape};
+    Weight weight;
+    weight.shape = info.shape;
+    weight.dtype = info.dtype;
     const uint8_t* src = file.Data(info);
-    if (info.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {
-      weight.data = reinterpret_cast<const float*>(src);
+    w->stored_bytes_ += weight.bytes();
+    const bool aligned_f32 =
+        info.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0;
+    if (aligned_f32 || (stored && info.dtype != DType::kF32)) {
+      weight.data = src;
       return weight;
     }
     const int64_t n = info.numel();
     auto buffer = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(n));
-    float* dst = buffer.get();
-    const size_t elem = DTypeSize(info.dtype);
-    auto convert = [&](int64_t begin, int64_t end) {
-      ConvertToF32(info.dtype, src + begin * elem, dst + begin, static_cast<size_t>(end - begin));
-    };
-    if (n >= (int64_t{1} << 20)) {  // large tensors (embeddings, 7B projections) on every core
-      DefaultPool().ParallelFor(n, convert);
-    } else {
-      convert(0, n);
-    }
-    weight.data = dst;
+    ConvertToF32(info.dtype, src, buffer.get(), static_cast<size_t>(n));
+    weight.data = buffer.get();
+    weight.dtype = DType::kF32;
     w->converted_bytes_ += n * static_cast<int64_t>(sizeof(float));
     w->owned_.push_back(std::move(buffer));
     return weight;
   };
+  auto matrix = [&](const std::string& name) { return take(name, /*stored=*/true); };
+  auto vector = [&](const std::string& name) { return take(name, /*stored=*/false); };
 
-  const std::string vp = "vision_tower.vision_model.";
-  VisionWeights& vis = w->vision_;
-  vis.patch_w = take(vp + "embeddings.patch_embedding.weight");
-  vis.class_emb = take(vp + "embeddings.class_embedding");
-  vis.pos_emb = take(vp + "embeddings.position_embedding.weight");
-  vis.pre_ln_w = take(vp + "pre_layrnorm.weight");
-  vis.pre_ln_b = take(vp + "pre_layrnorm.bias");
-  for (int i = 0; i < cfg.vision_layers_used(); ++i) {
-    const std::string lp = absl::StrCat(vp, "encoder.layers.", i, ".");
-    ClipLayerWeights l;
-    l.ln1_w = take(lp + "layer_norm1.weight");
-    l.ln1_b = take(lp + "layer_norm1.bias");
-    l.q_w = take(lp + "self_attn.q_proj.weight");
-    l.q_b = take(lp + "self_attn.q_proj.bias");
-    l.k_w = take(lp + "self_attn.k_proj.weight");
-    l.k_b = take(lp + "self_attn.k_proj.bias");
-    l.v_w = take(lp + "self_attn.v_proj.weight");
-    l.v_b = take(lp + "self_attn.v_proj.bias");
-    l.o_w = take(lp + "self_attn.out_proj.weight");
-    l.o_b = take(lp + "self_attn.out_proj.bias");
-    l.ln2_w = take(lp + "layer_norm2.weight");
-    l.ln2_b = take(lp + "layer_norm2.bias");
-    l.fc1_w = take(lp + "mlp.fc1.weight");
-    l.fc1_b = take(lp + "mlp.fc1.bias");
-    l.fc2_w = take(lp + "mlp.fc2.weight");
-    l.fc2_b = take(lp + "mlp.fc2.bias");
-    vis.layers.push_back(std::move(l));
+  if (HasPart(parts, ModelParts::kVision)) {
+    const std::string vp = "vision_tower.vision_model.";
+    VisionWeights& vis = w->vision_;
+    vis.patch_w = vector(vp + "embeddings.patch_embedding.weight");
+    vis.class_emb = vector(vp + "embeddings.class_embedding");
+    vis.pos_emb = vector(vp + "embeddings.position_embedding.weight");
+    vis.pre_ln_w = vector(vp + "pre_layrnorm.weight");
+    vis.pre_ln_b = vector(vp + "pre_layrnorm.bias");
+    for (int i = 0; i < cfg.vision_layers_used(); ++i) {
+      const std::string lp = absl::StrCat(vp, "encoder.layers.", i, ".");
+      ClipLayerWeights l;
+      l.ln1_w = vector(lp + "layer_norm1.weight");
+      l.ln1_b = vector(lp + "layer_norm1.bias");
+      l.q_w = matrix(lp + "self_attn.q_proj.weight");
+      l.q_b = vector(lp + "self_attn.q_proj.bias");
+      l.k_w = matrix(lp + "self_attn.k_proj.weight");
+      l.k_b = vector(lp + "self_attn.k_proj.bias");
+      l.v_w = matrix(lp + "self_attn.v_proj.weight");
+      l.v_b = vector(lp + "self_attn.v_proj.bias");
+      l.o_w = matrix(lp + "self_attn.out_proj.weight");
+      l.o_b = vector(lp + "self_attn.out_proj.bias");
+      l.ln2_w = vector(lp + "layer_norm2.weight");
+      l.ln2_b = vector(lp + "layer_norm2.bias");
+      l.fc1_w = matrix(lp + "mlp.fc1.weight");
+      l.fc1_b = vector(lp + "mlp.fc1.bias");
+      l.fc2_w = matrix(lp + "mlp.fc2.weight");
+      l.fc2_b = vector(lp + "mlp.fc2.bias");
+      vis.layers.push_back(std::move(l));
+    }
+
+    ProjectorWeights& proj = w->projector_;
+    proj.l1_w = matrix("multi_modal_projector.linear_1.weight");
+    proj.l2_w = matrix("multi_modal_projector.linear_2.weight");
+    if (cfg.projector_bias) {  // a stray bias in a bias-free config is not used
+      proj.l1_b = vector("multi_modal_projector.linear_1.bias");
+      proj.l2_b = vector("multi_modal_projector.linear_2.bias");
+    }
   }
 
-  ProjectorWeights& proj = w->projector_;
-  proj.l1_w = take("multi_modal_projector.linear_1.weight");
-  proj.l2_w = take("multi_modal_projector.linear_2.weight");
-  if (cfg.projector_bias) {  // a stray bias in a bias-free config is not used
-    proj.l1_b = take("multi_modal_projector.linear_1.bias");
-    proj.l2_b = take("multi_modal_projector.linear_2.bias");
-  }
-
-  const std::string tp = "language_model.model.";
-  TextWeights& txt = w->text_;
-  txt.embed = take(tp + "embed_tokens.weight");
-  txt.norm = take(tp + "norm.weight");
-  txt.lm_head = cfg.text.tie_word_embeddings ? txt.embed : take("language_model.lm_head.weight");
-  for (int i = 0; i < cfg.text.num_hidden_layers; ++i) {
-    const std::string lp = absl::StrCat(tp, "layers.", i, ".");
-    LlamaLayerWeights l;
-    l.attn_norm = take(lp + "input_layernorm.weight");
-    l.q = take(lp + "self_attn.q_proj.weight");
-    l.k = take(lp + "self_attn.k_proj.weight");
-    l.v = take(lp + "self_attn.v_proj.weight");
-    l.o = take(lp + "self_attn.o_proj.weight");
-    l.mlp_norm = take(lp + "post_attention_layernorm.weight");
-    l.gate = take(lp + "mlp.gate_proj.weight");
-    l.up = take(lp + "mlp.up_proj.weight");
-    l.down = take(lp + "mlp.down_proj.weight");
-    txt.layers.push_back(std::move(l));
+  if (HasPart(parts, ModelParts::kLanguage)) {
+    const std::string tp = "language_model.model.";
+    TextWeights& txt = w->text_;
+    txt.embed = matrix(tp + "embed_tokens.weight");
+    txt.norm = vector(tp + "norm.weight");
+    txt.lm_head = cfg.text.tie_word_embeddings ? txt.embed : matrix("language_model.lm_head.weight");
+    for (int i = 0; i < cfg.text.num_hidden_layers; ++i) {
+      const std::string lp = absl::StrCat(tp, "layers.", i, ".");
+      LlamaLayerWeights l;
+      l.attn_norm = vector(lp + "input_layernorm.weight");
+      l.q = matrix(lp + "self_attn.q_proj.weight");
+      l.k = matrix(lp + "self_attn.k_proj.weight");
+      l.v = matrix(lp + "self_attn.v_proj.weight");
+      l.o = matrix(lp + "self_attn.o_proj.weight");
+      l.mlp_norm = vector(lp + "post_attention_layernorm.weight");
+      l.gate = matrix(lp + "mlp.gate_proj.weight");
+      l.up = matrix(lp + "mlp.up_proj.weight");
+      l.down = matrix(lp + "mlp.down_proj.weight");
+      txt.layers.push_back(std::move(l));
+    }
   }
   return w;
 }

@@ -1,5 +1,7 @@
-// LLaVA-1.5 weights from a llava-hf checkpoint (single or sharded safetensors), as F32 views:
-// F32 tensors point into the memory mapping, F16/BF16 are converted once at load.
+// LLaVA-1.5 weights from a llava-hf checkpoint (single or sharded safetensors), as views into
+// the memory mapping: matrices (linear layers, token embeddings) stay in their stored dtype
+// (F32, BF16 or F16) and are read as stored by the matmul; the small tensors ops read element
+// by element (norms, biases, the vision embeddings) are converted to F32 once at load.
 #pragma once
 
 #include <cstdint>
@@ -9,19 +11,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/tensor.h"
 #include "runtime/io/config.h"
 #include "runtime/io/safetensors.h"
 
 namespace hap {
 
-struct Weight {
-  const float* data = nullptr;  // nullptr for an absent optional bias
-  std::vector<int64_t> shape;
+// A weight is a host tensor view; data is nullptr for an absent optional bias.
+using Weight = TensorView;
 
-  int64_t numel() const;
-};
-
-// Linear weights are in HF layout: F32 [out, in] row-major. D = vision hidden, I = intermediate.
+// Linear weights are in HF layout: [out, in] row-major, stored dtype. Every other tensor is F32.
+// D = vision hidden, I = intermediate.
 struct ClipLayerWeights {
   Weight ln1_w, ln1_b;                  // [D]
   Weight q_w, q_b, k_w, k_b, v_w, v_b;  // [D, D], [D]
@@ -56,7 +56,7 @@ struct LlamaLayerWeights {
 };
 
 struct TextWeights {
-  Weight embed;    // [vocab, Dt]
+  Weight embed;    // [vocab, Dt], stored dtype
   Weight norm;     // [Dt]
   Weight lm_head;  // [vocab, Dt]; the same data as embed when embeddings are tied
   std::vector<LlamaLayerWeights> layers;
@@ -79,11 +79,22 @@ std::vector<ExpectedTensor> ExpectedLlavaTensors(const LlavaConfig& cfg);
 // -> multi_modal_projector.*, lm_head.weight -> language_model.lm_head.weight.
 std::string CanonicalLlavaTensorName(std::string_view name);
 
+// Which parts of the model a process loads: the encoder service needs only the vision tower and
+// projector, prefill and decode only the language model; hapctl loads both.
+enum class ModelParts { kVision = 1, kLanguage = 2, kAll = 3 };
+bool HasPart(ModelParts parts, ModelParts part);
+// "vision", "language", "all" (and back: InvalidArgument naming the accepted values).
+std::string_view ModelPartsName(ModelParts parts);
+absl::StatusOr<ModelParts> ParseModelParts(std::string_view name);
+
 class LlavaWeights {
  public:
   // Reads model_dir/model.safetensors, or the shards listed by model.safetensors.index.json.
+  // Only the tensors of `parts` are checked and mapped into views; the others stay untouched
+  // on disk (the files are mapped, so they cost address space, not memory).
   static absl::StatusOr<std::unique_ptr<LlavaWeights>> Load(const std::string& model_dir,
-                                                            const LlavaConfig& cfg);
+                                                            const LlavaConfig& cfg,
+                                                            ModelParts parts = ModelParts::kAll);
   ~LlavaWeights();
   LlavaWeights(const LlavaWeights&) = delete;
   LlavaWeights& operator=(const LlavaWeights&) = delete;
@@ -91,8 +102,11 @@ class LlavaWeights {
   const VisionWeights& vision() const { return vision_; }
   const ProjectorWeights& projector() const { return projector_; }
   const TextWeights& text() const { return text_; }
+  ModelParts parts() const { return parts_; }
   // Bytes of F32 buffers this object owns (converted or realigned tensors).
   int64_t converted_bytes() const { return converted_bytes_; }
+  // Bytes of the loaded parts' tensors as stored in the checkpoint (what their views read).
+  int64_t stored_bytes() const { return stored_bytes_; }
   // Bytes of the safetensors files mapped (and kept mapped for the object's lifetime).
   int64_t mapped_bytes() const { return mapped_bytes_; }
 
@@ -104,7 +118,9 @@ class LlavaWeights {
   VisionWeights vision_;
   ProjectorWeights projector_;
   TextWeights text_;
+  ModelParts parts_ = ModelParts::kAll;
   int64_t converted_bytes_ = 0;
+  int64_t stored_bytes_ = 0;
   int64_t mapped_bytes_ = 0;
 };
 

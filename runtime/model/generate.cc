@@ -1,10 +1,8 @@
 #include "runtime/model/generate.h"
 
-#include <chrono>
-
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
+#include "base/timer.h"
 #include "runtime/model/llava_model.h"
-#include "runtime/text/streaming_detokenizer.h"
 
 namespace hap {
 
@@ -72,49 +70,77 @@ absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvCache* cac
   return ContinueDecodeLoop(model, cache, first, sampler, stop, sink);
 }
 
+TokenStream::TokenStream(const LlavaModel& model, Sampler sampler, const StopCriteria& stop,
+                         TokenSink sink)
+    : model_(model),
+      sampler_(std::move(sampler)),
+      stop_(stop),
+      sink_(std::move(sink)),
+      detok_(model.tokenizer()),
+      filter_(stop.stop_strings),
+      start_(Clock::now()),
+      done_(stop.max_new_tokens <= 0) {}
+
+bool TokenStream::Accept(int32_t token) {
+  if (done_) return false;
+  result_.tokens.push_back(token);
+  if (token == model_.tokenizer().eos_id() || token == model_.config().text.eos_token_id) {
+    result_.finish = FinishReason::kEos;
+    done_ = true;
+    return false;
+  }
+  const std::string delta = filter_.Push(detok_.Push(token));
+  result_.text += delta;
+  if (sink_ && !sink_(token, delta)) {
+    result_.finish = FinishReason::kCancelled;
+  } else if (filter_.stopped()) {
+    result_.finish = FinishReason::kStop;
+  } else {
+    result_.finish = FinishReason::kLength;
+    done_ = generated() >= stop_.max_new_tokens;
+    return !done_;
+  }
+  done_ = true;
+  return false;
+}
+
+bool TokenStream::SampleAndAccept(const float* logits, int vocab) {
+  return Accept(sampler_.Sample(std::vector<float>(logits, logits + vocab)));
+}
+
+void TokenStream::Cancel() {
+  if (done_) return;
+  result_.finish = FinishReason::kCancelled;
+  done_ = true;
+}
+
+DecodeResult TokenStream::Finish() {
+  if (result_.finish != FinishReason::kCancelled && result_.finish != FinishReason::kStop &&
+      !result_.tokens.empty()) {
+    const std::string tail = filter_.Push(detok_.Flush());
+    const std::string rest = filter_.stopped() ? "" : filter_.Flush();
+    if (filter_.stopped()) result_.finish = FinishReason::kStop;
+    if (!tail.empty() || !rest.empty()) {
+      result_.text += tail + rest;
+      if (sink_) sink_(result_.tokens.back(), tail + rest);
+    }
+  }
+  result_.decode_ms = MsSince(start_);
+  return std::move(result_);
+}
+
 absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvCache* cache,
                                                 int32_t first_token, Sampler& sampler,
                                                 const StopCriteria& stop, const TokenSink& sink) {
-  const auto t0 = std::chrono::steady_clock::now();
-  StreamingDetokenizer detok(model.tokenizer());
-  StopStringFilter filter(stop.stop_strings);
-  const int32_t eos = model.tokenizer().eos_id();
-  DecodeResult result;
-  auto emit = [&](int32_t token, const std::string& delta) {
-    result.text += delta;
-    return sink ? sink(token, delta) : true;
-  };
-  int32_t token = first_token;
-  for (int i = 0; i < stop.max_new_tokens; ++i) {
-    if (i > 0) {
-      HAP_ASSIGN_OR_RETURN(std::vector<float> logits, model.DecodeStep(token, cache));
-      token = sampler.Sample(logits);
-    }
-    result.tokens.push_back(token);
-    if (token == eos || token == model.config().text.eos_token_id) {
-      result.finish = FinishReason::kEos;
-      break;
-    }
-    const std::string delta = filter.Push(detok.Push(token));
-    if (!emit(token, delta)) {
-      result.finish = FinishReason::kCancelled;
-      break;
-    }
-    if (filter.stopped()) {
-      result.finish = FinishReason::kStop;
-      break;
-    }
-    result.finish = FinishReason::kLength;
+  // The stream samples with its own copy; hand the caller's state back when done.
+  TokenStream stream(model, sampler, stop, sink);
+  bool more = stream.Accept(first_token);
+  while (more) {
+    HAP_ASSIGN_OR_RETURN(std::vector<float> logits, model.DecodeStep(stream.last_token(), cache));
+    more = stream.SampleAndAccept(logits.data(), static_cast<int>(logits.size()));
   }
-  if (result.finish != FinishReason::kCancelled && result.finish != FinishReason::kStop) {
-    const std::string tail = filter.Push(detok.Flush());
-    const std::string rest = filter.stopped() ? "" : filter.Flush();
-    if (filter.stopped()) result.finish = FinishReason::kStop;
-    if (!tail.empty() || !rest.empty()) emit(result.tokens.back(), tail + rest);
-  }
-  result.decode_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return result;
+  sampler = stream.sampler();
+  return stream.Finish();
 }
 
 }  // namespace hap

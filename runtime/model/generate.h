@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/timer.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/sampler.h"
+#include "runtime/text/streaming_detokenizer.h"
 
 namespace hap {
 
@@ -59,6 +61,39 @@ class StopStringFilter {
   std::vector<std::string> stops_;
   std::string pending_;
   bool stopped_ = false;
+};
+
+// One answer in the making, a token at a time: sampling state, streaming detokenizer, stop
+// strings and limits. ContinueDecodeLoop drives one of these with single decode steps; the
+// batching engine drives many, one batched step for all of them.
+class TokenStream {
+ public:
+  TokenStream(const LlavaModel& model, Sampler sampler, const StopCriteria& stop, TokenSink sink);
+
+  // Records `token` (already sampled), emits its text and decides whether the answer goes on.
+  // Returns true while another decode step with `token` as input is wanted.
+  bool Accept(int32_t token);
+  // Samples the next token from the logits F32 [vocab] of the last decode step and accepts it.
+  bool SampleAndAccept(const float* logits, int vocab);
+  bool done() const { return done_; }
+  int32_t last_token() const { return result_.tokens.back(); }
+  int generated() const { return static_cast<int>(result_.tokens.size()); }
+  const Sampler& sampler() const { return sampler_; }
+  // Ends the answer early (cancelled by the caller, deadline passed).
+  void Cancel();
+  // Flushes held-back text through the sink and returns the result. Call once, when done().
+  DecodeResult Finish();
+
+ private:
+  const LlavaModel& model_;
+  Sampler sampler_;
+  StopCriteria stop_;
+  TokenSink sink_;
+  StreamingDetokenizer detok_;
+  StopStringFilter filter_;
+  DecodeResult result_;
+  Clock::time_point start_;
+  bool done_ = false;
 };
 
 }  // namespace hap

@@ -5,20 +5,17 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "base/timer.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/model/cancellation.h"
 
 namespace hap {
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Keeps rows [0, vis_begin) + the kept visual rows + [vis_begin + n_vis, n) of a [n, width]
 // row-major buffer, in place.
@@ -61,68 +58,74 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Embed(const std::vector<int32_t
       return absl::InvalidArgumentError(
           absl::StrFormat("token id %d is outside the vocabulary [0, %d)", ids[i], vocab_));
     }
-    std::memcpy(out.data() + i * d_, w_.embed.data + static_cast<int64_t>(ids[i]) * d_,
-                sizeof(float) * d_);
+    const auto* row = static_cast<const uint8_t*>(w_.embed.data) +
+                      static_cast<int64_t>(ids[i]) * d_ * static_cast<int64_t>(DTypeSize(w_.embed.dtype));
+    ConvertToF32(w_.embed.dtype, row, out.data() + i * d_, d_);
   }
   return out;
 }
 
-absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int n, LayerKv* kv,
+absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int n,
+                                 const std::vector<KvSegment>& segments,
                                  std::vector<float>* q_out, std::vector<float>* lse) const {
   const LlamaLayerWeights& lw = w_.layers[l];
   const int q_dim = n_heads_ * head_dim_;
   const int kv_dim = n_kv_heads_ * head_dim_;
-  const int64_t past = kv->len();
 
   std::vector<float> h(static_cast<size_t>(n) * d_);  // F32 [n, hidden]
-  HAP_RETURN_IF_ERROR(cpu::RmsNorm(x, lw.attn_norm.data, h.data(), n, d_, eps_));
+  HAP_RETURN_IF_ERROR(cpu::RmsNorm(x, lw.attn_norm.f32(), h.data(), n, d_, eps_));
   std::vector<float> q(static_cast<size_t>(n) * q_dim);  // F32 [n, heads·hd]
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.q.data, nullptr, q.data(), n, d_, q_dim));
-  kv->k.resize((past + n) * kv_dim);
-  kv->v.resize((past + n) * kv_dim);
-  float* k_new = kv->k.data() + past * kv_dim;  // F32 [n, kv_dim]
-  float* v_new = kv->v.data() + past * kv_dim;
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.k.data, nullptr, k_new, n, d_, kv_dim));
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.v.data, nullptr, v_new, n, d_, kv_dim));
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.q, nullptr, q.data(), n));
+  std::vector<float> k_new(static_cast<size_t>(n) * kv_dim), v_new(k_new.size());  // [n, kv_dim]
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.k, nullptr, k_new.data(), n));
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.v, nullptr, v_new.data(), n));
   HAP_RETURN_IF_ERROR(cpu::Rope(q.data(), positions, n, n_heads_, head_dim_, theta_));
-  HAP_RETURN_IF_ERROR(cpu::Rope(k_new, positions, n, n_kv_heads_, head_dim_, theta_));
-  kv->positions.insert(kv->positions.end(), positions, positions + n);
+  HAP_RETURN_IF_ERROR(cpu::Rope(k_new.data(), positions, n, n_kv_heads_, head_dim_, theta_));
 
   std::vector<float> attn(static_cast<size_t>(n) * q_dim);  // F32 [n, heads·hd]
   if (lse) lse->assign(static_cast<size_t>(n_heads_) * n, 0.f);
-  cpu::AttentionArgs args;
-  args.q = q.data();
-  args.k = kv->k.data();
-  args.v = kv->v.data();
-  args.out = attn.data();
-  args.lse = lse ? lse->data() : nullptr;
-  args.n_q = n;
-  args.n_kv = static_cast<int>(past + n);
-  args.n_heads = n_heads_;
-  args.n_kv_heads = n_kv_heads_;
-  args.head_dim = head_dim_;
-  args.scale = scale_;
-  args.causal = true;
-  args.causal_offset = static_cast<int>(past);
-  HAP_RETURN_IF_ERROR(cpu::Attention(args));
-  HAP_RETURN_IF_ERROR(cpu::Linear(attn.data(), lw.o.data, nullptr, h.data(), n, q_dim, d_));
+  for (const KvSegment& seg : segments) {
+    // This sequence's new keys/values join its cache; its queries see the cache causally.
+    LayerKv* kv = seg.kv;
+    const int64_t past = kv->len();
+    const int64_t first = static_cast<int64_t>(seg.row) * kv_dim;
+    kv->k.insert(kv->k.end(), k_new.begin() + first, k_new.begin() + first + int64_t{seg.n} * kv_dim);
+    kv->v.insert(kv->v.end(), v_new.begin() + first, v_new.begin() + first + int64_t{seg.n} * kv_dim);
+    kv->positions.insert(kv->positions.end(), positions + seg.row, positions + seg.row + seg.n);
+    cpu::AttentionArgs args;
+    args.q = q.data() + static_cast<int64_t>(seg.row) * q_dim;
+    args.k = kv->k.data();
+    args.v = kv->v.data();
+    args.out = attn.data() + static_cast<int64_t>(seg.row) * q_dim;
+    args.lse = lse ? lse->data() : nullptr;  // only with a single segment (prefill)
+    args.n_q = seg.n;
+    args.n_kv = static_cast<int>(past + seg.n);
+    args.n_heads = n_heads_;
+    args.n_kv_heads = n_kv_heads_;
+    args.head_dim = head_dim_;
+    args.scale = scale_;
+    args.causal = true;
+    args.causal_offset = static_cast<int>(past);
+    HAP_RETURN_IF_ERROR(cpu::Attention(args));
+  }
+  HAP_RETURN_IF_ERROR(cpu::Linear(attn.data(), lw.o, nullptr, h.data(), n));
   cpu::AddInPlace(x, h.data(), static_cast<int64_t>(n) * d_);
 
-  HAP_RETURN_IF_ERROR(cpu::RmsNorm(x, lw.mlp_norm.data, h.data(), n, d_, eps_));
+  HAP_RETURN_IF_ERROR(cpu::RmsNorm(x, lw.mlp_norm.f32(), h.data(), n, d_, eps_));
   std::vector<float> gate(static_cast<size_t>(n) * ffn_), up(gate.size());  // F32 [n, ffn]
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.gate.data, nullptr, gate.data(), n, d_, ffn_));
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.up.data, nullptr, up.data(), n, d_, ffn_));
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.gate, nullptr, gate.data(), n));
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.up, nullptr, up.data(), n));
   cpu::SiluMul(gate.data(), up.data(), static_cast<int64_t>(n) * ffn_);
-  HAP_RETURN_IF_ERROR(cpu::Linear(gate.data(), lw.down.data, nullptr, h.data(), n, ffn_, d_));
+  HAP_RETURN_IF_ERROR(cpu::Linear(gate.data(), lw.down, nullptr, h.data(), n));
   cpu::AddInPlace(x, h.data(), static_cast<int64_t>(n) * d_);
   if (q_out) *q_out = std::move(q);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<float>> LlamaDecoder::Logits(const float* row) const {
-  std::vector<float> h(d_), logits(vocab_);
-  HAP_RETURN_IF_ERROR(cpu::RmsNorm(row, w_.norm.data, h.data(), 1, d_, eps_));
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), w_.lm_head.data, nullptr, logits.data(), 1, d_, vocab_));
+absl::StatusOr<std::vector<float>> LlamaDecoder::Logits(const float* rows, int n) const {
+  std::vector<float> h(static_cast<size_t>(n) * d_), logits(static_cast<size_t>(n) * vocab_);
+  HAP_RETURN_IF_ERROR(cpu::RmsNorm(rows, w_.norm.f32(), h.data(), n, d_, eps_));
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), w_.lm_head, nullptr, logits.data(), n));
   return logits;
 }
 
@@ -156,7 +159,7 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
       trace->tokens_per_layer.push_back(n);
       trace->visual_tokens_per_layer.push_back(n_vis);
     }
-    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions.data(), n, &cache->layers[l],
+    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions.data(), n, {{&cache->layers[l], 0, n}},
                               pruner ? &q : nullptr, pruner ? &lse : nullptr));
     double prune_ms = 0;
     if (pruner) {
@@ -195,25 +198,41 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
     }
   }
   cache->next_position = next_position;
-  return Logits(x.data() + static_cast<int64_t>(n - 1) * d_);
+  return Logits(x.data() + static_cast<int64_t>(n - 1) * d_, 1);
 }
 
 absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeStep(int32_t token, KvCache* cache) const {
-  if (cache->layers.size() != w_.layers.size()) {
-    return absl::FailedPreconditionError("decode step on a KV cache without prefill");
+  return DecodeBatch({token}, {cache});
+}
+
+absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(const std::vector<int32_t>& tokens,
+                                                             const std::vector<KvCache*>& caches) const {
+  const int b = static_cast<int>(tokens.size());
+  if (b == 0 || caches.size() != tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "decode batch: %d tokens for %d caches", tokens.size(), caches.size()));
   }
-  if (cache->next_position >= cfg_.text.max_position_embeddings) {
-    return absl::OutOfRangeError(absl::StrFormat("position %d reaches the model's context of %d",
-                                                 cache->next_position,
-                                                 cfg_.text.max_position_embeddings));
+  std::vector<int32_t> positions(b);
+  for (int i = 0; i < b; ++i) {
+    const KvCache& cache = *caches[i];
+    if (cache.layers.size() != w_.layers.size()) {
+      return absl::FailedPreconditionError("decode step on a KV cache without prefill");
+    }
+    if (cache.next_position >= cfg_.text.max_position_embeddings) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "position %d reaches the model's context of %d", cache.next_position,
+          cfg_.text.max_position_embeddings));
+    }
+    positions[i] = cache.next_position;
   }
-  HAP_ASSIGN_OR_RETURN(std::vector<float> x, Embed({token}));
-  const int32_t pos = cache->next_position;
+  HAP_ASSIGN_OR_RETURN(std::vector<float> x, Embed(tokens));  // F32 [b, hidden]
+  std::vector<KvSegment> segments(b);
   for (int l = 0; l < n_layers(); ++l) {
-    HAP_RETURN_IF_ERROR(Layer(l, x.data(), &pos, 1, &cache->layers[l], nullptr, nullptr));
+    for (int i = 0; i < b; ++i) segments[i] = {&caches[i]->layers[l], i, 1};
+    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions.data(), b, segments, nullptr, nullptr));
   }
-  cache->next_position = pos + 1;
-  return Logits(x.data());
+  for (KvCache* cache : caches) ++cache->next_position;
+  return Logits(x.data(), b);
 }
 
 }  // namespace hap

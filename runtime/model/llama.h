@@ -38,15 +38,34 @@ class LlamaDecoder {
   // Appends `token` at cache->next_position and returns the next logits F32 [vocab].
   absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvCache* cache) const;
 
+  // One decode step for b sequences at once: tokens[i] is appended to caches[i] (distinct
+  // caches of any lengths and pruning). Every weight is read once for the whole batch; each
+  // sequence's logits are exactly those of its own DecodeStep (the matmul is batch-invariant
+  // up to kNarrowGemvRows rows, and attention runs per sequence). Returns F32 [b, vocab].
+  // Errors from the checks before the first layer (bad batch, cache without prefill, context
+  // full) leave every cache untouched; an error inside a layer leaves the caches unusable.
+  absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
+                                                 const std::vector<KvCache*>& caches) const;
+
   int n_layers() const { return static_cast<int>(w_.layers.size()); }
 
  private:
-  // One layer over rows x F32 [n, hidden] whose keys/values are appended to kv. Queries see
-  // every earlier cached row and themselves causally. When lse is non-null it receives
-  // F32 [n_heads, n]; q_out (if non-null) receives the RoPE'd queries F32 [n, n_heads·hd].
-  absl::Status Layer(int l, float* x, const int32_t* positions, int n, LayerKv* kv,
-                     std::vector<float>* q_out, std::vector<float>* lse) const;
-  absl::StatusOr<std::vector<float>> Logits(const float* row) const;
+  // Rows [row, row + n) of a layer's input that belong to one sequence, whose keys and values
+  // are appended to kv.
+  struct KvSegment {
+    LayerKv* kv;
+    int row;
+    int n;
+  };
+  // One layer over rows x F32 [n, hidden] made of `segments` (one per sequence). Projections
+  // and the MLP run over all n rows at once; each segment's queries see its cached rows and
+  // themselves causally. With a single segment, lse (if non-null) receives F32 [n_heads, n]
+  // and q_out (if non-null) the RoPE'd queries F32 [n, n_heads·hd].
+  absl::Status Layer(int l, float* x, const int32_t* positions, int n,
+                     const std::vector<KvSegment>& segments, std::vector<float>* q_out,
+                     std::vector<float>* lse) const;
+  // Final norm and LM head over rows F32 [n, hidden] → F32 [n, vocab].
+  absl::StatusOr<std::vector<float>> Logits(const float* rows, int n) const;
 
   const LlavaConfig& cfg_;
   const TextWeights& w_;

@@ -6,8 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/common/status_macros.h"
-#include "runtime/common/thread_pool.h"
+#include "base/status_macros.h"
+#include "base/string_view_compat.h"
+#include "kernels/cpu/linear.h"
 
 namespace hap {
 
@@ -16,15 +17,17 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   if (!std::filesystem::is_directory(dir)) {
     return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
   }
-  SetDefaultPoolThreads(options.threads);
+  cpu::SetComputeThreads(options.threads);
   std::unique_ptr<LlavaModel> m(new LlavaModel());
   m->dir_ = dir;
   m->options_ = options;
   HAP_ASSIGN_OR_RETURN(m->config_, LoadLlavaConfig(dir));
-  HAP_ASSIGN_OR_RETURN(m->weights_, LlavaWeights::Load(dir, m->config_));
+  HAP_ASSIGN_OR_RETURN(m->weights_, LlavaWeights::Load(dir, m->config_, options.parts));
   const std::string tok_path = (std::filesystem::path(dir) / "tokenizer.model").string();
   HAP_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::Load(tok_path));
-  m->decoder_ = std::make_unique<LlamaDecoder>(m->config_, m->weights_->text());
+  if (HasPart(options.parts, ModelParts::kLanguage)) {
+    m->decoder_ = std::make_unique<LlamaDecoder>(m->config_, m->weights_->text());
+  }
   return m;
 }
 
@@ -38,8 +41,28 @@ absl::StatusOr<std::vector<float>> LlavaModel::PreprocessImage(std::string_view 
   return ClipPreprocess(image, config_.vision.image_size);
 }
 
+absl::Status LlavaModel::NeedPart(ModelParts part) const {
+  if (HasPart(options_.parts, part)) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("this process loaded only the ", AsAbsl(ModelPartsName(options_.parts)),
+                   " part of ", dir_, "; the ", AsAbsl(ModelPartsName(part)),
+                   " part is not loaded"));
+}
+
+absl::StatusOr<std::vector<float>> LlavaModel::DecodeStep(int32_t token, KvCache* cache) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
+  return decoder_->DecodeStep(token, cache);
+}
+
+absl::StatusOr<std::vector<float>> LlavaModel::DecodeBatch(
+    const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
+  return decoder_->DecodeBatch(tokens, caches);
+}
+
 absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
     const std::vector<float>& pixels, VisionFeatureLayer* feature_layer) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kVision));
   const int64_t want = 3LL * config_.vision.image_size * config_.vision.image_size;
   if (static_cast<int64_t>(pixels.size()) != want) {
     return absl::InvalidArgumentError(
@@ -51,6 +74,7 @@ absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
 
 absl::StatusOr<std::vector<float>> LlavaModel::Project(const std::vector<float>& features,
                                                        int n) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kVision));
   if (features.size() != static_cast<size_t>(n) * config_.vision.hidden_size) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "vision features hold %d values, expected %d x %d", features.size(), n,
@@ -67,6 +91,7 @@ absl::StatusOr<PromptTokens> LlavaModel::Tokenize(std::string_view question, int
 absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
                                                   const std::vector<float>& image_embeds,
                                                   Pruner* pruner) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
   const int d = config_.text.hidden_size;
   if (image_embeds.size() != static_cast<size_t>(prompt.n_vis) * d) {
     return absl::InvalidArgumentError(absl::StrFormat(

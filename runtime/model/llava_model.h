@@ -21,7 +21,8 @@
 namespace hap {
 
 struct ModelOptions {
-  int threads = 0;  // CPU threads for non-BLAS ops; 0 = all cores
+  int threads = 0;  // CPU threads (the kernels' pool and OpenBLAS alike); 0 = all cores
+  ModelParts parts = ModelParts::kAll;  // what this process loads (the services load one part)
   ImageLimits image_limits;
   int max_prompt_tokens = 0;  // 0 → the model's max_position_embeddings
 };
@@ -65,13 +66,16 @@ class LlavaModel {
                                         Pruner* pruner) const;
 
   // Appends `token` to the cache and returns the next logits F32 [vocab].
-  absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvCache* cache) const {
-    return decoder_->DecodeStep(token, cache);
-  }
+  absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvCache* cache) const;
+  // One step for several sequences (LlamaDecoder::DecodeBatch): F32 [b, vocab].
+  absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
+                                                 const std::vector<KvCache*>& caches) const;
 
   int max_prompt_tokens() const;
 
  private:
+  // FailedPrecondition naming the part when this process did not load it.
+  absl::Status NeedPart(ModelParts part) const;
   LlavaModel() = default;
 
   std::string dir_;

@@ -2,21 +2,13 @@
 
 #include <chrono>
 
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
+#include "base/timer.h"
 #include "runtime/image/clip_preprocess.h"
 #include "runtime/prune/planner.h"
 #include "runtime/prune/visionzip.h"
 
 namespace hap {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double MsBetween(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-}  // namespace
 
 ModelDims DimsOf(const LlavaConfig& config) {
   ModelDims dims;

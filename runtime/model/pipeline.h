@@ -31,7 +31,7 @@ struct EncodeResult {
 absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_view image_bytes,
                                          const PruneRequest& prune);
 
-// What prefill did for one request (SPEC §3 conventions).
+// What prefill did for one request (docs/design.md §3 conventions).
 struct PrefillStats {
   std::string method;
   int prompt_tokens = 0;           // unpruned, visual tokens included

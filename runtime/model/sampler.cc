@@ -7,19 +7,6 @@
 #include "absl/strings/str_format.h"
 
 namespace hap {
-namespace {
-
-uint64_t SplitMix64(uint64_t* x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-}  // namespace
-
 absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (!std::isfinite(p.temperature) || p.temperature < 0.f) {
     return absl::InvalidArgumentError(
@@ -34,26 +21,11 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   return absl::OkStatus();
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params) {
-  uint64_t s = params.seed;
-  for (uint64_t& word : state_) word = SplitMix64(&s);
-}
-
-double Sampler::NextUniform() {
-  const uint64_t result = Rotl(state_[1] * 5, 7) * 9;
-  const uint64_t t = state_[1] << 17;
-  state_[2] ^= state_[0];
-  state_[3] ^= state_[1];
-  state_[1] ^= state_[2];
-  state_[0] ^= state_[3];
-  state_[2] ^= t;
-  state_[3] = Rotl(state_[3], 45);
-  return static_cast<double>(result >> 11) * 0x1.0p-53;
-}
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 void Sampler::Discard(int n) {
   if (params_.temperature == 0.f) return;
-  for (int i = 0; i < n; ++i) NextUniform();
+  for (int i = 0; i < n; ++i) rng_.Uniform();
 }
 
 int32_t Sampler::Sample(const std::vector<float>& logits) {
@@ -90,7 +62,7 @@ int32_t Sampler::Sample(const std::vector<float>& logits) {
   }
   double kept_sum = 0;
   for (int i = 0; i < keep; ++i) kept_sum += probs[i];
-  double u = NextUniform() * kept_sum;
+  double u = rng_.Uniform() * kept_sum;
   for (int i = 0; i < keep; ++i) {
     u -= probs[i];
     if (u < 0) return order[i];

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/rng.h"
 
 namespace hap {
 
@@ -28,10 +29,8 @@ class Sampler {
   void Discard(int n);
 
  private:
-  double NextUniform();  // in [0, 1), from xoshiro256** (identical on every platform)
-
   SamplingParams params_;
-  uint64_t state_[4];
+  Rng rng_;  // xoshiro256**: the same draws on every platform
 };
 
 }  // namespace hap

@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/io/config.h"
 #include "runtime/io/tiny_checkpoint.h"
 #include "runtime/text/tokenizer.h"

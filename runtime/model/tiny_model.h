@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "runtime/io/dtype.h"
+#include "base/dtype.h"
 
 namespace hap {
 

@@ -7,7 +7,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/model/cancellation.h"
 
 namespace hap {
@@ -43,11 +43,11 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const 
   }
   // x F32 [n, d]: row 0 = class embedding, rows 1.. = patch embeddings; + position embeddings.
   std::vector<float> x(static_cast<size_t>(n) * d);
-  HAP_RETURN_IF_ERROR(cpu::Linear(patches.data(), w.patch_w.data, nullptr, x.data() + d,
+  HAP_RETURN_IF_ERROR(cpu::Linear(patches.data(), w.patch_w.f32(), nullptr, x.data() + d,
                                   n_patches, patch_len, d));
-  for (int i = 0; i < d; ++i) x[i] = w.class_emb.data[i];
-  cpu::AddInPlace(x.data(), w.pos_emb.data, static_cast<int64_t>(n) * d);
-  HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), w.pre_ln_w.data, w.pre_ln_b.data, x.data(), n, d,
+  for (int i = 0; i < d; ++i) x[i] = w.class_emb.f32()[i];
+  cpu::AddInPlace(x.data(), w.pos_emb.f32(), static_cast<int64_t>(n) * d);
+  HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), w.pre_ln_w.f32(), w.pre_ln_b.f32(), x.data(), n, d,
                                      vc.layer_norm_eps));
 
   std::vector<float> h(static_cast<size_t>(n) * d), q(h.size()), k(h.size()), v(h.size()),
@@ -59,11 +59,11 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const 
     }
     const ClipLayerWeights& lw = w.layers[l];
     // Self-attention block (pre-LN).
-    HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), lw.ln1_w.data, lw.ln1_b.data, h.data(), n, d,
+    HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), lw.ln1_w.f32(), lw.ln1_b.f32(), h.data(), n, d,
                                        vc.layer_norm_eps));
-    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.q_w.data, lw.q_b.data, q.data(), n, d, d));
-    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.k_w.data, lw.k_b.data, k.data(), n, d, d));
-    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.v_w.data, lw.v_b.data, v.data(), n, d, d));
+    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.q_w, lw.q_b.f32(), q.data(), n));
+    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.k_w, lw.k_b.f32(), k.data(), n));
+    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.v_w, lw.v_b.f32(), v.data(), n));
     cpu::AttentionArgs args;
     args.q = q.data();
     args.k = k.data();
@@ -76,18 +76,18 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const 
     args.head_dim = hd;
     args.scale = 1.f / std::sqrt(static_cast<float>(hd));
     HAP_RETURN_IF_ERROR(cpu::Attention(args));
-    HAP_RETURN_IF_ERROR(cpu::Linear(attn.data(), lw.o_w.data, lw.o_b.data, proj.data(), n, d, d));
+    HAP_RETURN_IF_ERROR(cpu::Linear(attn.data(), lw.o_w, lw.o_b.f32(), proj.data(), n));
     cpu::AddInPlace(x.data(), proj.data(), static_cast<int64_t>(n) * d);
     // MLP block.
-    HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), lw.ln2_w.data, lw.ln2_b.data, h.data(), n, d,
+    HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), lw.ln2_w.f32(), lw.ln2_b.f32(), h.data(), n, d,
                                        vc.layer_norm_eps));
-    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.fc1_w.data, lw.fc1_b.data, mlp.data(), n, d, ffn));
+    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.fc1_w, lw.fc1_b.f32(), mlp.data(), n));
     if (vc.hidden_act == "quick_gelu") {
       cpu::QuickGelu(mlp.data(), static_cast<int64_t>(n) * ffn);
     } else {
       cpu::Gelu(mlp.data(), static_cast<int64_t>(n) * ffn);
     }
-    HAP_RETURN_IF_ERROR(cpu::Linear(mlp.data(), lw.fc2_w.data, lw.fc2_b.data, proj.data(), n, ffn, d));
+    HAP_RETURN_IF_ERROR(cpu::Linear(mlp.data(), lw.fc2_w, lw.fc2_b.f32(), proj.data(), n));
     cpu::AddInPlace(x.data(), proj.data(), static_cast<int64_t>(n) * d);
 
     if (feature_layer != nullptr && l == n_layers - 1) {
@@ -110,13 +110,13 @@ absl::StatusOr<std::vector<float>> RunProjector(const LlavaConfig& cfg, const Pr
   const int dv = cfg.vision.hidden_size;
   const int dt = cfg.text.hidden_size;
   std::vector<float> h(static_cast<size_t>(n) * dt), out(static_cast<size_t>(n) * dt);
-  HAP_RETURN_IF_ERROR(cpu::Linear(features, w.l1_w.data, w.l1_b.data, h.data(), n, dv, dt));
+  HAP_RETURN_IF_ERROR(cpu::Linear(features, w.l1_w, w.l1_b.f32(), h.data(), n));
   if (cfg.projector_hidden_act == "gelu") {
     cpu::Gelu(h.data(), static_cast<int64_t>(n) * dt);
   } else {
     cpu::GeluTanh(h.data(), static_cast<int64_t>(n) * dt);
   }
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), w.l2_w.data, w.l2_b.data, out.data(), n, dt, dt));
+  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), w.l2_w, w.l2_b.f32(), out.data(), n));
   return out;
 }
 

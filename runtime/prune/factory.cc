@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/prune/hap_pruner.h"
 #include "runtime/prune/last_token_pruner.h"
 #include "runtime/prune/pruner_base.h"

@@ -35,7 +35,7 @@ absl::StatusOr<Budget> RequestBudget(const PruneRequest& req);
 
 // The average visual tokens per layer the baselines aim at: the retain target itself, or for a
 // FLOPs budget the average of HAP's plan for it (so every method runs at the same token budget,
-// SPEC §4's shared convention).
+// the shared convention of docs/design.md §4).
 absl::StatusOr<double> TargetAverageTokens(const PruneRequest& req, const ModelDims& dims);
 
 // InvalidArgument for an unknown method (listing the valid ones), a missing/extra budget, a

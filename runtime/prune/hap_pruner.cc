@@ -11,7 +11,7 @@
 #include "kernels/prune/token_scores.h"
 #include "kernels/prune/topk.h"
 #include "kernels/prune/weighted_sum.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 
 namespace hap {
 

@@ -1,6 +1,7 @@
-// HAP (SPEC §3): per layer, PAQ-softmax over the heads' renormalised text→visual maps; at the end
-// of each group but the last, PAQ-softmax over the group's layer maps, token scores, and the
-// top N_v(g+1) kept. Also the "uniform" ablation (head weights 1/H, layer weights 1/|group|).
+// HAP (docs/design.md §3): per layer, PAQ-softmax over the heads' renormalised text→visual maps;
+// at the end of each group but the last, PAQ-softmax over the group's layer maps, token scores,
+// and the top N_v(g+1) kept. Also the "uniform" ablation (head weights 1/H, layer weights
+// 1/|group|).
 #pragma once
 
 #include <vector>

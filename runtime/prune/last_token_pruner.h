@@ -1,5 +1,6 @@
-// FastV and PDrop (SPEC §4): at fixed layers, score each visual token by the head-mean attention
-// of the last prompt token (no renormalisation) and keep the top tokens of the schedule.
+// FastV and PDrop (docs/design.md §4): at fixed layers, score each visual token by the head-mean
+// attention of the last prompt token (no renormalisation) and keep the top tokens of the
+// schedule.
 #pragma once
 
 #include <string>

@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 
 namespace hap {
 namespace {

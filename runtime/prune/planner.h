@@ -1,5 +1,5 @@
-// HAP's budget planner (SPEC §3): turns one budget (a FLOPs fraction or an average number of
-// visual tokens per layer) into M groups of consecutive layers with a pyramid token schedule,
+// HAP's budget planner (docs/design.md §3): turns one budget (a FLOPs fraction or an average number
+// of visual tokens per layer) into M groups of consecutive layers with a pyramid token schedule,
 // and reports the FLOPs of that schedule in the paper's and the full convention.
 #pragma once
 

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/prune/attention_rows.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 
 namespace hap {
 

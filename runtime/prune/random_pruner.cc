@@ -6,7 +6,7 @@
 #include <numeric>
 #include <utility>
 
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 
 namespace hap {
 namespace {

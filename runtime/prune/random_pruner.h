@@ -1,5 +1,5 @@
-// The "random" baseline (SPEC §4): HAP's group schedule, but the tokens kept at the end of each
-// group are a uniformly random subset (seeded, reproducible across platforms).
+// The "random" baseline (docs/design.md §4): HAP's group schedule, but the tokens kept at the
+// end of each group are a uniformly random subset (seeded, reproducible across platforms).
 #pragma once
 
 #include <cstdint>

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/prune/token_scores.h"
 #include "kernels/prune/topk.h"
-#include "runtime/common/status_macros.h"
-#include "runtime/common/thread_pool.h"
+#include "base/status_macros.h"
+#include "base/thread_pool.h"
 
 namespace hap {
 

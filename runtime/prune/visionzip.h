@@ -1,6 +1,6 @@
-// VisionZip (SPEC §4): compresses the vision tower's feature-layer tokens before the projector —
-// dominant tokens by CLS attention plus contextual tokens merged by key similarity. The LLM
-// then runs unpruned on dominant + contextual tokens.
+// VisionZip (docs/design.md §4): compresses the vision tower's feature-layer tokens before the
+// projector — dominant tokens by CLS attention plus contextual tokens merged by key similarity.
+// The LLM then runs unpruned on dominant + contextual tokens.
 #pragma once
 
 #include <vector>
@@ -16,10 +16,11 @@ struct VisionZipCounts {
   bool enabled() const { return total() > 0; }  // false: keep the tower's normal features
 };
 
-// Split of a retain target R = round(retain) (tokens entering the LLM): SPEC gives 64 = 54 + 10;
-// other targets scale it, dominant = max(1, round(R·54/64)), contextual = R − dominant (this
-// reproduces VisionZip's published 192 = 162 + 30 and 128 = 108 + 20). R ≥ n_patches → no
-// compression ({0, 0}). InvalidArgument for R < 1 or a non-finite retain.
+// Split of a retain target R = round(retain) (tokens entering the LLM): the design
+// (docs/design.md §4) gives 64 = 54 + 10; other targets scale it,
+// dominant = max(1, round(R·54/64)), contextual = R − dominant (this reproduces VisionZip's
+// published 192 = 162 + 30 and 128 = 108 + 20). R ≥ n_patches → no compression ({0, 0}).
+// InvalidArgument for R < 1 or a non-finite retain.
 absl::StatusOr<VisionZipCounts> VisionZipSplit(double retain, int n_patches);
 
 // The feature layer of the vision tower. Token 0 is CLS, tokens 1..n_tokens−1 the patches.

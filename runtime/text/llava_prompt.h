@@ -1,5 +1,5 @@
 // LLaVA-1.5 chat prompt: `USER: <image>\n{question} ASSISTANT:` with <image> expanded to the
-// visual-token placeholders (SPEC §2; tools/pytorch/llava_model.py prompt_ids).
+// visual-token placeholders (docs/design.md §2; tools/pytorch/llava_model.py prompt_ids).
 #pragma once
 
 #include <cstdint>

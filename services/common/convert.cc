@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/prune/planner.h"
 
 namespace hap::svc {

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "services/common/convert.h"
 #include "services/common/crc32c.h"
 #include "services/common/status.h"

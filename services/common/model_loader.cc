@@ -1,8 +1,8 @@
 #include "services/common/model_loader.h"
 
-#include <chrono>
 #include <cstdio>
 
+#include "base/timer.h"
 #include "services/common/status.h"
 
 namespace hap::svc {
@@ -11,16 +11,19 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LoadServiceModel(const std::string& 
                                                              const CommonOptions& common,
                                                              ModelOptions model_options) {
   model_options.threads = common.threads;
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   auto model = LlavaModel::Load(common.model_dir, model_options);
   if (!model.ok()) return Annotate(model.status(), "loading model " + common.model_dir);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = MsSince(t0);
   const LlavaConfig& cfg = (*model)->config();
+  const LlavaWeights& w = (*model)->weights();
   std::fprintf(stderr,
-               "%s: loaded %s in %.0f ms (%d decoder layers, hidden %d, %d visual tokens)\n",
-               service.c_str(), common.model_dir.c_str(), ms, cfg.text.num_hidden_layers,
-               cfg.text.hidden_size, cfg.num_visual_tokens());
+               "%s: loaded the %s part of %s in %.0f ms (%d decoder layers, hidden %d, %d visual "
+               "tokens; %.1f MiB of weights as stored, %.1f MiB converted to F32)\n",
+               service.c_str(), std::string(ModelPartsName(w.parts())).c_str(),
+               common.model_dir.c_str(), ms, cfg.text.num_hidden_layers, cfg.text.hidden_size,
+               cfg.num_visual_tokens(), w.stored_bytes() / 1048576.0,
+               w.converted_bytes() / 1048576.0);
   return model;
 }
 

@@ -5,8 +5,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/common/status_macros.h"
-#include "tools/hapctl/model_dir.h"
+#include "base/status_macros.h"
+#include "runtime/io/model_dir.h"
 
 namespace hap::svc {
 
@@ -133,7 +133,7 @@ absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options) {
   c.host = options.Get("host");
   HAP_ASSIGN_OR_RETURN(int64_t port, options.Int("port", 0, 65535));
   c.port = static_cast<int>(port);
-  c.model_dir = cli::ResolveModelDir(options.Get("model"));
+  c.model_dir = ResolveModelDir(options.Get("model"));
   HAP_ASSIGN_OR_RETURN(int64_t threads, options.Int("threads", 0, 1024));
   c.threads = static_cast<int>(threads);
   HAP_ASSIGN_OR_RETURN(int64_t conc, options.Int("max-concurrent", 1, 4096));

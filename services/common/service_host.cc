@@ -15,8 +15,8 @@
 #include "hap/v1/decode.grpc.pb.h"
 #include "hap/v1/encoder.grpc.pb.h"
 #include "hap/v1/generate.grpc.pb.h"
-#include "runtime/common/status_macros.h"
-#include "sdk/stop_signals.h"
+#include "base/status_macros.h"
+#include "base/stop_signals.h"
 #include "services/common/debug_service.h"
 #include "telemetry/metrics.h"
 #include "telemetry/rpc.h"
@@ -50,13 +50,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
 }  // namespace
 
 ServiceHost::ServiceHost(std::string name) : name_(std::move(name)), state_(name_) {
-  sdk::StopSignals::Install();
+  StopSignals::Install();
   // Detached: it waits for a stop signal for the life of the process.
   std::thread([this] {
-    while (!sdk::StopSignals::Wait(std::chrono::hours(24))) {
+    while (!StopSignals::Wait(std::chrono::hours(24))) {
     }
     std::fprintf(stderr, "%s: received %s, draining\n", name_.c_str(),
-                 sdk::StopSignals::received() == SIGTERM ? "SIGTERM" : "SIGINT");
+                 StopSignals::received() == SIGTERM ? "SIGTERM" : "SIGINT");
     Stop();
   }).detach();
 }

@@ -5,7 +5,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
+#include "base/timer.h"
+#include "runtime/engine/decode_engine.h"
 #include "runtime/model/generate.h"
 #include "runtime/model/sampler.h"
 #include "services/common/convert.h"
@@ -17,12 +19,6 @@
 
 namespace hap::svc {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double MsSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 KvExpectation ExpectationOf(const LlavaModel& model) {
   const TextConfig& t = model.config().text;
@@ -126,8 +122,7 @@ class DecodeReactor final
     Send(std::move(ack));
     phase_ = Phase::kDecoding;
     trailer_time_ = Clock::now();
-    service_->pool_->Run(std::move(ticket_), [this] { Close(ToGrpc(RunDecode())); });
-    return absl::OkStatus();
+    return SubmitDecode();
   }
 
   // Only on reaction threads before the worker exists.
@@ -152,63 +147,72 @@ class DecodeReactor final
     return cancelled() || !protocol_error_.empty();
   }
 
-  absl::Status RunDecode() {
-    const double queue_ms = MsSince(trailer_time_);
-    // hap.decode: the decode loop of this call (the KV cache has arrived).
-    telemetry::Span span = telemetry::GlobalTracer().StartSpan("hap.decode", rpc_span());
-    span.SetAttribute("hap.queue_ms", queue_ms)
-        .SetAttribute("hap.kv.bytes_received", kv_bytes_)
-        .SetAttribute("hap.kv.chunks_received", kv_chunks_);
-    absl::Status status = Decode(span, queue_ms);
-    if (!status.ok()) span.SetStatus(telemetry::StatusCode::kError, std::string(status.message()));
-    return status;
-  }
-
-  absl::Status Decode(telemetry::Span& span, double queue_ms) {
+  // Hands the sequence to the batching engine; from here the engine thread owns the call and is
+  // the only one that closes it (in OnDecodeDone).
+  absl::Status SubmitDecode() {
     const hap::v1::KvHeader header = assembler_->header();
-    KvCache cache = assembler_->TakeCache();
-    assembler_.reset();
     HAP_ASSIGN_OR_RETURN(SamplingParams params, SamplingFromProto(header.sampling()));
-    HAP_ASSIGN_OR_RETURN(StopCriteria stop, StopFromProto(header.max_new_tokens(), header.stop()));
+    HAP_ASSIGN_OR_RETURN(stop_, StopFromProto(header.max_new_tokens(), header.stop()));
+    // hap.decode: the decode of this call (the KV cache has arrived), batched with the others.
+    span_ = telemetry::GlobalTracer().StartSpan("hap.decode", rpc_span());
+    span_.SetAttribute("hap.kv.bytes_received", kv_bytes_)
+        .SetAttribute("hap.kv.chunks_received", kv_chunks_);
+    DecodeJob job;
+    job.cache = assembler_->TakeCache();
+    assembler_.reset();
+    job.first_token = header.first_token();
     // The sampler prefill used, continued: same seed, with its draws skipped.
-    Sampler sampler(params);
-    sampler.Discard(header.samples_drawn());
-    const int32_t eos = model_->tokenizer().eos_id();
-    const int32_t cfg_eos = model_->config().text.eos_token_id;
-    int sampled = 0;
-    const Clock::time_point t_start = Clock::now();
-    std::optional<Clock::time_point> t_first;
-    // ContinueDecodeLoop calls the sink once per sampled token (never for EOS) and, when the
-    // answer ends by EOS or length, once more to flush held-back text: that call repeats the
-    // last id (EOS, or the max_new_tokens-th token), so it carries no token id here.
-    TokenSink sink = [&](int32_t token, const std::string& text) {
+    job.sampler = Sampler(params);
+    job.sampler.Discard(header.samples_drawn());
+    job.stop = stop_;
+    eos_ = model_->tokenizer().eos_id();
+    cfg_eos_ = model_->config().text.eos_token_id;
+    // TokenStream calls the sink once per sampled token (never for EOS) and, when the answer
+    // ends by EOS or length, once more to flush held-back text: that call repeats the last id
+    // (EOS, or the max_new_tokens-th token), so it carries no token id here.
+    job.sink = [this](int32_t token, const std::string& text) {
       if (ShouldStop()) return false;
+      if (!t_first_) {
+        t_first_ = Clock::now();
+        span_.SetAttribute("hap.queue_ms", MsBetween(trailer_time_, *t_first_));
+      }
       hap::v1::DecodeResponse msg;
       hap::v1::TextDelta* delta = msg.mutable_delta();
       delta->set_text(text);
-      const bool flush = sampled == stop.max_new_tokens || token == eos || token == cfg_eos;
+      const bool flush = sampled_ == stop_.max_new_tokens || token == eos_ || token == cfg_eos_;
       if (!flush) {
         delta->add_token_ids(token);
-        ++sampled;
-        if (!t_first) t_first = Clock::now();
+        ++sampled_;
       }
       return Send(std::move(msg));
     };
-    absl::StatusOr<DecodeResult> result =
-        ContinueDecodeLoop(*model_, &cache, header.first_token(), sampler, stop, sink);
-    cache = KvCache();
-    service_->kv_->Release(kv_);
+    job.should_stop = [this] { return ShouldStop(); };
+    job.done = [this](absl::StatusOr<DecodeResult> result) {
+      absl::Status status = Finish(std::move(result));
+      if (!status.ok()) {
+        span_.SetStatus(telemetry::StatusCode::kError, std::string(status.message()));
+      }
+      span_ = telemetry::Span();
+      service_->kv_->Release(kv_);
+      ticket_.Reset();
+      Close(ToGrpc(status));
+    };
+    t_start_ = Clock::now();
+    service_->engine_.load()->Submit(std::move(job));
+    return absl::OkStatus();
+  }
+
+  absl::Status Finish(absl::StatusOr<DecodeResult> result) {
     DecodeMetrics& metrics = DecodeMetrics::Get();
-    metrics.decode_tokens->Inc(sampled);
-    metrics.decode_seconds->Observe(std::chrono::duration<double>(Clock::now() - t_start).count());
-    span.SetAttribute("hap.decode.tokens", sampled);
-    if (t_first) {
-      span.SetAttribute("hap.decode.time_to_first_token_ms",
-                        std::chrono::duration<double, std::milli>(*t_first - t_start).count());
+    metrics.decode_tokens->Inc(sampled_);
+    metrics.decode_seconds->Observe(std::chrono::duration<double>(Clock::now() - t_start_).count());
+    span_.SetAttribute("hap.decode.tokens", sampled_);
+    if (t_first_) {
+      span_.SetAttribute("hap.decode.time_to_first_token_ms", MsBetween(t_start_, *t_first_));
     }
     HAP_RETURN_IF_ERROR(result.status());
     const int n_tokens = static_cast<int>(result->tokens.size());
-    span.SetAttribute("gen_ai.usage.output_tokens", n_tokens)
+    span_.SetAttribute("gen_ai.usage.output_tokens", n_tokens)
         .SetAttribute("gen_ai.response.finish_reasons",
                       std::vector<std::string>{std::string(FinishReasonName(result->finish))})
         .SetAttribute("hap.decode.ms", result->decode_ms)
@@ -226,7 +230,7 @@ class DecodeReactor final
     d->mutable_token_ids()->Add(result->tokens.begin(), result->tokens.end());
     d->set_text(result->text);
     d->set_decode_ms(result->decode_ms);
-    d->set_queue_ms(queue_ms);
+    d->set_queue_ms(t_first_ ? MsBetween(trailer_time_, *t_first_) : MsSince(trailer_time_));
     Send(std::move(done));
     return absl::OkStatus();
   }
@@ -239,7 +243,12 @@ class DecodeReactor final
   std::optional<KvAssembler> assembler_;
   WorkerPool::Ticket ticket_;
   KvRegistry::Handle kv_;
-  Clock::time_point header_time_, trailer_time_;
+  Clock::time_point header_time_, trailer_time_, t_start_;
+  std::optional<Clock::time_point> t_first_;  // engine thread only
+  telemetry::Span span_;
+  StopCriteria stop_;
+  int32_t eos_ = -1, cfg_eos_ = -1;
+  int sampled_ = 0;  // engine thread only
   int64_t kv_bytes_ = 0;
   int kv_chunks_ = 0;
   std::mutex mu_;

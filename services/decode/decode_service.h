@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "hap/v1/decode.grpc.pb.h"
+#include "runtime/engine/decode_engine.h"
 #include "runtime/model/llava_model.h"
 #include "services/common/service_metrics.h"
 #include "services/common/kv_registry.h"
@@ -27,7 +28,11 @@ class DecodeService final : public hap::v1::Decode::CallbackService {
     DecodeMetrics::Get();  // on /metrics from the start
   }
 
-  void SetModel(const LlavaModel* model) { model_ = model; }
+  // The model and the engine that batches every call's decode steps (set once loaded).
+  void SetModel(const LlavaModel* model, DecodeEngine* engine) {
+    engine_ = engine;
+    model_ = model;
+  }
 
   grpc::ServerBidiReactor<hap::v1::DecodeRequest, hap::v1::DecodeResponse>* Decode(
       grpc::CallbackServerContext* ctx) override;
@@ -39,6 +44,7 @@ class DecodeService final : public hap::v1::Decode::CallbackService {
   KvRegistry* kv_;
   const DecodeConfig config_;
   std::atomic<const LlavaModel*> model_{nullptr};
+  std::atomic<DecodeEngine*> engine_{nullptr};
 };
 
 }  // namespace hap::svc

@@ -40,10 +40,17 @@ int Main(int argc, char** argv) {
   if (absl::Status s = host.Start(common, {&service}, common.max_message_bytes); !s.ok()) {
     return StartupFailure(host.name(), s);
   }
-  auto loaded = LoadServiceModel(host.name(), common, ModelOptions());
+  ModelOptions model_options;
+  model_options.parts = ModelParts::kLanguage;
+  auto loaded = LoadServiceModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);
-  service.SetModel(model.get());
+  // One engine thread batches the decode steps of every call; at most --max-concurrent
+  // sequences share a step (admission already keeps the rest waiting).
+  DecodeEngineOptions engine_options;
+  engine_options.max_batch = common.max_concurrent;
+  auto engine = std::make_unique<DecodeEngine>(*model, engine_options);
+  service.SetModel(model.get(), engine.get());
   host.SetServing();
   return host.WaitAndDrain(common.drain_timeout_ms);
 }

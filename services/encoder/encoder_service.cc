@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/model/cancellation.h"
 #include "runtime/model/pipeline.h"
 #include "services/common/convert.h"

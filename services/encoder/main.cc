@@ -44,6 +44,7 @@ int Main(int argc, char** argv) {
     return StartupFailure(host.name(), s);
   }
   ModelOptions model_options;
+  model_options.parts = ModelParts::kVision;  // vision tower + projector only
   model_options.image_limits.max_bytes = config.max_image_bytes;
   model_options.image_limits.max_pixels = *max_pixels;
   auto loaded = LoadServiceModel(host.name(), common, model_options);

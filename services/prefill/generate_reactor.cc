@@ -4,7 +4,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
+#include "base/timer.h"
 #include "runtime/model/cancellation.h"
 #include "services/common/convert.h"
 #include "services/common/embed_codec.h"
@@ -17,12 +18,6 @@
 
 namespace hap::svc {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double MsBetween(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 // The pruning exactly as resolved here, for the encoder (VisionZip needs the budget).
 hap::v1::Pruning ResolvedPruning(const PruneRequest& prune) {

@@ -8,7 +8,7 @@
 #include "services/common/model_loader.h"
 #include "services/common/service_host.h"
 #include "services/common/status.h"
-#include "sdk/client.h"
+#include "rpc/credentials.h"
 #include "services/prefill/prefill_service.h"
 
 namespace hap::svc {
@@ -88,13 +88,13 @@ int Main(int argc, char** argv) {
   config.max_image_bytes = *max_image;
   config.lease_ms = *lease;
   config.default_pruning = *pruning;
-  sdk::TlsOptions peer_tls;
+  rpc::TlsOptions peer_tls;
   peer_tls.root_certs_file = options.Get("peer-tls-ca");
   peer_tls.client_cert_file = options.Get("peer-tls-cert");
   peer_tls.client_key_file = options.Get("peer-tls-key");
   peer_tls.enabled = !peer_tls.root_certs_file.empty() || !peer_tls.client_cert_file.empty();
   if (peer_tls.enabled) {
-    auto creds = sdk::MakeCredentials(peer_tls);
+    auto creds = rpc::MakeCredentials(peer_tls);
     if (!creds.ok()) return StartupFailure(host.name(), creds.status());
     config.peer_credentials = *creds;
   }
@@ -111,6 +111,7 @@ int Main(int argc, char** argv) {
     return StartupFailure(host.name(), s);
   }
   ModelOptions model_options;
+  model_options.parts = ModelParts::kLanguage;  // the encoder service holds the vision tower
   model_options.max_prompt_tokens = static_cast<int>(*max_prompt);
   auto loaded = LoadServiceModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/model/pipeline.h"
 #include "services/common/convert.h"
 #include "services/prefill/generate_reactor.h"

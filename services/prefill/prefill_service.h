@@ -32,7 +32,7 @@ struct PrefillConfig {
   hap::v1::Pruning default_pruning;  // method + budget for requests that leave them out
   int64_t lease_ms = 30000;          // the KV transfer to decode must finish within this
   // Credentials for the calls to hap-encoder and hap-decode; null = plaintext. Built from the
-  // --peer-tls-* flags with sdk::MakeCredentials (which reports unreadable files at startup).
+  // --peer-tls-* flags with rpc::MakeCredentials (which reports unreadable files at startup).
   std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
   std::string peer_server_name;  // expected name in the peers' certificates, if not the address
 };

@@ -8,8 +8,9 @@ layer's full post-softmax attention maps (recomputed in float64 from the layer's
 checked against its float32 probabilities); rows are dropped between layers keeping their
 original position ids (RoPE with gaps) and the causal mask over the rows that remain, and
 decoding continues from the unpruned prompt length over per-layer caches of what each layer
-processed. Each method's selection is written here from SPEC §3/§4 and the conventions the
-C++ headers document (layer indices, stage counts, VisionZip split), not ported from the C++:
+processed. Each method's selection is written here from docs/design.md §3/§4 and the conventions
+the C++ headers document (layer indices, stage counts, VisionZip split), not ported from the
+C++:
 
   hap       renormalised text→visual rows per head, PAQ, PAQ-softmax over heads then over the
             group's layers, scores = mean over text rows, top-k (ties → lower index)
@@ -61,8 +62,8 @@ TIE_TOL = 1e-6       # scores closer than this at the top-k boundary count as ti
 FASTV_K = 2
 RANDOM_SEED = 0      # hapctl's default --seed
 
-# SparseVLM's per-stage counts on the 576-token scale (SPEC §4) and the no-pruning end point the
-# C++ interpolates towards (sparsevlm_pruner.h).
+# SparseVLM's per-stage counts on the 576-token scale (docs/design.md §4) and the no-pruning end
+# point the C++ interpolates towards (sparsevlm_pruner.h).
 SPARSEVLM_ANCHORS = [(64, (66, 34, 20)), (128, (238, 108, 60)), (192, (300, 200, 118)),
                      (576, (576, 576, 576))]
 
@@ -118,11 +119,11 @@ def make_image(path):
 
 
 # ----------------------------------------------------------------------------------------------
-# Schedules, from SPEC §3/§4 and the documented conventions.
+# Schedules, from docs/design.md §3/§4 and the documented conventions.
 
 def hap_groups(L, V, target):
     """[(first_layer, n_layers, N_v)] for the smallest M whose average tokens per layer is within
-    the target (SPEC §3). None when the target is below the M = L minimum."""
+    the target (docs/design.md §3). None when the target is below the M = L minimum."""
     if target >= V:
         return [(0, L, V)]
     for m in range(1, L + 1):
@@ -184,8 +185,9 @@ def pdrop_schedule(L, V, target):
 
 
 def sparsevlm_schedule(L, V, target):
-    """Outputs of 1-based layers 2, 6, 15 (scaled to L); counts from SPEC's anchors on the
-    576-token scale, interpolated between anchors, scaled below 64 (sparsevlm_pruner.h)."""
+    """Outputs of 1-based layers 2, 6, 15 (scaled to L); counts from the design's anchors
+    (docs/design.md §4) on the 576-token scale, interpolated between anchors, scaled below 64
+    (sparsevlm_pruner.h)."""
     if target >= V:
         return []
     after = [scale_layer(2, L, 1, L - 3) - 1, scale_layer(6, L, 1, L - 2) - 1,
@@ -233,7 +235,7 @@ def visionzip_split(target, n_patches):
 # over the rows present; visual rows are [vb, vb + nv), query text rows [vb + nv, n).
 
 def paq(a):
-    """SPEC §3 PAQ of a row-stochastic map a [N_t, N_v]."""
+    """PAQ (docs/design.md §3) of a row-stochastic map a [N_t, N_v]."""
     nt = a.shape[0]
     pv = a.sum(0) / nt
     pos = a > 0
@@ -472,8 +474,9 @@ def reference_run(model, emb, vb, nv, selector, cpp_stages, eos_ids,
 
 
 def visionzip_features(model, pixels, dominant, contextual):
-    """SPEC §4 VisionZip in the reference's vision tower. Returns F32 [dominant + contextual, D_v]
-    (dominant rows in token order, CLS first, then one row per target) and a note with the
+    """VisionZip (docs/design.md §4) in the reference's vision tower. Returns F32
+    [dominant + contextual, D_v] (dominant rows in token order, CLS first, then one row per
+    target) and a note with the
     dominant indices, the targets and the smallest score gaps the choices were made across."""
     vc = model.cfg.vision
     fl = model.cfg.vision_feature_layer
@@ -583,8 +586,8 @@ def main():
     print(f"model: {L} layers, V={V}, prompt {emb.shape[1]} tokens ({emb.shape[1] - vb - V} query "
           f"text), sparsevlm raters {raters}; unpruned greedy {unpruned['tokens']}")
 
-    # Retain targets (average visual tokens per layer, V = 64). SparseVLM also runs SPEC's
-    # 128- and 64-of-576 schedules scaled to V.
+    # Retain targets (average visual tokens per layer, V = 64). SparseVLM also runs the
+    # design's 128- and 64-of-576 schedules (docs/design.md §4) scaled to V.
     cases = ([(m, t) for m in ("hap", "uniform") for t in (32.0, 24.0, 16.0, 12.0, 8.0)] +
              [(m, t) for m in ("fastv", "pdrop", "random") for t in (32.0, 16.0, 8.0)] +
              [("sparsevlm", t) for t in (32.0, 128.0 * V / 576, 64.0 * V / 576)] +

@@ -1,5 +1,5 @@
 // Tests of dtype parsing and the F16/BF16 <-> F32 conversions, including rounding corner cases.
-#include "runtime/io/dtype.h"
+#include "base/dtype.h"
 
 #include <bit>
 #include <cmath>

@@ -97,9 +97,10 @@ void ExpectSameWeights(const LlavaWeights& a, const LlavaWeights& b) {
     const Weight& x = *fa[i].second;
     const Weight& y = *fb[i].second;
     ASSERT_EQ(x.shape, y.shape) << fa[i].first;
+    ASSERT_EQ(x.dtype, y.dtype) << fa[i].first;
     ASSERT_EQ(x.data == nullptr, y.data == nullptr) << fa[i].first;
     if (x.data == nullptr) continue;
-    ASSERT_EQ(std::memcmp(x.data, y.data, x.numel() * sizeof(float)), 0) << fa[i].first;
+    ASSERT_EQ(std::memcmp(x.data, y.data, x.bytes()), 0) << fa[i].first;
   }
 }
 
@@ -206,27 +207,35 @@ TEST(LlavaWeightsTest, SingleFileF32IsUsedInPlace) {
   }
 
   // The mapping lives as long as the weights, even after the files are gone.
-  const float first = w->text().embed.data[0];
+  const float first = w->text().embed.f32()[0];
   std::filesystem::remove_all(dir.path());
-  EXPECT_EQ(w->text().embed.data[0], first);
+  EXPECT_EQ(w->text().embed.f32()[0], first);
 }
 
 class NarrowDtypeTest : public ::testing::TestWithParam<DType> {};
 
-TEST_P(NarrowDtypeTest, ConvertsOnlyUsedTensorsOnce) {
+// The loader's rule: matrices that a matmul reads (every linear layer and the token embeddings)
+// stay in the file as stored; everything else is converted to F32 once.
+bool StaysStored(const std::string& name, const std::vector<int64_t>& shape) {
+  return shape.size() == 2 && name.find("position_embedding") == std::string::npos;
+}
+
+TEST_P(NarrowDtypeTest, KeepsMatricesAsStoredAndConvertsTheRestOnce) {
   ScratchDir dir;
   const LlavaConfig cfg = TinyConfig();
   ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 2, GetParam(), 1).ok());
   auto w = LoadOrDie(dir.path(), cfg);
   ASSERT_NE(w, nullptr);
-  int64_t used_numel = 0;
+  int64_t converted_numel = 0, used_numel = 0;
   for (const auto& e : ExpectedLlavaTensors(cfg)) {
     if (e.optional) continue;
     int64_t n = 1;
     for (int64_t d : e.shape) n *= d;
     used_numel += n;
+    if (!StaysStored(e.name, e.shape)) converted_numel += n;
   }
-  EXPECT_EQ(w->converted_bytes(), used_numel * 4);
+  EXPECT_EQ(w->converted_bytes(), converted_numel * 4);
+  EXPECT_EQ(w->stored_bytes(), used_numel * 2);
 
   auto file = SafetensorsFile::Open(dir / "model.safetensors");
   ASSERT_TRUE(file.ok());
@@ -234,13 +243,43 @@ TEST_P(NarrowDtypeTest, ConvertsOnlyUsedTensorsOnce) {
     const TensorInfo* info = (*file)->Find(name);
     ASSERT_NE(info, nullptr) << name;
     EXPECT_EQ(info->dtype, GetParam());
+    if (StaysStored(name, info->shape)) {
+      // The file's bytes in the file's dtype (a view of the loader's own mapping: no copy, as
+      // converted_bytes() above counts).
+      EXPECT_EQ(weight->dtype, GetParam()) << name;
+      EXPECT_EQ(std::memcmp(weight->data, (*file)->Data(*info), info->numel() * 2), 0) << name;
+      continue;
+    }
+    ASSERT_EQ(weight->dtype, DType::kF32) << name;
     for (int64_t i = 0; i < info->numel(); ++i) {
       uint16_t raw;
       std::memcpy(&raw, (*file)->Data(*info) + 2 * i, 2);
       const float want = GetParam() == DType::kF16 ? F16ToF32(raw) : BF16ToF32(raw);
-      ASSERT_EQ(weight->data[i], want) << name << "[" << i << "]";
+      ASSERT_EQ(weight->f32()[i], want) << name << "[" << i << "]";
     }
   }
+}
+
+TEST(LlavaWeightsTest, LoadsOnlyTheRequestedPart) {
+  ScratchDir dir;
+  const LlavaConfig cfg = TinyConfig();
+  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 3, DType::kBF16, 1).ok());
+  auto all = LlavaWeights::Load(dir.path(), cfg, ModelParts::kAll);
+  auto vision = LlavaWeights::Load(dir.path(), cfg, ModelParts::kVision);
+  auto language = LlavaWeights::Load(dir.path(), cfg, ModelParts::kLanguage);
+  ASSERT_TRUE(all.ok() && vision.ok() && language.ok());
+  EXPECT_TRUE((*vision)->text().layers.empty());
+  EXPECT_FALSE((*vision)->text().embed.present());
+  EXPECT_FALSE((*vision)->vision().layers.empty());
+  EXPECT_TRUE((*language)->vision().layers.empty());
+  EXPECT_FALSE((*language)->projector().l1_w.present());
+  EXPECT_EQ((*language)->text().layers.size(), (*all)->text().layers.size());
+  EXPECT_GT((*vision)->stored_bytes(), 0);
+  EXPECT_GT((*language)->stored_bytes(), 0);
+  // The two parts split the checkpoint's bytes between them.
+  EXPECT_EQ((*vision)->stored_bytes() + (*language)->stored_bytes(), (*all)->stored_bytes());
+  EXPECT_EQ(ParseModelParts("language").value(), ModelParts::kLanguage);
+  EXPECT_FALSE(ParseModelParts("decoder").ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(F16AndBF16, NarrowDtypeTest, ::testing::Values(DType::kF16, DType::kBF16),

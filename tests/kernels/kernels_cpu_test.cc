@@ -2,6 +2,7 @@
 // included), compares with a plain reference at atol + rtol·|ref|, reports the worst element,
 // and fails on NaN/Inf or on writes into the guard zones around every output buffer.
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -91,6 +92,88 @@ TEST(KernelsCpu, LinearMatchesReference) {
     EXPECT_TRUE(Close(out.data(), ref.data(), out.n, 1e-4, 1e-4));
     EXPECT_TRUE(out.GuardsIntact());
   }
+}
+
+// Weights rounded to `dtype` and kept in it; the reference multiplies the same widened values.
+struct StoredWeight {
+  std::vector<uint16_t> bits;  // BF16/F16 storage (unused for F32)
+  std::vector<float> widened;  // the values the kernel must multiply, as F32
+  TensorView view;
+};
+StoredWeight Store(const std::vector<float>& w, DType dtype, int n, int k) {
+  StoredWeight s;
+  s.widened = w;
+  if (dtype != DType::kF32) {
+    s.bits.resize(w.size());
+    ConvertFromF32(dtype, w.data(), s.bits.data(), w.size());
+    ConvertToF32(dtype, s.bits.data(), s.widened.data(), w.size());
+  }
+  s.view.data = dtype == DType::kF32 ? static_cast<const void*>(s.widened.data()) : s.bits.data();
+  s.view.dtype = dtype;
+  s.view.shape = {n, k};
+  return s;
+}
+
+// Linear on weights as stored (F32, BF16, F16): both paths (the GEMV kernel up to
+// kNarrowGemvRows rows, widened tiles + sgemm above), odd k (the scalar tail) and n (partial row
+// blocks), against the double-accumulation reference on the widened weights.
+TEST(KernelsCpu, LinearOnStoredDtypesMatchesReference) {
+  const LinearCase cases[] = {{1, 7, 5, false},    {1, 64, 33, true},   {2, 100, 9, true},
+                              {3, 17, 9, true},    {16, 64, 130, false}, {17, 64, 129, true},
+                              {40, 1024, 300, false}, {577, 33, 31, true}};
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const LinearCase& c : cases) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " Linear m=" << c.m
+                                        << " k=" << c.k << " n=" << c.n);
+      auto x = Random(static_cast<size_t>(c.m) * c.k, 11);
+      StoredWeight w = Store(Random(static_cast<size_t>(c.n) * c.k, 12, 0.3f), dtype, c.n, c.k);
+      auto b = Random(c.n, 13);
+      Guarded out(static_cast<size_t>(c.m) * c.n);
+      std::vector<float> ref(out.n);
+      ASSERT_TRUE(cpu::Linear(x.data(), w.view, c.bias ? b.data() : nullptr, out.data(), c.m).ok());
+      cpu::LinearReference(x.data(), w.widened.data(), c.bias ? b.data() : nullptr, ref.data(),
+                           c.m, c.k, c.n);
+      EXPECT_TRUE(Close(out.data(), ref.data(), out.n, 1e-4, 1e-4));
+      EXPECT_TRUE(out.GuardsIntact());
+    }
+  }
+}
+
+// Up to kNarrowGemvRows rows, each output row is exactly what that row alone gives: a sequence
+// decoded in a batch sees the logits of its solo run.
+TEST(KernelsCpu, LinearIsBatchInvariantUpToTheGemvRows) {
+  const int k = 96, n = 70;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    StoredWeight w = Store(Random(static_cast<size_t>(n) * k, 21, 0.3f), dtype, n, k);
+    for (int m : {2, 5, cpu::kNarrowGemvRows}) {
+      auto x = Random(static_cast<size_t>(m) * k, 22 + m);
+      std::vector<float> together(static_cast<size_t>(m) * n), alone(n);
+      ASSERT_TRUE(cpu::Linear(x.data(), w.view, nullptr, together.data(), m).ok());
+      for (int i = 0; i < m; ++i) {
+        ASSERT_TRUE(cpu::Linear(x.data() + static_cast<size_t>(i) * k, w.view, nullptr,
+                                alone.data(), 1)
+                        .ok());
+        EXPECT_EQ(std::memcmp(alone.data(), together.data() + static_cast<size_t>(i) * n,
+                              sizeof(float) * n),
+                  0)
+            << "row " << i << " of " << m;
+      }
+    }
+  }
+}
+
+TEST(KernelsCpu, LinearRejectsWeightViewsItCannotTake) {
+  float x[4] = {}, y[4] = {};
+  std::vector<float> w(8, 0.f);
+  TensorView v{w.data(), DType::kF32, Device::kCpu, {2, 4}};
+  EXPECT_TRUE(cpu::Linear(x, v, nullptr, y, 1).ok());
+  TensorView on_gpu = v;
+  on_gpu.device = Device::kCuda;
+  EXPECT_EQ(cpu::Linear(x, on_gpu, nullptr, y, 1).code(), absl::StatusCode::kInvalidArgument);
+  TensorView flat = v;
+  flat.shape = {8};
+  EXPECT_EQ(cpu::Linear(x, flat, nullptr, y, 1).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(KernelsCpu, LinearRejectsBadShapes) {

@@ -1,5 +1,5 @@
 // Each pruning method on synthetic layers (random Q/K, exact LSE): its kept sets equal a slow
-// recomputation from the full attention maps, written here from SPEC §3/§4.
+// recomputation from the full attention maps, written here from docs/design.md §3/§4.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -54,8 +54,8 @@ std::vector<std::vector<double>> Renormalised(const LayerView& v, int h) {
   return a;
 }
 
-// HAP / uniform straight from SPEC §3. Groups recomputed here from M: L/M layers each, the
-// first L % M groups one more; N_v(g) = max(1, round(V/(1+g)^2)).
+// HAP / uniform straight from docs/design.md §3. Groups recomputed here from M: L/M layers each,
+// the first L % M groups one more; N_v(g) = max(1, round(V/(1+g)^2)).
 class HapReference {
  public:
   HapReference(int L, int V, int M, bool uniform) : uniform_(uniform) {
@@ -346,7 +346,7 @@ TEST(PdropMethod, DefaultScheduleAndTargets) {
   }
 }
 
-// SparseVLM raters from the embeddings, straight from SPEC §4.
+// SparseVLM raters from the embeddings, straight from docs/design.md §4.
 std::vector<int> Raters(const testref::Sim& sim, const testref::SimSpec& spec) {
   const int V = spec.dims.n_visual_tokens, tb = spec.prefix + V, d = spec.d_embed;
   const auto& e = sim.embeddings();

@@ -19,8 +19,8 @@ struct Direct {
   double average = 0, flops_paper = 0, flops_full = 0, kv = 0;
 };
 
-// Straight from SPEC §3: group g has L/m layers plus one for the first L % m groups and
-// max(1, round(V/(1+g)^2)) tokens; F(N) = 4ND² + 2N²D + 3N·D·d_ffn per layer.
+// Straight from docs/design.md §3: group g has L/m layers plus one for the first L % m groups
+// and max(1, round(V/(1+g)^2)) tokens; F(N) = 4ND² + 2N²D + 3N·D·d_ffn per layer.
 Direct Compute(int m, int text) {
   Direct d;
   for (int g = 0; g < m; ++g) {

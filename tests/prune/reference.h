@@ -41,7 +41,7 @@ inline void CausalAttention(const std::vector<float>& q, const std::vector<float
   }
 }
 
-// PAQ straight from SPEC §3 (double; a: [n_text][n_vis], rows summing to 1).
+// PAQ straight from docs/design.md §3 (double; a: [n_text][n_vis], rows summing to 1).
 inline double Paq(const std::vector<std::vector<double>>& a) {
   const int nt = static_cast<int>(a.size()), nv = static_cast<int>(a[0].size());
   std::vector<double> pv(nv, 0.0);

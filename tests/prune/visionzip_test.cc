@@ -43,7 +43,7 @@ TEST(VisionZip, HandBuiltCase) {
   EXPECT_NEAR(x.cls_attention[3], std::exp(5.0) / z, 1e-6);
 }
 
-// Direct recomputation of SPEC §4's VisionZip.
+// Direct recomputation of the VisionZip of docs/design.md §4.
 std::vector<double> Direct(const std::vector<float>& q, const std::vector<float>& k,
                            const std::vector<float>& hid, int n, int H, int hd, int d, double scale,
                            int dom, int ctx) {

@@ -3,13 +3,13 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "runtime/common/npy.h"
-#include "runtime/common/status_macros.h"
+#include "base/npy.h"
+#include "base/status_macros.h"
 #include "runtime/model/generate.h"
 #include "runtime/model/llava_model.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
-#include "tools/hapctl/model_dir.h"
+#include "runtime/io/model_dir.h"
 #include "tools/hapctl/run_options.h"
 
 namespace hap::cli {

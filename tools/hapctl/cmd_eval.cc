@@ -12,11 +12,11 @@
 
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/model/pipeline.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
-#include "tools/hapctl/model_dir.h"
+#include "runtime/io/model_dir.h"
 #include "tools/hapctl/run_options.h"
 
 namespace hap::cli {

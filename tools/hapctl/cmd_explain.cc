@@ -18,13 +18,13 @@
 #include "kernels/prune/paq_softmax.h"
 #include "kernels/prune/weighted_sum.h"
 #include "nlohmann/json.hpp"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/image/clip_preprocess.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
-#include "tools/hapctl/model_dir.h"
+#include "runtime/io/model_dir.h"
 #include "tools/hapctl/run_options.h"
 
 namespace hap::cli {
@@ -98,8 +98,9 @@ RgbImage HeatMap(const RgbImage& base, int grid, const std::vector<float>& score
   return out;
 }
 
-// Per-head statistics of one layer's text→visual attention (SPEC §3 maps: rows = the query
-// text after the image, Â_h renormalised over the visual tokens; p_h(v) = mean_j Â_h(j, v)).
+// Per-head statistics of one layer's text→visual attention (docs/design.md §3 maps: rows = the
+// query text after the image, Â_h renormalised over the visual tokens;
+// p_h(v) = mean_j Â_h(j, v)).
 struct HeadStatsLayer {
   int layer = 0;
   int n_vis = 0;

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "sdk/client.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"

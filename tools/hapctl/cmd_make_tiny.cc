@@ -5,11 +5,11 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/model/tiny_model.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
-#include "tools/hapctl/model_dir.h"
+#include "runtime/io/model_dir.h"
 
 namespace hap::cli {
 namespace {

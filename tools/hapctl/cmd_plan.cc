@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/io/config.h"
 #include "runtime/prune/model_dims.h"
 #include "runtime/prune/planner.h"

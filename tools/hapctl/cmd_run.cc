@@ -5,11 +5,12 @@
 #include <sstream>
 
 #include "nlohmann/json.hpp"
-#include "runtime/common/status_macros.h"
+#include "base/status_macros.h"
+#include "base/timer.h"
 #include "runtime/model/pipeline.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
-#include "tools/hapctl/model_dir.h"
+#include "runtime/io/model_dir.h"
 #include "tools/hapctl/run_options.h"
 
 namespace hap::cli {
@@ -31,8 +32,7 @@ int CmdRun(const std::vector<std::string>& args) {
   options.threads = static_cast<int>(*threads);
   auto model = LlavaModel::Load(ResolveModelDir(flags->GetOr("model", "")), options);
   if (!model.ok()) return Fail("run", model.status());
-  const double load_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double load_ms = MsSince(t0);
   auto request = ParseGenerateRequest(*flags, (*model)->config().num_visual_tokens());
   if (!request.ok()) return Fail("run", request.status());
 

@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdk/local_pipeline.h"
-#include "sdk/stop_signals.h"
+#include "base/stop_signals.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
-#include "tools/hapctl/model_dir.h"
+#include "runtime/io/model_dir.h"
 
 namespace hap::cli {
 namespace {
@@ -33,7 +33,7 @@ int CmdUp(const std::vector<std::string>& args) {
   }
   auto timeout = flags->Int("start-timeout-ms", 120000);
   if (!timeout.ok()) return Fail("up", timeout.status());
-  sdk::StopSignals::Install();
+  StopSignals::Install();
 
   sdk::LocalPipelineOptions o;
   o.bin_dir = flags->GetOr("bin-dir", "");
@@ -63,7 +63,7 @@ int CmdUp(const std::vector<std::string>& args) {
 
   int exit_code = 0;
   for (;;) {
-    if (sdk::StopSignals::Wait(std::chrono::milliseconds(500))) break;
+    if (StopSignals::Wait(std::chrono::milliseconds(500))) break;
     bool all_up = true;
     for (sdk::Service s : {sdk::Service::kEncoder, sdk::Service::kPrefill, sdk::Service::kDecode}) {
       if (!(*pipeline)->process(s)->running()) {

@@ -1,4 +1,4 @@
-"""LLaVA-1.5 in PyTorch, written from the architecture description (SPEC §2), not from the C++.
+"""LLaVA-1.5 in PyTorch, written from the architecture in docs/design.md §2, not from the C++.
 
 Used as the independent reference the C++ runtime is checked against, and as the model the
 default checkpoint is trained with. Reads and writes the Hugging Face llava-hf layout:

@@ -1,11 +1,11 @@
-#include "tools/hapctl/model_dir.h"
+#include "runtime/io/model_dir.h"
 
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 
-namespace hap::cli {
+namespace hap {
 
 std::string ResolveModelDir(const std::string& flag_value) {
   namespace fs = std::filesystem;
@@ -31,4 +31,4 @@ std::string TokenizerCorpusPath() {
   return (fs::path(HAP_SOURCE_DIR) / "data/tokenizer/corpus.txt").string();
 }
 
-}  // namespace hap::cli
+}  // namespace hap

@@ -1,5 +1,5 @@
 // Element types of checkpoint tensors and their conversions to and from F32.
-#include "runtime/io/dtype.h"
+#include "base/dtype.h"
 
 #include <array>
 #include <bit>
@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/io/string_view_compat.h"
+#include "base/string_view_compat.h"
 
 namespace hap {
 

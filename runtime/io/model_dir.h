@@ -3,7 +3,7 @@
 
 #include <string>
 
-namespace hap::cli {
+namespace hap {
 
 // Name of the default model directory under models/.
 inline constexpr char kDefaultModelName[] = "scenes-llava";
@@ -16,4 +16,4 @@ std::string ResolveModelDir(const std::string& flag_value);
 // installed binary when it exists, else the source tree's data/tokenizer/corpus.txt.
 std::string TokenizerCorpusPath();
 
-}  // namespace hap::cli
+}  // namespace hap

@@ -1,4 +1,4 @@
-#include "runtime/common/thread_pool.h"
+#include "base/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>

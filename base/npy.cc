@@ -1,4 +1,4 @@
-#include "runtime/common/npy.h"
+#include "base/npy.h"
 
 #include <fstream>
 

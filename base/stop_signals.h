@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-namespace hap::sdk {
+namespace hap {
 
 class StopSignals {
  public:
@@ -18,4 +18,4 @@ class StopSignals {
   static int received();
 };
 
-}  // namespace hap::sdk
+}  // namespace hap

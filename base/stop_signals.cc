@@ -1,4 +1,4 @@
-#include "sdk/stop_signals.h"
+#include "base/stop_signals.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <mutex>
 
-namespace hap::sdk {
+namespace hap {
 namespace {
 
 int g_pipe[2] = {-1, -1};
@@ -49,4 +49,4 @@ bool StopSignals::Wait(std::chrono::milliseconds timeout) {
 
 int StopSignals::received() { return g_signal.load(); }
 
-}  // namespace hap::sdk
+}  // namespace hap

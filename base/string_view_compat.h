@@ -1,5 +1,5 @@
 // Debian's Abseil is built with its own absl::string_view (ABSL_OPTION_USE_STD_STRING_VIEW 0),
-// which does not convert from std::string_view; hap_io's API uses std::string_view throughout.
+// which does not convert from std::string_view; our APIs use std::string_view throughout.
 #pragma once
 
 #include <string_view>

@@ -1,0 +1,85 @@
+// Continuous batching of decode steps: one engine thread per process runs the next token of
+// every active sequence as one batched step (LlavaModel::DecodeBatch: each weight read once
+// per step for the whole batch), admits new sequences between steps and retires finished ones,
+// so throughput grows with the number of concurrent answers instead of each answer competing
+// for the cores on its own thread. Sampling, stop conditions and streaming stay per sequence
+// (TokenStream), seeded exactly as in a solo run.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "runtime/model/generate.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/llava_model.h"
+#include "runtime/model/sampler.h"
+
+namespace hap {
+
+struct DecodeEngineOptions {
+  int max_batch = 16;  // sequences per step; more wait, in arrival order, for a free slot
+};
+
+// One sequence handed to the engine after its prefill.
+struct DecodeJob {
+  KvCache cache;
+  int32_t first_token = 0;  // drawn by `sampler` from the prefill logits
+  Sampler sampler{SamplingParams{}};
+  StopCriteria stop;
+  // Streams text; called on the engine thread. Returning false cancels the sequence.
+  TokenSink sink;
+  // Polled before each step (client gone, deadline passed): true ends the sequence as
+  // cancelled. May be empty.
+  std::function<bool()> should_stop;
+  // Called exactly once on the engine thread when the sequence ends: the result, or the error
+  // of the step it was in. The cache is freed before the call.
+  std::function<void(absl::StatusOr<DecodeResult>)> done;
+};
+
+struct DecodeEngineStats {
+  int64_t steps = 0;           // batched steps run
+  int64_t sequence_steps = 0;  // Σ batch sizes (tokens decoded)
+  int max_batch_seen = 0;
+};
+
+class DecodeEngine {
+ public:
+  DecodeEngine(const LlavaModel& model, const DecodeEngineOptions& options);
+  // Ends every sequence still waiting or running as cancelled, then joins the thread.
+  ~DecodeEngine();
+  DecodeEngine(const DecodeEngine&) = delete;
+  DecodeEngine& operator=(const DecodeEngine&) = delete;
+
+  void Submit(DecodeJob job);
+
+  int waiting() const;
+  int running() const;
+  DecodeEngineStats stats() const;
+
+ private:
+  struct Sequence {
+    DecodeJob job;
+    std::unique_ptr<TokenStream> stream;
+  };
+  void Loop();
+  // Ends `seq` with `result`: frees its cache and its slot, then reports.
+  void Retire(Sequence& seq, absl::StatusOr<DecodeResult> result);
+
+  const LlavaModel& model_;
+  const DecodeEngineOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<DecodeJob> waiting_;  // guarded by mu_
+  int running_ = 0;                // admitted and not yet retired; guarded by mu_
+  DecodeEngineStats stats_;        // guarded by mu_
+  bool stop_ = false;              // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace hap
