@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/common/percentile.h"
 #include "bench/kv_transfer/tcp_copy.h"
 #include "hap/v1/decode.grpc.pb.h"
 #include "runtime/io/config.h"
@@ -45,17 +46,6 @@ std::vector<svc::OptionSpec> Specs() {
       {"threads", "HAP_THREADS", "0", "model threads per service"},
       {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
   };
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
 // A cache shaped like the unpruned prompt of this model (values are arbitrary).

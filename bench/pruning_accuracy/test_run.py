@@ -87,7 +87,10 @@ def main():
               f"layer {l}: effective_heads = 1/sum w^2")
         check(rec["weights_kl_uniform"] >= -1e-9, f"layer {l}: KL >= 0")
     if j.get("layers") and layers:
-        check(j["layers"][0]["head_paq"] == layers[0]["head_paq"],
+        # The same quantity from two kernels (HAP's PAQ from fused row entropies, head_stats'
+        # from the maps): equal up to float rounding.
+        check(all(abs(a - b) < 1e-5 for a, b in zip(j["layers"][0]["head_paq"],
+                                                     layers[0]["head_paq"])),
               "layer 0: head PAQ of the HAP pass equals the unpruned pass's")
 
     # The bench end to end, twice: the second run must replace the marked sections.

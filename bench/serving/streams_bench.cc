@@ -1,0 +1,168 @@
+// Concurrent streams through the three services on loopback: for each stream count N, N client
+// threads each send --rounds Generate calls back to back; prints the aggregate generated
+// tokens/s over the wall time of the whole run, the aggregate decode tokens/s (tokens after the
+// first over the time from the first TTFT to the last token), TTFT and inter-token latency
+// percentiles. Unpruned and with one pruning budget.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/timer.h"
+#include "bench/common/percentile.h"
+#include "runtime/io/config.h"
+#include "runtime/io/model_dir.h"
+#include "sdk/client.h"
+#include "sdk/local_pipeline.h"
+#include "services/common/options.h"
+
+namespace hap::bench {
+namespace {
+
+std::vector<svc::OptionSpec> Specs() {
+  return {
+      {"model", "HAP_MODEL_DIR", "", "checkpoint (default: the bundled model)"},
+      {"image", "HAP_BENCH_IMAGE",
+       std::string(HAP_SOURCE_DIR) + "/data/scenes-test/images/test_0000.jpg", "image to send"},
+      {"prompt", "HAP_BENCH_PROMPT", "What is in the picture?", "question"},
+      {"streams", "HAP_BENCH_STREAMS", "1,4,16", "concurrent stream counts, comma-separated"},
+      {"rounds", "HAP_BENCH_ROUNDS", "2", "requests each stream sends back to back"},
+      {"method", "HAP_BENCH_METHOD", "hap", "pruning method of the pruned configuration"},
+      {"retain", "HAP_BENCH_RETAIN", "11.1%", "its budget"},
+      {"max-new-tokens", "HAP_BENCH_MAX_NEW_TOKENS", "32", "tokens per request"},
+      {"threads", "HAP_THREADS", "0", "compute threads per service"},
+      {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
+  };
+}
+
+struct Round {
+  double wall_s = 0;
+  int64_t tokens = 0;
+  double decode_span_s = 0;  // first token of any stream → last token of any stream
+  int64_t decode_tokens = 0;  // tokens after each request's first
+  std::vector<double> ttft_ms, itl_ms;
+  int failures = 0;
+  std::string first_error;
+};
+
+Round RunStreams(const std::string& address, const hap::v1::GenerateRequest& req, int streams,
+                 int rounds) {
+  Round r;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  double first_token_s = 1e30, last_token_s = 0;
+  const Clock::time_point t0 = Clock::now();
+  for (int s = 0; s < streams; ++s) {
+    threads.emplace_back([&] {
+      auto client = sdk::Client::Connect(address);
+      for (int i = 0; i < rounds && client.ok(); ++i) {
+        const double start_s = MsSince(t0) / 1e3;
+        auto got = (*client)->Generate(req);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!got.ok()) {
+          if (r.failures++ == 0) r.first_error = got.status().ToString();
+          continue;
+        }
+        const auto& times = got->token_times_ms;
+        r.tokens += static_cast<int64_t>(times.size());
+        if (times.empty()) continue;
+        r.ttft_ms.push_back(got->ttft_ms);
+        for (size_t k = 1; k < times.size(); ++k) r.itl_ms.push_back(times[k] - times[k - 1]);
+        r.decode_tokens += static_cast<int64_t>(times.size()) - 1;
+        first_token_s = std::min(first_token_s, start_s + times.front() / 1e3);
+        last_token_s = std::max(last_token_s, start_s + times.back() / 1e3);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  r.wall_s = MsSince(t0) / 1e3;
+  r.decode_span_s = last_token_s > first_token_s ? last_token_s - first_token_s : 0;
+  return r;
+}
+
+int Main(int argc, char** argv) {
+  const auto specs = Specs();
+  auto o = svc::Options::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
+  if (!o.ok() || o->help()) {
+    std::fprintf(stderr, "%s%s\n", o.ok() ? "" : (std::string(o.status().message()) + "\n").c_str(),
+                 svc::Options::Usage("streams_bench", specs).c_str());
+    return o.ok() ? 0 : 2;
+  }
+  std::vector<int> counts;
+  for (absl::string_view part : absl::StrSplit(o->Get("streams"), ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 1024) {
+      std::fprintf(stderr, "streams_bench: --streams wants counts in [1, 1024], got '%s'\n",
+                   std::string(part).c_str());
+      return 2;
+    }
+    counts.push_back(n);
+  }
+  auto rounds = o->Int("rounds", 1, 100000);
+  auto max_new = o->Int("max-new-tokens", 1, 1 << 20);
+  if (!rounds.ok() || !max_new.ok()) {
+    std::fprintf(stderr, "streams_bench: %s\n",
+                 std::string((rounds.ok() ? max_new.status() : rounds.status()).message()).c_str());
+    return 2;
+  }
+  const std::string model = ResolveModelDir(o->Get("model"));
+  std::ifstream f(o->Get("image"), std::ios::binary);
+  const std::string image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (image.empty()) {
+    std::fprintf(stderr, "streams_bench: cannot read --image %s\n", o->Get("image").c_str());
+    return 2;
+  }
+  const int most = *std::max_element(counts.begin(), counts.end());
+  sdk::LocalPipelineOptions po;
+  po.model_dir = model;
+  po.bin_dir = o->Get("bin-dir");
+  po.echo_output = false;
+  // Every stream admitted at once: the services' limits must not be what is measured.
+  const std::vector<std::string> common = {"--threads", o->Get("threads"), "--max-concurrent",
+                                           absl::StrCat(most), "--queue-length",
+                                           absl::StrCat(most)};
+  po.encoder_args = po.decode_args = po.prefill_args = common;
+  auto pipeline = sdk::LocalPipeline::Start(po);
+  if (!pipeline.ok()) {
+    std::fprintf(stderr, "streams_bench: %s\n", pipeline.status().ToString().c_str());
+    return 1;
+  }
+  const std::string address = (*pipeline)->front_door();
+  std::printf("model %s, %d tokens per request, %d request(s) per stream\n", model.c_str(),
+              static_cast<int>(*max_new), static_cast<int>(*rounds));
+  std::printf("  %-20s %7s %10s %10s %9s %9s %9s %9s %6s\n", "config", "streams", "agg tok/s",
+              "dec tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "fails");
+  for (const std::string& method : {std::string("none"), o->Get("method")}) {
+    hap::v1::GenerateRequest req;
+    req.set_image(image);
+    req.set_prompt(o->Get("prompt"));
+    req.set_max_new_tokens(static_cast<int>(*max_new));
+    req.mutable_pruning()->set_method(method);
+    if (method != "none") req.mutable_pruning()->set_retain(o->Get("retain"));
+    RunStreams(address, req, 1, 1);  // warm-up
+    const std::string name =
+        method == "none" ? "none (unpruned)" : absl::StrCat(method, " ", o->Get("retain"));
+    for (int n : counts) {
+      Round r = RunStreams(address, req, n, static_cast<int>(*rounds));
+      std::printf("  %-20s %7d %10.1f %10.1f %7.0fms %7.0fms %7.1fms %7.1fms %6d\n", name.c_str(), n,
+                  r.tokens / r.wall_s, r.decode_span_s > 0 ? r.decode_tokens / r.decode_span_s : 0,
+                  Median(r.ttft_ms), Percentile(r.ttft_ms, 0.99), Median(r.itl_ms),
+                  Percentile(r.itl_ms, 0.99), r.failures);
+      if (r.failures > 0) std::printf("    first failure: %s\n", r.first_error.c_str());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace hap::bench
+
+int main(int argc, char** argv) { return hap::bench::Main(argc, argv); }
