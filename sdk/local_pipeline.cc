@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "sdk/client.h"
 
 namespace hap::sdk {
@@ -49,6 +50,12 @@ std::string LocalPipeline::address(Service service) const {
   return absl::StrCat(options_.host, ":", ports_[Index(service)]);
 }
 
+std::vector<std::string> LocalPipeline::decode_addresses() const {
+  std::vector<std::string> out = {address(Service::kDecode)};
+  for (int port : extra_decode_ports_) out.push_back(absl::StrCat(options_.host, ":", port));
+  return out;
+}
+
 std::vector<std::string> LocalPipeline::Argv(Service service, int port) const {
   std::vector<std::string> argv = {(fs::path(options_.bin_dir) / ServiceBinary(service)).string(),
                                    "--host", options_.host, "--port", std::to_string(port)};
@@ -60,7 +67,7 @@ std::vector<std::string> LocalPipeline::Argv(Service service, int port) const {
   if (service == Service::kPrefill) {
     extra = &options_.prefill_args;
     argv.insert(argv.end(), {"--encoder-addr", address(Service::kEncoder), "--decode-addr",
-                             address(Service::kDecode)});
+                             absl::StrJoin(decode_addresses(), ",")});
   } else if (service == Service::kDecode) {
     extra = &options_.decode_args;
   }
@@ -68,38 +75,49 @@ std::vector<std::string> LocalPipeline::Argv(Service service, int port) const {
   return argv;
 }
 
-absl::Status LocalPipeline::Launch(Service service, int port) {
+absl::StatusOr<std::unique_ptr<ChildProcess>> LocalPipeline::Spawn(Service service, int port,
+                                                                  int* bound) {
   const std::string prefix =
       options_.echo_output ? absl::StrCat("[", ServiceBinary(service), "]") : "";
   auto child = ChildProcess::Spawn(Argv(service, port), prefix);
   if (!child.ok()) return child.status();
-  procs_[Index(service)] = std::move(*child);
-  auto line = procs_[Index(service)]->WaitForLine(
+  auto line = (*child)->WaitForLine(
       [](const std::string& l) { return ParseListeningPort(l) > 0; }, options_.start_timeout);
   if (!line.ok()) {
     return absl::UnavailableError(absl::StrCat(
         ServiceBinary(service), " did not start listening: ", line.status().message()));
   }
-  ports_[Index(service)] = ParseListeningPort(*line);
+  *bound = ParseListeningPort(*line);
+  return child;
+}
+
+absl::Status LocalPipeline::Launch(Service service, int port) {
+  auto child = Spawn(service, port, &ports_[Index(service)]);
+  if (!child.ok()) return child.status();
+  procs_[Index(service)] = std::move(*child);
   return absl::OkStatus();
 }
 
 absl::Status LocalPipeline::WaitServing(Service service) {
+  return WaitServingAt(process(service), ServiceBinary(service), address(service));
+}
+
+absl::Status LocalPipeline::WaitServingAt(ChildProcess* child, const char* name,
+                                          const std::string& address) {
   // Health checks in short rounds, so a child that exits (a bad flag, a model that does not load)
   // is reported at once instead of after the whole start timeout.
   const auto end = std::chrono::steady_clock::now() + options_.start_timeout;
   absl::Status last;
   while (std::chrono::steady_clock::now() < end) {
-    if (!process(service)->running()) {
+    if (!child->running()) {
       return absl::UnavailableError(
-          absl::StrCat(ServiceBinary(service), " exited with code ",
-                       process(service)->Wait(std::chrono::seconds(0)).value_or(-1),
+          absl::StrCat(name, " exited with code ", child->Wait(std::chrono::seconds(0)).value_or(-1),
                        " before serving (its stderr says why)"));
     }
-    last = WaitUntilServing(address(service), std::chrono::milliseconds(500));
+    last = WaitUntilServing(address, std::chrono::milliseconds(500));
     if (last.ok()) return last;
   }
-  return absl::UnavailableError(absl::StrCat(ServiceBinary(service), ": ", last.message()));
+  return absl::UnavailableError(absl::StrCat(name, ": ", last.message()));
 }
 
 absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Start(
@@ -112,11 +130,30 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Start(
         absl::StrCat("hap-encoder, hap-prefill and hap-decode are not all in '",
                      p->options_.bin_dir, "' (set HAP_BIN_DIR)"));
   }
-  for (Service s : {Service::kEncoder, Service::kDecode, Service::kPrefill}) {
+  if (options.decode_replicas < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode_replicas = ", options.decode_replicas, " must be at least 1"));
+  }
+  for (Service s : {Service::kEncoder, Service::kDecode}) {
     if (absl::Status st = p->Launch(s, 0); !st.ok()) return st;
   }
+  for (int i = 1; i < options.decode_replicas; ++i) {
+    int port = 0;
+    auto child = p->Spawn(Service::kDecode, 0, &port);
+    if (!child.ok()) return child.status();
+    p->extra_decodes_.push_back(std::move(*child));
+    p->extra_decode_ports_.push_back(port);
+  }
+  if (absl::Status st = p->Launch(Service::kPrefill, 0); !st.ok()) return st;
   for (Service s : {Service::kEncoder, Service::kDecode, Service::kPrefill}) {
     if (absl::Status st = p->WaitServing(s); !st.ok()) return st;
+  }
+  for (size_t i = 0; i < p->extra_decodes_.size(); ++i) {
+    if (absl::Status st = p->WaitServingAt(p->extra_decodes_[i].get(), "hap-decode",
+                                           p->decode_addresses()[i + 1]);
+        !st.ok()) {
+      return st;
+    }
   }
   return p;
 }
@@ -155,6 +192,17 @@ absl::Status LocalPipeline::Stop(std::chrono::milliseconds grace) {
     }
     procs_[Index(s)].reset();
   }
+  for (auto& c : extra_decodes_) {
+    if (c->running()) c->Signal(SIGTERM);
+  }
+  for (auto& c : extra_decodes_) {
+    std::optional<int> code = c->Wait(grace);
+    if (!code) code = c->Terminate(std::chrono::milliseconds(0));
+    if (*code != 0 && result.ok()) {
+      result = absl::InternalError(absl::StrCat("hap-decode replica exited with ", *code));
+    }
+  }
+  extra_decodes_.clear();
   return result;
 }
 

@@ -22,6 +22,8 @@ struct LocalPipelineOptions {
   std::string host = "127.0.0.1";
   // Extra flags for each service (e.g. {"--method", "hap", "--retain", "64"} for prefill).
   std::vector<std::string> encoder_args, prefill_args, decode_args;
+  // hap-decode processes; prefill gets all their addresses and spreads calls over them.
+  int decode_replicas = 1;
   std::chrono::milliseconds start_timeout{120000};
   bool echo_output = true;  // the children's stdout lines, prefixed, on our stderr
 };
@@ -38,6 +40,8 @@ class LocalPipeline {
   // host:port of the front door (hap-prefill).
   std::string front_door() const { return address(Service::kPrefill); }
   std::string address(Service service) const;
+  // Every hap-decode replica's host:port (the first is address(Service::kDecode)).
+  std::vector<std::string> decode_addresses() const;
   ChildProcess* process(Service service) { return procs_[Index(service)].get(); }
 
   // SIGKILL, for fault tests.
@@ -53,11 +57,17 @@ class LocalPipeline {
   static int Index(Service s) { return static_cast<int>(s); }
   std::vector<std::string> Argv(Service service, int port) const;
   absl::Status Launch(Service service, int port);
+  // Starts one child and returns it with the port it listens on.
+  absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(Service service, int port, int* bound);
   absl::Status WaitServing(Service service);
+  absl::Status WaitServingAt(ChildProcess* child, const char* name, const std::string& address);
 
   LocalPipelineOptions options_;
   std::unique_ptr<ChildProcess> procs_[3];
   int ports_[3] = {0, 0, 0};
+  // Decode replicas beyond the first.
+  std::vector<std::unique_ptr<ChildProcess>> extra_decodes_;
+  std::vector<int> extra_decode_ports_;
 };
 
 }  // namespace hap::sdk

@@ -24,6 +24,12 @@ void ServerState::RequestGuard::Reset() {
   state_ = nullptr;
 }
 
+void ServerState::RequestGuard::Rename(const std::string& request_id) {
+  if (state_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(state_->mu_);
+  state_->in_flight_[key_] = request_id;
+}
+
 ServerState::RequestGuard ServerState::Begin(const std::string& request_id) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t key = next_key_++;

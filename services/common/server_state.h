@@ -31,6 +31,9 @@ class ServerState {
     RequestGuard& operator=(const RequestGuard&) = delete;
     ~RequestGuard() { Reset(); }
     void Reset();
+    // The request's id became known (decode learns it from the KV header): the same request,
+    // counted once in requests_total.
+    void Rename(const std::string& request_id);
 
    private:
     friend class ServerState;

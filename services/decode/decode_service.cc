@@ -86,7 +86,7 @@ class DecodeReactor final
       }
       HAP_RETURN_IF_ERROR(assembler_->OnHeader(in_.header()));
       const hap::v1::KvHeader& h = assembler_->header();
-      guard_ = service_->state_->Begin(h.request_id());
+      guard_.Rename(h.request_id());
       HAP_ASSIGN_OR_RETURN(ticket_, service_->pool_->Admit());
       HAP_ASSIGN_OR_RETURN(
           kv_, service_->kv_->Acquire(h.request_id(), assembler_->expected_bytes(),

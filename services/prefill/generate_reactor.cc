@@ -149,15 +149,16 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoder() {
   children_.Add(ctx.get());
   absl::Cleanup remove = [&] { children_.Remove(ctx.get()); };
 
-  telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Encoder/Encode",
-                            service_->config().encoder_address, ctx.get());
+  const ReplicaSet<hap::v1::Encoder>::Lease encoder = service_->encoders().Pick();
+  telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Encoder/Encode", encoder.address(),
+                            ctx.get());
   hap::v1::EncodeRequest req;
   req.set_request_id(job_.request_id);
   req.set_image(request_->image());
   *req.mutable_pruning() = ResolvedPruning(job_.prune);
   req.set_max_message_bytes(service_->config().max_message_bytes);
   std::unique_ptr<grpc::ClientReader<hap::v1::EncodeResponse>> reader =
-      service_->encoder()->Encode(ctx.get(), req);
+      encoder.stub()->Encode(ctx.get(), req);
   EmbeddingAssembler assembler(model.config().text.hidden_size, model.config().num_visual_tokens());
   hap::v1::EncodeResponse msg;
   absl::Status stream_error;
@@ -170,7 +171,7 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoder() {
   call.Finish(stream_error.ok() ? st : ToGrpc(stream_error));
   HAP_RETURN_IF_ERROR(stream_error);
   if (!st.ok()) {
-    return PeerError("encoder", service_->config().encoder_address, st, /*client_input=*/true);
+    return PeerError("encoder", encoder.address(), st, /*client_input=*/true);
   }
   EncodeResult r;
   HAP_ASSIGN_OR_RETURN(r.embeds, assembler.Finish());
@@ -217,7 +218,8 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
                        KvChunker::Create(&prefill.cache, config.max_message_bytes));
 
   PrefillMetrics& metrics = PrefillMetrics::Get();
-  telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Decode/Decode", config.decode_address,
+  const ReplicaSet<hap::v1::Decode>::Lease decode = service_->decoders().Pick();
+  telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Decode/Decode", decode.address(),
                             ctx.get());
   // hap.kv_transfer: first KV message sent → decode's acknowledgement of the whole cache.
   telemetry::Span kv_span = telemetry::GlobalTracer().StartSpan("hap.kv_transfer", call.span());
@@ -225,7 +227,7 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
       .SetAttribute("hap.kv.bytes_sent", prefill.cache.bytes());
   const auto t_transfer = Clock::now();
   std::unique_ptr<grpc::ClientReaderWriter<hap::v1::DecodeRequest, hap::v1::DecodeResponse>>
-      stream = service_->decode()->Decode(ctx.get());
+      stream = decode.stub()->Decode(ctx.get());
   hap::v1::DecodeRequest out;
   hap::v1::KvHeader* h = out.mutable_header();
   chunker.FillHeader(h);
@@ -319,7 +321,7 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   }
   HAP_RETURN_IF_ERROR(CheckCancelled("while decoding"));
   if (client_gone) return absl::CancelledError("the client went away");
-  if (!st.ok()) return PeerError("decode", config.decode_address, st, /*client_input=*/false);
+  if (!st.ok()) return PeerError("decode", decode.address(), st, /*client_input=*/false);
   if (!acked || !done) return absl::InternalError("decode ended the call without its results");
 
   const PrefillStats& p = prefill.stats;

@@ -16,10 +16,11 @@ namespace {
 
 std::vector<OptionSpec> Specs() {
   std::vector<OptionSpec> specs = CommonOptionSpecs();
-  specs.push_back(
-      {"encoder-addr", "HAP_ENCODER_ADDR", "", "hap-encoder address host:port (required)"});
-  specs.push_back(
-      {"decode-addr", "HAP_DECODE_ADDR", "", "hap-decode address host:port (required)"});
+  specs.push_back({"encoder-addr", "HAP_ENCODER_ADDR", "",
+                   "hap-encoder address(es), host:port[,host:port...] (required); each call goes "
+                   "to the replica with the fewest calls in flight"});
+  specs.push_back({"decode-addr", "HAP_DECODE_ADDR", "",
+                   "hap-decode address(es), host:port[,host:port...] (required); as above"});
   specs.push_back({"max-image-bytes", "HAP_MAX_IMAGE_BYTES", "16777216",
                    "largest encoded image accepted (RESOURCE_EXHAUSTED above)"});
   specs.push_back({"max-prompt-tokens", "HAP_MAX_PROMPT_TOKENS", "0",
@@ -69,12 +70,16 @@ int Main(int argc, char** argv) {
     return exit_code;
   }
   PrefillConfig config;
-  config.encoder_address = options.Get("encoder-addr");
-  config.decode_address = options.Get("decode-addr");
-  if (config.encoder_address.empty() || config.decode_address.empty()) {
+  if (options.Get("encoder-addr").empty() || options.Get("decode-addr").empty()) {
     return StartupFailure(
         host.name(), absl::InvalidArgumentError("--encoder-addr and --decode-addr are required"));
   }
+  auto encoders = SplitAddresses(options.Get("encoder-addr"), "encoder-addr");
+  auto decoders = SplitAddresses(options.Get("decode-addr"), "decode-addr");
+  if (!encoders.ok()) return StartupFailure(host.name(), encoders.status());
+  if (!decoders.ok()) return StartupFailure(host.name(), decoders.status());
+  config.encoder_addresses = *encoders;
+  config.decode_addresses = *decoders;
   config.max_message_bytes = common.max_message_bytes;
   auto max_image = options.Int("max-image-bytes", 1, 1LL << 31);
   auto max_prompt = options.Int("max-prompt-tokens", 0, 1 << 24);

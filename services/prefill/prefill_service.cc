@@ -22,6 +22,8 @@ std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const Pre
   // Requests carry the image to the encoder: allow what the front door accepted.
   args.SetMaxSendMessageSize(-1);
   if (!config.peer_server_name.empty()) args.SetSslTargetNameOverride(config.peer_server_name);
+  // Every address a name resolves to (the pods behind a headless Service) takes calls in turn.
+  args.SetLoadBalancingPolicyName("round_robin");
   return grpc::CreateCustomChannel(
       address,
       config.peer_credentials ? config.peer_credentials : grpc::InsecureChannelCredentials(), args);
@@ -30,8 +32,11 @@ std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const Pre
 PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry* kv,
                                const PrefillConfig& config)
     : state_(state), pool_(pool), kv_(kv), config_(config) {
-  encoder_ = hap::v1::Encoder::NewStub(PeerChannel(config.encoder_address, config));
-  decode_ = hap::v1::Decode::NewStub(PeerChannel(config.decode_address, config));
+  auto channel = [this](const std::string& address) { return PeerChannel(address, config_); };
+  encoders_ = std::make_unique<ReplicaSet<hap::v1::Encoder>>(config.encoder_addresses,
+                                                                   channel);
+  decoders_ = std::make_unique<ReplicaSet<hap::v1::Decode>>(config.decode_addresses,
+                                                                  channel);
   PrefillMetrics::Get();  // on /metrics from the start
 }
 

@@ -18,6 +18,7 @@
 #include "runtime/prune/factory.h"
 #include "grpcpp/security/credentials.h"
 #include "services/common/kv_registry.h"
+#include "services/common/replica_set.h"
 #include "services/common/service_metrics.h"
 #include "services/common/server_state.h"
 #include "services/common/worker_pool.h"
@@ -25,8 +26,9 @@
 namespace hap::svc {
 
 struct PrefillConfig {
-  std::string encoder_address;
-  std::string decode_address;
+  // One or more replicas each (the flags take comma-separated lists); see ReplicaSet.
+  std::vector<std::string> encoder_addresses;
+  std::vector<std::string> decode_addresses;
   int max_message_bytes = 4 << 20;
   int64_t max_image_bytes = 16 << 20;
   hap::v1::Pruning default_pruning;  // method + budget for requests that leave them out
@@ -63,8 +65,8 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   KvRegistry* kv() { return kv_; }
   const PrefillConfig& config() const { return config_; }
   const LlavaModel* model() const { return model_.load(); }
-  hap::v1::Encoder::Stub* encoder() { return encoder_.get(); }
-  hap::v1::Decode::Stub* decode() { return decode_.get(); }
+  ReplicaSet<hap::v1::Encoder>& encoders() { return *encoders_; }
+  ReplicaSet<hap::v1::Decode>& decoders() { return *decoders_; }
 
  private:
   ServerState* state_;
@@ -72,8 +74,8 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   KvRegistry* kv_;
   const PrefillConfig config_;
   std::atomic<const LlavaModel*> model_{nullptr};
-  std::unique_ptr<hap::v1::Encoder::Stub> encoder_;
-  std::unique_ptr<hap::v1::Decode::Stub> decode_;
+  std::unique_ptr<ReplicaSet<hap::v1::Encoder>> encoders_;
+  std::unique_ptr<ReplicaSet<hap::v1::Decode>> decoders_;
 };
 
 // A channel to a peer service: fast reconnects (a restarted peer is used again within about a
