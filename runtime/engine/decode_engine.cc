@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace hap {
 
 DecodeEngine::DecodeEngine(const LlavaModel& model, const DecodeEngineOptions& options)
@@ -50,39 +52,77 @@ void DecodeEngine::Retire(Sequence& seq, absl::StatusOr<DecodeResult> result) {
   if (seq.job.done) seq.job.done(std::move(result));
 }
 
+void DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
+  std::vector<DecodeJob> taken;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!waiting_.empty() &&
+           (stopping || static_cast<int>(active.size() + taken.size()) < options_.max_batch)) {
+      taken.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+    }
+    running_ += static_cast<int>(taken.size());
+  }
+  for (size_t i = 0; i < taken.size(); ++i) {
+    Sequence seq;
+    seq.job = std::move(taken[i]);
+    if (options_.pool != nullptr && !stopping) {
+      const int reserve = std::max(seq.job.stop.max_new_tokens, 0);
+      absl::StatusOr<std::unique_ptr<PagedKv>> paged =
+          PagedKv::FromCache(options_.pool, seq.job.cache, reserve);
+      const bool fits_at_all = PagedKv::BlocksFor(*options_.pool, seq.job.cache, reserve) <=
+                               options_.pool->stats().blocks_total;
+      if (!paged.ok() && absl::IsResourceExhausted(paged.status()) && fits_at_all) {
+        // Not now: this job and the ones behind it wait, in order, for blocks to come back.
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t j = taken.size(); j-- > i + 1;) waiting_.push_front(std::move(taken[j]));
+        waiting_.push_front(std::move(seq.job));
+        running_ -= static_cast<int>(taken.size() - i);
+        return;
+      }
+      if (!paged.ok()) {
+        Retire(seq, paged.status());
+        continue;
+      }
+      seq.paged = std::move(*paged);
+      seq.job.cache = KvCache();  // the blocks hold it now
+    }
+    seq.stream = std::make_unique<TokenStream>(model_, seq.job.sampler, seq.job.stop, seq.job.sink);
+    seq.stream->Accept(seq.job.first_token);
+    active.push_back(std::move(seq));
+  }
+}
+
 void DecodeEngine::Loop() {
   std::vector<Sequence> active;
   const int vocab = model_.config().text.vocab_size;
+  const int max_positions = model_.config().text.max_position_embeddings;
   for (;;) {
-    std::vector<DecodeJob> admitted;
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !active.empty(); });
       stopping = stop_;
-      // Admission between steps, in arrival order, up to the batch limit.
-      while (!waiting_.empty() &&
-             (stopping || static_cast<int>(active.size() + admitted.size()) < options_.max_batch)) {
-        admitted.push_back(std::move(waiting_.front()));
-        waiting_.pop_front();
-      }
-      running_ += static_cast<int>(admitted.size());
     }
-    for (DecodeJob& job : admitted) {
-      Sequence seq;
-      seq.job = std::move(job);
-      seq.stream = std::make_unique<TokenStream>(model_, seq.job.sampler, seq.job.stop,
-                                                 seq.job.sink);
-      seq.stream->Accept(seq.job.first_token);
-      active.push_back(std::move(seq));
-    }
-    // Sequences that are finished, cancelled or asked to stop leave before the step.
+    // Admission between steps, in arrival order, up to the batch limit.
+    Admit(active, stopping);
+    // Sequences that are finished, cancelled or asked to stop leave before the step, and so does
+    // one whose next position is past the model's context (alone: the others go on).
     for (Sequence& seq : active) {
       if (stopping || (seq.job.should_stop && seq.job.should_stop())) seq.stream->Cancel();
     }
-    auto finished = std::stable_partition(active.begin(), active.end(),
-                                          [](const Sequence& s) { return !s.stream->done(); });
-    for (auto it = finished; it != active.end(); ++it) Retire(*it, it->stream->Finish());
+    auto finished = std::stable_partition(active.begin(), active.end(), [&](Sequence& s) {
+      return !s.stream->done() && s.store()->next_position < max_positions;
+    });
+    for (auto it = finished; it != active.end(); ++it) {
+      if (it->stream->done()) {
+        Retire(*it, it->stream->Finish());
+      } else {
+        Retire(*it, absl::OutOfRangeError(absl::StrCat(
+                        "position ", it->store()->next_position, " reaches the model's context of ",
+                        max_positions)));
+      }
+    }
     active.erase(finished, active.end());
     if (active.empty()) {
       if (stopping) {
@@ -93,10 +133,10 @@ void DecodeEngine::Loop() {
     }
 
     std::vector<int32_t> tokens;
-    std::vector<KvCache*> caches;
+    std::vector<KvStore*> caches;
     for (Sequence& seq : active) {
       tokens.push_back(seq.stream->last_token());
-      caches.push_back(&seq.job.cache);
+      caches.push_back(seq.store());
     }
     absl::StatusOr<std::vector<float>> logits = model_.DecodeBatch(tokens, caches);
     {

@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "runtime/engine/kv_block_pool.h"
+#include "runtime/engine/paged_kv.h"
 #include "runtime/model/generate.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/llava_model.h"
@@ -24,6 +26,10 @@ namespace hap {
 
 struct DecodeEngineOptions {
   int max_batch = 16;  // sequences per step; more wait, in arrival order, for a free slot
+  // When set, each admitted sequence's cache moves into blocks of this pool (PagedKv) with room
+  // for its max_new_tokens; a sequence waits while the pool lacks its blocks and fails with
+  // RESOURCE_EXHAUSTED when it needs more than the whole pool. Null: caches stay contiguous.
+  KvBlockPool* pool = nullptr;
 };
 
 // One sequence handed to the engine after its prefill.
@@ -65,11 +71,16 @@ class DecodeEngine {
  private:
   struct Sequence {
     DecodeJob job;
+    std::unique_ptr<PagedKv> paged;  // the cache, when the engine has a pool
     std::unique_ptr<TokenStream> stream;
+    KvStore* store() { return paged ? static_cast<KvStore*>(paged.get()) : &job.cache; }
   };
   void Loop();
   // Ends `seq` with `result`: frees its cache and its slot, then reports.
   void Retire(Sequence& seq, absl::StatusOr<DecodeResult> result);
+  // Takes waiting jobs into `active` while the batch has room and (with a pool) blocks are
+  // free; jobs that can never fit end with the pool's error.
+  void Admit(std::vector<Sequence>& active, bool stopping);
 
   const LlavaModel& model_;
   const DecodeEngineOptions options_;

@@ -8,6 +8,7 @@
 #include "base/timer.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
@@ -84,29 +85,52 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int 
 
   std::vector<float> attn(static_cast<size_t>(n) * q_dim);  // F32 [n, heads·hd]
   if (lse) lse->assign(static_cast<size_t>(n_heads_) * n, 0.f);
+  std::vector<cpu::KvSpan> spans;
   for (const KvSegment& seg : segments) {
     // This sequence's new keys/values join its cache; its queries see the cache causally.
-    LayerKv* kv = seg.kv;
-    const int64_t past = kv->len();
+    KvStore* kv = seg.kv;
+    const int past = kv->len(l);
     const int64_t first = static_cast<int64_t>(seg.row) * kv_dim;
-    kv->k.insert(kv->k.end(), k_new.begin() + first, k_new.begin() + first + int64_t{seg.n} * kv_dim);
-    kv->v.insert(kv->v.end(), v_new.begin() + first, v_new.begin() + first + int64_t{seg.n} * kv_dim);
-    kv->positions.insert(kv->positions.end(), positions + seg.row, positions + seg.row + seg.n);
-    cpu::AttentionArgs args;
-    args.q = q.data() + static_cast<int64_t>(seg.row) * q_dim;
-    args.k = kv->k.data();
-    args.v = kv->v.data();
-    args.out = attn.data() + static_cast<int64_t>(seg.row) * q_dim;
-    args.lse = lse ? lse->data() : nullptr;  // only with a single segment (prefill)
-    args.n_q = seg.n;
-    args.n_kv = static_cast<int>(past + seg.n);
-    args.n_heads = n_heads_;
-    args.n_kv_heads = n_kv_heads_;
-    args.head_dim = head_dim_;
-    args.scale = scale_;
-    args.causal = true;
-    args.causal_offset = static_cast<int>(past);
-    HAP_RETURN_IF_ERROR(cpu::Attention(args));
+    const float* q_seg = q.data() + static_cast<int64_t>(seg.row) * q_dim;
+    float* out_seg = attn.data() + static_cast<int64_t>(seg.row) * q_dim;
+    HAP_RETURN_IF_ERROR(kv->Append(l, k_new.data() + first, v_new.data() + first,
+                                   positions + seg.row, seg.n));
+    if (past == 0) {
+      // Prefill: the rows attend to each other causally, straight from the new K/V.
+      cpu::AttentionArgs args;
+      args.q = q_seg;
+      args.k = k_new.data() + first;
+      args.v = v_new.data() + first;
+      args.out = out_seg;
+      args.lse = lse ? lse->data() : nullptr;  // only with a single segment (prefill)
+      args.n_q = seg.n;
+      args.n_kv = seg.n;
+      args.n_heads = n_heads_;
+      args.n_kv_heads = n_kv_heads_;
+      args.head_dim = head_dim_;
+      args.scale = scale_;
+      args.causal = true;
+      args.causal_offset = 0;
+      HAP_RETURN_IF_ERROR(cpu::Attention(args));
+    } else if (seg.n == 1) {
+      // A decode step: the query over every cached row, wherever the cache keeps them.
+      kv->Spans(l, &spans);
+      cpu::DecodeAttentionArgs args;
+      args.q = q_seg;
+      args.spans = spans.data();
+      args.n_spans = static_cast<int>(spans.size());
+      args.kv_dtype = kv->dtype();
+      args.out = out_seg;
+      args.n_heads = n_heads_;
+      args.n_kv_heads = n_kv_heads_;
+      args.head_dim = head_dim_;
+      args.scale = scale_;
+      HAP_RETURN_IF_ERROR(cpu::DecodeAttention(args));
+    } else {
+      return absl::UnimplementedError(absl::StrFormat(
+          "layer %d: %d rows appended to a cache of %d rows (chunked prefill is not supported)",
+          l, seg.n, past));
+    }
   }
   HAP_RETURN_IF_ERROR(cpu::Linear(attn.data(), lw.o, nullptr, h.data(), n));
   cpu::AddInPlace(x, h.data(), static_cast<int64_t>(n) * d_);
@@ -159,7 +183,7 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
       trace->tokens_per_layer.push_back(n);
       trace->visual_tokens_per_layer.push_back(n_vis);
     }
-    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions.data(), n, {{&cache->layers[l], 0, n}},
+    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions.data(), n, {{cache, 0, n}},
                               pruner ? &q : nullptr, pruner ? &lse : nullptr));
     double prune_ms = 0;
     if (pruner) {
@@ -201,12 +225,12 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
   return Logits(x.data() + static_cast<int64_t>(n - 1) * d_, 1);
 }
 
-absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeStep(int32_t token, KvCache* cache) const {
+absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeStep(int32_t token, KvStore* cache) const {
   return DecodeBatch({token}, {cache});
 }
 
-absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(const std::vector<int32_t>& tokens,
-                                                             const std::vector<KvCache*>& caches) const {
+absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(
+    const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches) const {
   const int b = static_cast<int>(tokens.size());
   if (b == 0 || caches.size() != tokens.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -214,8 +238,8 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(const std::vector<i
   }
   std::vector<int32_t> positions(b);
   for (int i = 0; i < b; ++i) {
-    const KvCache& cache = *caches[i];
-    if (cache.layers.size() != w_.layers.size()) {
+    const KvStore& cache = *caches[i];
+    if (cache.n_layers() != n_layers()) {
       return absl::FailedPreconditionError("decode step on a KV cache without prefill");
     }
     if (cache.next_position >= cfg_.text.max_position_embeddings) {
@@ -228,10 +252,10 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(const std::vector<i
   HAP_ASSIGN_OR_RETURN(std::vector<float> x, Embed(tokens));  // F32 [b, hidden]
   std::vector<KvSegment> segments(b);
   for (int l = 0; l < n_layers(); ++l) {
-    for (int i = 0; i < b; ++i) segments[i] = {&caches[i]->layers[l], i, 1};
+    for (int i = 0; i < b; ++i) segments[i] = {caches[i], i, 1};
     HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions.data(), b, segments, nullptr, nullptr));
   }
-  for (KvCache* cache : caches) ++cache->next_position;
+  for (KvStore* cache : caches) ++cache->next_position;
   return Logits(x.data(), b);
 }
 

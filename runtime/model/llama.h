@@ -36,7 +36,7 @@ class LlamaDecoder {
                                              KvCache* cache, PrefillTrace* trace) const;
 
   // Appends `token` at cache->next_position and returns the next logits F32 [vocab].
-  absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvCache* cache) const;
+  absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvStore* cache) const;
 
   // One decode step for b sequences at once: tokens[i] is appended to caches[i] (distinct
   // caches of any lengths and pruning). Every weight is read once for the whole batch; each
@@ -45,7 +45,7 @@ class LlamaDecoder {
   // Errors from the checks before the first layer (bad batch, cache without prefill, context
   // full) leave every cache untouched; an error inside a layer leaves the caches unusable.
   absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
-                                                 const std::vector<KvCache*>& caches) const;
+                                                 const std::vector<KvStore*>& caches) const;
 
   int n_layers() const { return static_cast<int>(w_.layers.size()); }
 
@@ -53,13 +53,14 @@ class LlamaDecoder {
   // Rows [row, row + n) of a layer's input that belong to one sequence, whose keys and values
   // are appended to kv.
   struct KvSegment {
-    LayerKv* kv;
+    KvStore* kv;
     int row;
     int n;
   };
   // One layer over rows x F32 [n, hidden] made of `segments` (one per sequence). Projections
   // and the MLP run over all n rows at once; each segment's queries see its cached rows and
-  // themselves causally. With a single segment, lse (if non-null) receives F32 [n_heads, n]
+  // themselves causally: a segment into an empty layer is a prefill (rows attend to each
+  // other), a single row into a filled one a decode step over the cache's spans. With a single segment, lse (if non-null) receives F32 [n_heads, n]
   // and q_out (if non-null) the RoPE'd queries F32 [n, n_heads·hd].
   absl::Status Layer(int l, float* x, const int32_t* positions, int n,
                      const std::vector<KvSegment>& segments, std::vector<float>* q_out,

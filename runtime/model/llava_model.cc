@@ -49,13 +49,13 @@ absl::Status LlavaModel::NeedPart(ModelParts part) const {
                    " part is not loaded"));
 }
 
-absl::StatusOr<std::vector<float>> LlavaModel::DecodeStep(int32_t token, KvCache* cache) const {
+absl::StatusOr<std::vector<float>> LlavaModel::DecodeStep(int32_t token, KvStore* cache) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
   return decoder_->DecodeStep(token, cache);
 }
 
 absl::StatusOr<std::vector<float>> LlavaModel::DecodeBatch(
-    const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) const {
+    const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
   return decoder_->DecodeBatch(tokens, caches);
 }

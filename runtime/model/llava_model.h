@@ -66,10 +66,10 @@ class LlavaModel {
                                         Pruner* pruner) const;
 
   // Appends `token` to the cache and returns the next logits F32 [vocab].
-  absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvCache* cache) const;
+  absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvStore* cache) const;
   // One step for several sequences (LlamaDecoder::DecodeBatch): F32 [b, vocab].
   absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
-                                                 const std::vector<KvCache*>& caches) const;
+                                                 const std::vector<KvStore*>& caches) const;
 
   int max_prompt_tokens() const;
 

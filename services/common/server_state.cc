@@ -82,6 +82,13 @@ hap::v1::ServerState ServerState::Snapshot() const {
     s.set_kv_leases(kv.leases);
     s.set_leases_expired(kv.leases_expired);
   }
+  if (const KvBlockPool* pool = kv_pool_.load(); pool != nullptr) {
+    const KvPoolStats p = pool->stats();
+    s.set_kv_pool_blocks_total(p.blocks_total);
+    s.set_kv_pool_blocks_in_use(p.blocks_in_use);
+    s.set_kv_pool_blocks_peak(p.blocks_peak);
+    s.set_kv_pool_block_bytes(p.bytes_per_block);
+  }
   return s;
 }
 

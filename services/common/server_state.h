@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "hap/v1/debug.pb.h"
+#include "runtime/engine/kv_block_pool.h"
 #include "services/common/kv_registry.h"
 #include "services/common/worker_pool.h"
 
@@ -57,6 +58,8 @@ class ServerState {
     pool_ = pool;
     kv_ = kv;
   }
+  // hap-decode's KV block pool, reported by Snapshot().
+  void AttachKvPool(const KvBlockPool* kv_pool) { kv_pool_ = kv_pool; }
 
   // Waits until no request is in flight; false if `deadline` came first.
   bool WaitIdle(std::chrono::steady_clock::time_point deadline);
@@ -71,6 +74,7 @@ class ServerState {
   std::atomic<uint64_t> next_id_{1};
   WorkerPool* pool_ = nullptr;
   KvRegistry* kv_ = nullptr;
+  std::atomic<const KvBlockPool*> kv_pool_{nullptr};
 
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;

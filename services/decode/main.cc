@@ -1,6 +1,12 @@
 // hap-decode: the decode service. Receives compacted KV caches from hap-prefill and generates.
+#include <unistd.h>
+
+#include <cstdio>
 #include <string>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/engine/kv_block_pool.h"
 
 #include "services/common/model_loader.h"
 #include "services/common/service_host.h"
@@ -15,6 +21,12 @@ std::vector<OptionSpec> Specs() {
                    "a KV transfer must complete this long after its header, or it is dropped"});
   specs.push_back({"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
                    "KV cache bytes held at once; 0 = unlimited (RESOURCE_EXHAUSTED above)"});
+  specs.push_back({"kv-pool-bytes", "HAP_KV_POOL_BYTES", "0",
+                   "the paged KV pool's size; 0 = a quarter of the machine's memory. A call "
+                   "waits for blocks, or gets RESOURCE_EXHAUSTED if it needs more than all"});
+  specs.push_back({"kv-block-rows", "HAP_KV_BLOCK_ROWS", "16", "token rows per KV block"});
+  specs.push_back({"kv-dtype", "HAP_KV_DTYPE", "f32",
+                   "KV cache element type in the pool: f32, or bf16 (half the memory)"});
   return specs;
 }
 
@@ -27,8 +39,21 @@ int Main(int argc, char** argv) {
   }
   auto lease = options.Int("kv-lease-ms", 1, 3600 * 1000);
   auto max_kv = options.Int("max-kv-bytes", 0, int64_t{1} << 50);
+  auto pool_bytes = options.Int("kv-pool-bytes", 0, int64_t{1} << 50);
+  auto block_rows = options.Int("kv-block-rows", 1, 4096);
   if (!lease.ok()) return StartupFailure(host.name(), lease.status());
   if (!max_kv.ok()) return StartupFailure(host.name(), max_kv.status());
+  if (!pool_bytes.ok()) return StartupFailure(host.name(), pool_bytes.status());
+  if (!block_rows.ok()) return StartupFailure(host.name(), block_rows.status());
+  const std::string kv_dtype_name = options.Get("kv-dtype");
+  if (kv_dtype_name != "f32" && kv_dtype_name != "bf16") {
+    return StartupFailure(host.name(), absl::InvalidArgumentError(absl::StrCat(
+                                           "--kv-dtype '", kv_dtype_name, "' is not f32 or bf16")));
+  }
+  const DType kv_dtype = kv_dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
+  const int64_t kv_pool_bytes =
+      *pool_bytes > 0 ? *pool_bytes
+                      : int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGE_SIZE) / 4;
   DecodeConfig config;
   config.lease_ms = *lease;
 
@@ -47,8 +72,18 @@ int Main(int argc, char** argv) {
   model = std::move(*loaded);
   // One engine thread batches the decode steps of every call; at most --max-concurrent
   // sequences share a step (admission already keeps the rest waiting).
+  const TextConfig& text = model->config().text;
+  auto kv_pool = KvBlockPool::Create(static_cast<int>(*block_rows),
+                                     text.num_key_value_heads * text.head_dim, kv_dtype,
+                                     kv_pool_bytes);
+  if (!kv_pool.ok()) return host.Fail(kv_pool.status());
+  std::fprintf(stderr, "%s: KV pool of %lld blocks x %d rows (%s, %.1f MiB)\n", host.name().c_str(),
+               static_cast<long long>((*kv_pool)->stats().blocks_total),
+               static_cast<int>(*block_rows), kv_dtype_name.c_str(), kv_pool_bytes / 1048576.0);
+  host.state().AttachKvPool(kv_pool->get());
   DecodeEngineOptions engine_options;
   engine_options.max_batch = common.max_concurrent;
+  engine_options.pool = kv_pool->get();
   auto engine = std::make_unique<DecodeEngine>(*model, engine_options);
   service.SetModel(model.get(), engine.get());
   host.SetServing();

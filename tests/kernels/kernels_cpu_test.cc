@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
@@ -174,6 +175,62 @@ TEST(KernelsCpu, LinearRejectsWeightViewsItCannotTake) {
   TensorView flat = v;
   flat.shape = {8};
   EXPECT_EQ(cpu::Linear(x, flat, nullptr, y, 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// One query over a cache split into spans (blocks): F32 and BF16 caches against the double
+// reference on the same (widened) values; the result does not depend on the split.
+TEST(KernelsCpu, DecodeAttentionMatchesReferenceAndIgnoresTheSplit) {
+  struct Case {
+    int rows, heads, kv_heads, head_dim;
+  };
+  const Case cases[] = {{1, 1, 1, 8}, {17, 4, 2, 16}, {100, 8, 2, 64}, {33, 3, 3, 10},
+                        {600, 4, 1, 128}};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " rows=" << c.rows << " heads="
+                                        << c.heads << "/" << c.kv_heads << " hd=" << c.head_dim);
+      const size_t kv_n = static_cast<size_t>(c.rows) * c.kv_heads * c.head_dim;
+      auto q = Random(static_cast<size_t>(c.heads) * c.head_dim, 31);
+      auto k = Random(kv_n, 32), v = Random(kv_n, 33);
+      std::vector<uint16_t> k16(kv_n), v16(kv_n);
+      ConvertFromF32(DType::kBF16, k.data(), k16.data(), kv_n);
+      ConvertFromF32(DType::kBF16, v.data(), v16.data(), kv_n);
+      const size_t elem = DTypeSize(dtype);
+      const auto* kb = dtype == DType::kF32 ? reinterpret_cast<const uint8_t*>(k.data())
+                                            : reinterpret_cast<const uint8_t*>(k16.data());
+      const auto* vb = dtype == DType::kF32 ? reinterpret_cast<const uint8_t*>(v.data())
+                                            : reinterpret_cast<const uint8_t*>(v16.data());
+      const int64_t row_bytes = static_cast<int64_t>(c.kv_heads) * c.head_dim * elem;
+      auto run = [&](int span_rows, float* out, std::vector<cpu::KvSpan>& spans) {
+        for (int r = 0; r < c.rows; r += span_rows) {
+          spans.push_back({kb + r * row_bytes, vb + r * row_bytes, std::min(span_rows, c.rows - r)});
+        }
+        cpu::DecodeAttentionArgs a;
+        a.q = q.data();
+        a.spans = spans.data();
+        a.n_spans = static_cast<int>(spans.size());
+        a.kv_dtype = dtype;
+        a.out = out;
+        a.n_heads = c.heads;
+        a.n_kv_heads = c.kv_heads;
+        a.head_dim = c.head_dim;
+        a.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+        return a;
+      };
+      Guarded whole(static_cast<size_t>(c.heads) * c.head_dim);
+      std::vector<float> ref(whole.n), blocks(whole.n);
+      std::vector<cpu::KvSpan> one, same, seven;
+      cpu::DecodeAttentionArgs a = run(c.rows, whole.data(), one);
+      ASSERT_TRUE(cpu::DecodeAttention(a).ok());
+      EXPECT_TRUE(whole.GuardsIntact());
+      cpu::DecodeAttentionArgs r = run(c.rows, ref.data(), same);
+      cpu::DecodeAttentionReference(r);
+      EXPECT_TRUE(Close(whole.data(), ref.data(), whole.n, 1e-5, 1e-4));
+      cpu::DecodeAttentionArgs b = run(7, blocks.data(), seven);
+      ASSERT_TRUE(cpu::DecodeAttention(b).ok());
+      EXPECT_EQ(std::memcmp(blocks.data(), whole.data(), sizeof(float) * whole.n), 0);
+    }
+  }
 }
 
 TEST(KernelsCpu, LinearRejectsBadShapes) {

@@ -2,6 +2,9 @@
 // exactly what they get alone — the same logits bit for bit and the same greedy and seeded
 // tokens — whatever their prompt lengths, pruning methods and budgets, on F32 and BF16
 // checkpoints.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -11,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/engine/decode_engine.h"
+#include "runtime/engine/paged_kv.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/model/tiny_model.h"
@@ -107,10 +111,12 @@ TEST_P(BatchingTest, BatchedStepLogitsEqualSoloStepsBitForBit) {
       solo.push_back(Prefill(cases[i]));
     }
     // Different lengths from different prompts and budgets: the caches really differ.
-    if (b >= 3) EXPECT_NE(batch[1].cache.total_rows(), batch[2].cache.total_rows());
+    if (b >= 3) {
+      EXPECT_NE(batch[1].cache.total_rows(), batch[2].cache.total_rows());
+    }
     std::vector<int32_t> tokens(b);
     for (int step = 0; step < 4; ++step) {
-      std::vector<KvCache*> caches;
+      std::vector<KvStore*> caches;
       for (int i = 0; i < b; ++i) {
         tokens[i] = (step == 0 ? batch[i].first_token : tokens[i]);
         caches.push_back(&batch[i].cache);
@@ -181,7 +187,9 @@ TEST_P(BatchingTest, EngineTokensEqualSoloRunsForEveryMethodAndSampler) {
     // the batch fills up.
     EXPECT_LE(stats.max_batch_seen, max_batch);
     EXPECT_GT(stats.max_batch_seen, 1);
-    if (max_batch == 5) EXPECT_EQ(stats.max_batch_seen, 5);
+    if (max_batch == 5) {
+      EXPECT_EQ(stats.max_batch_seen, 5);
+    }
     EXPECT_LT(stats.steps, stats.sequence_steps);
   }
 }
@@ -217,6 +225,189 @@ TEST_P(BatchingTest, EngineEndsStoppedSequencesAsCancelledAndKeepsTheOthers) {
   }
   EXPECT_EQ(engine.running(), 0);
   EXPECT_EQ(engine.waiting(), 0);
+}
+
+// Paged caches: a batch over PagedKv (F32 blocks) gives exactly the logits of the contiguous
+// caches decoded alone; with BF16 blocks the logits stay within the stated tolerance and the
+// greedy tokens are the same.
+TEST_P(BatchingTest, PagedCachesDecodeLikeContiguousOnes) {
+  const std::vector<Case> cases = Cases();
+  const int vocab = model_->config().text.vocab_size;
+  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  for (DType kv_dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(kv_dtype));
+    auto pool = KvBlockPool::Create(16, kv_dim, kv_dtype, int64_t{64} << 20);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    const int b = 8, steps = 5;
+    std::vector<Prefilled> solo;
+    std::vector<std::unique_ptr<PagedKv>> paged;
+    for (int i = 0; i < b; ++i) {
+      solo.push_back(Prefill(cases[i]));
+      auto p = PagedKv::FromCache(pool->get(), solo.back().cache, steps);
+      ASSERT_TRUE(p.ok()) << p.status();
+      paged.push_back(std::move(*p));
+    }
+    std::vector<int32_t> tokens(b);
+    for (int i = 0; i < b; ++i) tokens[i] = solo[i].first_token;
+    double worst = 0;  // largest |logit difference|
+    for (int step = 0; step < steps; ++step) {
+      std::vector<KvStore*> stores;
+      for (auto& p : paged) stores.push_back(p.get());
+      auto logits = model_->DecodeBatch(tokens, stores);
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      for (int i = 0; i < b; ++i) {
+        auto alone = model_->DecodeStep(tokens[i], &solo[i].cache);
+        ASSERT_TRUE(alone.ok());
+        const float* got = logits->data() + static_cast<size_t>(i) * vocab;
+        if (kv_dtype == DType::kF32) {
+          ASSERT_EQ(std::memcmp(alone->data(), got, sizeof(float) * vocab), 0) << i;
+        }
+        for (int t = 0; t < vocab; ++t) {
+          const double diff = std::abs(static_cast<double>(got[t]) - (*alone)[t]);
+          worst = std::max(worst, diff);
+          // BF16 keys and values keep 8 significant bits: logits within 0.02 + 1%.
+          if (kv_dtype == DType::kBF16) {
+            ASSERT_LE(diff, 0.02 + 0.01 * std::abs((*alone)[t])) << "sequence " << i << " id " << t;
+          }
+        }
+        const int32_t argmax = static_cast<int32_t>(
+            std::max_element(alone->begin(), alone->end()) - alone->begin());
+        EXPECT_EQ(std::max_element(got, got + vocab) - got, argmax) << "sequence " << i;
+        tokens[i] = argmax;
+      }
+    }
+    std::printf("    %s KV: worst logit difference to the F32 contiguous cache %.3g\n",
+                std::string(DTypeName(kv_dtype)).c_str(), worst);
+    if (kv_dtype == DType::kF32) {
+      EXPECT_EQ(worst, 0.0);
+    }
+    paged.clear();
+    EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
+  }
+}
+
+// A pruned request holds, per layer, its planned rows (text + the layer's visual tokens + the
+// tokens it may still generate) rounded up to blocks — fewer in pruned groups — and gives them
+// all back.
+TEST_P(BatchingTest, PagedBlocksFollowThePlannedGroupLengths) {
+  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  auto pool = KvBlockPool::Create(16, kv_dim, DType::kF32, int64_t{64} << 20);
+  ASSERT_TRUE(pool.ok());
+  for (double retain : {14.0, 20.0, 32.0}) {
+    SCOPED_TRACE(retain);
+    PruneRequest prune;
+    prune.method = "hap";
+    prune.retain = retain;
+    auto encoded = EncodeImage(*model_, image_, prune);
+    ASSERT_TRUE(encoded.ok());
+    Sampler sampler{SamplingParams{}};
+    auto prefill = RunPrefill(*model_, "What colour is the square?", *encoded, prune, &sampler);
+    ASSERT_TRUE(prefill.ok()) << prefill.status();
+    const PrefillStats& s = prefill->stats;
+    const int reserve = 12;
+    int64_t want = 0, unpruned = 0;
+    for (int v : s.layer_visual_tokens) {
+      want += (s.text_tokens + v + reserve + 15) / 16;
+      unpruned += (s.prompt_tokens + reserve + 15) / 16;
+    }
+    auto paged = PagedKv::FromCache(pool->get(), prefill->cache, reserve);
+    ASSERT_TRUE(paged.ok());
+    EXPECT_EQ((*paged)->blocks_held(), want);
+    EXPECT_EQ((*pool)->stats().blocks_in_use, want);
+    EXPECT_LT(want, unpruned);
+    // Layers of one group hold equal block counts; a later (more pruned) group never more.
+    for (int l = 1; l < (*paged)->n_layers(); ++l) {
+      EXPECT_LE((*paged)->blocks(l), (*paged)->blocks(l - 1)) << l;
+    }
+    for (int l = 0; l < (*paged)->n_layers(); ++l) {
+      EXPECT_EQ((*paged)->positions(l), prefill->cache.layers[l].positions) << l;
+    }
+    paged->reset();
+    EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
+  }
+}
+
+// A full pool: sequences wait for blocks and all finish; one that needs more than the whole pool
+// is refused with RESOURCE_EXHAUSTED; cancelled, stopped and failed sequences give their blocks
+// back (the pool's counter returns to 0).
+TEST_P(BatchingTest, FullPoolQueuesRefusesAndNeverLeaks) {
+  const std::vector<Case> cases = Cases();
+  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  StopCriteria stop;
+  stop.max_new_tokens = 6;
+  Prefilled probe = Prefill(cases[0]);
+  auto sizing = KvBlockPool::Create(16, kv_dim, DType::kF32, int64_t{1} << 30);
+  ASSERT_TRUE(sizing.ok());
+  const int64_t one = PagedKv::BlocksFor(**sizing, probe.cache, stop.max_new_tokens);
+  const int64_t block_bytes = (*sizing)->stats().bytes_per_block;
+  // Room for two of these sequences at once.
+  auto pool = KvBlockPool::Create(16, kv_dim, DType::kF32, (2 * one + 1) * block_bytes);
+  ASSERT_TRUE(pool.ok());
+  DecodeEngineOptions options;
+  options.max_batch = 8;
+  options.pool = pool->get();
+  std::vector<DecodeResult> solo;
+  {
+    DecodeEngine engine(*model_, options);
+    constexpr int kJobs = 6;
+    std::vector<std::promise<absl::StatusOr<DecodeResult>>> done(kJobs + 4);
+    std::vector<Prefilled> pre;
+    for (int i = 0; i < kJobs; ++i) pre.push_back(Prefill(cases[0]));
+    for (int i = 0; i < kJobs; ++i) {
+      DecodeJob job;
+      job.cache = std::move(pre[i].cache);
+      job.first_token = pre[i].first_token;
+      job.sampler = pre[i].sampler;
+      job.stop = stop;
+      job.done = [&done, i](absl::StatusOr<DecodeResult> r) { done[i].set_value(std::move(r)); };
+      engine.Submit(std::move(job));
+    }
+    // Too big for the pool even when empty.
+    {
+      Prefilled p = Prefill(cases[0]);
+      DecodeJob job;
+      job.cache = std::move(p.cache);
+      job.first_token = p.first_token;
+      job.sampler = p.sampler;
+      job.stop.max_new_tokens = 100000;
+      job.done = [&done](absl::StatusOr<DecodeResult> r) { done[kJobs].set_value(std::move(r)); };
+      engine.Submit(std::move(job));
+    }
+    // Cancelled by its sink, stopped from outside, and failing at the end of the context.
+    for (int k = 1; k <= 3; ++k) {
+      Prefilled p = Prefill(cases[k]);
+      DecodeJob job;
+      job.cache = std::move(p.cache);
+      job.first_token = p.first_token;
+      job.sampler = p.sampler;
+      job.stop = stop;
+      if (k == 1) job.sink = [](int32_t, const std::string&) { return false; };
+      if (k == 2) job.should_stop = [] { return true; };
+      if (k == 3) job.cache.next_position = model_->config().text.max_position_embeddings - 2;
+      job.done = [&done, k](absl::StatusOr<DecodeResult> r) {
+        done[kJobs + k].set_value(std::move(r));
+      };
+      engine.Submit(std::move(job));
+    }
+    std::vector<int32_t> first_tokens;
+    for (int i = 0; i < kJobs; ++i) {
+      absl::StatusOr<DecodeResult> r = done[i].get_future().get();
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(static_cast<int>(r->tokens.size()), stop.max_new_tokens);
+      if (i > 0) EXPECT_EQ(r->tokens, first_tokens);
+      first_tokens = r->tokens;
+    }
+    absl::StatusOr<DecodeResult> big = done[kJobs].get_future().get();
+    EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+    EXPECT_EQ(done[kJobs + 1].get_future().get()->finish, FinishReason::kCancelled);
+    EXPECT_EQ(done[kJobs + 2].get_future().get()->finish, FinishReason::kCancelled);
+    absl::StatusOr<DecodeResult> failed = done[kJobs + 3].get_future().get();
+    EXPECT_EQ(failed.status().code(), absl::StatusCode::kOutOfRange) << failed.status();
+    const KvPoolStats stats = (*pool)->stats();
+    EXPECT_LE(stats.blocks_peak, stats.blocks_total);
+    EXPECT_GE(stats.blocks_peak, 2 * one);  // two ran together
+  }
+  EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, BatchingTest, ::testing::Values(DType::kF32, DType::kBF16),

@@ -1,0 +1,95 @@
+#include "runtime/engine/kv_block_pool.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace hap {
+
+absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(int block_rows, int kv_dim,
+                                                                 DType dtype,
+                                                                 int64_t capacity_bytes) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError("the KV cache dtype must be F32 or BF16");
+  }
+  if (block_rows <= 0 || kv_dim <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV blocks of ", block_rows, " rows of ", kv_dim, " values"));
+  }
+  const int64_t block_bytes =
+      int64_t{2} * block_rows * kv_dim * static_cast<int64_t>(DTypeSize(dtype));
+  const int64_t blocks = capacity_bytes / block_bytes;
+  if (blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a KV pool of ", capacity_bytes,
+                                                   " bytes holds no block of ", block_bytes,
+                                                   " bytes (", block_rows, " rows)"));
+  }
+  return std::unique_ptr<KvBlockPool>(new KvBlockPool(block_rows, kv_dim, dtype, blocks));
+}
+
+KvBlockPool::KvBlockPool(int block_rows, int kv_dim, DType dtype, int64_t blocks)
+    : block_rows_(block_rows),
+      kv_dim_(kv_dim),
+      dtype_(dtype),
+      block_bytes_(int64_t{2} * block_rows * kv_dim * static_cast<int64_t>(DTypeSize(dtype))),
+      total_blocks_(blocks) {
+  stats_.blocks_total = blocks;
+  stats_.bytes_per_block = block_bytes_;
+}
+
+absl::StatusOr<std::vector<int32_t>> KvBlockPool::Allocate(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t available = total_blocks_ - stats_.blocks_in_use;
+  if (n > available) {
+    ++stats_.refusals;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the KV pool has ", available, " free blocks of ", total_blocks_,
+                     "; this sequence needs ", n, " (", block_rows_, " rows each)"));
+  }
+  std::vector<int32_t> out;
+  out.reserve(n);
+  while (static_cast<int>(out.size()) < n && !free_.empty()) {
+    out.push_back(free_.back());
+    free_.pop_back();
+  }
+  while (static_cast<int>(out.size()) < n) {
+    const int64_t b = next_unused_++;
+    if (b / kSlabBlocks >= static_cast<int64_t>(slabs_.size())) {
+      const int64_t in_slab = std::min(kSlabBlocks, total_blocks_ - b);
+      slabs_.push_back(std::make_unique_for_overwrite<uint8_t[]>(
+          static_cast<size_t>(in_slab * block_bytes_)));
+    }
+    out.push_back(static_cast<int32_t>(b));
+  }
+  stats_.blocks_in_use += n;
+  stats_.blocks_peak = std::max(stats_.blocks_peak, stats_.blocks_in_use);
+  ++stats_.allocations;
+  return out;
+}
+
+void KvBlockPool::Free(const std::vector<int32_t>& blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.insert(free_.end(), blocks.begin(), blocks.end());
+  stats_.blocks_in_use -= static_cast<int64_t>(blocks.size());
+}
+
+uint8_t* KvBlockPool::Block(int32_t block) {
+  // Slabs are only appended, under mu_, before the block is handed out; the pointer stays valid.
+  std::lock_guard<std::mutex> lock(mu_);
+  return slabs_[block / kSlabBlocks].get() + (block % kSlabBlocks) * block_bytes_;
+}
+
+void* KvBlockPool::k(int32_t block) { return Block(block); }
+void* KvBlockPool::v(int32_t block) { return Block(block) + block_bytes_ / 2; }
+
+int64_t KvBlockPool::free_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_blocks_ - stats_.blocks_in_use;
+}
+
+KvPoolStats KvBlockPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace hap

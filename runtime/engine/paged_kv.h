@@ -1,0 +1,58 @@
+// A sequence's KV cache in blocks of a KvBlockPool. Each layer has its own block list; the
+// layers of one HAP group have one length, so they hold the same number of blocks, and a pruned
+// group holds fewer blocks than an unpruned one (an engine that sizes every layer like layer 0
+// would hold the unpruned count everywhere). Every block the sequence can need — its rows now
+// plus `reserve_rows` more per layer — is taken when it is created, so a running sequence never
+// finds the pool empty; the blocks go back when it is destroyed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/engine/kv_block_pool.h"
+#include "runtime/model/kv_cache.h"
+
+namespace hap {
+
+class PagedKv final : public KvStore {
+ public:
+  // Blocks for ceil((len_l + reserve_rows) / block_rows) per layer l, then the cache's rows
+  // copied in (converted to the pool's dtype). ResourceExhausted (nothing held) when the pool
+  // lacks the blocks; InvalidArgument when the cache's kv_dim is not the pool's.
+  static absl::StatusOr<std::unique_ptr<PagedKv>> FromCache(KvBlockPool* pool,
+                                                           const KvCache& cache,
+                                                           int reserve_rows);
+  // The blocks FromCache would take for `cache`.
+  static int64_t BlocksFor(const KvBlockPool& pool, const KvCache& cache, int reserve_rows);
+  ~PagedKv() override;
+  PagedKv(const PagedKv&) = delete;
+  PagedKv& operator=(const PagedKv&) = delete;
+
+  int n_layers() const override { return static_cast<int>(layers_.size()); }
+  int len(int layer) const override { return layers_[layer].len; }
+  // FailedPrecondition past the reserved rows.
+  absl::Status Append(int layer, const float* k, const float* v, const int32_t* positions,
+                      int n) override;
+  void Spans(int layer, std::vector<cpu::KvSpan>* spans) const override;
+  DType dtype() const override { return pool_->dtype(); }
+
+  int64_t blocks_held() const;
+  int blocks(int layer) const { return static_cast<int>(layers_[layer].blocks.size()); }
+  const std::vector<int32_t>& positions(int layer) const { return layers_[layer].positions; }
+
+ private:
+  struct Layer {
+    std::vector<int32_t> blocks;
+    std::vector<void*> k, v;  // each block's K and V rows
+    std::vector<int32_t> positions;
+    int len = 0;
+  };
+  explicit PagedKv(KvBlockPool* pool) : pool_(pool) {}
+
+  KvBlockPool* pool_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace hap
