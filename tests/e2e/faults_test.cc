@@ -57,7 +57,8 @@ class FaultsTest : public ::testing::Test {
 
   static bool Idle(sdk::Client* c) {
     auto s = c->GetState();
-    return s.ok() && s->in_flight_requests() == 0 && s->kv_caches_held() == 0;
+    return s.ok() && s->in_flight_requests() == 0 && s->kv_caches_held() == 0 &&
+           s->kv_pool_blocks_in_use() == 0;
   }
 
   // A request that runs for hundreds of tokens unless stopped.
