@@ -1,5 +1,6 @@
 #include "runtime/model/tiny_model.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -46,7 +47,7 @@ absl::Status WriteTinyModel(const TinyModelOptions& o, const std::string& dir) {
   const int sp_size = tokenizer->vocab_size();
   cfg.image_token_index = sp_size;
   cfg.text.pad_token_id = sp_size + 1;
-  cfg.text.vocab_size = (sp_size + 2 + 63) / 64 * 64;
+  cfg.text.vocab_size = std::max((sp_size + 2 + 63) / 64 * 64, (o.model_vocab + 63) / 64 * 64);
   cfg.image_seq_length = cfg.num_visual_tokens();
   // Re-validate the edited config through the parser.
   HAP_ASSIGN_OR_RETURN(cfg, ParseLlavaConfig(LlavaConfigToJson(cfg), "make-tiny config"));

@@ -22,6 +22,10 @@ struct TinyModelOptions {
   int vision_hidden = 64;
   int vision_heads = 4;
   int sp_vocab = 512;      // SentencePiece vocabulary (≥ 362 for the shipped corpus)
+  // The model's vocabulary (embedding and LM head rows); 0 = the tokenizer's + <image>, <pad>,
+  // padded to 64. Larger values give a real model's shapes (32064 for LLaVA-1.5-7B); the extra
+  // ids decode to nothing.
+  int model_vocab = 0;
   DType dtype = DType::kF32;
   int shards = 1;
   std::string corpus_path;  // text the tokenizer is trained on (data/tokenizer/corpus.txt)

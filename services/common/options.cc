@@ -105,7 +105,9 @@ std::vector<OptionSpec> CommonOptionSpecs() {
       {"port", "HAP_PORT", "0", "port to listen on; 0 picks a free one and prints it"},
       {"model", "HAP_MODEL_DIR", "", "llava-hf checkpoint directory (default: the bundled model)"},
       {"threads", "HAP_THREADS", "0", "CPU threads for the model; 0 = all cores"},
-      {"max-concurrent", "HAP_MAX_CONCURRENT", "4", "requests running at once"},
+      {"max-concurrent", "HAP_MAX_CONCURRENT", "16",
+       "requests in flight at once (hap-decode: sequences sharing one batched step); their "
+       "compute stages take turns, one at a time per process"},
       {"queue-length", "HAP_QUEUE_LENGTH", "16",
        "requests waiting for a worker; beyond it RESOURCE_EXHAUSTED"},
       {"max-message-bytes", "HAP_MAX_MESSAGE_BYTES", "4194304", "largest gRPC message"},

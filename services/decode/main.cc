@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,19 @@
 namespace hap::svc {
 namespace {
 
+// The memory this process may use: the machine's, or the container's limit when lower (cgroup
+// v2 memory.max, or v1 memory.limit_in_bytes).
+int64_t MemoryLimitBytes() {
+  int64_t limit = int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGE_SIZE);
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream f(path);
+    int64_t v = 0;
+    if (f >> v && v > 0 && v < limit) limit = v;  // "max" (no limit) does not parse
+  }
+  return limit;
+}
+
 std::vector<OptionSpec> Specs() {
   std::vector<OptionSpec> specs = CommonOptionSpecs();
   specs.push_back({"kv-lease-ms", "HAP_KV_LEASE_MS", "30000",
@@ -22,7 +36,8 @@ std::vector<OptionSpec> Specs() {
   specs.push_back({"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
                    "KV cache bytes held at once; 0 = unlimited (RESOURCE_EXHAUSTED above)"});
   specs.push_back({"kv-pool-bytes", "HAP_KV_POOL_BYTES", "0",
-                   "the paged KV pool's size; 0 = a quarter of the machine's memory. A call "
+                   "the paged KV pool's size; 0 = a quarter of the memory (the container's limit "
+                   "when there is one). A call "
                    "waits for blocks, or gets RESOURCE_EXHAUSTED if it needs more than all"});
   specs.push_back({"kv-block-rows", "HAP_KV_BLOCK_ROWS", "16", "token rows per KV block"});
   specs.push_back({"kv-dtype", "HAP_KV_DTYPE", "f32",
@@ -51,9 +66,7 @@ int Main(int argc, char** argv) {
                                            "--kv-dtype '", kv_dtype_name, "' is not f32 or bf16")));
   }
   const DType kv_dtype = kv_dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
-  const int64_t kv_pool_bytes =
-      *pool_bytes > 0 ? *pool_bytes
-                      : int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGE_SIZE) / 4;
+  const int64_t kv_pool_bytes = *pool_bytes > 0 ? *pool_bytes : MemoryLimitBytes() / 4;
   DecodeConfig config;
   config.lease_ms = *lease;
 

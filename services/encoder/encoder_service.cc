@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "base/compute_gate.h"
 #include "base/status_macros.h"
 #include "runtime/model/cancellation.h"
 #include "runtime/model/pipeline.h"
@@ -63,7 +64,9 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<EncodeResult> encoded;
     {
-      // A client that goes away mid-encode stops the vision tower at its next layer.
+      // One encode at a time uses every core; a client that goes away mid-encode stops the
+      // vision tower at its next layer.
+      ComputeGate::Hold compute = ProcessComputeGate().Enter();
       ScopedCancellation scope([this] { return cancelled(); });
       encoded = EncodeImage(*model_, request_->image(), prune_);
     }

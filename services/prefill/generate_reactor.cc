@@ -4,6 +4,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/compute_gate.h"
 #include "base/status_macros.h"
 #include "base/timer.h"
 #include "runtime/model/cancellation.h"
@@ -81,7 +82,7 @@ GenerateReactor::GenerateReactor(PrefillService* service, grpc::CallbackServerCo
     return;
   }
   job_ = std::move(*job);
-  guard_ = service->state()->Begin(job_.request_id);
+  guard_.Rename(job_.request_id);
   telemetry::Span& span = mutable_rpc_span();
   if (span.recording()) {
     const std::string& dir = service->model()->dir();
@@ -120,9 +121,13 @@ absl::Status GenerateReactor::Execute() {
   Sampler sampler(job_.sampling);
   absl::StatusOr<PrefillResult> prefill;
   std::vector<Clock::time_point> layer_starts;  // the decoder polls the check once per layer
-  const auto t_prefill = Clock::now();
+  auto t_prefill = Clock::now();
   {
-    // A cancelled request stops between decoder layers instead of finishing its prefill.
+    // One prefill at a time uses every core (waiting ones hold no core); a cancelled request
+    // stops between decoder layers instead of finishing its prefill.
+    ComputeGate::Hold compute = ProcessComputeGate().Enter();
+    HAP_RETURN_IF_ERROR(CheckCancelled("while waiting to prefill"));
+    t_prefill = Clock::now();
     ScopedCancellation scope([this, &layer_starts] {
       layer_starts.push_back(Clock::now());
       return cancelled();

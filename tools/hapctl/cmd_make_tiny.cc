@@ -35,6 +35,7 @@ absl::Status MakeTiny(const Flags& flags) {
   HAP_RETURN_IF_ERROR(int_flag("vision-hidden", 64, &o.vision_hidden));
   HAP_RETURN_IF_ERROR(int_flag("vision-heads", 4, &o.vision_heads));
   HAP_RETURN_IF_ERROR(int_flag("vocab", 512, &o.sp_vocab));
+  HAP_RETURN_IF_ERROR(int_flag("model-vocab", 0, &o.model_vocab));
   HAP_RETURN_IF_ERROR(int_flag("shards", 1, &o.shards));
   const std::string dtype_name = flags.GetOr("dtype", "f32");
   if (dtype_name == "f32") {
@@ -60,7 +61,7 @@ int CmdMakeTiny(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args,
                             {"out", "seed", "layers", "hidden", "heads", "kv-heads", "intermediate",
                              "image-size", "vision-layers", "vision-hidden", "vision-heads",
-                             "vocab", "dtype", "shards"},
+                             "vocab", "model-vocab", "dtype", "shards"},
                             {});
   if (!flags.ok()) return Fail("make-tiny", flags.status());
   if (absl::Status s = MakeTiny(*flags); !s.ok()) return Fail("make-tiny", s);
