@@ -106,7 +106,7 @@ def main():
         m = re.search(r"hap-prefill listening on (\S+)", line)
         if m:
             address = m.group(1)
-        if line.strip() == "ready":
+        if line.startswith("hapctl up: ready"):
             break
         if up.poll() is not None:
             sys.exit(f"hapctl up exited: {line}")

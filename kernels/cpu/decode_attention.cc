@@ -1,5 +1,7 @@
 #include "kernels/cpu/decode_attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -38,13 +40,11 @@ inline float At(const void* row, DType dtype, int64_t t) {
   return BF16ToF32(bits);
 }
 
-// Widens `n` elements of a cache row into dst.
-inline void Widen(const void* row, DType dtype, int n, float* dst) {
-  if (dtype == DType::kF32) {
-    std::memcpy(dst, row, sizeof(float) * n);
-  } else {
-    ConvertToF32(DType::kBF16, row, dst, static_cast<size_t>(n));
-  }
+// `n` elements of a cache row as F32: the row itself when it is F32, else widened into scratch.
+inline const float* AsF32(const void* row, DType dtype, int n, float* scratch) {
+  if (dtype == DType::kF32) return static_cast<const float*>(row);
+  ConvertToF32(DType::kBF16, row, scratch, static_cast<size_t>(n));
+  return scratch;
 }
 
 // q·k in a fixed order that the compiler can vectorise without reassociating: 16 lane sums
@@ -64,6 +64,38 @@ inline float Dot(const float* q, const float* k, int n) {
   return dot;
 }
 
+// The same two operations with AVX-512 (FMA, 16 lanes) where the CPU has it. A process always
+// takes one of the two paths, so results stay split- and batch-invariant within it.
+__attribute__((target("avx512f"))) float DotAvx512(const float* q, const float* k, int n) {
+  __m512 acc = _mm512_setzero_ps();
+  const int n16 = n - n % 16;
+  for (int t = 0; t < n16; t += 16) {
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + t), _mm512_loadu_ps(k + t), acc);
+  }
+  float dot = _mm512_reduce_add_ps(acc);
+  for (int t = n16; t < n; ++t) dot += q[t] * k[t];
+  return dot;
+}
+
+// acc += p · v over n elements.
+inline void Axpy(float p, const float* v, float* acc, int n) {
+  for (int t = 0; t < n; ++t) acc[t] += p * v[t];
+}
+
+__attribute__((target("avx512f"))) void AxpyAvx512(float p, const float* v, float* acc, int n) {
+  const __m512 pv = _mm512_set1_ps(p);
+  const int n16 = n - n % 16;
+  for (int t = 0; t < n16; t += 16) {
+    _mm512_storeu_ps(acc + t, _mm512_fmadd_ps(pv, _mm512_loadu_ps(v + t), _mm512_loadu_ps(acc + t)));
+  }
+  for (int t = n16; t < n; ++t) acc[t] += p * v[t];
+}
+
+bool UseAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
 }  // namespace
 
 absl::Status DecodeAttention(const DecodeAttentionArgs& a) {
@@ -74,6 +106,7 @@ absl::Status DecodeAttention(const DecodeAttentionArgs& a) {
   const size_t elem = DTypeSize(a.kv_dtype);
   int n_rows = 0;
   for (int i = 0; i < a.n_spans; ++i) n_rows += a.spans[i].rows;
+  const bool avx512 = UseAvx512();
 
   DefaultPool().ParallelFor(a.n_heads, [&](int64_t h0, int64_t h1) {
     std::vector<float> s(n_rows), row(hd), acc(hd);
@@ -85,9 +118,9 @@ absl::Status DecodeAttention(const DecodeAttentionArgs& a) {
       for (int i = 0; i < a.n_spans; ++i) {
         const auto* k = static_cast<const uint8_t*>(a.spans[i].k);
         for (int r = 0; r < a.spans[i].rows; ++r, ++j) {
-          Widen(k + (static_cast<int64_t>(r) * kv_stride + kvh * hd) * elem, a.kv_dtype, hd,
-                row.data());
-          s[j] = Dot(q, row.data(), hd) * a.scale;
+          const float* kr = AsF32(k + (static_cast<int64_t>(r) * kv_stride + kvh * hd) * elem,
+                                  a.kv_dtype, hd, row.data());
+          s[j] = (avx512 ? DotAvx512(q, kr, hd) : Dot(q, kr, hd)) * a.scale;
         }
       }
       float mx = -std::numeric_limits<float>::infinity();
@@ -104,10 +137,14 @@ absl::Status DecodeAttention(const DecodeAttentionArgs& a) {
       for (int i = 0; i < a.n_spans; ++i) {
         const auto* v = static_cast<const uint8_t*>(a.spans[i].v);
         for (int r = 0; r < a.spans[i].rows; ++r, ++j) {
-          Widen(v + (static_cast<int64_t>(r) * kv_stride + kvh * hd) * elem, a.kv_dtype, hd,
-                row.data());
+          const float* vr = AsF32(v + (static_cast<int64_t>(r) * kv_stride + kvh * hd) * elem,
+                                  a.kv_dtype, hd, row.data());
           const float p = s[j] * inv;
-          for (int t = 0; t < hd; ++t) acc[t] += p * row[t];
+          if (avx512) {
+            AxpyAvx512(p, vr, acc.data(), hd);
+          } else {
+            Axpy(p, vr, acc.data(), hd);
+          }
         }
       }
       std::memcpy(a.out + h * hd, acc.data(), sizeof(float) * hd);

@@ -9,8 +9,10 @@
 namespace hap::cpu {
 namespace {
 
-constexpr int kRowBlock = 4;  // weight rows in flight together
-constexpr int kXBlock = 2;    // x rows per pass over them (8 independent accumulators)
+// Weight rows in flight together (RB below): one row at a time keeps a single sequential stream,
+// which the hardware prefetchers follow best (1.8x the bandwidth of four interleaved rows for one
+// x row); with more x rows, four rows share each x load and the kernel is bound by FMAs.
+constexpr int kRowsSingle = 1, kRowsBatched = 4;
 
 // Element i of a weight row as F32. Weights sit in a memory-mapped file at whatever offset its
 // header gives: read them unaligned.
@@ -53,31 +55,32 @@ __attribute__((target("avx512f"))) inline __m512 Load16(const uint8_t* row, DTyp
   return _mm512_cvtph_ps(raw);
 }
 
-// AVX-512 path: blocks of kRowBlock weight rows × kXBlock x rows, 16 lanes per FMA; the k % 16
-// tail is scalar.
+// AVX-512 path for F32 and F16 weights: blocks of RB weight rows × XB x rows, 16 lanes per FMA;
+// the k % 16 tail is scalar. Each (weight row, x row) pair has its own accumulator, so its
+// result does not depend on RB, XB or on which rows share the block.
+template <int RB, int XB>
 __attribute__((target("avx512f"))) void RowsAvx512(const float* x, int m, int k,
                                                     const uint8_t* w, DType dtype, int64_t j0,
                                                     int64_t j1, float* y, int64_t ldy) {
   const int64_t row_bytes = k * static_cast<int64_t>(DTypeSize(dtype));
   const int k16 = k & ~15;
-  for (int64_t jb = j0; jb < j1; jb += kRowBlock) {
-    const int nr = static_cast<int>(std::min<int64_t>(kRowBlock, j1 - jb));
-    const uint8_t* wr[kRowBlock];
-    for (int r = 0; r < kRowBlock; ++r) wr[r] = w + (jb + std::min(r, nr - 1)) * row_bytes;
-    for (int ib = 0; ib < m; ib += kXBlock) {
-      const int nx = std::min(kXBlock, m - ib);
-      const float* xr[kXBlock];
-      for (int s = 0; s < kXBlock; ++s) xr[s] = x + static_cast<int64_t>(ib + std::min(s, nx - 1)) * k;
-      __m512 acc[kRowBlock][kXBlock];
+  for (int64_t jb = j0; jb < j1; jb += RB) {
+    const int nr = static_cast<int>(std::min<int64_t>(RB, j1 - jb));
+    const uint8_t* wr[RB];
+    for (int r = 0; r < RB; ++r) wr[r] = w + (jb + std::min(r, nr - 1)) * row_bytes;
+    for (int ib = 0; ib < m; ib += XB) {
+      const int nx = std::min(XB, m - ib);
+      const float* xr[XB];
+      for (int s = 0; s < XB; ++s) xr[s] = x + static_cast<int64_t>(ib + std::min(s, nx - 1)) * k;
+      __m512 acc[RB][XB];
       for (auto& a : acc)
         for (auto& v : a) v = _mm512_setzero_ps();
       for (int t = 0; t < k16; t += 16) {
-        const __m512 x0 = _mm512_loadu_ps(xr[0] + t);
-        const __m512 x1 = _mm512_loadu_ps(xr[1] + t);
-        for (int r = 0; r < kRowBlock; ++r) {
+        __m512 xv[XB];
+        for (int s = 0; s < XB; ++s) xv[s] = _mm512_loadu_ps(xr[s] + t);
+        for (int r = 0; r < RB; ++r) {
           const __m512 wv = Load16(wr[r], dtype, t);
-          acc[r][0] = _mm512_fmadd_ps(wv, x0, acc[r][0]);
-          acc[r][1] = _mm512_fmadd_ps(wv, x1, acc[r][1]);
+          for (int s = 0; s < XB; ++s) acc[r][s] = _mm512_fmadd_ps(wv, xv[s], acc[r][s]);
         }
       }
       for (int r = 0; r < nr; ++r) {
@@ -91,8 +94,87 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* x, int m, int k,
   }
 }
 
+// BF16 weights, 32 per load: interleaving 16-bit zeros below each element (unpacklo/unpackhi
+// with zero) makes every element its exact F32 value, one instruction per 16, in this order
+// within each 32-element chunk; x is permuted the same way once per call (xp), so each product
+// pairs the right values.
+constexpr int kBf16Order[32] = {0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
+                                4,  5,  6,  7,  12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+
+void PermuteForBf16(const float* x, int m, int k, float* xp) {
+  const int k32 = k & ~31;
+  for (int i = 0; i < m; ++i) {
+    const float* src = x + static_cast<int64_t>(i) * k;
+    float* dst = xp + static_cast<int64_t>(i) * k;
+    for (int t = 0; t < k32; t += 32) {
+      for (int l = 0; l < 32; ++l) dst[t + l] = src[t + kBf16Order[l]];
+    }
+    for (int t = k32; t < k; ++t) dst[t] = src[t];
+  }
+}
+
+template <int RB, int XB>
+__attribute__((target("avx512f,avx512bw"))) void RowsBf16Avx512(const float* xp, int m, int k,
+                                                                 const uint8_t* w, int64_t j0,
+                                                                 int64_t j1, float* y,
+                                                                 int64_t ldy) {
+  const int64_t row_bytes = 2 * static_cast<int64_t>(k);
+  const int k32 = k & ~31;
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t jb = j0; jb < j1; jb += RB) {
+    const int nr = static_cast<int>(std::min<int64_t>(RB, j1 - jb));
+    const uint8_t* wr[RB];
+    for (int r = 0; r < RB; ++r) wr[r] = w + (jb + std::min(r, nr - 1)) * row_bytes;
+    for (int ib = 0; ib < m; ib += XB) {
+      const int nx = std::min(XB, m - ib);
+      const float* xr[XB];
+      for (int s = 0; s < XB; ++s) xr[s] = xp + static_cast<int64_t>(ib + std::min(s, nx - 1)) * k;
+      __m512 lo[RB][XB], hi[RB][XB];
+      for (int r = 0; r < RB; ++r) {
+        for (int s = 0; s < XB; ++s) lo[r][s] = hi[r][s] = _mm512_setzero_ps();
+      }
+      for (int t = 0; t < k32; t += 32) {
+        __m512 xlo[XB], xhi[XB];
+        for (int s = 0; s < XB; ++s) {
+          xlo[s] = _mm512_loadu_ps(xr[s] + t);
+          xhi[s] = _mm512_loadu_ps(xr[s] + t + 16);
+        }
+        for (int r = 0; r < RB; ++r) {
+          const __m512i raw = _mm512_loadu_si512(wr[r] + 2 * t);
+          const __m512 wlo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, raw));
+          const __m512 whi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, raw));
+          for (int s = 0; s < XB; ++s) {
+            lo[r][s] = _mm512_fmadd_ps(wlo, xlo[s], lo[r][s]);
+            hi[r][s] = _mm512_fmadd_ps(whi, xhi[s], hi[r][s]);
+          }
+        }
+      }
+      for (int r = 0; r < nr; ++r) {
+        for (int s = 0; s < nx; ++s) {
+          float sum = _mm512_reduce_add_ps(_mm512_add_ps(lo[r][s], hi[r][s]));
+          for (int t = k32; t < k; ++t) sum += xr[s][t] * Widen(wr[r], DType::kBF16, t);
+          y[static_cast<int64_t>(ib + s) * ldy + jb + r] = sum;
+        }
+      }
+    }
+  }
+}
+
+// Widens n elements (F16 or BF16) into dst, 16 at a time.
+__attribute__((target("avx512f"))) void WidenAvx512(const uint8_t* src, DType dtype, int64_t n,
+                                                     float* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, Load16(src, dtype, static_cast<int>(i)));
+  for (; i < n; ++i) dst[i] = Widen(src, dtype, i);
+}
+
 bool HasAvx512() {
   static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+bool HasAvx512Bw() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   return has;
 }
 
@@ -101,8 +183,25 @@ bool HasAvx512() {
 void NarrowRowsTimesX(const float* x, int m, int k, const void* w, DType dtype, int64_t j_begin,
                       int64_t j_end, float* y, int64_t ldy) {
   const auto* bytes = static_cast<const uint8_t*>(w);
-  if (HasAvx512()) {
-    RowsAvx512(x, m, k, bytes, dtype, j_begin, j_end, y, ldy);
+  if (dtype == DType::kBF16 && HasAvx512Bw()) {
+    thread_local std::vector<float> xp;
+    xp.resize(static_cast<size_t>(m) * k);
+    PermuteForBf16(x, m, k, xp.data());
+    if (m == 1) {
+      RowsBf16Avx512<kRowsSingle, 1>(xp.data(), m, k, bytes, j_begin, j_end, y, ldy);
+    } else if (m == 2) {
+      RowsBf16Avx512<kRowsSingle, 2>(xp.data(), m, k, bytes, j_begin, j_end, y, ldy);
+    } else {
+      RowsBf16Avx512<kRowsBatched, 2>(xp.data(), m, k, bytes, j_begin, j_end, y, ldy);
+    }
+  } else if (HasAvx512()) {
+    if (m == 1) {
+      RowsAvx512<kRowsSingle, 1>(x, m, k, bytes, dtype, j_begin, j_end, y, ldy);
+    } else if (m == 2) {
+      RowsAvx512<kRowsSingle, 2>(x, m, k, bytes, dtype, j_begin, j_end, y, ldy);
+    } else {
+      RowsAvx512<kRowsBatched, 2>(x, m, k, bytes, dtype, j_begin, j_end, y, ldy);
+    }
   } else {
     RowsPortable(x, m, k, bytes, dtype, j_begin, j_end, y, ldy);
   }
@@ -111,7 +210,12 @@ void NarrowRowsTimesX(const float* x, int m, int k, const void* w, DType dtype, 
 void WidenRows(const void* w, DType dtype, int k, int64_t j_begin, int64_t j_end, float* dst) {
   const auto* src =
       static_cast<const uint8_t*>(w) + j_begin * k * static_cast<int64_t>(DTypeSize(dtype));
-  ConvertToF32(dtype, src, dst, static_cast<size_t>((j_end - j_begin) * k));
+  const int64_t n = (j_end - j_begin) * k;
+  if (dtype != DType::kF32 && HasAvx512()) {
+    WidenAvx512(src, dtype, n, dst);
+  } else {
+    ConvertToF32(dtype, src, dst, static_cast<size_t>(n));
+  }
 }
 
 bool NarrowMatmulUsesAvx512() { return HasAvx512(); }
