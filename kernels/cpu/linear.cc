@@ -56,8 +56,8 @@ absl::Status Linear(const float* x, const TensorView& w, const float* bias, floa
     return absl::InvalidArgumentError(absl::StrFormat("Linear: bad arguments m=%d k=%d n=%d", m, k, n));
   }
   if (m == 0) return absl::OkStatus();
-  if (m > kNarrowGemvRows && w.dtype == DType::kF32) return Linear(x, w.f32(), bias, y, m, k, n);
-  if (m <= kNarrowGemvRows) {
+  if (m > kGemvRowsF32 && w.dtype == DType::kF32) return Linear(x, w.f32(), bias, y, m, k, n);
+  if (m <= kGemvRowsNarrow) {
     DefaultPool().ParallelFor(n, [&](int64_t j0, int64_t j1) {
       NarrowRowsTimesX(x, m, k, w.data, w.dtype, j0, j1, y, n);
     });

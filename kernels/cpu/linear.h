@@ -12,11 +12,13 @@ absl::Status Linear(const float* x, const float* w, const float* bias, float* y,
                     int n);
 
 // The same with w a host weight view [n, k] in F32, BF16 or F16 (F32 accumulation); k and n
-// come from w.shape. Weights are read as stored: m <= kNarrowGemvRows rows go through
-// NarrowRowsTimesX (one pass over the weight bytes, split over the default pool; batch-invariant
-// results), more rows use sgemm, on BF16/F16 weights over tiles widened into a thread-local F32
-// buffer.
-inline constexpr int kNarrowGemvRows = 16;
+// come from w.shape. Weights are read as stored. NarrowRowsTimesX (split over the default pool;
+// each output computed the same way whatever m: batch-invariant) takes up to kGemvRowsF32 rows
+// of F32 weights and up to kGemvRowsNarrow rows of BF16/F16 weights (where it beats widening the
+// weight for sgemm: pruned prefills and decode batches); more rows use sgemm, on BF16/F16 over
+// weight tiles widened into a thread-local F32 buffer.
+inline constexpr int kGemvRowsF32 = 16;
+inline constexpr int kGemvRowsNarrow = 128;
 absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m);
 
 // Sizes the CPU compute of this process: the default pool (the kernels' own threads) and

@@ -41,7 +41,7 @@ class LlamaDecoder {
   // One decode step for b sequences at once: tokens[i] is appended to caches[i] (distinct
   // caches of any lengths and pruning). Every weight is read once for the whole batch; each
   // sequence's logits are exactly those of its own DecodeStep (the matmul is batch-invariant
-  // up to kNarrowGemvRows rows, and attention runs per sequence). Returns F32 [b, vocab].
+  // up to cpu::kGemvRowsF32 rows, and attention runs per sequence). Returns F32 [b, vocab].
   // Errors from the checks before the first layer (bad batch, cache without prefill, context
   // full) leave every cache untouched; an error inside a layer leaves the caches unusable.
   absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,

@@ -116,12 +116,13 @@ StoredWeight Store(const std::vector<float>& w, DType dtype, int n, int k) {
 }
 
 // Linear on weights as stored (F32, BF16, F16): both paths (the GEMV kernel up to
-// kNarrowGemvRows rows, widened tiles + sgemm above), odd k (the scalar tail) and n (partial row
+// kGemvRowsF32 / kGemvRowsNarrow rows, sgemm (on widened tiles for BF16/F16) above), odd k (the scalar tail) and n (partial row
 // blocks), against the double-accumulation reference on the widened weights.
 TEST(KernelsCpu, LinearOnStoredDtypesMatchesReference) {
   const LinearCase cases[] = {{1, 7, 5, false},    {1, 64, 33, true},   {2, 100, 9, true},
                               {3, 17, 9, true},    {16, 64, 130, false}, {17, 64, 129, true},
-                              {40, 1024, 300, false}, {577, 33, 31, true}};
+                              {40, 1024, 300, false}, {128, 96, 70, true},
+                              {129, 96, 70, false},   {577, 33, 31, true}};
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const LinearCase& c : cases) {
       SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " Linear m=" << c.m
@@ -140,14 +141,16 @@ TEST(KernelsCpu, LinearOnStoredDtypesMatchesReference) {
   }
 }
 
-// Up to kNarrowGemvRows rows, each output row is exactly what that row alone gives: a sequence
+// Up to kGemvRowsF32 rows (F32) and kGemvRowsNarrow rows (BF16/F16), each output row is exactly
+// what that row alone gives: a sequence
 // decoded in a batch sees the logits of its solo run.
 TEST(KernelsCpu, LinearIsBatchInvariantUpToTheGemvRows) {
   const int k = 96, n = 70;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(DTypeName(dtype));
     StoredWeight w = Store(Random(static_cast<size_t>(n) * k, 21, 0.3f), dtype, n, k);
-    for (int m : {2, 5, cpu::kNarrowGemvRows}) {
+    const int most = dtype == DType::kF32 ? cpu::kGemvRowsF32 : cpu::kGemvRowsNarrow;
+    for (int m : {2, 5, cpu::kGemvRowsF32, most}) {
       auto x = Random(static_cast<size_t>(m) * k, 22 + m);
       std::vector<float> together(static_cast<size_t>(m) * n), alone(n);
       ASSERT_TRUE(cpu::Linear(x.data(), w.view, nullptr, together.data(), m).ok());
