@@ -148,7 +148,7 @@ class DecodeReactor final
   }
 
   // Hands the sequence to the batching engine; from here the engine thread owns the call and is
-  // the only one that closes it (in OnDecodeDone).
+  // the only one that closes it (in the job's done callback).
   absl::Status SubmitDecode() {
     const hap::v1::KvHeader header = assembler_->header();
     HAP_ASSIGN_OR_RETURN(SamplingParams params, SamplingFromProto(header.sampling()));
