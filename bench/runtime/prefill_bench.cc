@@ -9,6 +9,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -18,6 +19,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/thread_pool.h"
 #include "base/timer.h"
 #include "runtime/model/pipeline.h"
 
@@ -59,6 +61,49 @@ struct Args {
   std::string method = "hap";
   std::vector<double> retain;
 };
+
+// Memory read bandwidth in GB/s: the best of three passes summing a 1 GiB buffer as 64-bit
+// words on every thread of the compute pool (a stream the prefetchers follow, like a weight).
+double ReadBandwidthGBs() {
+  const size_t n = (size_t{1} << 30) / sizeof(uint64_t);
+  std::vector<uint64_t> buf(n, 1);
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    std::atomic<uint64_t> total{0};
+    const auto t0 = Clock::now();
+    DefaultPool().ParallelFor(static_cast<int64_t>(n), [&](int64_t b, int64_t e) {
+      uint64_t sum = 0;
+      for (int64_t i = b; i < e; ++i) sum += buf[i];
+      total += sum;
+    });
+    const double s = MsSince(t0) / 1e3;
+    if (total.load() == n) best = std::max(best, n * sizeof(uint64_t) / s / 1e9);
+  }
+  return best;
+}
+
+// Peak resident memory of this process (VmHWM), bytes.
+int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// Bytes one decode step reads from the weights: every decoder matrix, the final norm and the LM
+// head (one embedding row is negligible).
+int64_t WeightBytesPerToken(const TextWeights& w) {
+  int64_t bytes = w.lm_head.bytes() + w.norm.bytes();
+  for (const LlamaLayerWeights& l : w.layers) {
+    for (const Weight* t : {&l.attn_norm, &l.q, &l.k, &l.v, &l.o, &l.mlp_norm, &l.gate, &l.up,
+                            &l.down}) {
+      bytes += t->bytes();
+    }
+  }
+  return bytes;
+}
 
 int Main(int argc, char** argv) {
   Args a;
@@ -135,6 +180,19 @@ int Main(int argc, char** argv) {
   std::printf("OpenBLAS sgemm [%d x %d] x [%d x %d]: %.1f GFLOP/s (prefill reaches %.0f%% of it)\n",
               n_prompt, c.text.hidden_size, c.text.hidden_size, c.text.intermediate_size, sgemm,
               100.0 * gflop / (best_prefill / 1e3) / sgemm);
+  // Before the bandwidth probe's 1 GiB buffer.
+  const int64_t peak_rss = PeakRssBytes();
+  // Decode reads every weight and the whole KV cache once per token: their bytes over the
+  // memory bandwidth bound the single-stream rate.
+  const double gbs = ReadBandwidthGBs();
+  const double weight_gb = WeightBytesPerToken((*model)->weights().text()) / 1e9;
+  const double kv_gb = base.stats.kv_bytes / 1e9;  // the prompt's cache; it grows by a row per token
+  const double bound = gbs / (weight_gb + kv_gb);
+  std::printf("decode bound: (%.3f GB of weights + %.3f GB of KV cache per token) / %.1f GB/s "
+              "memory read = %.1f tokens/s; measured %.2f (%.0f%% of it)\n",
+              weight_gb, kv_gb, gbs, bound, decode_tps, 100.0 * decode_tps / bound);
+  std::printf("peak RSS after the unpruned runs %.0f MiB (weights as stored %.0f MiB)\n",
+              peak_rss / 1048576.0, (*model)->weights().stored_bytes() / 1048576.0);
 
   if (!a.retain.empty()) {
     std::printf("\n| method | retain (of 576) | avg visual tokens | prefill ms | speedup | FLOPs "
