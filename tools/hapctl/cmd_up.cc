@@ -6,23 +6,26 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "sdk/local_pipeline.h"
+#include "absl/strings/str_join.h"
 #include "base/stop_signals.h"
+#include "runtime/io/model_dir.h"
+#include "sdk/local_pipeline.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
-#include "runtime/io/model_dir.h"
 
 namespace hap::cli {
 namespace {
 
 constexpr char kUsage[] =
     "usage: hapctl up [--model DIR] [--method M] [--retain K|P% | --flops F] [--threads N]\n"
-    "                 [--max-concurrent N] [--queue-length N] [--bin-dir DIR] [--quiet]";
+    "                 [--max-concurrent N] [--queue-length N] [--decode-replicas N]\n"
+    "                 [--bin-dir DIR] [--quiet]";
 
 int CmdUp(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args,
                             {"model", "method", "retain", "flops", "threads", "max-concurrent",
-                             "queue-length", "bin-dir", "host", "start-timeout-ms"},
+                             "queue-length", "decode-replicas", "bin-dir", "host",
+                             "start-timeout-ms"},
                             {"quiet"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", kUsage);
@@ -33,6 +36,12 @@ int CmdUp(const std::vector<std::string>& args) {
   }
   auto timeout = flags->Int("start-timeout-ms", 120000);
   if (!timeout.ok()) return Fail("up", timeout.status());
+  auto replicas = flags->Int("decode-replicas", 1);
+  if (!replicas.ok()) return Fail("up", replicas.status());
+  if (*replicas < 1 || *replicas > 64) {
+    return Fail("up", absl::InvalidArgumentError(
+                          absl::StrCat("--decode-replicas ", *replicas, " is not in [1, 64]")));
+  }
   StopSignals::Install();
 
   sdk::LocalPipelineOptions o;
@@ -41,6 +50,7 @@ int CmdUp(const std::vector<std::string>& args) {
   o.host = flags->GetOr("host", "127.0.0.1");
   o.echo_output = !flags->Bool("quiet");
   o.start_timeout = std::chrono::milliseconds(*timeout);
+  o.decode_replicas = static_cast<int>(*replicas);
   std::vector<std::string> common;
   for (const char* f : {"threads", "max-concurrent", "queue-length"}) {
     if (auto v = flags->Get(f)) common.insert(common.end(), {absl::StrCat("--", f), *v});
@@ -58,7 +68,7 @@ int CmdUp(const std::vector<std::string>& args) {
       "hapctl up: ready (front door hap-prefill %s, hap-encoder %s, hap-decode %s; "
       "Ctrl-C stops)\n",
       (*pipeline)->front_door().c_str(), (*pipeline)->address(sdk::Service::kEncoder).c_str(),
-      (*pipeline)->address(sdk::Service::kDecode).c_str());
+      absl::StrJoin((*pipeline)->decode_addresses(), ",").c_str());
   std::fflush(stdout);
 
   int exit_code = 0;
