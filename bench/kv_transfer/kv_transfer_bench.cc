@@ -9,10 +9,12 @@
 #include <fstream>
 #include <iterator>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/common/bench_options.h"
 #include "bench/common/percentile.h"
 #include "bench/kv_transfer/tcp_copy.h"
 #include "hap/v1/decode.grpc.pb.h"
@@ -273,13 +275,9 @@ int E2eBench(sdk::Client* client, const std::string& image, const svc::Options& 
 }
 
 int Main(int argc, char** argv) {
-  const auto specs = Specs();
-  auto o = svc::Options::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
-  if (!o.ok() || o->help()) {
-    std::fprintf(stderr, "%s%s\n", o.ok() ? "" : (std::string(o.status().message()) + "\n").c_str(),
-                 svc::Options::Usage("kv_transfer_bench", specs).c_str());
-    return o.ok() ? 0 : 2;
-  }
+  int exit_code = 0;
+  std::optional<svc::Options> o = ParseBenchOptions(argc, argv, "kv_transfer_bench", Specs(), &exit_code);
+  if (!o) return exit_code;
   auto requests = o->Int("requests", 1, 100000);
   auto max_new = o->Int("max-new-tokens", 2, 1 << 20);
   auto iters = o->Int("transfer-iters", 1, 10000);

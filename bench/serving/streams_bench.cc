@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/timer.h"
+#include "bench/common/bench_options.h"
 #include "bench/common/percentile.h"
 #include "runtime/io/config.h"
 #include "runtime/io/model_dir.h"
@@ -88,13 +90,9 @@ Round RunStreams(const std::string& address, const hap::v1::GenerateRequest& req
 }
 
 int Main(int argc, char** argv) {
-  const auto specs = Specs();
-  auto o = svc::Options::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
-  if (!o.ok() || o->help()) {
-    std::fprintf(stderr, "%s%s\n", o.ok() ? "" : (std::string(o.status().message()) + "\n").c_str(),
-                 svc::Options::Usage("streams_bench", specs).c_str());
-    return o.ok() ? 0 : 2;
-  }
+  int exit_code = 0;
+  std::optional<svc::Options> o = ParseBenchOptions(argc, argv, "streams_bench", Specs(), &exit_code);
+  if (!o) return exit_code;
   std::vector<int> counts;
   for (absl::string_view part : absl::StrSplit(o->Get("streams"), ',')) {
     int n = 0;
