@@ -107,8 +107,7 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const 
 
 absl::StatusOr<std::vector<float>> RunProjector(const LlavaConfig& cfg, const ProjectorWeights& w,
                                                 const float* features, int n) {
-  const int dv = cfg.vision.hidden_size;
-  const int dt = cfg.text.hidden_size;
+  const int dt = cfg.text.hidden_size;  // the projector's input width comes with w.l1_w
   std::vector<float> h(static_cast<size_t>(n) * dt), out(static_cast<size_t>(n) * dt);
   HAP_RETURN_IF_ERROR(cpu::Linear(features, w.l1_w, w.l1_b.f32(), h.data(), n));
   if (cfg.projector_hidden_act == "gelu") {

@@ -394,7 +394,9 @@ TEST_P(BatchingTest, FullPoolQueuesRefusesAndNeverLeaks) {
       absl::StatusOr<DecodeResult> r = done[i].get_future().get();
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(static_cast<int>(r->tokens.size()), stop.max_new_tokens);
-      if (i > 0) EXPECT_EQ(r->tokens, first_tokens);
+      if (i > 0) {
+        EXPECT_EQ(r->tokens, first_tokens);
+      }
       first_tokens = r->tokens;
     }
     absl::StatusOr<DecodeResult> big = done[kJobs].get_future().get();
