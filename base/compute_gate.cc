@@ -18,11 +18,6 @@ ComputeGate::Hold::~Hold() {
   gate_->cv_.notify_all();
 }
 
-int ComputeGate::occupancy() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(next_ticket_ - serving_);
-}
-
 ComputeGate& ProcessComputeGate() {
   static ComputeGate* gate = new ComputeGate();
   return *gate;

@@ -28,11 +28,9 @@ class ComputeGate {
 
   // Waits for every earlier Enter() to be released.
   Hold Enter();
-  // Callers waiting or inside.
-  int occupancy() const;
 
  private:
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;
   uint64_t next_ticket_ = 0;  // handed to the next caller
   uint64_t serving_ = 0;      // the ticket allowed in

@@ -218,6 +218,4 @@ void WidenRows(const void* w, DType dtype, int k, int64_t j_begin, int64_t j_end
   }
 }
 
-bool NarrowMatmulUsesAvx512() { return HasAvx512(); }
-
 }  // namespace hap::cpu

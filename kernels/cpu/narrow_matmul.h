@@ -21,7 +21,4 @@ void NarrowRowsTimesX(const float* x, int m, int k, const void* w, DType dtype, 
 // Widens weight rows [j_begin, j_end) of w [n, k] into dst F32 [j_end - j_begin, k].
 void WidenRows(const void* w, DType dtype, int k, int64_t j_begin, int64_t j_end, float* dst);
 
-// True when NarrowRowsTimesX runs its AVX-512 path on this CPU.
-bool NarrowMatmulUsesAvx512();
-
 }  // namespace hap::cpu

@@ -4,8 +4,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-
 namespace hap {
 
 DecodeEngine::DecodeEngine(const LlavaModel& model, const DecodeEngineOptions& options)
@@ -70,9 +68,9 @@ void DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
       const int reserve = std::max(seq.job.stop.max_new_tokens, 0);
       absl::StatusOr<std::unique_ptr<PagedKv>> paged =
           PagedKv::FromCache(options_.pool, seq.job.cache, reserve);
-      const bool fits_at_all = PagedKv::BlocksFor(*options_.pool, seq.job.cache, reserve) <=
-                               options_.pool->stats().blocks_total;
-      if (!paged.ok() && absl::IsResourceExhausted(paged.status()) && fits_at_all) {
+      if (!paged.ok() && absl::IsResourceExhausted(paged.status()) &&
+          PagedKv::BlocksFor(*options_.pool, seq.job.cache, reserve) <=
+              options_.pool->stats().blocks_total) {
         // Not now: this job and the ones behind it wait, in order, for blocks to come back.
         std::lock_guard<std::mutex> lock(mu_);
         for (size_t j = taken.size(); j-- > i + 1;) waiting_.push_front(std::move(taken[j]));
@@ -96,7 +94,6 @@ void DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
 void DecodeEngine::Loop() {
   std::vector<Sequence> active;
   const int vocab = model_.config().text.vocab_size;
-  const int max_positions = model_.config().text.max_position_embeddings;
   for (;;) {
     bool stopping;
     {
@@ -107,23 +104,25 @@ void DecodeEngine::Loop() {
     // Admission between steps, in arrival order, up to the batch limit.
     Admit(active, stopping);
     // Sequences that are finished, cancelled or asked to stop leave before the step, and so does
-    // one whose next position is past the model's context (alone: the others go on).
-    for (Sequence& seq : active) {
+    // one that cannot take another step (its context is full): alone, the others go on.
+    std::vector<absl::Status> unable(active.size());
+    for (size_t i = 0; i < active.size(); ++i) {
+      Sequence& seq = active[i];
       if (stopping || (seq.job.should_stop && seq.job.should_stop())) seq.stream->Cancel();
+      if (!seq.stream->done()) unable[i] = model_.CheckCanDecode(*seq.store());
     }
-    auto finished = std::stable_partition(active.begin(), active.end(), [&](Sequence& s) {
-      return !s.stream->done() && s.store()->next_position < max_positions;
-    });
-    for (auto it = finished; it != active.end(); ++it) {
-      if (it->stream->done()) {
-        Retire(*it, it->stream->Finish());
+    size_t kept = 0;
+    for (size_t i = 0; i < active.size(); ++i) {
+      if (active[i].stream->done()) {
+        Retire(active[i], active[i].stream->Finish());
+      } else if (!unable[i].ok()) {
+        Retire(active[i], unable[i]);
       } else {
-        Retire(*it, absl::OutOfRangeError(absl::StrCat(
-                        "position ", it->store()->next_position, " reaches the model's context of ",
-                        max_positions)));
+        if (kept != i) active[kept] = std::move(active[i]);
+        ++kept;
       }
     }
-    active.erase(finished, active.end());
+    active.resize(kept);
     if (active.empty()) {
       if (stopping) {
         std::lock_guard<std::mutex> lock(mu_);

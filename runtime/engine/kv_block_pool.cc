@@ -5,6 +5,14 @@
 #include "absl/strings/str_cat.h"
 
 namespace hap {
+namespace {
+
+// K then V, each [block_rows, kv_dim] of dtype.
+int64_t BlockBytes(int block_rows, int kv_dim, DType dtype) {
+  return int64_t{2} * block_rows * kv_dim * static_cast<int64_t>(DTypeSize(dtype));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(int block_rows, int kv_dim,
                                                                  DType dtype,
@@ -16,8 +24,7 @@ absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(int block_rows,
     return absl::InvalidArgumentError(
         absl::StrCat("KV blocks of ", block_rows, " rows of ", kv_dim, " values"));
   }
-  const int64_t block_bytes =
-      int64_t{2} * block_rows * kv_dim * static_cast<int64_t>(DTypeSize(dtype));
+  const int64_t block_bytes = BlockBytes(block_rows, kv_dim, dtype);
   const int64_t blocks = capacity_bytes / block_bytes;
   if (blocks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("a KV pool of ", capacity_bytes,
@@ -31,7 +38,7 @@ KvBlockPool::KvBlockPool(int block_rows, int kv_dim, DType dtype, int64_t blocks
     : block_rows_(block_rows),
       kv_dim_(kv_dim),
       dtype_(dtype),
-      block_bytes_(int64_t{2} * block_rows * kv_dim * static_cast<int64_t>(DTypeSize(dtype))),
+      block_bytes_(BlockBytes(block_rows, kv_dim, dtype)),
       total_blocks_(blocks) {
   stats_.blocks_total = blocks;
   stats_.bytes_per_block = block_bytes_;
@@ -41,7 +48,6 @@ absl::StatusOr<std::vector<int32_t>> KvBlockPool::Allocate(int n) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t available = total_blocks_ - stats_.blocks_in_use;
   if (n > available) {
-    ++stats_.refusals;
     return absl::ResourceExhaustedError(
         absl::StrCat("the KV pool has ", available, " free blocks of ", total_blocks_,
                      "; this sequence needs ", n, " (", block_rows_, " rows each)"));
@@ -63,7 +69,6 @@ absl::StatusOr<std::vector<int32_t>> KvBlockPool::Allocate(int n) {
   }
   stats_.blocks_in_use += n;
   stats_.blocks_peak = std::max(stats_.blocks_peak, stats_.blocks_in_use);
-  ++stats_.allocations;
   return out;
 }
 
@@ -81,11 +86,6 @@ uint8_t* KvBlockPool::Block(int32_t block) {
 
 void* KvBlockPool::k(int32_t block) { return Block(block); }
 void* KvBlockPool::v(int32_t block) { return Block(block) + block_bytes_ / 2; }
-
-int64_t KvBlockPool::free_blocks() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return total_blocks_ - stats_.blocks_in_use;
-}
 
 KvPoolStats KvBlockPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -18,8 +18,6 @@ struct KvPoolStats {
   int64_t blocks_total = 0;   // the capacity in blocks
   int64_t blocks_in_use = 0;  // handed out and not yet freed
   int64_t blocks_peak = 0;    // highest blocks_in_use so far
-  int64_t allocations = 0;    // Allocate calls that succeeded
-  int64_t refusals = 0;       // Allocate calls refused for lack of blocks
   int64_t bytes_per_block = 0;
 };
 
@@ -40,7 +38,6 @@ class KvBlockPool {
   int block_rows() const { return block_rows_; }
   int kv_dim() const { return kv_dim_; }
   DType dtype() const { return dtype_; }
-  int64_t free_blocks() const;
   KvPoolStats stats() const;
 
  private:

@@ -229,6 +229,18 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeStep(int32_t token, KvSto
   return DecodeBatch({token}, {cache});
 }
 
+absl::Status LlamaDecoder::CheckCanDecode(const KvStore& cache) const {
+  if (cache.n_layers() != n_layers()) {
+    return absl::FailedPreconditionError("decode step on a KV cache without prefill");
+  }
+  if (cache.next_position >= cfg_.text.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrFormat("position %d reaches the model's context of %d",
+                                                 cache.next_position,
+                                                 cfg_.text.max_position_embeddings));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(
     const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches) const {
   const int b = static_cast<int>(tokens.size());
@@ -238,16 +250,8 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(
   }
   std::vector<int32_t> positions(b);
   for (int i = 0; i < b; ++i) {
-    const KvStore& cache = *caches[i];
-    if (cache.n_layers() != n_layers()) {
-      return absl::FailedPreconditionError("decode step on a KV cache without prefill");
-    }
-    if (cache.next_position >= cfg_.text.max_position_embeddings) {
-      return absl::OutOfRangeError(absl::StrFormat(
-          "position %d reaches the model's context of %d", cache.next_position,
-          cfg_.text.max_position_embeddings));
-    }
-    positions[i] = cache.next_position;
+    HAP_RETURN_IF_ERROR(CheckCanDecode(*caches[i]));
+    positions[i] = caches[i]->next_position;
   }
   HAP_ASSIGN_OR_RETURN(std::vector<float> x, Embed(tokens));  // F32 [b, hidden]
   std::vector<KvSegment> segments(b);

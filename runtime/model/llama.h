@@ -46,6 +46,9 @@ class LlamaDecoder {
   // full) leave every cache untouched; an error inside a layer leaves the caches unusable.
   absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
                                                  const std::vector<KvStore*>& caches) const;
+  // Whether `cache` can take another decode step: FailedPrecondition without a prefill,
+  // OutOfRange once its next position reaches the context. DecodeBatch checks every cache.
+  absl::Status CheckCanDecode(const KvStore& cache) const;
 
   int n_layers() const { return static_cast<int>(w_.layers.size()); }
 

@@ -60,6 +60,11 @@ absl::StatusOr<std::vector<float>> LlavaModel::DecodeBatch(
   return decoder_->DecodeBatch(tokens, caches);
 }
 
+absl::Status LlavaModel::CheckCanDecode(const KvStore& cache) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
+  return decoder_->CheckCanDecode(cache);
+}
+
 absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
     const std::vector<float>& pixels, VisionFeatureLayer* feature_layer) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kVision));

@@ -70,6 +70,8 @@ class LlavaModel {
   // One step for several sequences (LlamaDecoder::DecodeBatch): F32 [b, vocab].
   absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
                                                  const std::vector<KvStore*>& caches) const;
+  // LlamaDecoder::CheckCanDecode (FailedPrecondition too when the language part is not loaded).
+  absl::Status CheckCanDecode(const KvStore& cache) const;
 
   int max_prompt_tokens() const;
 

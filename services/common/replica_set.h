@@ -70,10 +70,6 @@ class ReplicaSet {
     return Lease(this, best);
   }
 
-  int size() const { return static_cast<int>(replicas_.size()); }
-  const std::string& address(int i) const { return replicas_[i]->address; }
-  int in_flight(int i) const { return replicas_[i]->in_flight.load(); }
-
  private:
   struct Replica {
     std::string address;
