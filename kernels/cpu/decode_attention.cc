@@ -82,13 +82,21 @@ inline void Axpy(float p, const float* v, float* acc, int n) {
   for (int t = 0; t < n; ++t) acc[t] += p * v[t];
 }
 
+// The n % 16 tail is one masked FMA, not a scalar loop: the compiler would vectorise such a loop
+// behind a run-time overlap check of acc and v, and its vector and scalar versions round
+// differently (fused or not), so the result would depend on where the buffers happen to lie.
 __attribute__((target("avx512f"))) void AxpyAvx512(float p, const float* v, float* acc, int n) {
   const __m512 pv = _mm512_set1_ps(p);
   const int n16 = n - n % 16;
   for (int t = 0; t < n16; t += 16) {
     _mm512_storeu_ps(acc + t, _mm512_fmadd_ps(pv, _mm512_loadu_ps(v + t), _mm512_loadu_ps(acc + t)));
   }
-  for (int t = n16; t < n; ++t) acc[t] += p * v[t];
+  if (n16 < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - n16)) - 1);
+    _mm512_mask_storeu_ps(acc + n16, tail,
+                          _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(tail, v + n16),
+                                          _mm512_maskz_loadu_ps(tail, acc + n16)));
+  }
 }
 
 bool UseAvx512() {
