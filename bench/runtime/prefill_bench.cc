@@ -19,8 +19,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/dtype.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "runtime/model/pipeline.h"
 
 namespace hap {
@@ -40,9 +42,12 @@ double PrefillFlops(const LlavaConfig& c, const PrefillTrace& trace) {
   return flops + 2.0 * d * c.text.vocab_size;
 }
 
+// OpenBLAS sgemm on all of the pool's threads (the engine runs it on one thread per pool thread;
+// this is OpenBLAS's own best on the machine), restored to one thread afterwards.
 double SgemmGflops(int m, int k, int n, int repeats) {
   std::vector<float> a(static_cast<size_t>(m) * k, 0.01f), b(static_cast<size_t>(n) * k, 0.02f),
       c(static_cast<size_t>(m) * n);
+  openblas_set_num_threads(DefaultPool().size());
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.f, a.data(), k, b.data(), k, 0.f,
               c.data(), n);
   double best = 1e30;
@@ -50,6 +55,22 @@ double SgemmGflops(int m, int k, int n, int repeats) {
     const auto t0 = Clock::now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.f, a.data(), k, b.data(), k,
                 0.f, c.data(), n);
+    best = std::min(best, MsSince(t0));
+  }
+  openblas_set_num_threads(1);
+  return 2.0 * m * k * n / (best / 1e3) / 1e9;
+}
+
+// The engine's BF16-weight product (cpu::Bf16Gemm) on the same shape; 0 where the CPU lacks it.
+double Bf16GemmGflops(int m, int k, int n, int repeats) {
+  if (!cpu::HasBf16DotProduct()) return 0;
+  std::vector<float> a(static_cast<size_t>(m) * k, 0.01f), c(static_cast<size_t>(m) * n);
+  std::vector<uint16_t> b(static_cast<size_t>(n) * k, F32ToBF16(0.02f));
+  cpu::Bf16Gemm(a.data(), m, k, b.data(), n, c.data());
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    cpu::Bf16Gemm(a.data(), m, k, b.data(), n, c.data());
     best = std::min(best, MsSince(t0));
   }
   return 2.0 * m * k * n / (best / 1e3) / 1e9;
@@ -180,6 +201,12 @@ int Main(int argc, char** argv) {
   std::printf("OpenBLAS sgemm [%d x %d] x [%d x %d]: %.1f GFLOP/s (prefill reaches %.0f%% of it)\n",
               n_prompt, c.text.hidden_size, c.text.hidden_size, c.text.intermediate_size, sgemm,
               100.0 * gflop / (best_prefill / 1e3) / sgemm);
+  const double bf16 = Bf16GemmGflops(n_prompt, c.text.hidden_size, c.text.intermediate_size, 3);
+  if (bf16 > 0) {
+    std::printf("BF16 dot-product GEMM (the engine's, for BF16 weights), same shape: %.1f GFLOP/s "
+                "(prefill reaches %.0f%% of it)\n",
+                bf16, 100.0 * gflop / (best_prefill / 1e3) / bf16);
+  }
   // Before the bandwidth probe's 1 GiB buffer.
   const int64_t peak_rss = PeakRssBytes();
   // Decode reads every weight and the whole KV cache once per token: their bytes over the

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/blas_threads.h"
 
 namespace hap::cpu {
 namespace {
@@ -40,13 +41,18 @@ absl::Status Attention(const AttentionArgs& a) {
   const int q_stride = a.n_heads * hd;
   const int kv_stride = a.n_kv_heads * hd;
   const int group = a.n_heads / a.n_kv_heads;
-  std::vector<float> scores(static_cast<size_t>(std::min(a.n_q, kRowBlock)) * a.n_kv);
-
-  for (int h = 0; h < a.n_heads; ++h) {
-    const int kvh = h / group;
-    const float* k = a.k + kvh * hd;
-    const float* v = a.v + kvh * hd;
-    for (int r0 = 0; r0 < a.n_q; r0 += kRowBlock) {
+  const int blocks = (a.n_q + kRowBlock - 1) / kRowBlock;
+  SingleThreadedBlas();
+  // Tasks are (head, row block) pairs, spread over the pool; each thread computes its tasks with
+  // single-threaded sgemm into its own score buffer.
+  DefaultPool().ParallelFor(int64_t{a.n_heads} * blocks, [&](int64_t t0, int64_t t1) {
+    std::vector<float> scores(static_cast<size_t>(std::min(a.n_q, kRowBlock)) * a.n_kv);
+    for (int64_t task = t0; task < t1; ++task) {
+      const int h = static_cast<int>(task / blocks);
+      const int r0 = static_cast<int>(task % blocks) * kRowBlock;
+      const int kvh = h / group;
+      const float* k = a.k + kvh * hd;
+      const float* v = a.v + kvh * hd;
       const int rows = std::min(kRowBlock, a.n_q - r0);
       // Keys past the causal limit of the block's last row are never needed.
       const int n_keys = a.causal ? std::min(a.n_kv, a.causal_offset + r0 + rows) : a.n_kv;
@@ -54,29 +60,27 @@ absl::Status Attention(const AttentionArgs& a) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_keys, hd, a.scale,
                   a.q + static_cast<int64_t>(r0) * q_stride + h * hd, q_stride, k, kv_stride,
                   0.f, scores.data(), n_keys);
-      DefaultPool().ParallelFor(rows, [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          float* s = scores.data() + r * n_keys;
-          const int limit = a.causal ? a.causal_offset + r0 + static_cast<int>(r) + 1 : n_keys;
-          float mx = -std::numeric_limits<float>::infinity();
-          for (int j = 0; j < limit; ++j) mx = std::max(mx, s[j]);
-          double sum = 0;
-          for (int j = 0; j < limit; ++j) {
-            s[j] = std::exp(s[j] - mx);
-            sum += s[j];
-          }
-          const float inv = static_cast<float>(1.0 / sum);
-          for (int j = 0; j < limit; ++j) s[j] *= inv;
-          for (int j = limit; j < n_keys; ++j) s[j] = 0.f;
-          if (a.lse) a.lse[static_cast<int64_t>(h) * a.n_q + r0 + r] = mx + static_cast<float>(std::log(sum));
+      for (int r = 0; r < rows; ++r) {
+        float* s = scores.data() + static_cast<int64_t>(r) * n_keys;
+        const int limit = a.causal ? a.causal_offset + r0 + r + 1 : n_keys;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int j = 0; j < limit; ++j) mx = std::max(mx, s[j]);
+        double sum = 0;
+        for (int j = 0; j < limit; ++j) {
+          s[j] = std::exp(s[j] - mx);
+          sum += s[j];
         }
-      });
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int j = 0; j < limit; ++j) s[j] *= inv;
+        for (int j = limit; j < n_keys; ++j) s[j] = 0.f;
+        if (a.lse) a.lse[static_cast<int64_t>(h) * a.n_q + r0 + r] = mx + static_cast<float>(std::log(sum));
+      }
       // out[r, h] = Σ_j p[r, j] · v_j   F32 [rows, head_dim] (strided into out)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, n_keys, 1.f,
                   scores.data(), n_keys, v, kv_stride, 0.f,
                   a.out + static_cast<int64_t>(r0) * q_stride + h * hd, q_stride);
     }
-  }
+  });
   return absl::OkStatus();
 }
 

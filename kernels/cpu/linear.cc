@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/bf16_gemm.h"
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/narrow_matmul.h"
 
 namespace hap::cpu {
@@ -23,10 +25,10 @@ void AddBias(const float* bias, float* y, int m, int n) {
   }
 }
 
-// Weight tiles widened for sgemm: up to 8 MiB of F32 each, wide enough that sgemm runs near its
-// best on them (narrow tiles cost it a third of its speed) and small enough to stay in the
-// last-level cache between widening and use.
-constexpr int64_t kTileFloats = int64_t{1} << 21;
+// Weight tiles widened for sgemm, one per pool thread: up to 4 MiB of F32 each, wide enough that
+// sgemm runs near its best on them (narrow tiles cost it a third of its speed) and small enough
+// that every thread's tile stays in the last-level cache between widening and use.
+constexpr int64_t kTileFloats = int64_t{1} << 20;
 
 }  // namespace
 
@@ -36,11 +38,17 @@ absl::Status Linear(const float* x, const float* w, const float* bias, float* y,
     return absl::InvalidArgumentError(absl::StrFormat("Linear: bad arguments m=%d k=%d n=%d", m, k, n));
   }
   if (m == 0) return absl::OkStatus();
-  if (m == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.f, w, k, x, 1, 0.f, y, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.f, x, k, w, k, 0.f, y, n);
-  }
+  SingleThreadedBlas();
+  // Each pool thread multiplies x by its own slice of the weight rows (output columns).
+  DefaultPool().ParallelFor(n, [&](int64_t j0, int64_t j1) {
+    const int cols = static_cast<int>(j1 - j0);
+    if (m == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, cols, k, 1.f, w + j0 * k, k, x, 1, 0.f, y + j0, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, cols, k, 1.f, x, k, w + j0 * k, k,
+                  0.f, y + j0, n);
+    }
+  });
   AddBias(bias, y, m, n);
   return absl::OkStatus();
 }
@@ -61,19 +69,23 @@ absl::Status Linear(const float* x, const TensorView& w, const float* bias, floa
     DefaultPool().ParallelFor(n, [&](int64_t j0, int64_t j1) {
       NarrowRowsTimesX(x, m, k, w.data, w.dtype, j0, j1, y, n);
     });
+  } else if (w.dtype == DType::kBF16 && HasBf16DotProduct()) {
+    Bf16Gemm(x, m, k, static_cast<const uint16_t*>(w.data), n, y);
   } else {
-    thread_local std::vector<float> tile;
-    const int64_t rows = std::clamp<int64_t>(kTileFloats / k, 16, n);
-    tile.resize(static_cast<size_t>(rows * k));
-    float* buffer = tile.data();  // this thread's tile: the pool's threads fill it
-    for (int64_t j0 = 0; j0 < n; j0 += rows) {
-      const int64_t j1 = std::min<int64_t>(n, j0 + rows);
-      DefaultPool().ParallelFor(j1 - j0, [&](int64_t r0, int64_t r1) {
-        WidenRows(w.data, w.dtype, k, j0 + r0, j0 + r1, buffer + r0 * k);
-      });
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(j1 - j0), k, 1.f,
-                  x, k, buffer, k, 0.f, y + j0, n);
-    }
+    SingleThreadedBlas();
+    // Each pool thread widens its slice of the weight rows tile by tile into its own buffer and
+    // multiplies x by each tile.
+    DefaultPool().ParallelFor(n, [&](int64_t c0, int64_t c1) {
+      thread_local std::vector<float> tile;
+      const int64_t rows = std::min<int64_t>(std::max<int64_t>(kTileFloats / k, 16), c1 - c0);
+      tile.resize(static_cast<size_t>(rows * k));
+      for (int64_t j0 = c0; j0 < c1; j0 += rows) {
+        const int64_t j1 = std::min<int64_t>(c1, j0 + rows);
+        WidenRows(w.data, w.dtype, k, j0, j1, tile.data());
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(j1 - j0), k,
+                    1.f, x, k, tile.data(), k, 0.f, y + j0, n);
+      }
+    });
   }
   AddBias(bias, y, m, n);
   return absl::OkStatus();
@@ -81,7 +93,7 @@ absl::Status Linear(const float* x, const TensorView& w, const float* bias, floa
 
 void SetComputeThreads(int n_threads) {
   SetDefaultPoolThreads(n_threads);
-  openblas_set_num_threads(DefaultPool().size());
+  SingleThreadedBlas();
 }
 
 void LinearReference(const float* x, const float* w, const float* bias, float* y, int m, int k,

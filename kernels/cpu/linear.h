@@ -1,4 +1,4 @@
-// Dense matrix products on the CPU (OpenBLAS sgemm/sgemv).
+// Dense matrix products on the CPU (own kernels; OpenBLAS sgemm/sgemv per pool thread).
 #pragma once
 
 #include "absl/status/status.h"
@@ -15,15 +15,17 @@ absl::Status Linear(const float* x, const float* w, const float* bias, float* y,
 // come from w.shape. Weights are read as stored. NarrowRowsTimesX (split over the default pool;
 // each output computed the same way whatever m: batch-invariant) takes up to kGemvRowsF32 rows
 // of F32 weights and up to kGemvRowsNarrow rows of BF16/F16 weights (where it beats widening the
-// weight for sgemm: pruned prefills and decode batches); more rows use sgemm, on BF16/F16 over
-// weight tiles widened into a thread-local F32 buffer.
+// weight for sgemm: pruned prefills and decode batches). More rows: BF16 weights go to
+// Bf16Gemm where the CPU has AVX512-BF16 (x rounded to BF16, F32 accumulation, about twice
+// sgemm's rate), otherwise to sgemm over weight tiles widened into a thread-local F32 buffer,
+// as F16 weights do; F32 weights go to sgemm directly.
 inline constexpr int kGemvRowsF32 = 16;
 inline constexpr int kGemvRowsNarrow = 128;
 absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m);
 
-// Sizes the CPU compute of this process: the default pool (the kernels' own threads) and
-// OpenBLAS's threads both get n_threads (<= 0: all cores), so the two never run more threads
-// than that between them (they take turns within one op sequence). Call before first use.
+// Sizes the CPU compute of this process: the default pool gets n_threads (<= 0: all cores) and
+// OpenBLAS one thread (the kernels call it from each pool thread on their own share of the
+// work), so nothing runs more threads than n_threads. Call before first use.
 void SetComputeThreads(int n_threads);
 
 // Plain reference of Linear (triple loop, double accumulation) for tests.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/prune/vec_math.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/blas_threads.h"
 
 namespace hap::kernels {
 namespace {
@@ -131,33 +132,16 @@ double SoftmaxRow(float* x, int n) {
   return std::log(sum) - sum_y / sum;
 }
 
-// OpenBLAS hands an sgemm to its own threads when m·n·k exceeds 65536·4 (SMP_THRESHOLD_MIN ·
-// GEMM_MULTITHREAD_THRESHOLD, the OpenBLAS 0.3 defaults). These products are small; on the loaded
-// 2-core development machine that hand-off made them 1.5–10× slower than one thread, so blocks
-// stay under the threshold and the parallelism comes from DefaultPool across heads.
-constexpr int64_t kSingleThreadMnk = 65536 * 4;
-
 // Multiply-adds of a call from which heads are spread over DefaultPool.
 constexpr double kParallelMacs = 1 << 24;
 
 // out = scale · Q_h · K_gᵀ   F32 [n_text, n_vis] (row stride n_vis), from Q_h F32 [n_text,
-// head_dim] (row stride st.q) and K_g F32 [n_vis, head_dim] (row stride st.k).
+// head_dim] (row stride st.q) and K_g F32 [n_vis, head_dim] (row stride st.k); BLAS on the
+// calling thread (see SingleThreadedBlas), the parallelism comes from DefaultPool across heads.
 void HeadLogits(const TextVisualAttentionArgs& a, const Strides& st, const float* q, const float* k,
                 float* out) {
-  const int64_t hd = a.head_dim;
-  const int row_block =
-      static_cast<int>(std::clamp<int64_t>(kSingleThreadMnk / (hd * 64), 1, a.n_text));
-  const int col_block =
-      static_cast<int>(std::max<int64_t>(16, kSingleThreadMnk / (row_block * hd) / 16 * 16));
-  for (int r0 = 0; r0 < a.n_text; r0 += row_block) {
-    const int rows = std::min(row_block, a.n_text - r0);
-    for (int c0 = 0; c0 < a.n_vis; c0 += col_block) {
-      const int cols = std::min(col_block, a.n_vis - c0);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, a.head_dim, a.scale,
-                  q + r0 * st.q, static_cast<int>(st.q), k + c0 * st.k, static_cast<int>(st.k), 0.f,
-                  out + int64_t{r0} * a.n_vis + c0, a.n_vis);
-    }
-  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.n_text, a.n_vis, a.head_dim, a.scale, q,
+              static_cast<int>(st.q), k, static_cast<int>(st.k), 0.f, out, a.n_vis);
 }
 
 }  // namespace
@@ -168,6 +152,7 @@ absl::Status TextVisualAttention(const TextVisualAttentionArgs& a) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (st.q > kIntMax || st.k > kIntMax) return TextVisualAttentionReference(a);  // BLAS ints
 
+  cpu::SingleThreadedBlas();
   const int group = a.n_heads / a.n_kv_heads;
   const int64_t map_size = int64_t{a.n_text} * a.n_vis;
   auto body = [&](int64_t h0, int64_t h1) {

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
@@ -115,9 +116,11 @@ StoredWeight Store(const std::vector<float>& w, DType dtype, int n, int k) {
   return s;
 }
 
-// Linear on weights as stored (F32, BF16, F16): both paths (the GEMV kernel up to
-// kGemvRowsF32 / kGemvRowsNarrow rows, sgemm (on widened tiles for BF16/F16) above), odd k (the scalar tail) and n (partial row
-// blocks), against the double-accumulation reference on the widened weights.
+// Linear on weights as stored (F32, BF16, F16): every path (the GEMV kernel up to
+// kGemvRowsF32 / kGemvRowsNarrow rows; above, sgemm for F32, Bf16Gemm for BF16 where the CPU has
+// it, sgemm on widened tiles otherwise), odd k (the scalar tail) and n (partial row blocks),
+// against the double-accumulation reference on the widened weights — on x rounded to BF16 where
+// Bf16Gemm runs.
 TEST(KernelsCpu, LinearOnStoredDtypesMatchesReference) {
   const LinearCase cases[] = {{1, 7, 5, false},    {1, 64, 33, true},   {2, 100, 9, true},
                               {3, 17, 9, true},    {16, 64, 130, false}, {17, 64, 129, true},
@@ -133,11 +136,59 @@ TEST(KernelsCpu, LinearOnStoredDtypesMatchesReference) {
       Guarded out(static_cast<size_t>(c.m) * c.n);
       std::vector<float> ref(out.n);
       ASSERT_TRUE(cpu::Linear(x.data(), w.view, c.bias ? b.data() : nullptr, out.data(), c.m).ok());
-      cpu::LinearReference(x.data(), w.widened.data(), c.bias ? b.data() : nullptr, ref.data(),
-                           c.m, c.k, c.n);
+      const bool bf16_dot = dtype == DType::kBF16 && c.m > cpu::kGemvRowsNarrow &&
+                            cpu::HasBf16DotProduct();
+      std::vector<float> x_used = x;
+      if (bf16_dot) {
+        for (float& v : x_used) v = BF16ToF32(F32ToBF16(v));
+      }
+      cpu::LinearReference(x_used.data(), w.widened.data(), c.bias ? b.data() : nullptr,
+                           ref.data(), c.m, c.k, c.n);
       EXPECT_TRUE(Close(out.data(), ref.data(), out.n, 1e-4, 1e-4));
       EXPECT_TRUE(out.GuardsIntact());
     }
+  }
+}
+
+// Bf16Gemm against its plain reference: m across and off the 32-row panels, n across and off
+// the 12-row micro-kernel and 96-row task blocks, odd k (the last pair half zero, nothing read
+// past a row), k below and above one 32-element conversion block. F32 accumulation of exact
+// BF16 products: agreement to F32 rounding of the sum.
+TEST(KernelsCpu, Bf16GemmMatchesReference) {
+  if (!cpu::HasBf16DotProduct()) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+  struct Case {
+    int m, k, n;
+  };
+  const Case cases[] = {{1, 2, 1},     {31, 7, 13},  {33, 64, 12}, {64, 33, 97},
+                        {129, 96, 70}, {200, 1, 5},  {577, 130, 203}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "m=" << c.m << " k=" << c.k << " n=" << c.n);
+    auto x = Random(static_cast<size_t>(c.m) * c.k, 41);
+    StoredWeight w = Store(Random(static_cast<size_t>(c.n) * c.k, 42, 0.3f), DType::kBF16, c.n, c.k);
+    Guarded out(static_cast<size_t>(c.m) * c.n);
+    std::vector<float> ref(out.n);
+    cpu::Bf16Gemm(x.data(), c.m, c.k, w.bits.data(), c.n, out.data());
+    cpu::Bf16GemmReference(x.data(), c.m, c.k, w.bits.data(), c.n, ref.data());
+    EXPECT_TRUE(Close(out.data(), ref.data(), out.n, 1e-5, 1e-5));
+    EXPECT_TRUE(out.GuardsIntact());
+  }
+}
+
+// Each Bf16Gemm output row is what that row gives alone (one summation order over k whatever
+// the panel it shares), so a prefill's rows do not depend on how many rows came with them.
+TEST(KernelsCpu, Bf16GemmRowsDoNotDependOnTheirNeighbours) {
+  if (!cpu::HasBf16DotProduct()) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+  const int m = 150, k = 100, n = 110;
+  auto x = Random(static_cast<size_t>(m) * k, 51);
+  StoredWeight w = Store(Random(static_cast<size_t>(n) * k, 52, 0.3f), DType::kBF16, n, k);
+  std::vector<float> together(static_cast<size_t>(m) * n), alone(n);
+  cpu::Bf16Gemm(x.data(), m, k, w.bits.data(), n, together.data());
+  for (int i : {0, 31, 32, 149}) {
+    cpu::Bf16Gemm(x.data() + static_cast<size_t>(i) * k, 1, k, w.bits.data(), n, alone.data());
+    EXPECT_EQ(std::memcmp(alone.data(), together.data() + static_cast<size_t>(i) * n,
+                          sizeof(float) * n),
+              0)
+        << "row " << i;
   }
 }
 
