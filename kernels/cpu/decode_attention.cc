@@ -99,6 +99,76 @@ __attribute__((target("avx512f"))) void AxpyAvx512(float p, const float* v, floa
   }
 }
 
+// Elements [t, t + 16) of a cache row as F32 (BF16 widened exactly, as AsF32 does).
+__attribute__((target("avx512f"), always_inline)) inline __m512 Load16(const uint8_t* row,
+                                                                        DType dtype, int t) {
+  if (dtype == DType::kF32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + t);
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * t));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// Softmax of s[0, n) in place, up to the factor returned: s_j = exp(s_j − max), result
+// 1 / Σ_j s_j (summed in F64).
+inline float ExpAndInverseSum(float* s, int n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int t = 0; t < n; ++t) mx = std::max(mx, s[t]);
+  double sum = 0;
+  for (int t = 0; t < n; ++t) {
+    s[t] = std::exp(s[t] - mx);
+    sum += s[t];
+  }
+  return static_cast<float>(1.0 / sum);
+}
+
+// One head with head_dim = 16·NB: q and the output accumulator live in registers across rows,
+// rows are read in place (BF16 widened in registers). The arithmetic is DotAvx512's and
+// AxpyAvx512's, operation for operation (one FMA chain over the 16-lane blocks in order, then
+// the lane reduction; out += p·v per element), so it gives the general path's results, only
+// without a call, a q reload and an accumulator load/store per row.
+template <int NB>
+__attribute__((target("avx512f"))) void HeadInRegisters(const DecodeAttentionArgs& a, int h,
+                                                        int kvh, int n_rows, float* s) {
+  const int hd = 16 * NB;
+  const int64_t kv_stride = int64_t{a.n_kv_heads} * hd;
+  const size_t elem = DTypeSize(a.kv_dtype);
+  __m512 q[NB];
+  for (int b = 0; b < NB; ++b) q[b] = _mm512_loadu_ps(a.q + int64_t{h} * hd + 16 * b);
+  int j = 0;
+  for (int i = 0; i < a.n_spans; ++i) {
+    const auto* k = static_cast<const uint8_t*>(a.spans[i].k) + int64_t{kvh} * hd * elem;
+    for (int r = 0; r < a.spans[i].rows; ++r, ++j) {
+      const uint8_t* kr = k + r * kv_stride * static_cast<int64_t>(elem);
+      __m512 acc = _mm512_setzero_ps();
+      for (int b = 0; b < NB; ++b) acc = _mm512_fmadd_ps(q[b], Load16(kr, a.kv_dtype, 16 * b), acc);
+      s[j] = _mm512_reduce_add_ps(acc) * a.scale;
+    }
+  }
+  const float inv = ExpAndInverseSum(s, n_rows);
+  __m512 out[NB];
+  for (int b = 0; b < NB; ++b) out[b] = _mm512_setzero_ps();
+  j = 0;
+  for (int i = 0; i < a.n_spans; ++i) {
+    const auto* v = static_cast<const uint8_t*>(a.spans[i].v) + int64_t{kvh} * hd * elem;
+    for (int r = 0; r < a.spans[i].rows; ++r, ++j) {
+      const uint8_t* vr = v + r * kv_stride * static_cast<int64_t>(elem);
+      const __m512 p = _mm512_set1_ps(s[j] * inv);
+      for (int b = 0; b < NB; ++b) out[b] = _mm512_fmadd_ps(p, Load16(vr, a.kv_dtype, 16 * b), out[b]);
+    }
+  }
+  for (int b = 0; b < NB; ++b) _mm512_storeu_ps(a.out + int64_t{h} * hd + 16 * b, out[b]);
+}
+
+using HeadFn = void (*)(const DecodeAttentionArgs&, int, int, int, float*);
+constexpr HeadFn kHeadInRegisters[9] = {nullptr,
+                                        HeadInRegisters<1>,
+                                        HeadInRegisters<2>,
+                                        HeadInRegisters<3>,
+                                        HeadInRegisters<4>,
+                                        HeadInRegisters<5>,
+                                        HeadInRegisters<6>,
+                                        HeadInRegisters<7>,
+                                        HeadInRegisters<8>};
+
 bool UseAvx512() {
   static const bool has = __builtin_cpu_supports("avx512f");
   return has;
@@ -116,10 +186,18 @@ absl::Status DecodeAttention(const DecodeAttentionArgs& a) {
   for (int i = 0; i < a.n_spans; ++i) n_rows += a.spans[i].rows;
   const bool avx512 = UseAvx512();
 
+  // head_dim a multiple of 16 up to 128 (every LLaVA-class model) takes the register path.
+  const HeadFn in_registers =
+      avx512 && hd % 16 == 0 && hd / 16 <= 8 ? kHeadInRegisters[hd / 16] : nullptr;
+
   DefaultPool().ParallelFor(a.n_heads, [&](int64_t h0, int64_t h1) {
     std::vector<float> s(n_rows), row(hd), acc(hd);
     for (int64_t h = h0; h < h1; ++h) {
       const int kvh = static_cast<int>(h) / group;
+      if (in_registers != nullptr) {
+        in_registers(a, static_cast<int>(h), kvh, n_rows, s.data());
+        continue;
+      }
       const float* q = a.q + h * hd;
       // s_j = scale · q·k_j
       int j = 0;
@@ -131,14 +209,7 @@ absl::Status DecodeAttention(const DecodeAttentionArgs& a) {
           s[j] = (avx512 ? DotAvx512(q, kr, hd) : Dot(q, kr, hd)) * a.scale;
         }
       }
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int t = 0; t < n_rows; ++t) mx = std::max(mx, s[t]);
-      double sum = 0;
-      for (int t = 0; t < n_rows; ++t) {
-        s[t] = std::exp(s[t] - mx);
-        sum += s[t];
-      }
-      const float inv = static_cast<float>(1.0 / sum);
+      const float inv = ExpAndInverseSum(s.data(), n_rows);
       // out_h = Σ_j p_j v_j, rows in order
       std::fill(acc.begin(), acc.end(), 0.f);
       j = 0;
