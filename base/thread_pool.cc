@@ -14,11 +14,27 @@ ThreadPool::ThreadPool(int n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
+
+namespace {
+
+// About 30-60 µs of spinning at each hand-over before blocking: long enough to span the gaps
+// between the kernels of one decode step, short enough that an idle pool costs nothing.
+constexpr int kSpinIterations = 2048;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+}  // namespace
 
 void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
@@ -28,39 +44,52 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
+  fn_ = &fn;
+  n_ = n;
+  chunk_ = (n + parts - 1) / parts;
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    chunk_ = (n + parts - 1) / parts;
-    pending_ = static_cast<int>(workers_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
+    if (sleepers_ > 0) work_cv_.notify_all();
   }
-  work_cv_.notify_all();
   fn(0, std::min(chunk_, n));  // chunk 0 runs on the caller
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (pending_.load(std::memory_order_acquire) == 0) return;
+    CpuRelax();
+  }
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
-  fn_ = nullptr;
+  caller_sleeping_ = true;
+  done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  caller_sleeping_ = false;
 }
 
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* fn;
-    int64_t begin, end;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      fn = fn_;
-      begin = std::min(n_, chunk_ * index);
-      end = std::min(n_, begin + chunk_);
+    bool fresh = false;
+    for (int i = 0; i < kSpinIterations && !fresh; ++i) {
+      if (stop_.load(std::memory_order_relaxed)) return;
+      fresh = generation_.load(std::memory_order_acquire) != seen;
+      if (!fresh) CpuRelax();
     }
-    if (begin < end) (*fn)(begin, end);
-    {
+    if (!fresh) {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++sleepers_;
+      work_cv_.wait(lock, [&] {
+        return stop_.load() || generation_.load(std::memory_order_acquire) != seen;
+      });
+      --sleepers_;
+      if (stop_.load()) return;
+    }
+    // The caller cannot start another generation before this worker reports this one done.
+    seen = generation_.load(std::memory_order_acquire);
+    const int64_t begin = std::min(n_, chunk_ * index);
+    const int64_t end = std::min(n_, begin + chunk_);
+    if (begin < end) (*fn_)(begin, end);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      if (caller_sleeping_) done_cv_.notify_one();
     }
   }
 }

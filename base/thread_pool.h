@@ -1,6 +1,7 @@
 // A fixed pool of worker threads with a blocking ParallelFor, used by CPU ops that are not BLAS.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -22,22 +23,29 @@ class ThreadPool {
 
   // Calls fn(begin, end) on disjoint chunks covering [0, n); the calling thread takes part.
   // Returns when every chunk has finished. Not reentrant: fn must not call ParallelFor.
+  // Hand-overs spin briefly before sleeping (workers waiting for the next call, the caller
+  // waiting for the workers): a decode step makes hundreds of calls a few microseconds
+  // apart, and a futex sleep and wake-up per call cost more than the work of many of them.
   void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   void WorkerLoop(int index);
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
+  std::mutex mu_;       // guards the sleep/wake hand-over (sleepers_, caller_sleeping_)
   std::mutex call_mu_;  // serialises ParallelFor calls from different threads
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
+  // The call in progress: written by the caller before it bumps generation_ (release), read by
+  // the workers after they see the new generation (acquire).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};  // workers not yet done with this generation
+  std::atomic<bool> stop_{false};
+  int sleepers_ = 0;              // workers blocked on work_cv_
+  bool caller_sleeping_ = false;  // the caller blocked on done_cv_
 };
 
 // The process-wide pool used by CPU kernels (created on first use; SetThreads before first use
