@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 
 namespace hap {
 
-ThreadPool::ThreadPool(int n_threads) {
+ThreadPool::ThreadPool(int n_threads, int spin_us) : spin_(std::max(0, spin_us)) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
@@ -22,16 +23,26 @@ ThreadPool::~ThreadPool() {
 
 namespace {
 
-// About 30-60 µs of spinning at each hand-over before blocking: long enough to span the gaps
-// between the kernels of one decode step, short enough that an idle pool costs nothing.
-constexpr int kSpinIterations = 2048;
-
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #else
   std::this_thread::yield();
 #endif
+}
+
+// Polls pred, pausing between polls, for up to `budget`; whether it came true.
+template <typename Pred>
+bool SpinFor(std::chrono::microseconds budget, Pred pred) {
+  if (budget.count() <= 0) return pred();
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  for (;;) {
+    for (int i = 0; i < 16; ++i) {
+      if (pred()) return true;
+      CpuRelax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return pred();
+  }
 }
 
 }  // namespace
@@ -54,10 +65,7 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
     if (sleepers_ > 0) work_cv_.notify_all();
   }
   fn(0, std::min(chunk_, n));  // chunk 0 runs on the caller
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (pending_.load(std::memory_order_acquire) == 0) return;
-    CpuRelax();
-  }
+  if (SpinFor(spin_, [this] { return pending_.load(std::memory_order_acquire) == 0; })) return;
   std::unique_lock<std::mutex> lock(mu_);
   caller_sleeping_ = true;
   done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
@@ -67,12 +75,11 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    bool fresh = false;
-    for (int i = 0; i < kSpinIterations && !fresh; ++i) {
-      if (stop_.load(std::memory_order_relaxed)) return;
-      fresh = generation_.load(std::memory_order_acquire) != seen;
-      if (!fresh) CpuRelax();
-    }
+    const bool fresh = SpinFor(spin_, [&] {
+      return stop_.load(std::memory_order_relaxed) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    });
+    if (stop_.load()) return;
     if (!fresh) {
       std::unique_lock<std::mutex> lock(mu_);
       ++sleepers_;
@@ -96,12 +103,16 @@ void ThreadPool::WorkerLoop(int index) {
 
 namespace {
 std::atomic<int> g_default_threads{0};
+std::atomic<int> g_default_spin_us{ThreadPool::kDefaultSpinUs};
+}  // namespace
+
+void SetDefaultPoolThreads(int n_threads, int spin_us) {
+  g_default_threads = n_threads;
+  g_default_spin_us = spin_us;
 }
 
-void SetDefaultPoolThreads(int n_threads) { g_default_threads = n_threads; }
-
 ThreadPool& DefaultPool() {
-  static ThreadPool* pool = new ThreadPool(g_default_threads.load());
+  static ThreadPool* pool = new ThreadPool(g_default_threads.load(), g_default_spin_us.load());
   return *pool;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -13,8 +14,14 @@ namespace hap {
 
 class ThreadPool {
  public:
-  // n_threads <= 0 means std::thread::hardware_concurrency().
-  explicit ThreadPool(int n_threads);
+  // Microseconds a hand-over spins before sleeping (see ParallelFor): about 50 µs spans the gaps
+  // between the kernels of a decode step (mid-size model: 26 -> 42 tokens/s against sleeping at
+  // once). Where several compute processes share few cores, spinning takes cores from the
+  // others; they do better with less (docs/design.md §6).
+  static constexpr int kDefaultSpinUs = 50;
+
+  // n_threads <= 0 means std::thread::hardware_concurrency(); spin_us <= 0: sleep at once.
+  explicit ThreadPool(int n_threads, int spin_us = kDefaultSpinUs);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -23,8 +30,8 @@ class ThreadPool {
 
   // Calls fn(begin, end) on disjoint chunks covering [0, n); the calling thread takes part.
   // Returns when every chunk has finished. Not reentrant: fn must not call ParallelFor.
-  // Hand-overs spin briefly before sleeping (workers waiting for the next call, the caller
-  // waiting for the workers): a decode step makes hundreds of calls a few microseconds
+  // Hand-overs spin for up to spin_us before sleeping (workers waiting for the next call, the
+  // caller waiting for the workers): a decode step makes hundreds of calls a few microseconds
   // apart, and a futex sleep and wake-up per call cost more than the work of many of them.
   void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
@@ -44,13 +51,14 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};  // workers not yet done with this generation
   std::atomic<bool> stop_{false};
+  const std::chrono::microseconds spin_;
   int sleepers_ = 0;              // workers blocked on work_cv_
   bool caller_sleeping_ = false;  // the caller blocked on done_cv_
 };
 
-// The process-wide pool used by CPU kernels (created on first use; SetThreads before first use
-// to size it).
+// The process-wide pool used by CPU kernels (created on first use; SetDefaultPoolThreads before
+// first use to size it and set its spin).
 ThreadPool& DefaultPool();
-void SetDefaultPoolThreads(int n_threads);
+void SetDefaultPoolThreads(int n_threads, int spin_us = ThreadPool::kDefaultSpinUs);
 
 }  // namespace hap

@@ -58,7 +58,8 @@ std::vector<std::string> LocalPipeline::decode_addresses() const {
 
 std::vector<std::string> LocalPipeline::Argv(Service service, int port) const {
   std::vector<std::string> argv = {(fs::path(options_.bin_dir) / ServiceBinary(service)).string(),
-                                   "--host", options_.host, "--port", std::to_string(port)};
+                                   "--host", options_.host, "--port", std::to_string(port),
+                                   "--pool-spin-us", std::to_string(options_.pool_spin_us)};
   if (!options_.model_dir.empty()) {
     argv.push_back("--model");
     argv.push_back(options_.model_dir);

@@ -91,8 +91,8 @@ absl::Status Linear(const float* x, const TensorView& w, const float* bias, floa
   return absl::OkStatus();
 }
 
-void SetComputeThreads(int n_threads) {
-  SetDefaultPoolThreads(n_threads);
+void SetComputeThreads(int n_threads, int spin_us) {
+  SetDefaultPoolThreads(n_threads, spin_us);
   SingleThreadedBlas();
 }
 

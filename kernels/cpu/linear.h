@@ -3,6 +3,7 @@
 
 #include "absl/status/status.h"
 #include "base/tensor.h"
+#include "base/thread_pool.h"
 
 namespace hap::cpu {
 
@@ -26,7 +27,8 @@ absl::Status Linear(const float* x, const TensorView& w, const float* bias, floa
 // Sizes the CPU compute of this process: the default pool gets n_threads (<= 0: all cores) and
 // OpenBLAS one thread (the kernels call it from each pool thread on their own share of the
 // work), so nothing runs more threads than n_threads. Call before first use.
-void SetComputeThreads(int n_threads);
+// spin_us: how long the pool's hand-overs spin before sleeping (ThreadPool).
+void SetComputeThreads(int n_threads, int spin_us = ThreadPool::kDefaultSpinUs);
 
 // Plain reference of Linear (triple loop, double accumulation) for tests.
 void LinearReference(const float* x, const float* w, const float* bias, float* y, int m, int k,

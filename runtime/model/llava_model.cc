@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   if (!std::filesystem::is_directory(dir)) {
     return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
   }
-  cpu::SetComputeThreads(options.threads);
+  cpu::SetComputeThreads(options.threads, options.pool_spin_us);
   std::unique_ptr<LlavaModel> m(new LlavaModel());
   m->dir_ = dir;
   m->options_ = options;

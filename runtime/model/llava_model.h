@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/thread_pool.h"
 #include "runtime/image/image.h"
 #include "runtime/io/config.h"
 #include "runtime/io/weights.h"
@@ -21,7 +22,9 @@
 namespace hap {
 
 struct ModelOptions {
-  int threads = 0;  // CPU threads (the kernels' pool and OpenBLAS alike); 0 = all cores
+  int threads = 0;  // CPU threads (the kernels' pool); 0 = all cores
+  // How long the pool's threads spin for the next op before sleeping (ThreadPool).
+  int pool_spin_us = ThreadPool::kDefaultSpinUs;
   ModelParts parts = ModelParts::kAll;  // what this process loads (the services load one part)
   ImageLimits image_limits;
   int max_prompt_tokens = 0;  // 0 → the model's max_position_embeddings

@@ -11,6 +11,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LoadServiceModel(const std::string& 
                                                              const CommonOptions& common,
                                                              ModelOptions model_options) {
   model_options.threads = common.threads;
+  model_options.pool_spin_us = common.pool_spin_us;
   const auto t0 = Clock::now();
   auto model = LlavaModel::Load(common.model_dir, model_options);
   if (!model.ok()) return Annotate(model.status(), "loading model " + common.model_dir);

@@ -105,6 +105,9 @@ std::vector<OptionSpec> CommonOptionSpecs() {
       {"port", "HAP_PORT", "0", "port to listen on; 0 picks a free one and prints it"},
       {"model", "HAP_MODEL_DIR", "", "llava-hf checkpoint directory (default: the bundled model)"},
       {"threads", "HAP_THREADS", "0", "CPU threads for the model; 0 = all cores"},
+      {"pool-spin-us", "HAP_POOL_SPIN_US", "50",
+       "microseconds the compute threads spin for the next op before sleeping (0 = sleep at "
+       "once); less where several services share few cores (hapctl up uses 12)"},
       {"max-concurrent", "HAP_MAX_CONCURRENT", "16",
        "requests in flight at once (hap-decode: sequences sharing one batched step); their "
        "compute stages take turns, one at a time per process"},
@@ -138,6 +141,8 @@ absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options) {
   c.model_dir = ResolveModelDir(options.Get("model"));
   HAP_ASSIGN_OR_RETURN(int64_t threads, options.Int("threads", 0, 1024));
   c.threads = static_cast<int>(threads);
+  HAP_ASSIGN_OR_RETURN(int64_t spin, options.Int("pool-spin-us", 0, 1000000));
+  c.pool_spin_us = static_cast<int>(spin);
   HAP_ASSIGN_OR_RETURN(int64_t conc, options.Int("max-concurrent", 1, 4096));
   c.max_concurrent = static_cast<int>(conc);
   HAP_ASSIGN_OR_RETURN(int64_t queue, options.Int("queue-length", 0, 1 << 20));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/thread_pool.h"
 
 namespace hap::svc {
 
@@ -49,6 +50,7 @@ struct CommonOptions {
   int port = 0;  // 0 = pick a free port (printed on stdout)
   std::string model_dir;
   int threads = 0;                   // model CPU threads; 0 = all cores
+  int pool_spin_us = ThreadPool::kDefaultSpinUs;  // compute pool hand-over spin before sleeping
   int max_concurrent = 4;            // requests running at once
   int queue_length = 16;             // admitted requests waiting for a worker
   int max_message_bytes = 4 << 20;   // no gRPC message above this

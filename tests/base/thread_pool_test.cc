@@ -28,10 +28,12 @@ void CoverOnce(ThreadPool& pool, int64_t n) {
 }
 
 TEST(ThreadPool, BackToBackCallsCoverEveryItemOnce) {
-  for (int threads : {1, 2, 4}) {
-    ThreadPool pool(threads);
-    EXPECT_EQ(pool.size(), threads);
-    for (int call = 0; call < 2000; ++call) CoverOnce(pool, 1 + call % 37);
+  for (int spin_us : {0, ThreadPool::kDefaultSpinUs}) {
+    for (int threads : {1, 2, 4}) {
+      ThreadPool pool(threads, spin_us);
+      EXPECT_EQ(pool.size(), threads);
+      for (int call = 0; call < 2000; ++call) CoverOnce(pool, 1 + call % 37);
+    }
   }
 }
 
@@ -54,7 +56,7 @@ TEST(ThreadPool, FewerItemsThanThreads) {
 }
 
 TEST(ThreadPool, ConcurrentCallersAreSerialisedAndComplete) {
-  ThreadPool pool(2);
+  ThreadPool pool(2, /*spin_us=*/5);
   std::atomic<int64_t> total{0};
   std::vector<std::thread> callers;
   for (int c = 0; c < 4; ++c) {
