@@ -79,12 +79,12 @@ absl::Status PagedKv::Append(int layer, const float* k, const float* v, const in
   return absl::OkStatus();
 }
 
-void PagedKv::Spans(int layer, std::vector<cpu::KvSpan>* spans) const {
+void PagedKv::Spans(int layer, std::vector<KvSpan>* spans) const {
   const Layer& l = layers_[layer];
   const int block_rows = pool_->block_rows();
   spans->clear();
   for (int b = 0, left = l.len; left > 0; ++b, left -= block_rows) {
-    spans->push_back(cpu::KvSpan{l.k[b], l.v[b], std::min(left, block_rows)});
+    spans->push_back(KvSpan{l.k[b], l.v[b], std::min(left, block_rows)});
   }
 }
 

@@ -35,7 +35,7 @@ class PagedKv final : public KvStore {
   // FailedPrecondition past the reserved rows.
   absl::Status Append(int layer, const float* k, const float* v, const int32_t* positions,
                       int n) override;
-  void Spans(int layer, std::vector<cpu::KvSpan>* spans) const override;
+  void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return pool_->dtype(); }
 
   int64_t blocks_held() const;

@@ -27,9 +27,9 @@ absl::Status KvCache::Append(int layer, const float* k, const float* v, const in
   return absl::OkStatus();
 }
 
-void KvCache::Spans(int layer, std::vector<cpu::KvSpan>* spans) const {
+void KvCache::Spans(int layer, std::vector<KvSpan>* spans) const {
   const LayerKv& l = layers[layer];
-  spans->assign(1, cpu::KvSpan{l.k.data(), l.v.data(), l.len()});
+  spans->assign(1, KvSpan{l.k.data(), l.v.data(), l.len()});
 }
 
 }  // namespace hap

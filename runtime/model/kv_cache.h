@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "base/dtype.h"
-#include "kernels/cpu/decode_attention.h"
+#include "kernels/op_args.h"
 
 namespace hap {
 
@@ -21,8 +21,8 @@ class KvStore {
   // Appends n rows to `layer`: k, v F32 [n, kv_dim] (RoPE applied to k), original positions.
   virtual absl::Status Append(int layer, const float* k, const float* v, const int32_t* positions,
                               int n) = 0;
-  // The layer's rows in order, as spans of `dtype()` for cpu::DecodeAttention.
-  virtual void Spans(int layer, std::vector<cpu::KvSpan>* spans) const = 0;
+  // The layer's rows in order, as spans of `dtype()` for Backend::DecodeAttention.
+  virtual void Spans(int layer, std::vector<KvSpan>* spans) const = 0;
   virtual DType dtype() const = 0;
 
   // Position id of the next token to decode: the unpruned prompt length, then +1 per token.
@@ -51,7 +51,7 @@ class KvCache : public KvStore {
   int len(int layer) const override { return layers[layer].len(); }
   absl::Status Append(int layer, const float* k, const float* v, const int32_t* positions,
                       int n) override;
-  void Spans(int layer, std::vector<cpu::KvSpan>* spans) const override;
+  void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return DType::kF32; }
 };
 

@@ -6,41 +6,30 @@
 
 #include "absl/strings/str_format.h"
 #include "base/timer.h"
-#include "kernels/cpu/activation.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/decode_attention.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/norm.h"
-#include "kernels/cpu/rope.h"
 #include "base/status_macros.h"
+#include "kernels/backend.h"
 #include "runtime/model/cancellation.h"
 
 namespace hap {
 namespace {
 
-// Keeps rows [0, vis_begin) + the kept visual rows + [vis_begin + n_vis, n) of a [n, width]
-// row-major buffer, in place.
-template <typename T>
-void CompactRows(std::vector<T>* buf, int width, int n, int vis_begin, int n_vis,
-                 const std::vector<int>& keep) {
-  T* data = buf->data();
-  int out = vis_begin;
-  for (int idx : keep) {
-    std::memmove(data + static_cast<int64_t>(out) * width,
-                 data + static_cast<int64_t>(vis_begin + idx) * width, sizeof(T) * width);
-    ++out;
-  }
-  for (int r = vis_begin + n_vis; r < n; ++r, ++out) {
-    std::memmove(data + static_cast<int64_t>(out) * width, data + static_cast<int64_t>(r) * width,
-                 sizeof(T) * width);
-  }
-  buf->resize(static_cast<size_t>(out) * width);
+// Rows [0, vis_begin) + the kept visual rows (vis_begin + keep[i]) + [vis_begin + n_vis, n), in
+// order: which rows of the sequence stay after a pruning stage.
+std::vector<int> KeptRows(int n, int vis_begin, int n_vis, const std::vector<int>& keep) {
+  std::vector<int> rows;
+  rows.reserve(static_cast<size_t>(n - n_vis) + keep.size());
+  for (int r = 0; r < vis_begin; ++r) rows.push_back(r);
+  for (int k : keep) rows.push_back(vis_begin + k);
+  for (int r = vis_begin + n_vis; r < n; ++r) rows.push_back(r);
+  return rows;
 }
 
 }  // namespace
 
-LlamaDecoder::LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights)
-    : cfg_(cfg),
+LlamaDecoder::LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights,
+                           const Backend& backend)
+    : backend_(backend),
+      cfg_(cfg),
       w_(weights),
       d_(cfg.text.hidden_size),
       n_heads_(cfg.text.num_attention_heads),
@@ -74,18 +63,18 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int 
   const int kv_dim = n_kv_heads_ * head_dim_;
 
   std::vector<float> h(static_cast<size_t>(n) * d_);  // F32 [n, hidden]
-  HAP_RETURN_IF_ERROR(cpu::RmsNorm(x, lw.attn_norm.f32(), h.data(), n, d_, eps_));
+  HAP_RETURN_IF_ERROR(backend_.RmsNorm(x, lw.attn_norm.f32(), h.data(), n, d_, eps_));
   std::vector<float> q(static_cast<size_t>(n) * q_dim);  // F32 [n, heads·hd]
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.q, nullptr, q.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.q, nullptr, q.data(), n));
   std::vector<float> k_new(static_cast<size_t>(n) * kv_dim), v_new(k_new.size());  // [n, kv_dim]
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.k, nullptr, k_new.data(), n));
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.v, nullptr, v_new.data(), n));
-  HAP_RETURN_IF_ERROR(cpu::Rope(q.data(), positions, n, n_heads_, head_dim_, theta_));
-  HAP_RETURN_IF_ERROR(cpu::Rope(k_new.data(), positions, n, n_kv_heads_, head_dim_, theta_));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.k, nullptr, k_new.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.v, nullptr, v_new.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Rope(q.data(), positions, n, n_heads_, head_dim_, theta_));
+  HAP_RETURN_IF_ERROR(backend_.Rope(k_new.data(), positions, n, n_kv_heads_, head_dim_, theta_));
 
   std::vector<float> attn(static_cast<size_t>(n) * q_dim);  // F32 [n, heads·hd]
   if (lse) lse->assign(static_cast<size_t>(n_heads_) * n, 0.f);
-  std::vector<cpu::KvSpan> spans;
+  std::vector<KvSpan> spans;
   for (const KvSegment& seg : segments) {
     // This sequence's new keys/values join its cache; its queries see the cache causally.
     KvStore* kv = seg.kv;
@@ -97,7 +86,7 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int 
                                    positions + seg.row, seg.n));
     if (past == 0) {
       // Prefill: the rows attend to each other causally, straight from the new K/V.
-      cpu::AttentionArgs args;
+      AttentionArgs args;
       args.q = q_seg;
       args.k = k_new.data() + first;
       args.v = v_new.data() + first;
@@ -111,11 +100,11 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int 
       args.scale = scale_;
       args.causal = true;
       args.causal_offset = 0;
-      HAP_RETURN_IF_ERROR(cpu::Attention(args));
+      HAP_RETURN_IF_ERROR(backend_.Attention(args));
     } else if (seg.n == 1) {
       // A decode step: the query over every cached row, wherever the cache keeps them.
       kv->Spans(l, &spans);
-      cpu::DecodeAttentionArgs args;
+      DecodeAttentionArgs args;
       args.q = q_seg;
       args.spans = spans.data();
       args.n_spans = static_cast<int>(spans.size());
@@ -125,31 +114,31 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int 
       args.n_kv_heads = n_kv_heads_;
       args.head_dim = head_dim_;
       args.scale = scale_;
-      HAP_RETURN_IF_ERROR(cpu::DecodeAttention(args));
+      HAP_RETURN_IF_ERROR(backend_.DecodeAttention(args));
     } else {
       return absl::UnimplementedError(absl::StrFormat(
           "layer %d: %d rows appended to a cache of %d rows (chunked prefill is not supported)",
           l, seg.n, past));
     }
   }
-  HAP_RETURN_IF_ERROR(cpu::Linear(attn.data(), lw.o, nullptr, h.data(), n));
-  cpu::AddInPlace(x, h.data(), static_cast<int64_t>(n) * d_);
+  HAP_RETURN_IF_ERROR(backend_.Linear(attn.data(), lw.o, nullptr, h.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Add(x, h.data(), static_cast<int64_t>(n) * d_));
 
-  HAP_RETURN_IF_ERROR(cpu::RmsNorm(x, lw.mlp_norm.f32(), h.data(), n, d_, eps_));
+  HAP_RETURN_IF_ERROR(backend_.RmsNorm(x, lw.mlp_norm.f32(), h.data(), n, d_, eps_));
   std::vector<float> gate(static_cast<size_t>(n) * ffn_), up(gate.size());  // F32 [n, ffn]
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.gate, nullptr, gate.data(), n));
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.up, nullptr, up.data(), n));
-  cpu::SiluMul(gate.data(), up.data(), static_cast<int64_t>(n) * ffn_);
-  HAP_RETURN_IF_ERROR(cpu::Linear(gate.data(), lw.down, nullptr, h.data(), n));
-  cpu::AddInPlace(x, h.data(), static_cast<int64_t>(n) * d_);
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.gate, nullptr, gate.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.up, nullptr, up.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.SiluMul(gate.data(), up.data(), static_cast<int64_t>(n) * ffn_));
+  HAP_RETURN_IF_ERROR(backend_.Linear(gate.data(), lw.down, nullptr, h.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Add(x, h.data(), static_cast<int64_t>(n) * d_));
   if (q_out) *q_out = std::move(q);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> LlamaDecoder::Logits(const float* rows, int n) const {
   std::vector<float> h(static_cast<size_t>(n) * d_), logits(static_cast<size_t>(n) * vocab_);
-  HAP_RETURN_IF_ERROR(cpu::RmsNorm(rows, w_.norm.f32(), h.data(), n, d_, eps_));
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), w_.lm_head, nullptr, logits.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.RmsNorm(rows, w_.norm.f32(), h.data(), n, d_, eps_));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), w_.lm_head, nullptr, logits.data(), n));
   return logits;
 }
 
@@ -198,6 +187,7 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
       att.q = q.data();
       att.k = cache->layers[l].k.data();
       att.lse = lse.data();
+      att.backend = &backend_;
       att.vis_begin = vis_begin;
       att.n_vis = n_vis;
       HAP_ASSIGN_OR_RETURN(std::optional<std::vector<int>> keep, pruner->AfterLayer(att));
@@ -209,10 +199,16 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
                 i, (*keep)[i], n_vis));
           }
         }
-        CompactRows(&x, d_, n, vis_begin, n_vis, *keep);
-        CompactRows(&positions, 1, n, vis_begin, n_vis, *keep);
+        const std::vector<int> rows = KeptRows(n, vis_begin, n_vis, *keep);
+        const int64_t kept = static_cast<int64_t>(rows.size());
+        HAP_RETURN_IF_ERROR(backend_.GatherRows(x.data(), n, sizeof(float) * d_, rows.data(),
+                                                kept, x.data()));
+        HAP_RETURN_IF_ERROR(backend_.GatherRows(positions.data(), n, sizeof(int32_t),
+                                                rows.data(), kept, positions.data()));
+        x.resize(static_cast<size_t>(kept) * d_);
+        positions.resize(static_cast<size_t>(kept));
         n_vis = static_cast<int>(keep->size());
-        n = static_cast<int>(positions.size());
+        n = static_cast<int>(kept);
       }
       prune_ms = MsSince(tp);
     }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/backend.h"
 #include "runtime/io/config.h"
 #include "runtime/io/weights.h"
 #include "runtime/model/kv_cache.h"
@@ -23,7 +24,8 @@ struct PrefillTrace {
 
 class LlamaDecoder {
  public:
-  LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights);
+  // Every op runs on `backend` (which must outlive the decoder).
+  LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights, const Backend& backend);
 
   // Token embeddings F32 [n, hidden] for ids (InvalidArgument for an id outside the vocab).
   absl::StatusOr<std::vector<float>> Embed(const std::vector<int32_t>& ids) const;
@@ -41,7 +43,7 @@ class LlamaDecoder {
   // One decode step for b sequences at once: tokens[i] is appended to caches[i] (distinct
   // caches of any lengths and pruning). Every weight is read once for the whole batch; each
   // sequence's logits are exactly those of its own DecodeStep (the matmul is batch-invariant
-  // up to cpu::kGemvRowsF32 rows, and attention runs per sequence). Returns F32 [b, vocab].
+  // up to the CPU backend's narrow-kernel rows, and attention runs per sequence). Returns F32 [b, vocab].
   // Errors from the checks before the first layer (bad batch, cache without prefill, context
   // full) leave every cache untouched; an error inside a layer leaves the caches unusable.
   absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
@@ -71,6 +73,7 @@ class LlamaDecoder {
   // Final norm and LM head over rows F32 [n, hidden] → F32 [n, vocab].
   absl::StatusOr<std::vector<float>> Logits(const float* rows, int n) const;
 
+  const Backend& backend_;
   const LlavaConfig& cfg_;
   const TextWeights& w_;
   int d_, n_heads_, n_kv_heads_, head_dim_, ffn_, vocab_;

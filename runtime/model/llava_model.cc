@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/string_view_compat.h"
-#include "kernels/cpu/linear.h"
+#include "kernels/backend.h"
 
 namespace hap {
 
@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   if (!std::filesystem::is_directory(dir)) {
     return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
   }
-  cpu::SetComputeThreads(options.threads, options.pool_spin_us);
+  ConfigureCpuBackend(options.threads, options.pool_spin_us);
   std::unique_ptr<LlavaModel> m(new LlavaModel());
   m->dir_ = dir;
   m->options_ = options;
@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   const std::string tok_path = (std::filesystem::path(dir) / "tokenizer.model").string();
   HAP_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::Load(tok_path));
   if (HasPart(options.parts, ModelParts::kLanguage)) {
-    m->decoder_ = std::make_unique<LlamaDecoder>(m->config_, m->weights_->text());
+    m->decoder_ = std::make_unique<LlamaDecoder>(m->config_, m->weights_->text(), m->backend());
   }
   return m;
 }
@@ -74,7 +74,7 @@ absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
         absl::StrFormat("pixels hold %d values, expected %d (3 x %d x %d)", pixels.size(), want,
                         config_.vision.image_size, config_.vision.image_size));
   }
-  return RunVisionTower(config_, weights_->vision(), pixels.data(), feature_layer);
+  return RunVisionTower(backend(), config_, weights_->vision(), pixels.data(), feature_layer);
 }
 
 absl::StatusOr<std::vector<float>> LlavaModel::Project(const std::vector<float>& features,
@@ -85,7 +85,7 @@ absl::StatusOr<std::vector<float>> LlavaModel::Project(const std::vector<float>&
         "vision features hold %d values, expected %d x %d", features.size(), n,
         config_.vision.hidden_size));
   }
-  return RunProjector(config_, weights_->projector(), features.data(), n);
+  return RunProjector(backend(), config_, weights_->projector(), features.data(), n);
 }
 
 absl::StatusOr<PromptTokens> LlavaModel::Tokenize(std::string_view question, int n_visual) const {

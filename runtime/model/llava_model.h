@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
+#include "kernels/backend.h"
 #include "runtime/image/image.h"
 #include "runtime/io/config.h"
 #include "runtime/io/weights.h"
@@ -28,6 +29,8 @@ struct ModelOptions {
   ModelParts parts = ModelParts::kAll;  // what this process loads (the services load one part)
   ImageLimits image_limits;
   int max_prompt_tokens = 0;  // 0 → the model's max_position_embeddings
+  // The backend every op runs on; null = the CPU backend. It must outlive the model.
+  const Backend* backend = nullptr;
 };
 
 struct PrefillOutput {
@@ -47,6 +50,9 @@ class LlavaModel {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const LlavaWeights& weights() const { return *weights_; }
   const ModelOptions& options() const { return options_; }
+  const Backend& backend() const {
+    return options_.backend != nullptr ? *options_.backend : CpuBackend();
+  }
   const std::string& dir() const { return dir_; }
 
   // Image bytes (JPEG/PNG) → F32 [3, S, S] CLIP-normalised pixels.

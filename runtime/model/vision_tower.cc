@@ -3,16 +3,13 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "kernels/cpu/activation.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/norm.h"
 #include "base/status_macros.h"
 #include "runtime/model/cancellation.h"
 
 namespace hap {
 
-absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const VisionWeights& w,
+absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const LlavaConfig& cfg,
+                                                  const VisionWeights& w,
                                                   const float* pixels,
                                                   VisionFeatureLayer* feature_layer) {
   const VisionConfig& vc = cfg.vision;
@@ -43,11 +40,12 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const 
   }
   // x F32 [n, d]: row 0 = class embedding, rows 1.. = patch embeddings; + position embeddings.
   std::vector<float> x(static_cast<size_t>(n) * d);
-  HAP_RETURN_IF_ERROR(cpu::Linear(patches.data(), w.patch_w.f32(), nullptr, x.data() + d,
-                                  n_patches, patch_len, d));
+  TensorView patch_w = w.patch_w;  // the conv kernel [d, c, p, p] as the matrix [d, c·p·p]
+  patch_w.shape = {d, patch_len};
+  HAP_RETURN_IF_ERROR(backend.Linear(patches.data(), patch_w, nullptr, x.data() + d, n_patches));
   for (int i = 0; i < d; ++i) x[i] = w.class_emb.f32()[i];
-  cpu::AddInPlace(x.data(), w.pos_emb.f32(), static_cast<int64_t>(n) * d);
-  HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), w.pre_ln_w.f32(), w.pre_ln_b.f32(), x.data(), n, d,
+  HAP_RETURN_IF_ERROR(backend.Add(x.data(), w.pos_emb.f32(), static_cast<int64_t>(n) * d));
+  HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), w.pre_ln_w.f32(), w.pre_ln_b.f32(), x.data(), n, d,
                                      vc.layer_norm_eps));
 
   std::vector<float> h(static_cast<size_t>(n) * d), q(h.size()), k(h.size()), v(h.size()),
@@ -59,12 +57,12 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const 
     }
     const ClipLayerWeights& lw = w.layers[l];
     // Self-attention block (pre-LN).
-    HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), lw.ln1_w.f32(), lw.ln1_b.f32(), h.data(), n, d,
+    HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), lw.ln1_w.f32(), lw.ln1_b.f32(), h.data(), n, d,
                                        vc.layer_norm_eps));
-    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.q_w, lw.q_b.f32(), q.data(), n));
-    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.k_w, lw.k_b.f32(), k.data(), n));
-    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.v_w, lw.v_b.f32(), v.data(), n));
-    cpu::AttentionArgs args;
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.q_w, lw.q_b.f32(), q.data(), n));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.k_w, lw.k_b.f32(), k.data(), n));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.v_w, lw.v_b.f32(), v.data(), n));
+    AttentionArgs args;
     args.q = q.data();
     args.k = k.data();
     args.v = v.data();
@@ -75,20 +73,20 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const 
     args.n_kv_heads = heads;
     args.head_dim = hd;
     args.scale = 1.f / std::sqrt(static_cast<float>(hd));
-    HAP_RETURN_IF_ERROR(cpu::Attention(args));
-    HAP_RETURN_IF_ERROR(cpu::Linear(attn.data(), lw.o_w, lw.o_b.f32(), proj.data(), n));
-    cpu::AddInPlace(x.data(), proj.data(), static_cast<int64_t>(n) * d);
+    HAP_RETURN_IF_ERROR(backend.Attention(args));
+    HAP_RETURN_IF_ERROR(backend.Linear(attn.data(), lw.o_w, lw.o_b.f32(), proj.data(), n));
+    HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));
     // MLP block.
-    HAP_RETURN_IF_ERROR(cpu::LayerNorm(x.data(), lw.ln2_w.f32(), lw.ln2_b.f32(), h.data(), n, d,
+    HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), lw.ln2_w.f32(), lw.ln2_b.f32(), h.data(), n, d,
                                        vc.layer_norm_eps));
-    HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), lw.fc1_w, lw.fc1_b.f32(), mlp.data(), n));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.fc1_w, lw.fc1_b.f32(), mlp.data(), n));
     if (vc.hidden_act == "quick_gelu") {
-      cpu::QuickGelu(mlp.data(), static_cast<int64_t>(n) * ffn);
+      HAP_RETURN_IF_ERROR(backend.Activate(Activation::kQuickGelu, mlp.data(), static_cast<int64_t>(n) * ffn));
     } else {
-      cpu::Gelu(mlp.data(), static_cast<int64_t>(n) * ffn);
+      HAP_RETURN_IF_ERROR(backend.Activate(Activation::kGelu, mlp.data(), static_cast<int64_t>(n) * ffn));
     }
-    HAP_RETURN_IF_ERROR(cpu::Linear(mlp.data(), lw.fc2_w, lw.fc2_b.f32(), proj.data(), n));
-    cpu::AddInPlace(x.data(), proj.data(), static_cast<int64_t>(n) * d);
+    HAP_RETURN_IF_ERROR(backend.Linear(mlp.data(), lw.fc2_w, lw.fc2_b.f32(), proj.data(), n));
+    HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));
 
     if (feature_layer != nullptr && l == n_layers - 1) {
       feature_layer->n_tokens = n;
@@ -105,17 +103,18 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const 
   return std::vector<float>(x.begin() + d, x.end());
 }
 
-absl::StatusOr<std::vector<float>> RunProjector(const LlavaConfig& cfg, const ProjectorWeights& w,
+absl::StatusOr<std::vector<float>> RunProjector(const Backend& backend, const LlavaConfig& cfg,
+                                                const ProjectorWeights& w,
                                                 const float* features, int n) {
   const int dt = cfg.text.hidden_size;  // the projector's input width comes with w.l1_w
   std::vector<float> h(static_cast<size_t>(n) * dt), out(static_cast<size_t>(n) * dt);
-  HAP_RETURN_IF_ERROR(cpu::Linear(features, w.l1_w, w.l1_b.f32(), h.data(), n));
+  HAP_RETURN_IF_ERROR(backend.Linear(features, w.l1_w, w.l1_b.f32(), h.data(), n));
   if (cfg.projector_hidden_act == "gelu") {
-    cpu::Gelu(h.data(), static_cast<int64_t>(n) * dt);
+    HAP_RETURN_IF_ERROR(backend.Activate(Activation::kGelu, h.data(), static_cast<int64_t>(n) * dt));
   } else {
-    cpu::GeluTanh(h.data(), static_cast<int64_t>(n) * dt);
+    HAP_RETURN_IF_ERROR(backend.Activate(Activation::kGeluTanh, h.data(), static_cast<int64_t>(n) * dt));
   }
-  HAP_RETURN_IF_ERROR(cpu::Linear(h.data(), w.l2_w, w.l2_b.f32(), out.data(), n));
+  HAP_RETURN_IF_ERROR(backend.Linear(h.data(), w.l2_w, w.l2_b.f32(), out.data(), n));
   return out;
 }
 

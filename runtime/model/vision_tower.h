@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/backend.h"
 #include "runtime/io/config.h"
 #include "runtime/io/weights.h"
 
@@ -23,13 +24,15 @@ struct VisionFeatureLayer {
 // pixels: F32 [3, image_size, image_size] (CLIP-normalised). Returns the selected features
 // F32 [num_visual_tokens, vision.hidden_size] at vision_feature_layer. When feature_layer is
 // non-null it receives the feature layer's Q, K and output.
-absl::StatusOr<std::vector<float>> RunVisionTower(const LlavaConfig& cfg, const VisionWeights& w,
+absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const LlavaConfig& cfg,
+                                                  const VisionWeights& w,
                                                   const float* pixels,
                                                   VisionFeatureLayer* feature_layer);
 
 // features F32 [n, vision.hidden] → image embeddings F32 [n, text.hidden]
 // (linear_1 → GELU → linear_2).
-absl::StatusOr<std::vector<float>> RunProjector(const LlavaConfig& cfg, const ProjectorWeights& w,
+absl::StatusOr<std::vector<float>> RunProjector(const Backend& backend, const LlavaConfig& cfg,
+                                                const ProjectorWeights& w,
                                                 const float* features, int n);
 
 }  // namespace hap

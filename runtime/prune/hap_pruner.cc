@@ -6,11 +6,6 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/prune/paq.h"
-#include "kernels/prune/paq_softmax.h"
-#include "kernels/prune/token_scores.h"
-#include "kernels/prune/topk.h"
-#include "kernels/prune/weighted_sum.h"
 #include "base/status_macros.h"
 
 namespace hap {
@@ -45,21 +40,21 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   lx.n_vis = n_vis;
   lx.head_paq.resize(H);
   lx.head_weights.resize(H);
-  HAP_RETURN_IF_ERROR(kernels::PaqFromRowEntropies(head_maps_.data(), head_entropy_.data(), H,
+  HAP_RETURN_IF_ERROR(att.backend->PaqFromRowEntropies(head_maps_.data(), head_entropy_.data(), H,
                                                    n_text, n_vis, lx.head_paq.data()));
   if (weighting_ == Weighting::kUniform) {
     std::fill(lx.head_weights.begin(), lx.head_weights.end(), 1.f / H);
   } else {
-    HAP_RETURN_IF_ERROR(kernels::PaqSoftmaxWeights(lx.head_paq.data(), H, lx.head_weights.data()));
+    HAP_RETURN_IF_ERROR(att.backend->PaqSoftmaxWeights(lx.head_paq.data(), H, lx.head_weights.data()));
   }
   // A_l = Σ_h w_h Â_h: F32 [n_text, n_vis], into the group's next buffer.
   const size_t slot = group_paq_.size();
   if (group_maps_.size() <= slot) group_maps_.resize(slot + 1);
   std::vector<float>& layer_map = group_maps_[slot];
   layer_map.resize(map_size);
-  HAP_RETURN_IF_ERROR(kernels::WeightedSumContiguous(head_maps_.data(), lx.head_weights.data(), H,
+  HAP_RETURN_IF_ERROR(att.backend->WeightedSumContiguous(head_maps_.data(), lx.head_weights.data(), H,
                                                      map_size, layer_map.data()));
-  HAP_RETURN_IF_ERROR(kernels::Paq(layer_map.data(), 1, n_text, n_vis, &lx.layer_paq));
+  HAP_RETURN_IF_ERROR(att.backend->Paq(layer_map.data(), 1, n_text, n_vis, &lx.layer_paq));
   group_paq_.push_back(lx.layer_paq);
   stats_.hap_layers.push_back(std::move(lx));
 
@@ -81,19 +76,19 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
     std::fill(gx.layer_weights.begin(), gx.layer_weights.end(), 1.f / n_maps);
   } else {
     HAP_RETURN_IF_ERROR(
-        kernels::PaqSoftmaxWeights(group_paq_.data(), n_maps, gx.layer_weights.data()));
+        att.backend->PaqSoftmaxWeights(group_paq_.data(), n_maps, gx.layer_weights.data()));
   }
   std::vector<const float*> maps(n_maps);
   for (int i = 0; i < n_maps; ++i) maps[i] = group_maps_[i].data();
   group_map_.resize(map_size);  // F32 [n_text, n_vis]
-  HAP_RETURN_IF_ERROR(kernels::WeightedSumMaps(maps.data(), gx.layer_weights.data(), n_maps,
+  HAP_RETURN_IF_ERROR(att.backend->WeightedSumMaps(maps.data(), gx.layer_weights.data(), n_maps,
                                                map_size, group_map_.data()));
   gx.token_scores.resize(n_vis);
   HAP_RETURN_IF_ERROR(
-      kernels::TokenScores(group_map_.data(), n_text, n_vis, gx.token_scores.data()));
+      att.backend->TokenScores(group_map_.data(), n_text, n_vis, gx.token_scores.data()));
   const int keep = std::min(plan_.groups[g + 1].visual_tokens, n_vis);
   std::vector<int> kept(keep);
-  HAP_RETURN_IF_ERROR(kernels::StableTopK(gx.token_scores.data(), n_vis, keep, kept.data()));
+  HAP_RETURN_IF_ERROR(att.backend->StableTopK(gx.token_scores.data(), n_vis, keep, kept.data()));
   group_paq_.clear();
   gx.kept = kept;
   gx.kept_original.resize(keep);

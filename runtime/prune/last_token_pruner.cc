@@ -6,8 +6,6 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/prune/token_scores.h"
-#include "kernels/prune/topk.h"
 #include "base/status_macros.h"
 
 namespace hap {
@@ -34,9 +32,9 @@ PrunerBase::KeepResult LastTokenPruner::AfterLayer(const LayerAttention& att) {
   std::vector<float> rows;
   HAP_RETURN_IF_ERROR(RowsAttention(att, att.n_tokens - 1, 1, /*renormalize=*/false, &rows));
   std::vector<float> scores(att.n_vis);  // head mean
-  HAP_RETURN_IF_ERROR(kernels::TokenScores(rows.data(), att.n_heads, att.n_vis, scores.data()));
+  HAP_RETURN_IF_ERROR(att.backend->TokenScores(rows.data(), att.n_heads, att.n_vis, scores.data()));
   std::vector<int> kept(keep);
-  HAP_RETURN_IF_ERROR(kernels::StableTopK(scores.data(), att.n_vis, keep, kept.data()));
+  HAP_RETURN_IF_ERROR(att.backend->StableTopK(scores.data(), att.n_vis, keep, kept.data()));
   return Commit(att, std::move(kept), Since(start));
 }
 

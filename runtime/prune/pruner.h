@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/backend.h"
 #include "runtime/prune/prune_stats.h"
 
 namespace hap {
@@ -32,6 +33,8 @@ struct LayerAttention {
                                // causal keys of each row (the softmax denominator)
   int vis_begin = 0;
   int n_vis = 0;
+  // Runs the method's ops; q, k and lse are in its memory (host for the CPU backend).
+  const Backend* backend = &CpuBackend();
 };
 
 // Input embeddings before layer 0 (SparseVLM picks its raters from them).

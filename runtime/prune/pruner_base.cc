@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/prune/attention_rows.h"
 #include "base/status_macros.h"
 
 namespace hap {
@@ -124,7 +123,7 @@ absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int 
     row_entropy->resize(static_cast<size_t>(att.n_heads) * n_rows);
     a.row_entropy = row_entropy->data();
   }
-  return kernels::TextVisualAttention(a);
+  return att.backend->TextVisualAttention(a);
 }
 
 KeepAllPruner::KeepAllPruner(std::string method, const ModelDims& dims)

@@ -7,8 +7,6 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/prune/token_scores.h"
-#include "kernels/prune/topk.h"
 #include "base/status_macros.h"
 #include "base/thread_pool.h"
 
@@ -106,11 +104,11 @@ PrunerBase::KeepResult SparseVlmPruner::AfterLayer(const LayerAttention& att) {
     for (int r : raters_) sel.push_back(h * n_text + r);
   }
   std::vector<float> scores(att.n_vis);
-  HAP_RETURN_IF_ERROR(kernels::TokenScoresOfRows(rows.data(), int64_t{att.n_heads} * n_text,
+  HAP_RETURN_IF_ERROR(att.backend->TokenScoresOfRows(rows.data(), int64_t{att.n_heads} * n_text,
                                                  att.n_vis, sel.data(),
                                                  static_cast<int>(sel.size()), scores.data()));
   std::vector<int> kept(keep);
-  HAP_RETURN_IF_ERROR(kernels::StableTopK(scores.data(), att.n_vis, keep, kept.data()));
+  HAP_RETURN_IF_ERROR(att.backend->StableTopK(scores.data(), att.n_vis, keep, kept.data()));
   return Commit(att, std::move(kept), Since(start));
 }
 

@@ -1,0 +1,116 @@
+// The CPU backend: each op forwards to its kernel in kernels/cpu or kernels/prune.
+#include "kernels/backend.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/decode_attention.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/prune/gather_rows.h"
+#include "kernels/prune/paq.h"
+#include "kernels/prune/paq_softmax.h"
+#include "kernels/prune/token_scores.h"
+#include "kernels/prune/topk.h"
+#include "kernels/prune/weighted_sum.h"
+
+namespace hap {
+namespace {
+
+class Cpu final : public Backend {
+ public:
+  Device device() const override { return Device::kCpu; }
+  std::string_view name() const override { return "cpu"; }
+
+  absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y,
+                      int m) const override {
+    return cpu::Linear(x, w, bias, y, m);
+  }
+  absl::Status RmsNorm(const float* x, const float* w, float* y, int rows, int d,
+                       float eps) const override {
+    return cpu::RmsNorm(x, w, y, rows, d, eps);
+  }
+  absl::Status LayerNorm(const float* x, const float* w, const float* b, float* y, int rows,
+                         int d, float eps) const override {
+    return cpu::LayerNorm(x, w, b, y, rows, d, eps);
+  }
+  absl::Status Rope(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
+                    float theta) const override {
+    return cpu::Rope(x, positions, rows, n_heads, head_dim, theta);
+  }
+  absl::Status Activate(Activation kind, float* x, int64_t n) const override {
+    switch (kind) {
+      case Activation::kQuickGelu:
+        cpu::QuickGelu(x, n);
+        break;
+      case Activation::kGelu:
+        cpu::Gelu(x, n);
+        break;
+      case Activation::kGeluTanh:
+        cpu::GeluTanh(x, n);
+        break;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status SiluMul(float* gate, const float* up, int64_t n) const override {
+    cpu::SiluMul(gate, up, n);
+    return absl::OkStatus();
+  }
+  absl::Status Add(float* y, const float* x, int64_t n) const override {
+    cpu::AddInPlace(y, x, n);
+    return absl::OkStatus();
+  }
+  absl::Status Attention(const AttentionArgs& args) const override {
+    return cpu::Attention(args);
+  }
+  absl::Status DecodeAttention(const DecodeAttentionArgs& args) const override {
+    return cpu::DecodeAttention(args);
+  }
+  absl::Status GatherRows(const void* src, int64_t n_rows, size_t row_bytes, const int* idx,
+                          int64_t n_idx, void* dst) const override {
+    return kernels::GatherRows(src, 1, n_rows, row_bytes, idx, n_idx, dst);
+  }
+  absl::Status TextVisualAttention(const kernels::TextVisualAttentionArgs& args) const override {
+    return kernels::TextVisualAttention(args);
+  }
+  absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis,
+                   float* paq) const override {
+    return kernels::Paq(maps, n_maps, n_text, n_vis, paq);
+  }
+  absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy, int n_maps,
+                                   int n_text, int n_vis, float* paq) const override {
+    return kernels::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis, paq);
+  }
+  absl::Status PaqSoftmaxWeights(const float* paq, int n, float* weights) const override {
+    return kernels::PaqSoftmaxWeights(paq, n, weights);
+  }
+  absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
+                               int64_t size, float* out) const override {
+    return kernels::WeightedSumMaps(maps, weights, n_maps, size, out);
+  }
+  absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
+                                     int64_t size, float* out) const override {
+    return kernels::WeightedSumContiguous(maps, weights, n_maps, size, out);
+  }
+  absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
+                           float* scores) const override {
+    return kernels::TokenScores(map, n_rows, n_vis, scores);
+  }
+  absl::Status TokenScoresOfRows(const float* map, int64_t n_rows, int n_vis, const int* rows,
+                                 int n_sel, float* scores) const override {
+    return kernels::TokenScoresOfRows(map, n_rows, n_vis, rows, n_sel, scores);
+  }
+  absl::Status StableTopK(const float* scores, int n, int k, int* kept) const override {
+    return kernels::StableTopK(scores, n, k, kept);
+  }
+};
+
+}  // namespace
+
+void ConfigureCpuBackend(int n_threads, int spin_us) { cpu::SetComputeThreads(n_threads, spin_us); }
+
+const Backend& CpuBackend() {
+  static const Cpu* backend = new Cpu();
+  return *backend;
+}
+
+}  // namespace hap

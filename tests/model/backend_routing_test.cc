@@ -1,0 +1,156 @@
+// The model runs every op through the backend it is given (ModelOptions::backend): a backend
+// that counts and forwards to the CPU one gives bit-identical results, and a decode step makes
+// exactly the calls its layers need — no op reaches a kernel around the interface.
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "runtime/image/png_encode.h"
+#include "runtime/model/pipeline.h"
+#include "runtime/model/tiny_model.h"
+
+namespace hap {
+namespace {
+
+class CountingBackend final : public Backend {
+ public:
+  Device device() const override { return cpu_.device(); }
+  std::string_view name() const override { return "counting"; }
+  int count(const std::string& op) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = counts_.find(op);
+    return it == counts_.end() ? 0 : it->second;
+  }
+  void Reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    counts_.clear();
+  }
+
+#define HAP_FORWARD(op, params, args) \
+  absl::Status op params const override { \
+    Count(#op);                          \
+    return cpu_.op args;                 \
+  }
+  HAP_FORWARD(Linear, (const float* x, const TensorView& w, const float* b, float* y, int m),
+              (x, w, b, y, m))
+  HAP_FORWARD(RmsNorm, (const float* x, const float* w, float* y, int r, int d, float e),
+              (x, w, y, r, d, e))
+  HAP_FORWARD(LayerNorm,
+              (const float* x, const float* w, const float* b, float* y, int r, int d, float e),
+              (x, w, b, y, r, d, e))
+  HAP_FORWARD(Rope, (float* x, const int32_t* p, int r, int h, int hd, float t), (x, p, r, h, hd, t))
+  HAP_FORWARD(Activate, (Activation k, float* x, int64_t n), (k, x, n))
+  HAP_FORWARD(SiluMul, (float* g, const float* u, int64_t n), (g, u, n))
+  HAP_FORWARD(Add, (float* y, const float* x, int64_t n), (y, x, n))
+  HAP_FORWARD(Attention, (const AttentionArgs& a), (a))
+  HAP_FORWARD(DecodeAttention, (const DecodeAttentionArgs& a), (a))
+  HAP_FORWARD(GatherRows, (const void* s, int64_t n, size_t rb, const int* i, int64_t ni, void* d),
+              (s, n, rb, i, ni, d))
+  HAP_FORWARD(TextVisualAttention, (const kernels::TextVisualAttentionArgs& a), (a))
+  HAP_FORWARD(Paq, (const float* m, int n, int t, int v, float* p), (m, n, t, v, p))
+  HAP_FORWARD(PaqFromRowEntropies,
+              (const float* m, const double* e, int n, int t, int v, float* p), (m, e, n, t, v, p))
+  HAP_FORWARD(PaqSoftmaxWeights, (const float* p, int n, float* w), (p, n, w))
+  HAP_FORWARD(WeightedSumMaps, (const float* const* m, const float* w, int n, int64_t s, float* o),
+              (m, w, n, s, o))
+  HAP_FORWARD(WeightedSumContiguous, (const float* m, const float* w, int n, int64_t s, float* o),
+              (m, w, n, s, o))
+  HAP_FORWARD(TokenScores, (const float* m, int64_t r, int v, float* s), (m, r, v, s))
+  HAP_FORWARD(TokenScoresOfRows, (const float* m, int64_t r, int v, const int* rs, int n, float* s),
+              (m, r, v, rs, n, s))
+  HAP_FORWARD(StableTopK, (const float* s, int n, int k, int* kept), (s, n, k, kept))
+#undef HAP_FORWARD
+
+ private:
+  void Count(const char* op) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counts_[op];
+  }
+  const Backend& cpu_ = CpuBackend();
+  mutable std::mutex mu_;
+  mutable std::map<std::string, int> counts_;
+};
+
+TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/backend_routing";
+  TinyModelOptions o;
+  o.seed = 9;
+  o.layers = 4;
+  o.image_size = 112;  // 64 visual tokens
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  CountingBackend counting;
+  ModelOptions with;
+  with.backend = &counting;
+  auto cpu_model = LlavaModel::Load(dir, {});
+  auto counted_model = LlavaModel::Load(dir, with);
+  ASSERT_TRUE(cpu_model.ok() && counted_model.ok());
+  EXPECT_EQ((*counted_model)->backend().name(), "counting");
+
+  RgbImage img;
+  img.width = img.height = 64;
+  img.pixels.resize(64 * 64 * 3);
+  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>((i * 31) % 251);
+  const std::string png = EncodePng(img).value();
+  PruneRequest prune;
+  prune.method = "hap";
+  prune.retain = 32;
+
+  struct Run {
+    PrefillResult prefill;
+    std::vector<float> step;
+  };
+  auto run = [&](const LlavaModel& model) {
+    auto encoded = EncodeImage(model, png, prune);
+    EXPECT_TRUE(encoded.ok()) << encoded.status();
+    Sampler sampler{SamplingParams{}};
+    auto prefill = RunPrefill(model, "What is in the picture?", *encoded, prune, &sampler);
+    EXPECT_TRUE(prefill.ok()) << prefill.status();
+    Run r{std::move(*prefill), {}};
+    auto step = model.DecodeStep(r.prefill.first_token, &r.prefill.cache);
+    EXPECT_TRUE(step.ok()) << step.status();
+    r.step = std::move(*step);
+    return r;
+  };
+  const Run plain = run(**cpu_model);
+  // The prefill's pruning ran through the backend too (checked before the decode step resets).
+  const Run counted = [&] {
+    auto encoded = EncodeImage(**counted_model, png, prune);
+    EXPECT_TRUE(encoded.ok());
+    // The vision layers up to the feature layer (-2 of 2: one), the projector's two products.
+    EXPECT_EQ(counting.count("Attention"), o.vision_layers - 1);
+    EXPECT_GT(counting.count("Linear"), 0);
+    counting.Reset();
+    Sampler sampler{SamplingParams{}};
+    auto prefill = RunPrefill(**counted_model, "What is in the picture?", *encoded, prune, &sampler);
+    EXPECT_TRUE(prefill.ok());
+    EXPECT_EQ(counting.count("Attention"), o.layers);
+    EXPECT_GT(counting.count("TextVisualAttention"), 0);
+    EXPECT_GT(counting.count("StableTopK"), 0);
+    EXPECT_EQ(counting.count("GatherRows"), 2 * counting.count("StableTopK"));
+    counting.Reset();
+    Run r{std::move(*prefill), {}};
+    auto step = (*counted_model)->DecodeStep(r.prefill.first_token, &r.prefill.cache);
+    EXPECT_TRUE(step.ok());
+    r.step = std::move(*step);
+    return r;
+  }();
+  EXPECT_EQ(plain.prefill.first_token, counted.prefill.first_token);
+  EXPECT_EQ(plain.step, counted.step);  // bit for bit
+
+  // One decode step: per layer q, k, v, o, gate, up, down and the LM head; two norms per layer
+  // and the final one; RoPE on q and k; two residual adds; one SiLU·up; one attention.
+  const int L = o.layers;
+  EXPECT_EQ(counting.count("Linear"), 7 * L + 1);
+  EXPECT_EQ(counting.count("RmsNorm"), 2 * L + 1);
+  EXPECT_EQ(counting.count("Rope"), 2 * L);
+  EXPECT_EQ(counting.count("Add"), 2 * L);
+  EXPECT_EQ(counting.count("SiluMul"), L);
+  EXPECT_EQ(counting.count("DecodeAttention"), L);
+  EXPECT_EQ(counting.count("Attention"), 0);
+}
+
+}  // namespace
+}  // namespace hap
