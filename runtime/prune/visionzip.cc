@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/prune/topk.h"
 #include "base/status_macros.h"
 
 namespace hap {
@@ -61,7 +60,7 @@ absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,
   if (counts.dominant > 1) {
     std::vector<int> top(counts.dominant - 1);
     HAP_RETURN_IF_ERROR(
-        kernels::StableTopK(cls.data() + 1, n - 1, counts.dominant - 1, top.data()));
+        in.backend->StableTopK(cls.data() + 1, n - 1, counts.dominant - 1, top.data()));
     for (int p : top) dominant.push_back(p + 1);
   }
   std::vector<char> is_dominant(n, 0);

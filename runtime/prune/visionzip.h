@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/backend.h"
 
 namespace hap {
 
@@ -33,6 +34,9 @@ struct VisionZipInput {
   int head_dim = 0;
   int d_model = 0;
   float scale = 0.f;  // attention softmax scale (CLIP: head_dim^-0.5)
+  // Runs the selection's top-k. The CLS attention and the merge are host loops over q, k and
+  // hidden (so those are host memory); they are not yet backend ops.
+  const Backend* backend = &CpuBackend();
 };
 
 // What VisionZipCompress chose (token indices into [0, n_tokens)).
