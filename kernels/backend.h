@@ -33,7 +33,7 @@ class Backend {
   // --- Dense ops (kernels/cpu/*.h document the CPU versions' arithmetic) ---
   // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]); w in F32, BF16 or F16 as stored, F32 accumulation.
   virtual absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y,
-                              int m) const = 0;
+                              int m, LinearRows rows) const = 0;
   virtual absl::Status RmsNorm(const float* x, const float* w, float* y, int rows, int d,
                                float eps) const = 0;
   virtual absl::Status LayerNorm(const float* x, const float* w, const float* b, float* y,

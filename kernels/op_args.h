@@ -8,6 +8,12 @@
 
 namespace hap {
 
+// What the rows of a matrix product are. kIndependent: different sequences (a batched decode
+// step): each row's result must be what that row gives alone, whatever m (batch invariance).
+// kOneSequence: the tokens of one sequence (a prefill, an image): the backend may take a path
+// whose arithmetic depends on m, such as rounding x to BF16 for a dot-product GEMM.
+enum class LinearRows { kIndependent, kOneSequence };
+
 struct AttentionArgs {
   const float* q = nullptr;  // F32 [n_q, n_heads * head_dim]
   const float* k = nullptr;  // F32 [n_kv, n_kv_heads * head_dim]

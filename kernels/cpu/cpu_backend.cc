@@ -21,9 +21,9 @@ class Cpu final : public Backend {
   Device device() const override { return Device::kCpu; }
   std::string_view name() const override { return "cpu"; }
 
-  absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y,
-                      int m) const override {
-    return cpu::Linear(x, w, bias, y, m);
+  absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m,
+                      LinearRows rows) const override {
+    return cpu::Linear(x, w, bias, y, m, rows);
   }
   absl::Status RmsNorm(const float* x, const float* w, float* y, int rows, int d,
                        float eps) const override {

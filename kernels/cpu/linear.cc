@@ -53,7 +53,8 @@ absl::Status Linear(const float* x, const float* w, const float* bias, float* y,
   return absl::OkStatus();
 }
 
-absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m) {
+absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m,
+                    LinearRows rows) {
   if (w.shape.size() != 2 || w.device != Device::kCpu || !w.present()) {
     return absl::InvalidArgumentError(
         absl::StrCat("Linear: the weight must be a 2-D host tensor, got ", w.Describe()));
@@ -65,11 +66,14 @@ absl::Status Linear(const float* x, const TensorView& w, const float* bias, floa
   }
   if (m == 0) return absl::OkStatus();
   if (m > kGemvRowsF32 && w.dtype == DType::kF32) return Linear(x, w.f32(), bias, y, m, k, n);
-  if (m <= kGemvRowsNarrow) {
+  const bool bf16_gemm =
+      w.dtype == DType::kBF16 && HasBf16DotProduct() &&
+      m > (rows == LinearRows::kOneSequence ? kBf16GemmRows - 1 : kGemvRowsNarrow);
+  if (m <= kGemvRowsNarrow && !bf16_gemm) {
     DefaultPool().ParallelFor(n, [&](int64_t j0, int64_t j1) {
       NarrowRowsTimesX(x, m, k, w.data, w.dtype, j0, j1, y, n);
     });
-  } else if (w.dtype == DType::kBF16 && HasBf16DotProduct()) {
+  } else if (bf16_gemm) {
     Bf16Gemm(x, m, k, static_cast<const uint16_t*>(w.data), n, y);
   } else {
     SingleThreadedBlas();

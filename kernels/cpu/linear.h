@@ -4,6 +4,7 @@
 #include "absl/status/status.h"
 #include "base/tensor.h"
 #include "base/thread_pool.h"
+#include "kernels/op_args.h"
 
 namespace hap::cpu {
 
@@ -19,10 +20,15 @@ absl::Status Linear(const float* x, const float* w, const float* bias, float* y,
 // weight for sgemm: pruned prefills and decode batches). More rows: BF16 weights go to
 // Bf16Gemm where the CPU has AVX512-BF16 (x rounded to BF16, F32 accumulation, about twice
 // sgemm's rate), otherwise to sgemm over weight tiles widened into a thread-local F32 buffer,
-// as F16 weights do; F32 weights go to sgemm directly.
+// as F16 weights do; F32 weights go to sgemm directly. Rows of one sequence
+// (LinearRows::kOneSequence) on BF16 weights take Bf16Gemm from kBf16GemmRows rows on, where
+// it is several times the narrow kernel's rate; independent rows keep the narrow kernel up to
+// kGemvRowsNarrow, so a decode step's rows stay batch-invariant.
 inline constexpr int kGemvRowsF32 = 16;
 inline constexpr int kGemvRowsNarrow = 128;
-absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m);
+inline constexpr int kBf16GemmRows = 16;
+absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m,
+                    LinearRows rows = LinearRows::kIndependent);
 
 // Sizes the CPU compute of this process: the default pool gets n_threads (<= 0: all cores) and
 // OpenBLAS one thread (the kernels call it from each pool thread on their own share of the

@@ -61,14 +61,18 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int 
   const LlamaLayerWeights& lw = w_.layers[l];
   const int q_dim = n_heads_ * head_dim_;
   const int kv_dim = n_kv_heads_ * head_dim_;
+  // One segment: the rows are one sequence's tokens (a prefill or a single decode step);
+  // several: one row per sequence of a batched step, which must stay batch-invariant.
+  const LinearRows rows =
+      segments.size() == 1 ? LinearRows::kOneSequence : LinearRows::kIndependent;
 
   std::vector<float> h(static_cast<size_t>(n) * d_);  // F32 [n, hidden]
   HAP_RETURN_IF_ERROR(backend_.RmsNorm(x, lw.attn_norm.f32(), h.data(), n, d_, eps_));
   std::vector<float> q(static_cast<size_t>(n) * q_dim);  // F32 [n, heads·hd]
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.q, nullptr, q.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.q, nullptr, q.data(), n, rows));
   std::vector<float> k_new(static_cast<size_t>(n) * kv_dim), v_new(k_new.size());  // [n, kv_dim]
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.k, nullptr, k_new.data(), n));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.v, nullptr, v_new.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.k, nullptr, k_new.data(), n, rows));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.v, nullptr, v_new.data(), n, rows));
   HAP_RETURN_IF_ERROR(backend_.Rope(q.data(), positions, n, n_heads_, head_dim_, theta_));
   HAP_RETURN_IF_ERROR(backend_.Rope(k_new.data(), positions, n, n_kv_heads_, head_dim_, theta_));
 
@@ -121,15 +125,15 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int 
           l, seg.n, past));
     }
   }
-  HAP_RETURN_IF_ERROR(backend_.Linear(attn.data(), lw.o, nullptr, h.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Linear(attn.data(), lw.o, nullptr, h.data(), n, rows));
   HAP_RETURN_IF_ERROR(backend_.Add(x, h.data(), static_cast<int64_t>(n) * d_));
 
   HAP_RETURN_IF_ERROR(backend_.RmsNorm(x, lw.mlp_norm.f32(), h.data(), n, d_, eps_));
   std::vector<float> gate(static_cast<size_t>(n) * ffn_), up(gate.size());  // F32 [n, ffn]
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.gate, nullptr, gate.data(), n));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.up, nullptr, up.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.gate, nullptr, gate.data(), n, rows));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.up, nullptr, up.data(), n, rows));
   HAP_RETURN_IF_ERROR(backend_.SiluMul(gate.data(), up.data(), static_cast<int64_t>(n) * ffn_));
-  HAP_RETURN_IF_ERROR(backend_.Linear(gate.data(), lw.down, nullptr, h.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Linear(gate.data(), lw.down, nullptr, h.data(), n, rows));
   HAP_RETURN_IF_ERROR(backend_.Add(x, h.data(), static_cast<int64_t>(n) * d_));
   if (q_out) *q_out = std::move(q);
   return absl::OkStatus();
@@ -138,7 +142,8 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int 
 absl::StatusOr<std::vector<float>> LlamaDecoder::Logits(const float* rows, int n) const {
   std::vector<float> h(static_cast<size_t>(n) * d_), logits(static_cast<size_t>(n) * vocab_);
   HAP_RETURN_IF_ERROR(backend_.RmsNorm(rows, w_.norm.f32(), h.data(), n, d_, eps_));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), w_.lm_head, nullptr, logits.data(), n));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), w_.lm_head, nullptr, logits.data(), n,
+                                      LinearRows::kIndependent));
   return logits;
 }
 

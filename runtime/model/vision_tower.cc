@@ -42,7 +42,7 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
   std::vector<float> x(static_cast<size_t>(n) * d);
   TensorView patch_w = w.patch_w;  // the conv kernel [d, c, p, p] as the matrix [d, c·p·p]
   patch_w.shape = {d, patch_len};
-  HAP_RETURN_IF_ERROR(backend.Linear(patches.data(), patch_w, nullptr, x.data() + d, n_patches));
+  HAP_RETURN_IF_ERROR(backend.Linear(patches.data(), patch_w, nullptr, x.data() + d, n_patches, LinearRows::kOneSequence));
   for (int i = 0; i < d; ++i) x[i] = w.class_emb.f32()[i];
   HAP_RETURN_IF_ERROR(backend.Add(x.data(), w.pos_emb.f32(), static_cast<int64_t>(n) * d));
   HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), w.pre_ln_w.f32(), w.pre_ln_b.f32(), x.data(), n, d,
@@ -59,9 +59,9 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
     // Self-attention block (pre-LN).
     HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), lw.ln1_w.f32(), lw.ln1_b.f32(), h.data(), n, d,
                                        vc.layer_norm_eps));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.q_w, lw.q_b.f32(), q.data(), n));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.k_w, lw.k_b.f32(), k.data(), n));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.v_w, lw.v_b.f32(), v.data(), n));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.q_w, lw.q_b.f32(), q.data(), n, LinearRows::kOneSequence));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.k_w, lw.k_b.f32(), k.data(), n, LinearRows::kOneSequence));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.v_w, lw.v_b.f32(), v.data(), n, LinearRows::kOneSequence));
     AttentionArgs args;
     args.q = q.data();
     args.k = k.data();
@@ -74,18 +74,18 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
     args.head_dim = hd;
     args.scale = 1.f / std::sqrt(static_cast<float>(hd));
     HAP_RETURN_IF_ERROR(backend.Attention(args));
-    HAP_RETURN_IF_ERROR(backend.Linear(attn.data(), lw.o_w, lw.o_b.f32(), proj.data(), n));
+    HAP_RETURN_IF_ERROR(backend.Linear(attn.data(), lw.o_w, lw.o_b.f32(), proj.data(), n, LinearRows::kOneSequence));
     HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));
     // MLP block.
     HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), lw.ln2_w.f32(), lw.ln2_b.f32(), h.data(), n, d,
                                        vc.layer_norm_eps));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.fc1_w, lw.fc1_b.f32(), mlp.data(), n));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.fc1_w, lw.fc1_b.f32(), mlp.data(), n, LinearRows::kOneSequence));
     if (vc.hidden_act == "quick_gelu") {
       HAP_RETURN_IF_ERROR(backend.Activate(Activation::kQuickGelu, mlp.data(), static_cast<int64_t>(n) * ffn));
     } else {
       HAP_RETURN_IF_ERROR(backend.Activate(Activation::kGelu, mlp.data(), static_cast<int64_t>(n) * ffn));
     }
-    HAP_RETURN_IF_ERROR(backend.Linear(mlp.data(), lw.fc2_w, lw.fc2_b.f32(), proj.data(), n));
+    HAP_RETURN_IF_ERROR(backend.Linear(mlp.data(), lw.fc2_w, lw.fc2_b.f32(), proj.data(), n, LinearRows::kOneSequence));
     HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));
 
     if (feature_layer != nullptr && l == n_layers - 1) {
@@ -108,13 +108,13 @@ absl::StatusOr<std::vector<float>> RunProjector(const Backend& backend, const Ll
                                                 const float* features, int n) {
   const int dt = cfg.text.hidden_size;  // the projector's input width comes with w.l1_w
   std::vector<float> h(static_cast<size_t>(n) * dt), out(static_cast<size_t>(n) * dt);
-  HAP_RETURN_IF_ERROR(backend.Linear(features, w.l1_w, w.l1_b.f32(), h.data(), n));
+  HAP_RETURN_IF_ERROR(backend.Linear(features, w.l1_w, w.l1_b.f32(), h.data(), n, LinearRows::kOneSequence));
   if (cfg.projector_hidden_act == "gelu") {
     HAP_RETURN_IF_ERROR(backend.Activate(Activation::kGelu, h.data(), static_cast<int64_t>(n) * dt));
   } else {
     HAP_RETURN_IF_ERROR(backend.Activate(Activation::kGeluTanh, h.data(), static_cast<int64_t>(n) * dt));
   }
-  HAP_RETURN_IF_ERROR(backend.Linear(h.data(), w.l2_w, w.l2_b.f32(), out.data(), n));
+  HAP_RETURN_IF_ERROR(backend.Linear(h.data(), w.l2_w, w.l2_b.f32(), out.data(), n, LinearRows::kOneSequence));
   return out;
 }
 

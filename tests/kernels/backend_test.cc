@@ -53,15 +53,19 @@ TEST_P(BackendTest, LinearOnEveryWeightDtypeAndRowCount) {
     TensorView view{dtype == DType::kF32 ? static_cast<const void*>(w.data()) : bits.data(), dtype,
                     Device::kCpu, {n, k}};
     auto bias = Random(n, 2);
+    for (LinearRows rows : {LinearRows::kIndependent, LinearRows::kOneSequence})
     for (int m : {1, 5, 40, 200}) {
-      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " m=" << m);
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " m=" << m << " one sequence "
+                                        << (rows == LinearRows::kOneSequence));
       auto x = Random(size_t(m) * k, 3 + m);
       std::vector<float> y(size_t(m) * n), ref(y.size());
-      ASSERT_TRUE(b().Linear(x.data(), view, bias.data(), y.data(), m).ok());
-      // Wide products on BF16 weights may round x to BF16 (the CPU's dot-product path): the
+      ASSERT_TRUE(b().Linear(x.data(), view, bias.data(), y.data(), m, rows).ok());
+      // Products on BF16 weights that take the CPU's dot-product path round x to BF16: the
       // reference then takes the rounded x; either way the sum must match to F32 rounding.
+      const int first_bf16_row =
+          rows == LinearRows::kOneSequence ? cpu::kBf16GemmRows : cpu::kGemvRowsNarrow + 1;
       std::vector<float> x_ref = x;
-      if (dtype == DType::kBF16 && m > cpu::kGemvRowsNarrow && cpu::HasBf16DotProduct()) {
+      if (dtype == DType::kBF16 && m >= first_bf16_row && cpu::HasBf16DotProduct()) {
         for (float& v : x_ref) v = BF16ToF32(F32ToBF16(v));
       }
       cpu::LinearReference(x_ref.data(), w.data(), bias.data(), ref.data(), m, k, n);

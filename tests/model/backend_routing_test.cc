@@ -33,8 +33,9 @@ class CountingBackend final : public Backend {
     Count(#op);                          \
     return cpu_.op args;                 \
   }
-  HAP_FORWARD(Linear, (const float* x, const TensorView& w, const float* b, float* y, int m),
-              (x, w, b, y, m))
+  HAP_FORWARD(Linear,
+              (const float* x, const TensorView& w, const float* b, float* y, int m, LinearRows r),
+              (x, w, b, y, m, r))
   HAP_FORWARD(RmsNorm, (const float* x, const float* w, float* y, int r, int d, float e),
               (x, w, y, r, d, e))
   HAP_FORWARD(LayerNorm,

@@ -6,6 +6,10 @@ question, and checks against tools/pytorch/llava_model.py (written from the arch
 description, not from the C++):
   pixels ≤ 1e-5 (PIL preprocessing), prompt ids identical, vision features ≤ 1e-4,
   prefill logits ≤ 1e-3, 32 greedy tokens identical.
+BF16 checkpoints: on a CPU with AVX512-BF16 the engine rounds the activations of products over
+16 or more tokens of one sequence to BF16 (docs/design.md §6, as BF16 inference elsewhere
+does), so against the F32-arithmetic reference their features, embeddings and logits are held
+to BF16_TOL (measured 4e-3 to 1.1e-2); greedy tokens must still be identical.
 """
 import argparse
 import os
@@ -30,6 +34,7 @@ VARIANTS = [
                           "--layers", "3", "--image-size", "84"]),
     ("f16-gqa-single", ["--dtype", "f16", "--heads", "4", "--kv-heads", "1"]),
 ]
+BF16_TOL = 3e-2
 QUESTION = "What colour is the circle in the top left corner?"
 
 
@@ -78,17 +83,20 @@ def check_variant(hapctl, workdir, name, flags, image_path):
         # Same pixels for both sides from here on, so each stage is compared on its own.
         px = torch.from_numpy(got["pixels"])[None]
         feats = model.vision_features(px)[0]
+        bf16 = name.startswith("bf16")
+        tol_feat = BF16_TOL if bf16 else 1e-4
+        tol_logits = BF16_TOL if bf16 else 1e-3
         err_feat = max_abs(got["vision_features"], feats.numpy())
-        if err_feat > 1e-4:
-            failures.append(f"vision features differ by {err_feat:.3g} (> 1e-4)")
+        if err_feat > tol_feat:
+            failures.append(f"vision features differ by {err_feat:.3g} (> {tol_feat:g})")
         emb = model.project(feats[None])[0]
         err_emb = max_abs(got["image_embeds"], emb.numpy())
-        if err_emb > 1e-4:
-            failures.append(f"image embeddings differ by {err_emb:.3g} (> 1e-4)")
+        if err_emb > tol_feat:
+            failures.append(f"image embeddings differ by {err_emb:.3g} (> {tol_feat:g})")
         tokens, logits = model.greedy(px, torch.tensor([ids]), 32, eos_id=sp.eos_id())
         err_logits = max_abs(got["prefill_logits"], logits.numpy())
-        if err_logits > 1e-3:
-            failures.append(f"prefill logits differ by {err_logits:.3g} (> 1e-3)")
+        if err_logits > tol_logits:
+            failures.append(f"prefill logits differ by {err_logits:.3g} (> {tol_logits:g})")
         if list(got["tokens"]) != tokens:
             failures.append(f"greedy tokens differ: C++ {list(got['tokens'])} torch {tokens}")
     print(f"{name}: features {err_feat:.2e}, embeds {err_emb:.2e}, logits {err_logits:.2e}, "
