@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/blas_threads.h"
+#include "kernels/cpu/exp_row.h"
 
 namespace hap::cpu {
 namespace {
@@ -63,13 +64,7 @@ absl::Status Attention(const AttentionArgs& a) {
       for (int r = 0; r < rows; ++r) {
         float* s = scores.data() + static_cast<int64_t>(r) * n_keys;
         const int limit = a.causal ? a.causal_offset + r0 + r + 1 : n_keys;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j < limit; ++j) mx = std::max(mx, s[j]);
-        double sum = 0;
-        for (int j = 0; j < limit; ++j) {
-          s[j] = std::exp(s[j] - mx);
-          sum += s[j];
-        }
+        const auto [mx, sum] = ExpRow(s, limit);
         const float inv = static_cast<float>(1.0 / sum);
         for (int j = 0; j < limit; ++j) s[j] *= inv;
         for (int j = limit; j < n_keys; ++j) s[j] = 0.f;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/exp_row.h"
 
 namespace hap::cpu {
 namespace {
@@ -110,14 +111,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 Load16(const uin
 // Softmax of s[0, n) in place, up to the factor returned: s_j = exp(s_j − max), result
 // 1 / Σ_j s_j (summed in F64).
 inline float ExpAndInverseSum(float* s, int n) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int t = 0; t < n; ++t) mx = std::max(mx, s[t]);
-  double sum = 0;
-  for (int t = 0; t < n; ++t) {
-    s[t] = std::exp(s[t] - mx);
-    sum += s[t];
-  }
-  return static_cast<float>(1.0 / sum);
+  return static_cast<float>(1.0 / ExpRow(s, n).sum);
 }
 
 // One head with head_dim = 16·NB: q and the output accumulator live in registers across rows,
