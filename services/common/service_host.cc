@@ -182,6 +182,9 @@ absl::Status ServiceHost::Start(const CommonOptions& options,
   if (!creds.ok()) return creds.status();
   builder.AddListeningPort(address, *creds, &port_);
   builder.SetMaxReceiveMessageSize(max_receive_bytes);
+  // Connections are closed (GOAWAY, in-flight calls finish) after 5 minutes, so clients
+  // resolve a peer's name again: replicas added behind a headless Service then receive calls.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, 5 * 60 * 1000);
   // Outgoing chunks are sized by the codecs; the limit guards what comes in.
   builder.SetMaxSendMessageSize(-1);
   for (grpc::Service* s : services) builder.RegisterService(s);

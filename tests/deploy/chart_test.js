@@ -143,8 +143,16 @@ function wiring(objs, values) {
     const e = svcPort(host, port);
     if (e) errs.push(`${k}=${env[k]}: ${e}`);
   }
-  expect(env.HAP_ENCODER_ADDR.startsWith(`${RELEASE}-encoder.`), "HAP_ENCODER_ADDR is not the encoder");
-  expect(env.HAP_DECODE_ADDR.startsWith(`${RELEASE}-decode.`), "HAP_DECODE_ADDR is not decode");
+  // The front door dials its peers' headless Services: their names resolve to every pod, so
+  // gRPC's round_robin spreads calls over the replicas (a ClusterIP is one connection, one pod).
+  for (const [k, c] of [["HAP_ENCODER_ADDR", "encoder"], ["HAP_DECODE_ADDR", "decode"]]) {
+    expect(env[k].startsWith(`${RELEASE}-${c}-headless.`), `${k} is not ${c}'s headless Service`);
+    const svc = named(objs, "Service", `${RELEASE}-${c}-headless`);
+    expect(svc.spec.clusterIP === "None", `${RELEASE}-${c}-headless is not headless`);
+    const plain = named(objs, "Service", `${RELEASE}-${c}`);
+    expect(JSON.stringify(svc.spec.selector) === JSON.stringify(plain.spec.selector),
+           `${RELEASE}-${c}-headless selects other pods than ${RELEASE}-${c}`);
+  }
   for (const c of SERVICES) {
     const e = envOf(container(named(objs, "Deployment", `${RELEASE}-${c}`)));
     if (values.tracing.enabled) {
@@ -175,7 +183,7 @@ const specific = {
   default(objs, r) {
     const kinds = objs.map((o) => o.kind).sort().join(",");
     expect(kinds === "Deployment,Deployment,Deployment,NetworkPolicy,NetworkPolicy,NetworkPolicy,PersistentVolumeClaim," +
-      "Pod,PodDisruptionBudget,PodDisruptionBudget,PodDisruptionBudget,Service,Service,Service,ServiceAccount", `kinds: ${kinds}`);
+      "Pod,PodDisruptionBudget,PodDisruptionBudget,PodDisruptionBudget,Service,Service,Service,Service,Service,ServiceAccount", `kinds: ${kinds}`);
     const pvc = byKind(objs, "PersistentVolumeClaim")[0];
     for (const d of byKind(objs, "Deployment")) {
       const vol = d.spec.template.spec.volumes.find((v) => v.name === "model");

@@ -88,6 +88,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s.%s.svc:%d" (include "hap.componentName" .) .root.Release.Namespace (int $svc.port) -}}
 {{- end -}}
 
+{{/* host:port the front door dials for a peer (encoder, decode): the peer's headless Service,
+     whose name resolves to every ready pod, so gRPC's round_robin spreads calls over all of
+     them (a ClusterIP name is one virtual IP: one connection, one pod). */}}
+{{- define "hap.peerAddress" -}}
+{{- $svc := index .root.Values .component -}}
+{{- printf "%s-headless.%s.svc:%d" (include "hap.componentName" .) .root.Release.Namespace (int $svc.port) -}}
+{{- end -}}
+
 {{/* The OTLP endpoint the services export to; "" when tracing is off. */}}
 {{- define "hap.tracingEndpoint" -}}
 {{- if .Values.tracing.enabled -}}
