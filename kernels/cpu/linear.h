@@ -14,7 +14,8 @@ absl::Status Linear(const float* x, const float* w, const float* bias, float* y,
                     int n);
 
 // The same with w a host weight view [n, k] in F32, BF16 or F16 (F32 accumulation); k and n
-// come from w.shape. Weights are read as stored. NarrowRowsTimesX (split over the default pool;
+// come from w.shape. Weights are read as stored. With BF16 weights on a CPU with AVX512-BF16,
+// x is rounded to BF16 on every path (BF16 dot products). NarrowRowsTimesX (split over the default pool;
 // each output computed the same way whatever m: batch-invariant) takes up to kGemvRowsF32 rows
 // of F32 weights and up to kGemvRowsNarrow rows of BF16/F16 weights (where it beats widening the
 // weight for sgemm: pruned prefills and decode batches). More rows: BF16 weights go to

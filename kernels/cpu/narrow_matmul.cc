@@ -160,6 +160,54 @@ __attribute__((target("avx512f,avx512bw"))) void RowsBf16Avx512(const float* xp,
   }
 }
 
+// BF16 weights on the BF16 dot-product instruction (AVX512-BF16): x rounded to BF16 once per
+// call (xb), then per 32 elements one weight load and one VDPBF16PS per (weight row, x row)
+// pair — no widening — into that pair's own accumulator, so the result does not depend on RB,
+// XB or the rows alongside. The k % 32 tail is scalar on the same rounded values.
+template <int RB, int XB>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void RowsBf16Dot(const uint16_t* xb, int m,
+                                                                         int k, const uint8_t* w,
+                                                                         int64_t j0, int64_t j1,
+                                                                         float* y, int64_t ldy) {
+  const int64_t row_bytes = 2 * static_cast<int64_t>(k);
+  const int k32 = k & ~31;
+  for (int64_t jb = j0; jb < j1; jb += RB) {
+    const int nr = static_cast<int>(std::min<int64_t>(RB, j1 - jb));
+    const uint8_t* wr[RB];
+    for (int r = 0; r < RB; ++r) wr[r] = w + (jb + std::min(r, nr - 1)) * row_bytes;
+    for (int ib = 0; ib < m; ib += XB) {
+      const int nx = std::min(XB, m - ib);
+      const uint16_t* xr[XB];
+      for (int s = 0; s < XB; ++s) xr[s] = xb + static_cast<int64_t>(ib + std::min(s, nx - 1)) * k;
+      __m512 acc[RB][XB];
+      for (auto& a : acc)
+        for (auto& v : a) v = _mm512_setzero_ps();
+      for (int t = 0; t < k32; t += 32) {
+        __m512bh xv[XB];
+        for (int s = 0; s < XB; ++s) xv[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xr[s] + t));
+        for (int r = 0; r < RB; ++r) {
+          const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wr[r] + 2 * t));
+          for (int s = 0; s < XB; ++s) acc[r][s] = _mm512_dpbf16_ps(acc[r][s], wv, xv[s]);
+        }
+      }
+      for (int r = 0; r < nr; ++r) {
+        for (int s = 0; s < nx; ++s) {
+          float sum = _mm512_reduce_add_ps(acc[r][s]);
+          for (int t = k32; t < k; ++t) sum += BF16ToF32(xr[s][t]) * Widen(wr[r], DType::kBF16, t);
+          y[static_cast<int64_t>(ib + s) * ldy + jb + r] = sum;
+        }
+      }
+    }
+  }
+}
+
+bool HasAvx512Bf16() {
+  static const bool has = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
 // Widens n elements (F16 or BF16) into dst, 16 at a time.
 __attribute__((target("avx512f"))) void WidenAvx512(const uint8_t* src, DType dtype, int64_t n,
                                                      float* dst) {
@@ -183,7 +231,18 @@ bool HasAvx512Bw() {
 void NarrowRowsTimesX(const float* x, int m, int k, const void* w, DType dtype, int64_t j_begin,
                       int64_t j_end, float* y, int64_t ldy) {
   const auto* bytes = static_cast<const uint8_t*>(w);
-  if (dtype == DType::kBF16 && HasAvx512Bw()) {
+  if (dtype == DType::kBF16 && HasAvx512Bf16()) {
+    thread_local std::vector<uint16_t> xb;
+    xb.resize(static_cast<size_t>(m) * k);
+    ConvertFromF32(DType::kBF16, x, xb.data(), xb.size());
+    if (m == 1) {
+      RowsBf16Dot<kRowsSingle, 1>(xb.data(), m, k, bytes, j_begin, j_end, y, ldy);
+    } else if (m == 2) {
+      RowsBf16Dot<kRowsSingle, 2>(xb.data(), m, k, bytes, j_begin, j_end, y, ldy);
+    } else {
+      RowsBf16Dot<kRowsBatched, 2>(xb.data(), m, k, bytes, j_begin, j_end, y, ldy);
+    }
+  } else if (dtype == DType::kBF16 && HasAvx512Bw()) {
     thread_local std::vector<float> xp;
     xp.resize(static_cast<size_t>(m) * k);
     PermuteForBf16(x, m, k, xp.data());

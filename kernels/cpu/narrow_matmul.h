@@ -1,7 +1,9 @@
-// Matrix products with weights as stored in the checkpoint (F32, BF16 or F16), F32 activations
-// and F32 accumulation. Each weight element is widened exactly (BF16 -> F32 is a 16-bit shift,
-// F16 -> F32 is exact too), so the result is the F32 product of the same values in another
-// summation order. Each output element is computed the same way whatever m and whichever rows
+// Matrix products with weights as stored in the checkpoint (F32, BF16 or F16) and F32
+// accumulation. F32 and F16 weights (and BF16 ones on CPUs without AVX512-BF16) are widened
+// exactly against F32 activations, so the result is the F32 product of the same values in
+// another summation order. BF16 weights on a CPU with AVX512-BF16 multiply x rounded to BF16
+// with the BF16 dot-product instruction (twice the FMA rate, no widening), as BF16 inference
+// does elsewhere. Each output element is computed the same way whatever m and whichever rows
 // run together, so a sequence decoded in a batch gets exactly the logits it gets alone.
 #pragma once
 

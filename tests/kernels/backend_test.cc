@@ -60,12 +60,10 @@ TEST_P(BackendTest, LinearOnEveryWeightDtypeAndRowCount) {
       auto x = Random(size_t(m) * k, 3 + m);
       std::vector<float> y(size_t(m) * n), ref(y.size());
       ASSERT_TRUE(b().Linear(x.data(), view, bias.data(), y.data(), m, rows).ok());
-      // Products on BF16 weights that take the CPU's dot-product path round x to BF16: the
+      // Products on BF16 weights round x to BF16 where the CPU has BF16 dot products: the
       // reference then takes the rounded x; either way the sum must match to F32 rounding.
-      const int first_bf16_row =
-          rows == LinearRows::kOneSequence ? cpu::kBf16GemmRows : cpu::kGemvRowsNarrow + 1;
       std::vector<float> x_ref = x;
-      if (dtype == DType::kBF16 && m >= first_bf16_row && cpu::HasBf16DotProduct()) {
+      if (dtype == DType::kBF16 && cpu::HasBf16DotProduct()) {
         for (float& v : x_ref) v = BF16ToF32(F32ToBF16(v));
       }
       cpu::LinearReference(x_ref.data(), w.data(), bias.data(), ref.data(), m, k, n);

@@ -116,11 +116,11 @@ StoredWeight Store(const std::vector<float>& w, DType dtype, int n, int k) {
   return s;
 }
 
-// Linear on weights as stored (F32, BF16, F16): every path (the GEMV kernel up to
+// Linear on weights as stored (F32, BF16, F16): every path (the narrow kernel up to
 // kGemvRowsF32 / kGemvRowsNarrow rows; above, sgemm for F32, Bf16Gemm for BF16 where the CPU has
 // it, sgemm on widened tiles otherwise), odd k (the scalar tail) and n (partial row blocks),
 // against the double-accumulation reference on the widened weights — on x rounded to BF16 where
-// Bf16Gemm runs.
+// the BF16 dot-product paths run.
 TEST(KernelsCpu, LinearOnStoredDtypesMatchesReference) {
   const LinearCase cases[] = {{1, 7, 5, false},    {1, 64, 33, true},   {2, 100, 9, true},
                               {3, 17, 9, true},    {16, 64, 130, false}, {17, 64, 129, true},
@@ -136,8 +136,8 @@ TEST(KernelsCpu, LinearOnStoredDtypesMatchesReference) {
       Guarded out(static_cast<size_t>(c.m) * c.n);
       std::vector<float> ref(out.n);
       ASSERT_TRUE(cpu::Linear(x.data(), w.view, c.bias ? b.data() : nullptr, out.data(), c.m).ok());
-      const bool bf16_dot = dtype == DType::kBF16 && c.m > cpu::kGemvRowsNarrow &&
-                            cpu::HasBf16DotProduct();
+      // BF16 weights on a CPU with AVX512-BF16 multiply BF16-rounded x at every m.
+      const bool bf16_dot = dtype == DType::kBF16 && cpu::HasBf16DotProduct();
       std::vector<float> x_used = x;
       if (bf16_dot) {
         for (float& v : x_used) v = BF16ToF32(F32ToBF16(v));
