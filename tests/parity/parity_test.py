@@ -6,9 +6,8 @@ question, and checks against tools/pytorch/llava_model.py (written from the arch
 description, not from the C++):
   pixels ≤ 1e-5 (PIL preprocessing), prompt ids identical, vision features ≤ 1e-4,
   prefill logits ≤ 1e-3, 32 greedy tokens identical.
-BF16 checkpoints: on a CPU with AVX512-BF16 the engine rounds the activations of products over
-16 or more tokens of one sequence to BF16 (docs/design.md §6, as BF16 inference elsewhere
-does), so against the F32-arithmetic reference their features, embeddings and logits are held
+BF16 checkpoints: on a CPU with AVX512-BF16 the engine rounds activations to BF16 for its
+products with BF16 weights (docs/design.md §6, as BF16 inference elsewhere does), so against the F32-arithmetic reference their features, embeddings and logits are held
 to BF16_TOL (measured 4e-3 to 1.1e-2); greedy tokens must still be identical.
 """
 import argparse
