@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/bf16_gemm.h"
+
 namespace hap::cpu {
 namespace {
 
@@ -201,13 +203,6 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void RowsBf16Dot(const ui
   }
 }
 
-bool HasAvx512Bf16() {
-  static const bool has = __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512bf16");
-  return has;
-}
-
 // Widens n elements (F16 or BF16) into dst, 16 at a time.
 __attribute__((target("avx512f"))) void WidenAvx512(const uint8_t* src, DType dtype, int64_t n,
                                                      float* dst) {
@@ -231,7 +226,7 @@ bool HasAvx512Bw() {
 void NarrowRowsTimesX(const float* x, int m, int k, const void* w, DType dtype, int64_t j_begin,
                       int64_t j_end, float* y, int64_t ldy) {
   const auto* bytes = static_cast<const uint8_t*>(w);
-  if (dtype == DType::kBF16 && HasAvx512Bf16()) {
+  if (dtype == DType::kBF16 && HasBf16DotProduct()) {
     thread_local std::vector<uint16_t> xb;
     xb.resize(static_cast<size_t>(m) * k);
     ConvertFromF32(DType::kBF16, x, xb.data(), xb.size());
