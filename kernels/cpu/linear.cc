@@ -69,12 +69,12 @@ absl::Status Linear(const float* x, const TensorView& w, const float* bias, floa
   const bool bf16_gemm =
       w.dtype == DType::kBF16 && HasBf16DotProduct() &&
       m > (rows == LinearRows::kOneSequence ? kBf16GemmRows - 1 : kGemvRowsNarrow);
-  if (m <= kGemvRowsNarrow && !bf16_gemm) {
+  if (bf16_gemm) {
+    Bf16Gemm(x, m, k, static_cast<const uint16_t*>(w.data), n, y);
+  } else if (m <= kGemvRowsNarrow) {
     DefaultPool().ParallelFor(n, [&](int64_t j0, int64_t j1) {
       NarrowRowsTimesX(x, m, k, w.data, w.dtype, j0, j1, y, n);
     });
-  } else if (bf16_gemm) {
-    Bf16Gemm(x, m, k, static_cast<const uint16_t*>(w.data), n, y);
   } else {
     SingleThreadedBlas();
     // Each pool thread widens its slice of the weight rows tile by tile into its own buffer and
