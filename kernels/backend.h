@@ -11,10 +11,13 @@
 // the statistics report; the logits the sampler reads are copied out by the caller.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "base/tensor.h"
 #include "kernels/op_args.h"
 #include "kernels/prune/attention_rows.h"
@@ -29,6 +32,33 @@ class Backend {
 
   virtual Device device() const = 0;
   virtual std::string_view name() const = 0;
+
+  // --- Memory ---
+  // `bytes` of this backend's memory (host memory for the CPU backend), at least 64-byte
+  // aligned; ResourceExhausted when the device has no room. Free takes what Allocate gave.
+  virtual absl::StatusOr<void*> Allocate(size_t bytes) const = 0;
+  virtual void Free(void* ptr) const = 0;
+  // Copies in, out and within the backend's memory, ordered after the ops before them on the
+  // calling thread; CopyToHost returns once the bytes are in host memory (a GPU's sync point).
+  virtual absl::Status CopyToBackend(void* dst, const void* host_src, size_t bytes) const = 0;
+  virtual absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) const = 0;
+  virtual absl::Status Copy(void* dst, const void* src, size_t bytes) const = 0;
+  // Waits until the ops issued by the calling thread have finished (their errors surface here).
+  virtual absl::Status Synchronize() const = 0;
+  // A weight in this backend's memory. The CPU backend returns `host` itself (weights stay
+  // mapped) and leaves `storage` empty; a GPU backend uploads the bytes once into `storage`,
+  // which the caller keeps as long as the returned view is used.
+  virtual absl::StatusOr<TensorView> PlaceWeight(const TensorView& host,
+                                                 class BackendBuffer* storage) const = 0;
+  // Bytes this backend holds in its own memory (device memory; 0 for the CPU backend, whose
+  // buffers are the process's RSS).
+  virtual int64_t DeviceBytesInUse() const = 0;
+
+  // --- Ops on token ids ---
+  // out[r, :] = table[ids[r], :] widened to F32; table [vocab, d] as stored; ids host, each in
+  // [0, vocab) (checked by the caller).
+  virtual absl::Status Embedding(const TensorView& table, const int32_t* ids, int n,
+                                 float* out) const = 0;
 
   // --- Dense ops (kernels/cpu/*.h document the CPU versions' arithmetic) ---
   // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]); w in F32, BF16 or F16 as stored, F32 accumulation.
@@ -78,6 +108,53 @@ class Backend {
                                          const int* rows, int n_sel, float* scores) const = 0;
   // kept: host, k indices strictly ascending (score descending, ties to the lower index).
   virtual absl::Status StableTopK(const float* scores, int n, int k, int* kept) const = 0;
+};
+
+// A buffer in a backend's memory, freed when it goes out of scope. Move-only.
+class BackendBuffer {
+ public:
+  BackendBuffer() = default;
+  static absl::StatusOr<BackendBuffer> Allocate(const Backend& backend, size_t bytes) {
+    BackendBuffer b;
+    absl::StatusOr<void*> p = backend.Allocate(bytes);
+    if (!p.ok()) return p.status();
+    b.backend_ = &backend;
+    b.data_ = *p;
+    b.bytes_ = bytes;
+    return b;
+  }
+  ~BackendBuffer() { Reset(); }
+  BackendBuffer(BackendBuffer&& o) noexcept
+      : backend_(o.backend_), data_(std::exchange(o.data_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)) {}
+  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      backend_ = o.backend_;
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+  void Reset() {
+    if (data_ != nullptr) backend_->Free(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  const Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 // The CPU backend (kernels/cpu, kernels/prune): host memory, the default thread pool.

@@ -1,4 +1,8 @@
 // The CPU backend: each op forwards to its kernel in kernels/cpu or kernels/prune.
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
@@ -20,6 +24,54 @@ class Cpu final : public Backend {
  public:
   Device device() const override { return Device::kCpu; }
   std::string_view name() const override { return "cpu"; }
+
+  absl::StatusOr<void*> Allocate(size_t bytes) const override {
+    if (bytes == 0) return nullptr;
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("cpu backend: cannot allocate %d bytes", bytes));
+    }
+    return p;
+  }
+  void Free(void* ptr) const override { std::free(ptr); }
+  absl::Status CopyToBackend(void* dst, const void* host_src, size_t bytes) const override {
+    if (bytes > 0) std::memmove(dst, host_src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) const override {
+    if (bytes > 0) std::memmove(host_dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Copy(void* dst, const void* src, size_t bytes) const override {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() const override { return absl::OkStatus(); }
+  absl::StatusOr<TensorView> PlaceWeight(const TensorView& host,
+                                         BackendBuffer* storage) const override {
+    if (host.device != Device::kCpu) {
+      return absl::InvalidArgumentError("cpu backend: weight " + host.Describe() +
+                                        " is not in host memory");
+    }
+    return host;
+  }
+  int64_t DeviceBytesInUse() const override { return 0; }
+
+  absl::Status Embedding(const TensorView& table, const int32_t* ids, int n,
+                         float* out) const override {
+    if (table.shape.size() != 2) {
+      return absl::InvalidArgumentError("Embedding: table must be [vocab, d], got " +
+                                        table.Describe());
+    }
+    const int64_t d = table.shape[1];
+    const int64_t row_bytes = d * static_cast<int64_t>(DTypeSize(table.dtype));
+    for (int i = 0; i < n; ++i) {
+      const auto* row = static_cast<const uint8_t*>(table.data) + ids[i] * row_bytes;
+      ConvertToF32(table.dtype, row, out + i * d, static_cast<size_t>(d));
+    }
+    return absl::OkStatus();
+  }
 
   absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m,
                       LinearRows rows) const override {

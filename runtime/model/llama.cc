@@ -42,16 +42,15 @@ LlamaDecoder::LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights,
       scale_(1.f / std::sqrt(static_cast<float>(cfg.text.head_dim))) {}
 
 absl::StatusOr<std::vector<float>> LlamaDecoder::Embed(const std::vector<int32_t>& ids) const {
-  std::vector<float> out(ids.size() * d_);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab_) {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("token id %d is outside the vocabulary [0, %d)", ids[i], vocab_));
+          absl::StrFormat("token id %d is outside the vocabulary [0, %d)", id, vocab_));
     }
-    const auto* row = static_cast<const uint8_t*>(w_.embed.data) +
-                      static_cast<int64_t>(ids[i]) * d_ * static_cast<int64_t>(DTypeSize(w_.embed.dtype));
-    ConvertToF32(w_.embed.dtype, row, out.data() + i * d_, d_);
   }
+  std::vector<float> out(ids.size() * d_);
+  HAP_RETURN_IF_ERROR(
+      backend_.Embedding(w_.embed, ids.data(), static_cast<int>(ids.size()), out.data()));
   return out;
 }
 

@@ -1,6 +1,7 @@
 // Every Backend runs every op against the plain references (kernels/cpu *Reference functions
-// and the formulas written out here). The CPU backend is the one this build has; another
-// backend joins by adding itself to Backends() and must pass the same cases.
+// and the formulas written out here): the CPU backend and the CUDA backend on the SIMT
+// emulation (kernels/cuda), which also rejects any pointer that is not its device memory, so
+// each case moves its data through the backend's own buffers as the model must.
 #include "kernels/backend.h"
 
 #include <cmath>
@@ -13,12 +14,36 @@
 #include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/prune/paq.h"
 
 namespace hap {
 namespace {
 
-std::vector<const Backend*> Backends() { return {&CpuBackend()}; }
+std::vector<const Backend*> Backends() { return {&CpuBackend(), *GetCudaBackend()}; }
+
+// A host array mirrored in a backend's memory.
+template <typename T>
+class On {
+ public:
+  On(const Backend& b, const std::vector<T>& host) : On(b, host.size()) {
+    EXPECT_TRUE(b.CopyToBackend(buf_.data(), host.data(), host.size() * sizeof(T)).ok());
+  }
+  On(const Backend& b, size_t n) : b_(b), n_(n) {
+    buf_ = *BackendBuffer::Allocate(b, std::max<size_t>(n, 1) * sizeof(T));
+  }
+  T* p() const { return buf_.as<T>(); }
+  std::vector<T> Host() const {
+    std::vector<T> h(n_);
+    EXPECT_TRUE(b_.CopyToHost(h.data(), buf_.data(), n_ * sizeof(T)).ok());
+    return h;
+  }
+
+ private:
+  const Backend& b_;
+  size_t n_;
+  BackendBuffer buf_;
+};
 
 std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.f) {
   std::mt19937 rng(seed);
@@ -50,21 +75,31 @@ TEST_P(BackendTest, LinearOnEveryWeightDtypeAndRowCount) {
       ConvertFromF32(dtype, w.data(), bits.data(), w.size());
       ConvertToF32(dtype, bits.data(), w.data(), w.size());
     }
-    TensorView view{dtype == DType::kF32 ? static_cast<const void*>(w.data()) : bits.data(), dtype,
-                    Device::kCpu, {n, k}};
+    TensorView host_view{dtype == DType::kF32 ? static_cast<const void*>(w.data()) : bits.data(),
+                         dtype, Device::kCpu, {n, k}};
+    BackendBuffer storage;
+    absl::StatusOr<TensorView> view = b().PlaceWeight(host_view, &storage);
+    ASSERT_TRUE(view.ok()) << view.status();
     auto bias = Random(n, 2);
+    On<float> d_bias(b(), bias);
     for (LinearRows rows : {LinearRows::kIndependent, LinearRows::kOneSequence})
     for (int m : {1, 5, 40, 200}) {
       SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " m=" << m << " one sequence "
                                         << (rows == LinearRows::kOneSequence));
       auto x = Random(size_t(m) * k, 3 + m);
-      std::vector<float> y(size_t(m) * n), ref(y.size());
-      ASSERT_TRUE(b().Linear(x.data(), view, bias.data(), y.data(), m, rows).ok());
-      // Products on BF16 weights round x to BF16 where the CPU has BF16 dot products: the
+      std::vector<float> ref(size_t(m) * n);
+      On<float> d_x(b(), x), d_y(b(), ref.size());
+      ASSERT_TRUE(b().Linear(d_x.p(), *view, d_bias.p(), d_y.p(), m, rows).ok());
+      const std::vector<float> y = d_y.Host();
+      // Products on BF16 weights round x to BF16 where the CPU has BF16 dot products, and the
+      // CUDA backend rounds x to the weights' narrow type (cuBLAS multiplies one type): the
       // reference then takes the rounded x; either way the sum must match to F32 rounding.
       std::vector<float> x_ref = x;
-      if (dtype == DType::kBF16 && cpu::HasBf16DotProduct()) {
-        for (float& v : x_ref) v = BF16ToF32(F32ToBF16(v));
+      const bool cuda = b().device() == Device::kCuda;
+      if (dtype != DType::kF32 && (cuda || (dtype == DType::kBF16 && cpu::HasBf16DotProduct()))) {
+        for (float& v : x_ref) {
+          v = dtype == DType::kBF16 ? BF16ToF32(F32ToBF16(v)) : F16ToF32(F32ToF16(v));
+        }
       }
       cpu::LinearReference(x_ref.data(), w.data(), bias.data(), ref.data(), m, k, n);
       EXPECT_LT(MaxRelDiff(y, ref, 0.1), 1e-4);
@@ -76,7 +111,9 @@ TEST_P(BackendTest, NormsActivationsAndAdd) {
   const int rows = 3, d = 37;
   auto x = Random(rows * d, 4), w = Random(d, 5), bias = Random(d, 6);
   std::vector<float> y(x.size()), ref(x.size());
-  ASSERT_TRUE(b().RmsNorm(x.data(), w.data(), y.data(), rows, d, 1e-5f).ok());
+  On<float> d_x(b(), x), d_w(b(), w), d_bias(b(), bias), d_y(b(), x.size());
+  ASSERT_TRUE(b().RmsNorm(d_x.p(), d_w.p(), d_y.p(), rows, d, 1e-5f).ok());
+  y = d_y.Host();
   for (int r = 0; r < rows; ++r) {
     double ss = 0;
     for (int i = 0; i < d; ++i) ss += double{x[r * d + i]} * x[r * d + i];
@@ -84,7 +121,8 @@ TEST_P(BackendTest, NormsActivationsAndAdd) {
     for (int i = 0; i < d; ++i) ref[r * d + i] = static_cast<float>(x[r * d + i] * inv * w[i]);
   }
   EXPECT_LT(MaxRelDiff(y, ref), 1e-5);
-  ASSERT_TRUE(b().LayerNorm(x.data(), w.data(), bias.data(), y.data(), rows, d, 1e-5f).ok());
+  ASSERT_TRUE(b().LayerNorm(d_x.p(), d_w.p(), d_bias.p(), d_y.p(), rows, d, 1e-5f).ok());
+  y = d_y.Host();
   for (int r = 0; r < rows; ++r) {
     double mean = 0, var = 0;
     for (int i = 0; i < d; ++i) mean += x[r * d + i];
@@ -106,18 +144,21 @@ TEST_P(BackendTest, NormsActivationsAndAdd) {
          return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
        }}};
   for (const Act& a : acts) {
-    y = x;
-    ASSERT_TRUE(b().Activate(a.kind, y.data(), static_cast<int64_t>(y.size())).ok());
+    On<float> d_a(b(), x);
+    ASSERT_TRUE(b().Activate(a.kind, d_a.p(), static_cast<int64_t>(x.size())).ok());
+    y = d_a.Host();
     for (size_t i = 0; i < x.size(); ++i) ref[i] = static_cast<float>(a.f(x[i]));
     EXPECT_LT(MaxRelDiff(y, ref), 1e-5) << static_cast<int>(a.kind);
   }
   auto up = Random(x.size(), 7);
-  y = x;
-  ASSERT_TRUE(b().SiluMul(y.data(), up.data(), static_cast<int64_t>(y.size())).ok());
+  On<float> d_up(b(), up), d_g(b(), x);
+  ASSERT_TRUE(b().SiluMul(d_g.p(), d_up.p(), static_cast<int64_t>(x.size())).ok());
+  y = d_g.Host();
   for (size_t i = 0; i < x.size(); ++i) ref[i] = static_cast<float>(x[i] / (1 + std::exp(-double{x[i]})) * up[i]);
   EXPECT_LT(MaxRelDiff(y, ref), 1e-5);
-  y = x;
-  ASSERT_TRUE(b().Add(y.data(), up.data(), static_cast<int64_t>(y.size())).ok());
+  On<float> d_sum(b(), x);
+  ASSERT_TRUE(b().Add(d_sum.p(), d_up.p(), static_cast<int64_t>(x.size())).ok());
+  y = d_sum.Host();
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], x[i] + up[i]);
 }
 
@@ -125,10 +166,12 @@ TEST_P(BackendTest, NormsActivationsAndAdd) {
 TEST_P(BackendTest, RopeUsesEachRowsPositionId) {
   const int rows = 3, heads = 2, hd = 8;
   const float theta = 10000.f;
-  const int32_t pos[rows] = {0, 7, 3};
+  const std::vector<int32_t> pos = {0, 7, 3};
   auto x = Random(rows * heads * hd, 8);
-  std::vector<float> y = x;
-  ASSERT_TRUE(b().Rope(y.data(), pos, rows, heads, hd, theta).ok());
+  On<float> d_y(b(), x);
+  On<int32_t> d_pos(b(), pos);
+  ASSERT_TRUE(b().Rope(d_y.p(), d_pos.p(), rows, heads, hd, theta).ok());
+  const std::vector<float> y = d_y.Host();
   for (int r = 0; r < rows; ++r) {
     for (int h = 0; h < heads; ++h) {
       const float* in = x.data() + (r * heads + h) * hd;
@@ -145,20 +188,25 @@ TEST_P(BackendTest, RopeUsesEachRowsPositionId) {
 TEST_P(BackendTest, AttentionWithLogSumExpAndDecodeOverSpans) {
   const int n = 19, heads = 4, kv_heads = 2, hd = 16;
   auto q = Random(n * heads * hd, 9), k = Random(n * kv_heads * hd, 10), v = Random(n * kv_heads * hd, 11);
-  std::vector<float> out(q.size()), ref(q.size()), lse(heads * n), lse_ref(lse.size());
+  std::vector<float> ref(q.size()), lse_ref(heads * n);
+  On<float> d_q(b(), q), d_k(b(), k), d_v(b(), v), d_out(b(), q.size()), d_lse(b(), heads * n);
   AttentionArgs a;
-  a.q = q.data();
-  a.k = k.data();
-  a.v = v.data();
+  a.q = d_q.p();
+  a.k = d_k.p();
+  a.v = d_v.p();
   a.n_q = a.n_kv = n;
   a.n_heads = heads;
   a.n_kv_heads = kv_heads;
   a.head_dim = hd;
   a.scale = 0.25f;
   a.causal = true;
-  a.out = out.data();
-  a.lse = lse.data();
+  a.out = d_out.p();
+  a.lse = d_lse.p();
   ASSERT_TRUE(b().Attention(a).ok());
+  const std::vector<float> out = d_out.Host(), lse = d_lse.Host();
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
   a.out = ref.data();
   a.lse = lse_ref.data();
   cpu::AttentionReference(a);
@@ -168,33 +216,35 @@ TEST_P(BackendTest, AttentionWithLogSumExpAndDecodeOverSpans) {
   // The last row attends to every key: the decode op over 3 spans must agree with it.
   std::vector<KvSpan> spans;
   for (int r = 0; r < n; r += 7) {
-    spans.push_back({k.data() + r * kv_heads * hd, v.data() + r * kv_heads * hd, std::min(7, n - r)});
+    spans.push_back({d_k.p() + r * kv_heads * hd, d_v.p() + r * kv_heads * hd, std::min(7, n - r)});
   }
   DecodeAttentionArgs d;
-  d.q = q.data() + (n - 1) * heads * hd;
+  d.q = d_q.p() + (n - 1) * heads * hd;
   d.spans = spans.data();
   d.n_spans = static_cast<int>(spans.size());
   d.kv_dtype = DType::kF32;
-  std::vector<float> one(heads * hd);
-  d.out = one.data();
+  On<float> d_one(b(), heads * hd);
+  d.out = d_one.p();
   d.n_heads = heads;
   d.n_kv_heads = kv_heads;
   d.head_dim = hd;
   d.scale = 0.25f;
   ASSERT_TRUE(b().DecodeAttention(d).ok());
+  const std::vector<float> one = d_one.Host();
   std::vector<float> last(ref.end() - heads * hd, ref.end());
   EXPECT_LT(MaxRelDiff(one, last), 1e-4);
 }
 
 TEST_P(BackendTest, GatherRowsInPlaceAndOutOfRange) {
-  std::vector<int32_t> rows = {10, 11, 12, 13, 14, 15};
+  On<int32_t> d_rows(b(), std::vector<int32_t>{10, 11, 12, 13, 14, 15});
   const int idx[] = {0, 2, 5};
-  ASSERT_TRUE(b().GatherRows(rows.data(), 6, sizeof(int32_t), idx, 3, rows.data()).ok());
+  ASSERT_TRUE(b().GatherRows(d_rows.p(), 6, sizeof(int32_t), idx, 3, d_rows.p()).ok());
+  const std::vector<int32_t> rows = d_rows.Host();
   EXPECT_EQ(rows[0], 10);
   EXPECT_EQ(rows[1], 12);
   EXPECT_EQ(rows[2], 15);
   const int bad[] = {6};
-  EXPECT_EQ(b().GatherRows(rows.data(), 6, sizeof(int32_t), bad, 1, rows.data()).code(),
+  EXPECT_EQ(b().GatherRows(d_rows.p(), 6, sizeof(int32_t), bad, 1, d_rows.p()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -203,28 +253,34 @@ TEST_P(BackendTest, GatherRowsInPlaceAndOutOfRange) {
 TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
   const int n_text = 3, n_vis = 6, heads = 2, hd = 8;
   auto q = Random(n_text * heads * hd, 12), k = Random(n_vis * heads * hd, 13);
+  On<float> d_q(b(), q), d_k(b(), k);
   kernels::TextVisualAttentionArgs t;
-  t.q_text = q.data();
-  t.k_vis = k.data();
+  t.q_text = d_q.p();
+  t.k_vis = d_k.p();
   t.n_text = n_text;
   t.n_vis = n_vis;
   t.n_heads = t.n_kv_heads = heads;
   t.head_dim = hd;
   t.scale = 0.35f;
-  std::vector<float> maps(heads * n_text * n_vis), ref(maps.size());
-  std::vector<double> entropy(heads * n_text);
-  t.out = maps.data();
-  t.row_entropy = entropy.data();
+  std::vector<float> ref(heads * n_text * n_vis);
+  On<float> d_maps(b(), ref.size());
+  On<double> d_entropy(b(), heads * n_text);
+  t.out = d_maps.p();
+  t.row_entropy = d_entropy.p();
   ASSERT_TRUE(b().TextVisualAttention(t).ok());
+  const std::vector<float> maps = d_maps.Host();
+  t.q_text = q.data();
+  t.k_vis = k.data();
   t.out = ref.data();
   t.row_entropy = nullptr;
   ASSERT_TRUE(kernels::TextVisualAttentionReference(t).ok());
   EXPECT_LT(MaxRelDiff(maps, ref), 1e-5);
 
   std::vector<float> paq(heads), paq_ref(heads), paq_e(heads);
-  ASSERT_TRUE(b().Paq(maps.data(), heads, n_text, n_vis, paq.data()).ok());
+  ASSERT_TRUE(b().Paq(d_maps.p(), heads, n_text, n_vis, paq.data()).ok());
   ASSERT_TRUE(kernels::PaqReference(maps.data(), heads, n_text, n_vis, paq_ref.data()).ok());
-  ASSERT_TRUE(b().PaqFromRowEntropies(maps.data(), entropy.data(), heads, n_text, n_vis, paq_e.data()).ok());
+  ASSERT_TRUE(b().PaqFromRowEntropies(d_maps.p(), d_entropy.p(), heads, n_text, n_vis,
+                                      paq_e.data()).ok());
   EXPECT_LT(MaxRelDiff(paq, paq_ref), 1e-5);
   EXPECT_LT(MaxRelDiff(paq_e, paq_ref), 1e-4);
 
@@ -234,28 +290,31 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
   EXPECT_EQ(wts[0] > wts[1], paq[0] > paq[1]);
 
   const int64_t size = int64_t{n_text} * n_vis;
-  std::vector<float> layer(size), layer2(size);
-  ASSERT_TRUE(b().WeightedSumContiguous(maps.data(), wts.data(), heads, size, layer.data()).ok());
-  const float* ptrs[] = {maps.data(), maps.data() + size};
-  ASSERT_TRUE(b().WeightedSumMaps(ptrs, wts.data(), heads, size, layer2.data()).ok());
+  On<float> d_layer(b(), size), d_layer2(b(), size);
+  ASSERT_TRUE(b().WeightedSumContiguous(d_maps.p(), wts.data(), heads, size, d_layer.p()).ok());
+  const float* ptrs[] = {d_maps.p(), d_maps.p() + size};
+  ASSERT_TRUE(b().WeightedSumMaps(ptrs, wts.data(), heads, size, d_layer2.p()).ok());
+  const std::vector<float> layer = d_layer.Host(), layer2 = d_layer2.Host();
   for (int64_t i = 0; i < size; ++i) {
     EXPECT_NEAR(layer[i], wts[0] * maps[i] + wts[1] * maps[size + i], 1e-6);
     EXPECT_NEAR(layer2[i], layer[i], 1e-6);
   }
-  std::vector<float> scores(n_vis), some(n_vis);
-  ASSERT_TRUE(b().TokenScores(layer.data(), n_text, n_vis, scores.data()).ok());
+  On<float> d_scores(b(), n_vis), d_some(b(), n_vis);
+  ASSERT_TRUE(b().TokenScores(d_layer.p(), n_text, n_vis, d_scores.p()).ok());
+  const std::vector<float> scores = d_scores.Host();
   for (int i = 0; i < n_vis; ++i) {
     double mean = 0;
     for (int j = 0; j < n_text; ++j) mean += layer[j * n_vis + i];
     EXPECT_NEAR(scores[i], mean / n_text, 1e-6);
   }
   const int sel[] = {2};
-  ASSERT_TRUE(b().TokenScoresOfRows(layer.data(), n_text, n_vis, sel, 1, some.data()).ok());
+  ASSERT_TRUE(b().TokenScoresOfRows(d_layer.p(), n_text, n_vis, sel, 1, d_some.p()).ok());
+  const std::vector<float> some = d_some.Host();
   for (int i = 0; i < n_vis; ++i) EXPECT_NEAR(some[i], layer[2 * n_vis + i], 1e-6);
 
-  const float tied[] = {0.5f, 0.9f, 0.5f, 0.1f, 0.9f};
+  On<float> d_tied(b(), std::vector<float>{0.5f, 0.9f, 0.5f, 0.1f, 0.9f});
   int kept[3];
-  ASSERT_TRUE(b().StableTopK(tied, 5, 3, kept).ok());
+  ASSERT_TRUE(b().StableTopK(d_tied.p(), 5, 3, kept).ok());
   EXPECT_EQ(kept[0], 0);  // 0.9 at 1 and 4, then 0.5 at 0 (ties to the lower index), ascending
   EXPECT_EQ(kept[1], 1);
   EXPECT_EQ(kept[2], 4);

@@ -33,6 +33,18 @@ class CountingBackend final : public Backend {
     Count(#op);                          \
     return cpu_.op args;                 \
   }
+  absl::StatusOr<void*> Allocate(size_t bytes) const override { return cpu_.Allocate(bytes); }
+  void Free(void* p) const override { cpu_.Free(p); }
+  HAP_FORWARD(CopyToBackend, (void* d, const void* s, size_t n), (d, s, n))
+  HAP_FORWARD(CopyToHost, (void* d, const void* s, size_t n), (d, s, n))
+  HAP_FORWARD(Copy, (void* d, const void* s, size_t n), (d, s, n))
+  HAP_FORWARD(Synchronize, (), ())
+  absl::StatusOr<TensorView> PlaceWeight(const TensorView& h, BackendBuffer* s) const override {
+    return cpu_.PlaceWeight(h, s);
+  }
+  int64_t DeviceBytesInUse() const override { return cpu_.DeviceBytesInUse(); }
+  HAP_FORWARD(Embedding, (const TensorView& t, const int32_t* ids, int n, float* o),
+              (t, ids, n, o))
   HAP_FORWARD(Linear,
               (const float* x, const TensorView& w, const float* b, float* y, int m, LinearRows r),
               (x, w, b, y, m, r))
@@ -151,6 +163,7 @@ TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
   EXPECT_EQ(counting.count("SiluMul"), L);
   EXPECT_EQ(counting.count("DecodeAttention"), L);
   EXPECT_EQ(counting.count("Attention"), 0);
+  EXPECT_EQ(counting.count("Embedding"), 1);
 }
 
 }  // namespace

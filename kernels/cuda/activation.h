@@ -1,0 +1,19 @@
+// Elementwise activations on the GPU (kernels/cpu/activation.h): CLIP's quick_gelu, exact GELU,
+// gelu_pytorch_tanh, and the LLaMA MLP's SiLU(gate)·up. In place over n F32 elements.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/device_types.h"
+#include "kernels/cuda/kernel_status.h"
+
+namespace hap::cuda {
+
+enum class ActivationKind { kQuickGelu, kGelu, kGeluTanh };
+
+// x ← act(x). Device pointer.
+KernelStatus Activate(ActivationKind kind, float* x, int64_t n, Stream stream);
+// gate ← silu(gate) · up. Device pointers.
+KernelStatus SiluMul(float* gate, const float* up, int64_t n, Stream stream);
+
+}  // namespace hap::cuda

@@ -1,0 +1,24 @@
+// Prefill attention on the GPU with each query row's log-sum-exp (kernels/cpu/attention.h):
+// out[r, h] = Σ_j softmax_j(scale · q_{r,h}·k_j) v_j over the keys row r sees, grouped-query
+// heads, causal or not. Flash-style: a block holds a tile of 16 query rows of one head and walks
+// the keys in tiles with an online softmax (running max and sum), so no [n_q, n_kv] buffer
+// exists. CUDA cores only (F32 FMAs, no tensor cores); head_dim up to kMaxAttentionHeadDim.
+#pragma once
+
+#include "kernels/cuda/device_types.h"
+#include "kernels/cuda/kernel_status.h"
+#include "kernels/op_args.h"
+
+namespace hap::cuda {
+
+inline constexpr int kMaxAttentionHeadDim = 256;
+
+// args as for cpu::Attention, every pointer a device pointer: q F32 [n_q, n_heads·head_dim],
+// k and v F32 [n_kv, n_kv_heads·head_dim], out F32 [n_q, n_heads·head_dim], lse F32
+// [n_heads, n_q] = log Σ_j exp(scale · q·k_j) or nullptr. Bad shapes (n_kv, heads or head_dim
+// not positive, n_heads not a multiple of n_kv_heads, head_dim past kMaxAttentionHeadDim, a causal
+// offset that leaves a query row past the last key) and null pointers are an Error; n_q = 0 does
+// nothing.
+KernelStatus Attention(const AttentionArgs& args, Stream stream);
+
+}  // namespace hap::cuda

@@ -1,0 +1,16 @@
+// F32 activations rounded to BF16 or F16 (nearest even), bit for bit base/dtype.h's
+// ConvertFromF32: the input of a cuBLAS product whose weights are stored narrow (cuBLAS
+// multiplies operands of one type), as the CPU's BF16 products round x to BF16.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/device_types.h"
+#include "kernels/cuda/kernel_status.h"
+
+namespace hap::cuda {
+
+// out[i] = round(x[i]) in `type` (kBF16 or kF16; uint16 bit patterns). Device pointers.
+KernelStatus RoundF32To(ElemType type, const float* x, void* out, int64_t n, Stream stream);
+
+}  // namespace hap::cuda

@@ -1,0 +1,424 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/add.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gather_rows.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layer_norm.h"
+#include "kernels/cuda/paq.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/text_visual_attention.h"
+#include "kernels/cuda/token_scores.h"
+#include "kernels/cuda/topk.h"
+#include "kernels/cuda/weighted_sum.h"
+#include "kernels/prune/paq_softmax.h"
+
+namespace hap {
+namespace {
+
+using cuda::KernelStatus;
+
+absl::Status ToStatus(const KernelStatus& s) {
+  if (s.ok) return absl::OkStatus();
+  if (s.out_of_memory) return absl::ResourceExhaustedError("cuda: " + s.message);
+  return absl::InternalError("cuda: " + s.message);
+}
+
+#define HAP_CUDA_RETURN_IF_ERROR(expr) HAP_RETURN_IF_ERROR(ToStatus(expr))
+
+cuda::ElemType ElemOf(DType d) {
+  return d == DType::kBF16  ? cuda::ElemType::kBF16
+         : d == DType::kF16 ? cuda::ElemType::kF16
+                            : cuda::ElemType::kF32;
+}
+
+// Fails unless [ptr, ptr + bytes) is device memory (the emulation can tell; a GPU build passes).
+absl::Status CheckDevice(const void* ptr, size_t bytes, const char* op, const char* what) {
+  if (bytes == 0 || cuda::IsDeviceRange(ptr, bytes)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("cuda %s: %s (%d bytes) is not device memory", op, what, bytes));
+}
+
+// What one calling thread owns: its stream, its product context and a scratch area for the
+// small host arrays some ops take (indices, span tables, weights), uploaded per call.
+class ThreadContext {
+ public:
+  ~ThreadContext() {
+    gemm_.reset();
+    if (scratch_ != nullptr) cuda::DeviceFree(scratch_);
+    if (stream_ != nullptr) cuda::DestroyStream(stream_);
+  }
+
+  absl::Status Init() {
+    if (ready_) return absl::OkStatus();
+    HAP_CUDA_RETURN_IF_ERROR(cuda::CreateStream(&stream_));
+    HAP_CUDA_RETURN_IF_ERROR(cuda::Gemm::Create(stream_, &gemm_));
+    ready_ = true;
+    return absl::OkStatus();
+  }
+  cuda::Stream stream() const { return stream_; }
+  cuda::Gemm& gemm() { return *gemm_; }
+
+  // Makes room for `bytes` of uploads in this op (call once per op, before Upload).
+  absl::Status Reserve(size_t bytes) {
+    used_ = 0;
+    if (bytes <= scratch_bytes_) return absl::OkStatus();
+    // Earlier ops on the stream may still read the old scratch.
+    HAP_CUDA_RETURN_IF_ERROR(cuda::Synchronize(stream_));
+    if (scratch_ != nullptr) cuda::DeviceFree(scratch_);
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    const size_t grown = std::max(bytes, size_t{64} << 10);
+    HAP_CUDA_RETURN_IF_ERROR(cuda::DeviceAlloc(&scratch_, grown));
+    scratch_bytes_ = grown;
+    return absl::OkStatus();
+  }
+  // `bytes` of the reserved scratch, valid until the next Reserve on this thread.
+  absl::StatusOr<void*> Take(size_t bytes) {
+    const size_t at = (used_ + 255) / 256 * 256;
+    if (at + bytes > scratch_bytes_) return absl::InternalError("cuda: scratch not reserved");
+    used_ = at + bytes;
+    return static_cast<char*>(scratch_) + at;
+  }
+  // Copies `bytes` of host memory into the reserved scratch; returns the device copy.
+  absl::StatusOr<void*> Upload(const void* host, size_t bytes) {
+    HAP_ASSIGN_OR_RETURN(void* dst, Take(bytes));
+    HAP_CUDA_RETURN_IF_ERROR(
+        cuda::Copy(dst, host, bytes, cuda::CopyKind::kHostToDevice, stream_));
+    return dst;
+  }
+  static size_t Padded(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+ private:
+  bool ready_ = false;
+  cuda::Stream stream_ = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  size_t used_ = 0;
+};
+
+absl::StatusOr<ThreadContext*> Context() {
+  thread_local ThreadContext context;
+  HAP_RETURN_IF_ERROR(context.Init());
+  return &context;
+}
+
+class CudaBackendImpl final : public Backend {
+ public:
+  Device device() const override { return Device::kCuda; }
+  std::string_view name() const override { return "cuda"; }
+
+  absl::StatusOr<void*> Allocate(size_t bytes) const override {
+    void* p = nullptr;
+    HAP_CUDA_RETURN_IF_ERROR(cuda::DeviceAlloc(&p, bytes));
+    return p;
+  }
+  void Free(void* ptr) const override { cuda::DeviceFree(ptr); }
+  absl::Status CopyToBackend(void* dst, const void* src, size_t bytes) const override {
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kHostToDevice, c->stream()));
+  }
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) const override {
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kDeviceToHost, c->stream()));
+  }
+  absl::Status Copy(void* dst, const void* src, size_t bytes) const override {
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kDeviceToDevice, c->stream()));
+  }
+  absl::Status Synchronize() const override {
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::Synchronize(c->stream()));
+  }
+  absl::StatusOr<TensorView> PlaceWeight(const TensorView& host,
+                                         BackendBuffer* storage) const override {
+    if (host.device == Device::kCuda) return host;
+    HAP_ASSIGN_OR_RETURN(*storage, BackendBuffer::Allocate(*this, host.bytes()));
+    HAP_RETURN_IF_ERROR(CopyToBackend(storage->data(), host.data, host.bytes()));
+    TensorView placed = host;
+    placed.data = storage->data();
+    placed.device = Device::kCuda;
+    return placed;
+  }
+  int64_t DeviceBytesInUse() const override { return cuda::DeviceBytesInUse(); }
+
+  absl::Status Embedding(const TensorView& table, const int32_t* ids, int n,
+                         float* out) const override {
+    HAP_RETURN_IF_ERROR(CheckWeight(table, "Embedding"));
+    const int d = static_cast<int>(table.shape[1]);
+    HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * n * d, "Embedding", "out"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(int32_t) * n)));
+    HAP_ASSIGN_OR_RETURN(void* d_ids, c->Upload(ids, sizeof(int32_t) * n));
+    return ToStatus(cuda::Embedding(table.data, ElemOf(table.dtype),
+                                    static_cast<const int32_t*>(d_ids), n, d, out, c->stream()));
+  }
+
+  absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m,
+                      LinearRows) const override {
+    HAP_RETURN_IF_ERROR(CheckWeight(w, "Linear"));
+    const int n = static_cast<int>(w.shape[0]);
+    const int k = static_cast<int>(w.shape[1]);
+    HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * m * k, "Linear", "x"));
+    HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * m * n, "Linear", "y"));
+    if (bias != nullptr) HAP_RETURN_IF_ERROR(CheckDevice(bias, sizeof(float) * n, "Linear", "bias"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    // One product for every row count: cuBLAS's result for a row does not depend on the other
+    // rows of the call only up to its own kernel choice, which the batching test bounds.
+    return ToStatus(c->gemm().Linear(x, w.data, ElemOf(w.dtype), bias, y, m, n, k));
+  }
+  absl::Status RmsNorm(const float* x, const float* w, float* y, int rows, int d,
+                       float eps) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * rows * d, "RmsNorm", "x"));
+    HAP_RETURN_IF_ERROR(CheckDevice(w, sizeof(float) * d, "RmsNorm", "w"));
+    HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * rows * d, "RmsNorm", "y"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::RmsNorm(x, w, y, rows, d, eps, c->stream()));
+  }
+  absl::Status LayerNorm(const float* x, const float* w, const float* b, float* y, int rows,
+                         int d, float eps) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * rows * d, "LayerNorm", "x"));
+    HAP_RETURN_IF_ERROR(CheckDevice(w, sizeof(float) * d, "LayerNorm", "w"));
+    HAP_RETURN_IF_ERROR(CheckDevice(b, sizeof(float) * d, "LayerNorm", "b"));
+    HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * rows * d, "LayerNorm", "y"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::LayerNorm(x, w, b, y, rows, d, eps, c->stream()));
+  }
+  absl::Status Rope(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
+                    float theta) const override {
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(x, sizeof(float) * rows * n_heads * head_dim, "Rope", "x"));
+    HAP_RETURN_IF_ERROR(CheckDevice(positions, sizeof(int32_t) * rows, "Rope", "positions"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::Rope(x, positions, rows, n_heads, head_dim, theta, c->stream()));
+  }
+  absl::Status Activate(Activation kind, float* x, int64_t n) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * n, "Activate", "x"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    const cuda::ActivationKind k = kind == Activation::kQuickGelu ? cuda::ActivationKind::kQuickGelu
+                                   : kind == Activation::kGelu    ? cuda::ActivationKind::kGelu
+                                                                  : cuda::ActivationKind::kGeluTanh;
+    return ToStatus(cuda::Activate(k, x, n, c->stream()));
+  }
+  absl::Status SiluMul(float* gate, const float* up, int64_t n) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(gate, sizeof(float) * n, "SiluMul", "gate"));
+    HAP_RETURN_IF_ERROR(CheckDevice(up, sizeof(float) * n, "SiluMul", "up"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::SiluMul(gate, up, n, c->stream()));
+  }
+  absl::Status Add(float* y, const float* x, int64_t n) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * n, "Add", "y"));
+    HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * n, "Add", "x"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::Add(y, x, n, c->stream()));
+  }
+  absl::Status Attention(const AttentionArgs& a) const override {
+    const size_t q_bytes = sizeof(float) * a.n_q * a.n_heads * a.head_dim;
+    const size_t kv_bytes = sizeof(float) * a.n_kv * a.n_kv_heads * a.head_dim;
+    HAP_RETURN_IF_ERROR(CheckDevice(a.q, q_bytes, "Attention", "q"));
+    HAP_RETURN_IF_ERROR(CheckDevice(a.k, kv_bytes, "Attention", "k"));
+    HAP_RETURN_IF_ERROR(CheckDevice(a.v, kv_bytes, "Attention", "v"));
+    HAP_RETURN_IF_ERROR(CheckDevice(a.out, q_bytes, "Attention", "out"));
+    if (a.lse != nullptr) {
+      HAP_RETURN_IF_ERROR(
+          CheckDevice(a.lse, sizeof(float) * a.n_heads * a.n_q, "Attention", "lse"));
+    }
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::Attention(a, c->stream()));
+  }
+  absl::Status DecodeAttention(const DecodeAttentionArgs& a) const override {
+    const size_t row_bytes =
+        DTypeSize(a.kv_dtype) * static_cast<size_t>(a.n_kv_heads) * a.head_dim;
+    for (int s = 0; s < a.n_spans; ++s) {
+      HAP_RETURN_IF_ERROR(CheckDevice(a.spans[s].k, row_bytes * a.spans[s].rows,
+                                      "DecodeAttention", "a span's keys"));
+      HAP_RETURN_IF_ERROR(CheckDevice(a.spans[s].v, row_bytes * a.spans[s].rows,
+                                      "DecodeAttention", "a span's values"));
+    }
+    const size_t q_bytes = sizeof(float) * a.n_heads * a.head_dim;
+    HAP_RETURN_IF_ERROR(CheckDevice(a.q, q_bytes, "DecodeAttention", "q"));
+    HAP_RETURN_IF_ERROR(CheckDevice(a.out, q_bytes, "DecodeAttention", "out"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    // The span table is host memory in the interface; the kernel reads it from the device.
+    const size_t table_bytes = sizeof(KvSpan) * a.n_spans;
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(table_bytes)));
+    HAP_ASSIGN_OR_RETURN(void* d_spans, c->Upload(a.spans, table_bytes));
+    DecodeAttentionArgs device_args = a;
+    device_args.spans = static_cast<const KvSpan*>(d_spans);
+    return ToStatus(cuda::DecodeAttention(device_args, c->stream()));
+  }
+  absl::Status GatherRows(const void* src, int64_t n_rows, size_t row_bytes, const int* idx,
+                          int64_t n_idx, void* dst) const override {
+    for (int64_t i = 0; i < n_idx; ++i) {
+      if (idx[i] < 0 || idx[i] >= n_rows) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "GatherRows: index %d = %d outside [0, %d)", i, idx[i], n_rows));
+      }
+    }
+    HAP_RETURN_IF_ERROR(CheckDevice(src, row_bytes * n_rows, "GatherRows", "src"));
+    HAP_RETURN_IF_ERROR(CheckDevice(dst, row_bytes * n_idx, "GatherRows", "dst"));
+    if (n_idx == 0) return absl::OkStatus();
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    const size_t idx_bytes = sizeof(int) * n_idx;
+    const size_t out_bytes = row_bytes * n_idx;
+    // In place (compaction) gathers into scratch first: a parallel in-place gather races.
+    const bool in_place = src == dst;
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(idx_bytes) +
+                                   (in_place ? ThreadContext::Padded(out_bytes) : 0)));
+    HAP_ASSIGN_OR_RETURN(void* d_idx, c->Upload(idx, idx_bytes));
+    void* out = dst;
+    if (in_place) {
+      HAP_ASSIGN_OR_RETURN(out, c->Take(out_bytes));
+    }
+    HAP_CUDA_RETURN_IF_ERROR(cuda::GatherRows(src, row_bytes, static_cast<const int*>(d_idx),
+                                              n_idx, out, c->stream()));
+    if (!in_place) return absl::OkStatus();
+    return ToStatus(cuda::Copy(dst, out, out_bytes, cuda::CopyKind::kDeviceToDevice, c->stream()));
+  }
+
+  absl::Status TextVisualAttention(const kernels::TextVisualAttentionArgs& a) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(a.out, sizeof(float) * a.n_heads * a.n_text * a.n_vis,
+                                    "TextVisualAttention", "out"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::TextVisualAttention(a, c->stream()));
+  }
+  absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis,
+                   float* paq) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(maps, sizeof(float) * n_maps * n_text * n_vis, "Paq", "maps"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(float) * n_maps)));
+    HAP_ASSIGN_OR_RETURN(void* d_paq, c->Take(sizeof(float) * n_maps));
+    HAP_CUDA_RETURN_IF_ERROR(
+        cuda::Paq(maps, n_maps, n_text, n_vis, static_cast<float*>(d_paq), c->stream()));
+    HAP_RETURN_IF_ERROR(CopyToHost(paq, d_paq, sizeof(float) * n_maps));
+    return CheckPaq(paq, n_maps, "Paq");
+  }
+  absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy, int n_maps,
+                                   int n_text, int n_vis, float* paq) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(maps, sizeof(float) * n_maps * n_text * n_vis,
+                                    "PaqFromRowEntropies", "maps"));
+    HAP_RETURN_IF_ERROR(CheckDevice(row_entropy, sizeof(double) * n_maps * n_text,
+                                    "PaqFromRowEntropies", "row_entropy"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(float) * n_maps)));
+    HAP_ASSIGN_OR_RETURN(void* d_paq, c->Take(sizeof(float) * n_maps));
+    HAP_CUDA_RETURN_IF_ERROR(cuda::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis,
+                                                       static_cast<float*>(d_paq), c->stream()));
+    HAP_RETURN_IF_ERROR(CopyToHost(paq, d_paq, sizeof(float) * n_maps));
+    return CheckPaq(paq, n_maps, "PaqFromRowEntropies");
+  }
+  // A softmax over a layer's heads or a group's layers (at most a few dozen host scalars):
+  // computed on the host, where the PAQ values already are.
+  absl::Status PaqSoftmaxWeights(const float* paq, int n, float* weights) const override {
+    return kernels::PaqSoftmaxWeights(paq, n, weights);
+  }
+  absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
+                               int64_t size, float* out) const override {
+    for (int i = 0; i < n_maps; ++i) {
+      HAP_RETURN_IF_ERROR(CheckDevice(maps[i], sizeof(float) * size, "WeightedSumMaps", "a map"));
+    }
+    HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, "WeightedSumMaps", "out"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(float*) * n_maps) +
+                                   ThreadContext::Padded(sizeof(float) * n_maps)));
+    HAP_ASSIGN_OR_RETURN(void* d_maps, c->Upload(maps, sizeof(float*) * n_maps));
+    HAP_ASSIGN_OR_RETURN(void* d_weights, c->Upload(weights, sizeof(float) * n_maps));
+    return ToStatus(cuda::WeightedSumMaps(static_cast<const float* const*>(d_maps),
+                                          static_cast<const float*>(d_weights), n_maps, size,
+                                          out, c->stream()));
+  }
+  absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
+                                     int64_t size, float* out) const override {
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(maps, sizeof(float) * n_maps * size, "WeightedSumContiguous", "maps"));
+    HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, "WeightedSumContiguous", "out"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(float) * n_maps)));
+    HAP_ASSIGN_OR_RETURN(void* d_weights, c->Upload(weights, sizeof(float) * n_maps));
+    return ToStatus(cuda::WeightedSumContiguous(maps, static_cast<const float*>(d_weights),
+                                                n_maps, size, out, c->stream()));
+  }
+  absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
+                           float* scores) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(map, sizeof(float) * n_rows * n_vis, "TokenScores", "map"));
+    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, "TokenScores", "scores"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::TokenScores(map, n_rows, n_vis, scores, c->stream()));
+  }
+  absl::Status TokenScoresOfRows(const float* map, int64_t n_rows, int n_vis, const int* rows,
+                                 int n_sel, float* scores) const override {
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(map, sizeof(float) * n_rows * n_vis, "TokenScoresOfRows", "map"));
+    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, "TokenScoresOfRows", "scores"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(int) * n_sel)));
+    HAP_ASSIGN_OR_RETURN(void* d_rows, c->Upload(rows, sizeof(int) * n_sel));
+    return ToStatus(cuda::TokenScoresOfRows(map, n_rows, n_vis, static_cast<const int*>(d_rows),
+                                            n_sel, scores, c->stream()));
+  }
+  // The kept indices come back to the host: the one sync of a pruning stage.
+  absl::Status StableTopK(const float* scores, int n, int k, int* kept) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n, "StableTopK", "scores"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(int) * std::max(k, 1))));
+    HAP_ASSIGN_OR_RETURN(void* d_kept, c->Take(sizeof(int) * std::max(k, 1)));
+    HAP_CUDA_RETURN_IF_ERROR(
+        cuda::StableTopK(scores, n, k, static_cast<int*>(d_kept), c->stream()));
+    HAP_RETURN_IF_ERROR(CopyToHost(kept, d_kept, sizeof(int) * k));
+    // The kernel marks a NaN score (which has no rank) by -1 in every slot.
+    if (k > 0 && kept[0] < 0) {
+      return absl::InvalidArgumentError("StableTopK: a score is NaN (a NaN has no rank)");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // The PAQ kernels flag a map that is not a distribution (a negative or non-finite entry, a
+  // row not summing to 1) by NaN; the CPU op answers InvalidArgument for the same maps.
+  static absl::Status CheckPaq(const float* paq, int n_maps, const char* op) {
+    for (int i = 0; i < n_maps; ++i) {
+      if (std::isnan(paq[i])) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: map %d is not a distribution over the visual tokens (a negative or non-finite "
+            "entry, or a row that does not sum to 1)", op, i));
+      }
+    }
+    return absl::OkStatus();
+  }
+  static absl::Status CheckWeight(const TensorView& w, const char* op) {
+    if (w.device != Device::kCuda || w.shape.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cuda %s: weight %s must be a 2-d view in device memory (Backend::PlaceWeight)", op,
+          w.Describe()));
+    }
+    return CheckDevice(w.data, static_cast<size_t>(w.bytes()), op, "weight");
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<const Backend*> GetCudaBackend() {
+  char name[256];
+  int64_t total = 0;
+  const KernelStatus s = cuda::DeviceDescription(name, sizeof name, &total);
+  if (!s.ok) return absl::FailedPreconditionError("no usable CUDA device: " + s.message);
+  static const Backend* backend = new CudaBackendImpl();
+  return backend;
+}
+
+}  // namespace hap

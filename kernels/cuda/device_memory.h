@@ -1,0 +1,36 @@
+// Device memory and streams for the CUDA backend: allocation, copies and synchronisation, with
+// errors as KernelStatus values. On a GPU these are the CUDA runtime's calls
+// (device_memory_cuda.cc); the emulation (device_memory_emulated.cc) keeps "device" memory in
+// host RAM and knows every live allocation, so a test can ask whether a pointer is one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/device_types.h"
+#include "kernels/cuda/kernel_status.h"
+
+namespace hap::cuda {
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+// *ptr = `bytes` of device memory (256-byte aligned). Out of memory → KernelStatus::OutOfMemory.
+KernelStatus DeviceAlloc(void** ptr, size_t bytes);
+KernelStatus DeviceFree(void* ptr);
+// Ordered on `stream`; a device-to-host copy into pageable memory returns when it is done.
+KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream);
+KernelStatus Fill(void* dst, unsigned char value, size_t bytes, Stream stream);
+KernelStatus Synchronize(Stream stream);
+KernelStatus CreateStream(Stream* stream);
+KernelStatus DestroyStream(Stream stream);
+
+// Bytes allocated through DeviceAlloc and not yet freed, by this process.
+int64_t DeviceBytesInUse();
+// The device's name and total memory ("emulated" and 0 on the emulation).
+KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes);
+// True when [ptr, ptr + bytes) lies inside one live DeviceAlloc allocation. Only the emulation
+// can tell (a GPU build answers true): it is how the emulated backend checks that the model
+// hands it device memory, never a host buffer.
+bool IsDeviceRange(const void* ptr, size_t bytes);
+
+}  // namespace hap::cuda

@@ -1,0 +1,107 @@
+// Device memory on a GPU: the CUDA runtime's calls, errors as KernelStatus values
+// (kernels/cuda/device_memory.h).
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "kernels/cuda/device_memory.h"
+
+namespace hap::cuda {
+namespace {
+
+std::mutex g_mu;
+std::unordered_map<const void*, size_t>& Sizes() {
+  static auto* sizes = new std::unordered_map<const void*, size_t>();
+  return *sizes;
+}
+std::atomic<int64_t> g_in_use{0};
+
+KernelStatus FromCuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return KernelStatus::Ok();
+  std::string message = std::string(what) + ": " + cudaGetErrorString(e);
+  if (e == cudaErrorMemoryAllocation) return KernelStatus::OutOfMemory(std::move(message));
+  return KernelStatus::Error(std::move(message));
+}
+
+}  // namespace
+
+KernelStatus DeviceAlloc(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  KernelStatus s = FromCuda(cudaMalloc(ptr, bytes == 0 ? 1 : bytes), "cudaMalloc");
+  if (!s.ok) return s;
+  std::lock_guard<std::mutex> lock(g_mu);
+  Sizes()[*ptr] = bytes;
+  g_in_use += static_cast<int64_t>(bytes);
+  return s;
+}
+
+KernelStatus DeviceFree(void* ptr) {
+  if (ptr == nullptr) return KernelStatus::Ok();
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = Sizes().find(ptr);
+    if (it != Sizes().end()) {
+      g_in_use -= static_cast<int64_t>(it->second);
+      Sizes().erase(it);
+    }
+  }
+  return FromCuda(cudaFree(ptr), "cudaFree");
+}
+
+KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) {
+  if (bytes == 0) return KernelStatus::Ok();
+  const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                           : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                             : cudaMemcpyDeviceToDevice;
+  auto s = static_cast<cudaStream_t>(stream);
+  KernelStatus st = FromCuda(cudaMemcpyAsync(dst, src, bytes, k, s), "cudaMemcpyAsync");
+  if (!st.ok || kind != CopyKind::kDeviceToHost) return st;
+  return FromCuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+KernelStatus Fill(void* dst, unsigned char value, size_t bytes, Stream stream) {
+  return FromCuda(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)),
+                  "cudaMemsetAsync");
+}
+
+KernelStatus Synchronize(Stream stream) {
+  return FromCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+                  "cudaStreamSynchronize");
+}
+
+KernelStatus CreateStream(Stream* stream) {
+  cudaStream_t s = nullptr;
+  KernelStatus st = FromCuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                             "cudaStreamCreate");
+  *stream = s;
+  return st;
+}
+
+KernelStatus DestroyStream(Stream stream) {
+  return FromCuda(cudaStreamDestroy(static_cast<cudaStream_t>(stream)), "cudaStreamDestroy");
+}
+
+int64_t DeviceBytesInUse() { return g_in_use.load(); }
+
+KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes) {
+  int device = 0;
+  KernelStatus st = FromCuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (!st.ok) return st;
+  cudaDeviceProp prop;
+  st = FromCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  if (!st.ok) return st;
+  if (name_bytes > 0) {
+    std::strncpy(name, prop.name, name_bytes - 1);
+    name[name_bytes - 1] = '\0';
+  }
+  *total_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  return st;
+}
+
+bool IsDeviceRange(const void*, size_t) { return true; }
+
+}  // namespace hap::cuda

@@ -1,0 +1,92 @@
+// Device memory on the SIMT emulation: host allocations, tracked so that IsDeviceRange can tell
+// a device pointer from a host one (kernels/cuda/device_memory.h).
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "kernels/cuda/device_memory.h"
+
+namespace hap::cuda {
+namespace {
+
+std::mutex g_mu;
+std::map<uintptr_t, size_t>& Allocations() {
+  static auto* allocations = new std::map<uintptr_t, size_t>();
+  return *allocations;
+}
+std::atomic<int64_t> g_in_use{0};
+
+}  // namespace
+
+KernelStatus DeviceAlloc(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + (bytes == 0 ? 256 : 0));
+  if (p == nullptr) return KernelStatus::OutOfMemory("DeviceAlloc: out of memory");
+  std::lock_guard<std::mutex> lock(g_mu);
+  Allocations()[reinterpret_cast<uintptr_t>(p)] = bytes;
+  g_in_use += static_cast<int64_t>(bytes);
+  *ptr = p;
+  return KernelStatus::Ok();
+}
+
+KernelStatus DeviceFree(void* ptr) {
+  if (ptr == nullptr) return KernelStatus::Ok();
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = Allocations().find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == Allocations().end()) return KernelStatus::Error("DeviceFree: not a device allocation");
+  g_in_use -= static_cast<int64_t>(it->second);
+  Allocations().erase(it);
+  std::free(ptr);
+  return KernelStatus::Ok();
+}
+
+bool IsDeviceRange(const void* ptr, size_t bytes) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = Allocations().upper_bound(p);
+  if (it == Allocations().begin()) return false;
+  --it;
+  return p >= it->first && p + bytes <= it->first + it->second;
+}
+
+KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream) {
+  if (bytes == 0) return KernelStatus::Ok();
+  const bool dst_device = kind != CopyKind::kDeviceToHost;
+  const bool src_device = kind != CopyKind::kHostToDevice;
+  if (dst_device && !IsDeviceRange(dst, bytes)) {
+    return KernelStatus::Error("Copy: destination is not device memory");
+  }
+  if (src_device && !IsDeviceRange(src, bytes)) {
+    return KernelStatus::Error("Copy: source is not device memory");
+  }
+  std::memmove(dst, src, bytes);
+  return KernelStatus::Ok();
+}
+
+KernelStatus Fill(void* dst, unsigned char value, size_t bytes, Stream) {
+  if (bytes == 0) return KernelStatus::Ok();
+  if (!IsDeviceRange(dst, bytes)) return KernelStatus::Error("Fill: not device memory");
+  std::memset(dst, value, bytes);
+  return KernelStatus::Ok();
+}
+
+KernelStatus Synchronize(Stream) { return KernelStatus::Ok(); }
+KernelStatus CreateStream(Stream* stream) {
+  *stream = nullptr;
+  return KernelStatus::Ok();
+}
+KernelStatus DestroyStream(Stream) { return KernelStatus::Ok(); }
+int64_t DeviceBytesInUse() { return g_in_use.load(); }
+
+KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes) {
+  if (name_bytes > 0) {
+    std::strncpy(name, "emulated", name_bytes - 1);
+    name[name_bytes - 1] = '\0';
+  }
+  *total_bytes = 0;
+  return KernelStatus::Ok();
+}
+
+}  // namespace hap::cuda

@@ -1,0 +1,29 @@
+// Compaction after pruning on the GPU (kernels/prune/gather_rows.h): gather the kept rows of a
+// buffer (hidden states, position ids, a layer's K or V) so the next layer sees only them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/device_types.h"
+#include "kernels/cuda/kernel_status.h"
+
+namespace hap::cuda {
+
+// dst[r, :] = src[idx[r], :] for r < n_idx; rows of row_bytes bytes, copied in 16-, 4- or 1-byte
+// units (the widest that row_bytes and both pointers' alignment allow), one unit per thread.
+//   src: [n_rows, row_bytes]   dst: [n_idx, row_bytes]   idx: I32 [n_idx]   all device pointers
+// idx must lie in [0, n_rows): it is on the device, so the backend checks its host copy before
+// it uploads it.
+//
+// Out of place only: src == dst, or src inside dst, is an error. The CPU reference compacts in
+// place by copying rows in order, which is safe there because row r is written only after every
+// earlier row was read; here all rows are copied at once, so a thread may overwrite a source row
+// (dst row r is src row r) before the thread that copies src row r to an earlier place has read
+// it. In-place compaction gathers into a scratch buffer and copies that back.
+// Other overlaps race the same way and are the caller's to avoid (src's extent is not known
+// here). Errors: null pointers, n_idx < 0, overlap as above. n_idx = 0 launches nothing.
+KernelStatus GatherRows(const void* src, size_t row_bytes, const int* idx, int64_t n_idx, void* dst,
+                        Stream stream);
+
+}  // namespace hap::cuda

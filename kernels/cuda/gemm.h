@@ -1,0 +1,53 @@
+// Matrix products of the CUDA backend: y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]) with w as
+// stored (F32, BF16 or F16) and F32 accumulation. On a GPU the product is cuBLAS
+// (cublasGemmEx, gemm_cuda.cc); on the emulation it is the CPU's Linear (gemm_emulated.cc),
+// the one place the emulation does not run kernel source of this directory.
+//
+// cuBLAS multiplies operands of one type, so for BF16/F16 weights x is first rounded to the
+// weight's type on the device (convert.h); the CPU's BF16 products round x to BF16 as well.
+// For F16 weights the rounding saturates activations beyond ±65504 to ±Inf, as serving an F16
+// checkpoint in F16 does. F32 weights multiply in full F32 (no TF32).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "kernels/cuda/device_types.h"
+#include "kernels/cuda/kernel_status.h"
+
+namespace hap::cuda {
+
+class Gemm {
+ public:
+  // A product context on `stream` (a cuBLAS handle on a GPU).
+  static KernelStatus Create(Stream stream, std::unique_ptr<Gemm>* out);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // x F32 [m, k], w [n, k] of w_type, bias F32 [n] or null, y F32 [m, n] (not aliasing x).
+  // Device pointers. Ordered on the context's stream.
+  KernelStatus Linear(const float* x, const void* w, ElemType w_type, const float* bias, float* y,
+                      int m, int n, int k);
+
+ private:
+  Gemm() = default;
+  KernelStatus EnsureScratch(size_t bytes);
+
+  Stream stream_ = nullptr;
+  void* blas_ = nullptr;     // cublasHandle_t on a GPU
+  void* scratch_ = nullptr;  // x rounded to the weights' type
+  size_t scratch_bytes_ = 0;
+};
+
+namespace internal {
+
+// The product itself, implemented once per build: y[m, n] = x[m, k] · w[n, k]ᵀ with x and w
+// both of `type`.
+KernelStatus CreateBlas(Stream stream, void** blas);
+void DestroyBlas(void* blas);
+KernelStatus BlasGemm(void* blas, const void* x, const void* w, ElemType type, float* y, int m,
+                      int n, int k, Stream stream);
+
+}  // namespace internal
+}  // namespace hap::cuda

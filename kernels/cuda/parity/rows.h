@@ -1,0 +1,18 @@
+// The parity table's rows, one function per kernel family (rows_<family>.cc); AllCases
+// (harness.cc) calls each in turn. A __global__ kernel without a case fails
+// tests/kernels/cuda/coverage_test.cc.
+#pragma once
+
+#include <vector>
+
+#include "kernels/cuda/parity/harness.h"
+
+namespace hap::cuda::parity {
+
+void AddNormCases(std::vector<Case>& cases);         // rows_norm.cc
+void AddElementwiseCases(std::vector<Case>& cases);  // rows_elementwise.cc
+void AddAttentionCases(std::vector<Case>& cases);    // rows_attention.cc
+void AddPruneCases(std::vector<Case>& cases);        // rows_prune.cc
+void AddGemmCases(std::vector<Case>& cases);         // rows_gemm.cc
+
+}  // namespace hap::cuda::parity

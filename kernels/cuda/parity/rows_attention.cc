@@ -1,0 +1,304 @@
+// Parity rows: prefill attention (with log-sum-exp) against cpu::AttentionReference, decode
+// attention over span lists against cpu::DecodeAttentionReference (both accumulate in F64).
+//
+// Tolerance: kF32Tol (atol 1e-5, rtol 1e-4) for every output, out and lse, F32 and BF16 KV
+// alike. The kernels differ from the references only in F32 rounding (dot products in F32, an
+// online softmax rescaled per tile/chunk, sums in another order); BF16 caches are compared on
+// the same bit patterns the reference widens, exactly, so BF16 storage adds no error of its own.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/decode_attention.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/parity/rows.h"
+
+namespace hap::cuda::parity {
+namespace {
+
+struct PrefillShape {
+  int n_q, n_kv, n_heads, n_kv_heads, head_dim;
+  bool causal;
+  int causal_offset;
+  bool lse;
+  // q uniform in [-q_range, q_range) and k, v in [-1, 1); scale 1 / sqrt(head_dim) unless set.
+  float q_range = 1.f;
+  float scale = 0.f;
+};
+
+std::string PrefillName(const PrefillShape& s) {
+  std::string name = "Attention " + std::to_string(s.n_q) + "x" + std::to_string(s.n_kv) + " h" +
+                     std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv_heads) + " d" +
+                     std::to_string(s.head_dim);
+  name += s.causal ? " causal+" + std::to_string(s.causal_offset) : " full";
+  name += s.lse ? " lse" : " no-lse";
+  if (s.scale != 0.f) name += " scale " + std::to_string(static_cast<int>(s.scale));
+  return name;
+}
+
+CaseResult PrefillCase(const PrefillShape& s) {
+  const int64_t q_elems = int64_t{s.n_q} * s.n_heads * s.head_dim;
+  const int64_t kv_elems = int64_t{s.n_kv} * s.n_kv_heads * s.head_dim;
+  const uint64_t seed = 1000 + s.n_q * 31 + s.n_kv * 7 + s.head_dim;
+  const std::vector<float> q = RandomFloats(q_elems, seed, -s.q_range, s.q_range);
+  const std::vector<float> k = RandomFloats(kv_elems, seed + 1);
+  const std::vector<float> v = RandomFloats(kv_elems, seed + 2);
+
+  AttentionArgs args;
+  args.n_q = s.n_q;
+  args.n_kv = s.n_kv;
+  args.n_heads = s.n_heads;
+  args.n_kv_heads = s.n_kv_heads;
+  args.head_dim = s.head_dim;
+  args.scale = s.scale != 0.f ? s.scale : 1.f / std::sqrt(static_cast<float>(s.head_dim));
+  args.causal = s.causal;
+  args.causal_offset = s.causal_offset;
+
+  std::vector<float> want_out(q_elems), want_lse(int64_t{s.n_heads} * s.n_q);
+  AttentionArgs ref = args;
+  ref.q = q.data();
+  ref.k = k.data();
+  ref.v = v.data();
+  ref.out = want_out.data();
+  ref.lse = want_lse.data();
+  cpu::AttentionReference(ref);
+
+  DeviceBuffer dq = DeviceBuffer::Of(q), dk = DeviceBuffer::Of(k), dv = DeviceBuffer::Of(v);
+  DeviceBuffer dout(want_out.size() * sizeof(float)), dlse(want_lse.size() * sizeof(float));
+  args.q = dq.as<float>();
+  args.k = dk.as<float>();
+  args.v = dv.as<float>();
+  args.out = dout.as<float>();
+  args.lse = s.lse ? dlse.as<float>() : nullptr;
+  Checker c;
+  KernelStatus st;
+  const double ms = TimedMs([&] { return Attention(args, nullptr); }, &st);
+  c.Status(st);
+  c.Output("out", dout, want_out, kF32Tol);
+  if (s.lse) c.Output("lse", dlse, want_lse, kF32Tol);
+  c.Unchanged("q", dq, q.data());
+  c.Unchanged("k", dk, k.data());
+  c.Unchanged("v", dv, v.data());
+  return c.Result(ms);
+}
+
+struct DecodeShape {
+  std::vector<int> span_rows;  // rows of each span, in sequence order
+  int n_heads, n_kv_heads, head_dim;
+  DType dtype;
+  float q_range = 1.f;
+  float scale = 0.f;  // 1 / sqrt(head_dim) unless set
+};
+
+std::string DecodeName(const DecodeShape& s) {
+  const int rows = std::accumulate(s.span_rows.begin(), s.span_rows.end(), 0);
+  std::string name = "DecodeAttention " + std::string(DTypeName(s.dtype)) + " " +
+                     std::to_string(rows) + " rows in " + std::to_string(s.span_rows.size()) +
+                     (s.span_rows.size() == 1 ? " span" : " spans") + " h" +
+                     std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv_heads) + " d" +
+                     std::to_string(s.head_dim);
+  if (s.scale != 0.f) name += " scale " + std::to_string(static_cast<int>(s.scale));
+  return name;
+}
+
+// Cache rows of `dtype` as raw bytes: F32 as is, BF16 rounded (the reference widens the same
+// bits the kernel reads).
+std::vector<unsigned char> CacheBytes(const std::vector<float>& x, DType dtype) {
+  std::vector<unsigned char> bytes(x.size() * DTypeSize(dtype));
+  ConvertFromF32(dtype, x.data(), bytes.data(), x.size());
+  return bytes;
+}
+
+// Runs the kernel over `spans` (device pointers), the span list uploaded to device memory.
+KernelStatus RunDecode(DecodeAttentionArgs args, const std::vector<KvSpan>& spans,
+                       DeviceBuffer* dspans, double* ms) {
+  *dspans = DeviceBuffer::Of(spans);
+  args.spans = dspans->as<KvSpan>();
+  args.n_spans = static_cast<int>(spans.size());
+  KernelStatus st;
+  *ms = TimedMs([&] { return DecodeAttention(args, nullptr); }, &st);
+  return st;
+}
+
+// The spans lie in a pool in a shuffled order with an unused (random) row after each, as blocks
+// of a paged cache do. With several spans, the same rows as one contiguous span must give the
+// same bits.
+CaseResult DecodeCase(const DecodeShape& s) {
+  const int n_spans = static_cast<int>(s.span_rows.size());
+  const int64_t row_elems = int64_t{s.n_kv_heads} * s.head_dim;
+  const size_t row_bytes = row_elems * DTypeSize(s.dtype);
+  std::vector<int> order(n_spans);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(7));
+  std::vector<int64_t> start(n_spans);  // first pool row of each span
+  int64_t pool_rows = 0;
+  for (int i : order) {
+    start[i] = pool_rows;
+    pool_rows += s.span_rows[i] + 1;
+  }
+  const uint64_t seed = 2000 + n_spans * 13 + s.head_dim;
+  const std::vector<float> q =
+      RandomFloats(int64_t{s.n_heads} * s.head_dim, seed, -s.q_range, s.q_range);
+  const std::vector<unsigned char> k =
+      CacheBytes(RandomFloats(pool_rows * row_elems, seed + 1), s.dtype);
+  const std::vector<unsigned char> v =
+      CacheBytes(RandomFloats(pool_rows * row_elems, seed + 2), s.dtype);
+
+  DecodeAttentionArgs args;
+  args.kv_dtype = s.dtype;
+  args.n_heads = s.n_heads;
+  args.n_kv_heads = s.n_kv_heads;
+  args.head_dim = s.head_dim;
+  args.scale = s.scale != 0.f ? s.scale : 1.f / std::sqrt(static_cast<float>(s.head_dim));
+
+  // Spans into a pool at `k`, `v` (host or device); an empty span has null pointers.
+  auto spans_at = [&](const unsigned char* kp, const unsigned char* vp) {
+    std::vector<KvSpan> spans(n_spans);
+    for (int i = 0; i < n_spans; ++i) {
+      spans[i].rows = s.span_rows[i];
+      if (s.span_rows[i] > 0) {
+        spans[i].k = kp + start[i] * row_bytes;
+        spans[i].v = vp + start[i] * row_bytes;
+      }
+    }
+    return spans;
+  };
+  std::vector<float> want(q.size());
+  const std::vector<KvSpan> host_spans = spans_at(k.data(), v.data());
+  DecodeAttentionArgs ref = args;
+  ref.q = q.data();
+  ref.spans = host_spans.data();
+  ref.n_spans = n_spans;
+  ref.out = want.data();
+  cpu::DecodeAttentionReference(ref);
+
+  DeviceBuffer dq = DeviceBuffer::Of(q), dk = DeviceBuffer::Of(k), dv = DeviceBuffer::Of(v);
+  DeviceBuffer dout(want.size() * sizeof(float)), dspans;
+  args.q = dq.as<float>();
+  args.out = dout.as<float>();
+  const std::vector<KvSpan> device_spans = spans_at(dk.as<unsigned char>(), dv.as<unsigned char>());
+  Checker c;
+  double ms = 0;
+  c.Status(RunDecode(args, device_spans, &dspans, &ms));
+  c.Output("out", dout, want, kF32Tol);
+  c.Unchanged("q", dq, q.data());
+  c.Unchanged("k", dk, k.data());
+  c.Unchanged("v", dv, v.data());
+  c.Unchanged("spans", dspans, device_spans.data());
+
+  if (n_spans > 1) {
+    std::vector<unsigned char> kc, vc;  // the rows in sequence order
+    for (int i = 0; i < n_spans; ++i) {
+      const size_t at = start[i] * row_bytes, n = s.span_rows[i] * row_bytes;
+      kc.insert(kc.end(), k.begin() + at, k.begin() + at + n);
+      vc.insert(vc.end(), v.begin() + at, v.begin() + at + n);
+    }
+    DeviceBuffer dkc = DeviceBuffer::Of(kc), dvc = DeviceBuffer::Of(vc);
+    DeviceBuffer dout1(want.size() * sizeof(float)), dspan1;
+    const int rows = static_cast<int>(kc.size() / row_bytes);
+    args.out = dout1.as<float>();
+    double ms1 = 0;
+    c.Status(RunDecode(args, {KvSpan{dkc.data(), dvc.data(), rows}}, &dspan1, &ms1));
+    c.Guards("out (one span)", dout1);
+    if (dout.Download<float>() != dout1.Download<float>()) {
+      c.Fail("out differs between the span list and one contiguous span");
+    }
+  }
+  return c.Result(ms);
+}
+
+// Bad arguments are errors, before any launch.
+CaseResult ArgumentChecks() {
+  Checker c;
+  DeviceBuffer buf(4096);
+  float* p = buf.as<float>();
+  auto expect_error = [&](const std::string& what, const KernelStatus& st) {
+    if (st.ok) c.Fail(what + " was accepted");
+  };
+  const AttentionArgs good{p, p, p, p + 512, nullptr, 2, 4, 4, 2, 8, 0.5f, true, 2};
+  if (KernelStatus st = Attention(good, nullptr); !st.ok) c.Fail("good args: " + st.message);
+  AttentionArgs a = good;
+  a.q = nullptr;
+  expect_error("Attention with a null q", Attention(a, nullptr));
+  a = good;
+  a.n_kv_heads = 3;
+  expect_error("Attention with 4 heads on 3 kv heads", Attention(a, nullptr));
+  a = good;
+  a.head_dim = kMaxAttentionHeadDim + 1;
+  expect_error("Attention with head_dim 257", Attention(a, nullptr));
+  a = good;
+  a.causal_offset = 3;
+  expect_error("Attention with a causal offset past the keys", Attention(a, nullptr));
+  a = good;
+  a.n_kv = 0;
+  expect_error("Attention with no key", Attention(a, nullptr));
+
+  DecodeAttentionArgs d;
+  d.q = p;
+  d.out = p;
+  d.n_heads = 4;
+  d.n_kv_heads = 2;
+  d.head_dim = 8;
+  expect_error("DecodeAttention with no span", DecodeAttention(d, nullptr));
+  d.spans = reinterpret_cast<const KvSpan*>(p);
+  d.n_spans = 1;
+  d.kv_dtype = DType::kF16;
+  expect_error("DecodeAttention with F16 KV", DecodeAttention(d, nullptr));
+  d.kv_dtype = DType::kF32;
+  d.n_kv_heads = 3;
+  expect_error("DecodeAttention with 4 heads on 3 kv heads", DecodeAttention(d, nullptr));
+  c.Guards("buffer", buf);
+  return c.Result(0);
+}
+
+}  // namespace
+
+void AddAttentionCases(std::vector<Case>& cases) {
+  const PrefillShape prefill[] = {
+      // n_q, n_kv, heads, kv_heads, head_dim, causal, offset, lse
+      {1, 1, 1, 1, 64, false, 0, true},
+      {7, 50, 4, 4, 10, true, 43, true},      // the last 7 rows of a 50-token causal prefix
+      {77, 77, 8, 2, 24, true, 0, true},      // GQA, square causal
+      {130, 200, 8, 2, 64, false, 0, false},  // GQA, full, n_kv not a multiple of the tile
+      {130, 257, 2, 1, 128, true, 127, true},
+      {7, 100, 8, 2, 128, true, 93, false},
+      {20, 37, 2, 2, 256, false, 0, true},  // the widest head: 8-key tiles
+      {9, 40, 3, 1, 17, false, 0, true},    // an odd head_dim, 3 query heads on one kv head
+      // Scores of several units (scale 1): the running max changes between tiles.
+      {33, 65, 4, 2, 32, true, 32, true, 2.f, 1.f},
+  };
+  for (const PrefillShape& s : prefill) {
+    cases.push_back({PrefillName(s), {"AttentionKernel"}, [=] { return PrefillCase(s); }});
+  }
+
+  // Blocks of 16 rows, the last one partial.
+  auto blocks = [](int rows) {
+    std::vector<int> r(rows / 16, 16);
+    if (rows % 16 != 0) r.push_back(rows % 16);
+    return r;
+  };
+  const DecodeShape decode[] = {
+      {{37}, 8, 2, 64, DType::kF32},
+      {blocks(300), 8, 2, 128, DType::kF32},
+      {blocks(300), 8, 2, 128, DType::kBF16},
+      {{5}, 4, 4, 10, DType::kBF16},
+      {{130}, 2, 2, 256, DType::kBF16},
+      {blocks(137), 6, 3, 17, DType::kBF16},
+      // Uneven spans, an empty one among them, and peaked scores.
+      {{7, 1, 0, 30, 200, 3}, 2, 1, 24, DType::kF32, 4.f, 1.f},
+  };
+  for (const DecodeShape& s : decode) {
+    cases.push_back({DecodeName(s), {"DecodeAttentionKernel"}, [=] { return DecodeCase(s); }});
+  }
+  cases.push_back(
+      {"Attention, DecodeAttention argument checks", {"AttentionKernel"}, ArgumentChecks});
+}
+
+}  // namespace hap::cuda::parity

@@ -1,0 +1,156 @@
+// Parity rows: RoPE, activations, residual and bias adds, and the embedding lookup, against
+// kernels/cpu (rope.h, activation.h) and base/dtype.h's conversions.
+#include <string>
+
+#include "base/dtype.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/add.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/parity/rows.h"
+#include "kernels/cuda/rope.h"
+
+namespace hap::cuda::parity {
+namespace {
+
+CaseResult RopeCase(int rows, int n_heads, int head_dim, float theta) {
+  const std::vector<float> x = RandomFloats(int64_t{rows} * n_heads * head_dim, 31 + head_dim);
+  // Original position ids after pruning: ascending with gaps, starting past 0.
+  std::vector<int32_t> pos(rows);
+  for (int r = 0; r < rows; ++r) pos[r] = 3 + r * 7 + (r % 3);
+  std::vector<float> want = x;
+  (void)cpu::Rope(want.data(), pos.data(), rows, n_heads, head_dim, theta);
+  DeviceBuffer dx = DeviceBuffer::Of(x), dpos = DeviceBuffer::Of(pos);
+  Checker c;
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return Rope(dx.as<float>(), dpos.as<int32_t>(), rows, n_heads, head_dim, theta, nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Output("x", dx, want, kF32Tol);
+  c.Unchanged("positions", dpos, pos.data());
+  return c.Result(ms);
+}
+
+CaseResult ActivationCase(const std::string& kind, int64_t n) {
+  const std::vector<float> x = RandomFloats(n, 41 + n, -6.f, 6.f);
+  const std::vector<float> up = RandomFloats(n, 42 + n);
+  std::vector<float> want = x;
+  DeviceBuffer dx = DeviceBuffer::Of(x), dup = DeviceBuffer::Of(up);
+  std::function<KernelStatus()> run;
+  if (kind == "QuickGelu") {
+    cpu::QuickGelu(want.data(), n);
+    run = [&] { return Activate(ActivationKind::kQuickGelu, dx.as<float>(), n, nullptr); };
+  } else if (kind == "Gelu") {
+    cpu::Gelu(want.data(), n);
+    run = [&] { return Activate(ActivationKind::kGelu, dx.as<float>(), n, nullptr); };
+  } else if (kind == "GeluTanh") {
+    cpu::GeluTanh(want.data(), n);
+    run = [&] { return Activate(ActivationKind::kGeluTanh, dx.as<float>(), n, nullptr); };
+  } else if (kind == "SiluMul") {
+    cpu::SiluMul(want.data(), up.data(), n);
+    run = [&] { return SiluMul(dx.as<float>(), dup.as<float>(), n, nullptr); };
+  } else {
+    cpu::AddInPlace(want.data(), up.data(), n);
+    run = [&] { return Add(dx.as<float>(), dup.as<float>(), n, nullptr); };
+  }
+  Checker c;
+  KernelStatus st;
+  const double ms = TimedMs(run, &st);
+  c.Status(st);
+  c.Output("x", dx, want, kF32Tol);
+  c.Unchanged("up", dup, up.data());
+  return c.Result(ms);
+}
+
+CaseResult AddBiasCase(int rows, int cols) {
+  const std::vector<float> y = RandomFloats(int64_t{rows} * cols, 51 + cols);
+  const std::vector<float> bias = RandomFloats(cols, 52 + cols);
+  std::vector<float> want = y;
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < cols; ++j) want[int64_t{r} * cols + j] += bias[j];
+  }
+  DeviceBuffer dy = DeviceBuffer::Of(y), db = DeviceBuffer::Of(bias);
+  Checker c;
+  KernelStatus st;
+  const double ms =
+      TimedMs([&] { return AddBias(dy.as<float>(), db.as<float>(), rows, cols, nullptr); }, &st);
+  c.Status(st);
+  c.Output("y", dy, want, {0, 0});  // one F32 addition per element: exact
+  c.Unchanged("bias", db, bias.data());
+  return c.Result(ms);
+}
+
+CaseResult EmbeddingCase(DType dtype, int vocab, int d, int n) {
+  const std::vector<float> table = RandomFloats(int64_t{vocab} * d, 61 + d, -2.f, 2.f);
+  std::vector<unsigned char> stored(table.size() * DTypeSize(dtype));
+  ConvertFromF32(dtype, table.data(), stored.data(), table.size());
+  std::vector<int32_t> ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = (i * 37 + 5) % vocab;  // repeats when n > vocab
+  std::vector<float> want(int64_t{n} * d);
+  for (int i = 0; i < n; ++i) {
+    ConvertToF32(dtype, stored.data() + int64_t{ids[i]} * d * DTypeSize(dtype),
+                 want.data() + int64_t{i} * d, d);
+  }
+  DeviceBuffer dtable = DeviceBuffer::Of(stored), dids = DeviceBuffer::Of(ids);
+  DeviceBuffer dout(want.size() * sizeof(float));
+  const ElemType type = dtype == DType::kBF16  ? ElemType::kBF16
+                        : dtype == DType::kF16 ? ElemType::kF16
+                                               : ElemType::kF32;
+  Checker c;
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return Embedding(dtable.data(), type, dids.as<int32_t>(), n, d, dout.as<float>(),
+                         nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Output("out", dout, want, {0, 0});  // a widening conversion: exact
+  c.Unchanged("table", dtable, stored.data());
+  c.Unchanged("ids", dids, ids.data());
+  return c.Result(ms);
+}
+
+}  // namespace
+
+void AddElementwiseCases(std::vector<Case>& cases) {
+  for (auto [rows, heads, hd, theta] :
+       {std::tuple{1, 4, 64, 10000.f}, {7, 3, 10, 10000.f}, {33, 32, 128, 10000.f},
+        {5, 8, 128, 1e6f}}) {
+    cases.push_back({"Rope " + std::to_string(rows) + "x" + std::to_string(heads) + "x" +
+                         std::to_string(hd) + " theta " + std::to_string(static_cast<int>(theta)),
+                     {"RopeKernel"},
+                     [=] { return RopeCase(rows, heads, hd, theta); }});
+  }
+  const char* kernel_of[][2] = {{"QuickGelu", "QuickGeluKernel"},
+                                {"Gelu", "GeluKernel"},
+                                {"GeluTanh", "GeluTanhKernel"},
+                                {"SiluMul", "SiluMulKernel"},
+                                {"Add", "AddKernel"}};
+  for (const auto& [kind, kernel] : kernel_of) {
+    const std::string k = kind;
+    // Past 4096 blocks of 256 the kernels stride over the grid: the largest size covers that
+    // path for the two kernels that the MLP and the residual run most.
+    const bool big = k == "SiluMul" || k == "Add";
+    for (int64_t n : {int64_t{1}, int64_t{1000}, big ? int64_t{1} << 20 | 3 : int64_t{100003}}) {
+      cases.push_back({k + " " + std::to_string(n), {kernel}, [=] { return ActivationCase(k, n); }});
+    }
+  }
+  for (auto [rows, cols] : {std::pair{1, 7}, {13, 333}}) {
+    cases.push_back({"AddBias " + std::to_string(rows) + "x" + std::to_string(cols),
+                     {"AddBiasKernel"},
+                     [=] { return AddBiasCase(rows, cols); }});
+  }
+  for (auto [dtype, name] : {std::pair{DType::kF32, "F32"}, {DType::kBF16, "BF16"},
+                             {DType::kF16, "F16"}}) {
+    cases.push_back({std::string("Embedding ") + name + " 50x100 n=77",
+                     {"EmbeddingKernel"},
+                     [=] { return EmbeddingCase(dtype, 50, 100, 77); }});
+  }
+}
+
+}  // namespace hap::cuda::parity

@@ -1,0 +1,107 @@
+// Parity rows: the rounding of activations to BF16/F16 against base/dtype.h (bit for bit) and
+// the Linear product against the F64 reference on the same rounded operands.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "base/dtype.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/parity/rows.h"
+
+namespace hap::cuda::parity {
+namespace {
+
+ElemType ElemOf(DType d) {
+  return d == DType::kBF16 ? ElemType::kBF16 : d == DType::kF16 ? ElemType::kF16 : ElemType::kF32;
+}
+
+CaseResult RoundCase(DType dtype) {
+  // Random values across many magnitudes, then the edges: ties, subnormals, overflow, NaN, Inf.
+  std::vector<float> x = RandomFloats(5000, 71);
+  for (size_t i = 0; i < x.size(); ++i) x[i] *= std::ldexp(1.f, static_cast<int>(i % 60) - 30);
+  const float special[] = {0.f, -0.f, 65504.f, 65520.f, 65519.f, 1e-8f, 2.9802322e-8f,
+                           6.1035156e-5f, 1.f + 0x1p-8f, 1.f + 0x1p-11f, 3.f + 0x1p-7f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(), 1e30f, -1e-40f};
+  x.insert(x.end(), std::begin(special), std::end(special));
+  std::vector<uint16_t> want(x.size());
+  ConvertFromF32(dtype, x.data(), want.data(), x.size());
+  DeviceBuffer dx = DeviceBuffer::Of(x), dout(want.size() * sizeof(uint16_t));
+  Checker c;
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] { return RoundF32To(ElemOf(dtype), dx.as<float>(), dout.data(), x.size(), nullptr); },
+      &st);
+  c.Status(st);
+  c.Exact("rounded", dout, want.data());
+  c.Unchanged("x", dx, x.data());
+  return c.Result(ms);
+}
+
+CaseResult LinearCase(DType dtype, int m, int n, int k, bool bias) {
+  const std::vector<float> x = RandomFloats(int64_t{m} * k, 81 + k);
+  const std::vector<float> wf = RandomFloats(int64_t{n} * k, 82 + n);
+  const std::vector<float> b = RandomFloats(n, 83 + n);
+  std::vector<unsigned char> w(wf.size() * DTypeSize(dtype));
+  ConvertFromF32(dtype, wf.data(), w.data(), wf.size());
+  // The reference multiplies what the GPU multiplies: x rounded to the weights' type.
+  std::vector<float> xr = x, wr(wf.size());
+  if (dtype != DType::kF32) {
+    std::vector<uint16_t> bits(x.size());
+    ConvertFromF32(dtype, x.data(), bits.data(), x.size());
+    ConvertToF32(dtype, bits.data(), xr.data(), x.size());
+  }
+  ConvertToF32(dtype, w.data(), wr.data(), wr.size());
+  std::vector<float> want(int64_t{m} * n);
+  cpu::LinearReference(xr.data(), wr.data(), bias ? b.data() : nullptr, want.data(), m, k, n);
+
+  DeviceBuffer dx = DeviceBuffer::Of(x), dw = DeviceBuffer::Of(w), db = DeviceBuffer::Of(b);
+  DeviceBuffer dy(want.size() * sizeof(float));
+  std::unique_ptr<Gemm> gemm;
+  Checker c;
+  c.Status(Gemm::Create(nullptr, &gemm));
+  if (gemm == nullptr) return c.Result(0);
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return gemm->Linear(dx.as<float>(), dw.data(), ElemOf(dtype), bias ? db.as<float>() : nullptr,
+                            dy.as<float>(), m, n, k);
+      },
+      &st);
+  c.Status(st);
+  // F32 sums of k exact products in another order: errors grow like √k·ε·Σ|terms|, about
+  // 3e-5 absolute for k = 1000 and unit-sized operands.
+  c.Output("y", dy, want, {1e-4, 1e-4});
+  c.Unchanged("x", dx, x.data());
+  c.Unchanged("w", dw, w.data());
+  return c.Result(ms);
+}
+
+}  // namespace
+
+void AddGemmCases(std::vector<Case>& cases) {
+  cases.push_back({"RoundF32To BF16 5016 values", {"RoundToBf16Kernel"},
+                   [] { return RoundCase(DType::kBF16); }});
+  cases.push_back({"RoundF32To F16 5016 values", {"RoundToF16Kernel"},
+                   [] { return RoundCase(DType::kF16); }});
+  for (auto [dtype, name] :
+       {std::pair{DType::kF32, "F32"}, {DType::kBF16, "BF16"}, {DType::kF16, "F16"}}) {
+    for (auto [m, n, k, bias] : {std::tuple{1, 7, 5, false}, {3, 333, 1000, true},
+                                 {17, 64, 64, false}, {130, 33, 200, true}}) {
+      const std::vector<std::string> kernels =
+          dtype == DType::kF32 ? std::vector<std::string>{}
+          : dtype == DType::kBF16 ? std::vector<std::string>{"RoundToBf16Kernel"}
+                                  : std::vector<std::string>{"RoundToF16Kernel"};
+      std::vector<std::string> all = kernels;
+      if (bias) all.push_back("AddBiasKernel");
+      cases.push_back({std::string("Linear ") + name + " " + std::to_string(m) + "x" +
+                           std::to_string(n) + "x" + std::to_string(k) + (bias ? " +bias" : ""),
+                       all, [=] { return LinearCase(dtype, m, n, k, bias); }});
+    }
+  }
+}
+
+}  // namespace hap::cuda::parity

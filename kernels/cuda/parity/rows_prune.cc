@@ -1,0 +1,698 @@
+// Parity rows: the pruning kernels (text→visual attention rows, PAQ, weighted sums of maps, token
+// scores, stable top-k, row gathers) against kernels/prune, and the greedy argmax against the
+// sampler's rule. Index outputs are compared exactly; F32 outputs with kF32Tol.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/cuda/argmax.h"
+#include "kernels/cuda/gather_rows.h"
+#include "kernels/cuda/paq.h"
+#include "kernels/cuda/parity/rows.h"
+#include "kernels/cuda/text_visual_attention.h"
+#include "kernels/cuda/token_scores.h"
+#include "kernels/cuda/topk.h"
+#include "kernels/cuda/weighted_sum.h"
+#include "kernels/prune/attention_rows.h"
+#include "kernels/prune/gather_rows.h"
+#include "kernels/prune/paq.h"
+#include "kernels/prune/paq_softmax.h"
+#include "kernels/prune/token_scores.h"
+#include "kernels/prune/topk.h"
+#include "kernels/prune/weighted_sum.h"
+
+namespace hap::cuda::parity {
+namespace {
+
+// Row entropies (F64): the kernel takes ln Z − Σ e·y / Z from the logits, the reference −Σ p ln p
+// of its F32-rounded output. Rounding p to F32 (≤ 6e-8 relative) moves −Σ p ln p by up to
+// 6e-8·Σ p·|ln p + 1| ≤ 6e-8·(H + 1) ≈ 4e-7 at H ≈ ln 577, and the logits themselves differ by
+// a few F32 ulps (dot products in another order). Measured worst: 4.3e-7 absolute (head_dim
+// 256, H = 3.8), 0.32 of this tolerance.
+constexpr Tolerance kEntropyTol{1e-6, 1e-7};
+
+// A case's checks beyond what Checker holds: F64 outputs and index outputs.
+struct Extra {
+  double worst = 0;
+};
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+// got (F64, device) against want with tol; folds the worst error into extra.
+void OutputF64(Checker& c, Extra& extra, const std::string& what, const DeviceBuffer& got,
+               const std::vector<double>& want, Tolerance tol) {
+  c.Guards(what, got);
+  const std::vector<double> host = got.Download<double>();
+  if (host.size() != want.size()) {
+    c.Fail(what + ": size mismatch");
+    return;
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(host[i])) {
+      c.Fail(what + ": element " + Str(i) + " is not finite");
+      extra.worst = INFINITY;
+      return;
+    }
+    const double err = std::fabs(host[i] - want[i]) / (tol.atol + tol.rtol * std::fabs(want[i]));
+    extra.worst = std::max(extra.worst, err);
+    if (err > 1.0) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s: element %zu: got %.12g, reference %.12g", what.c_str(), i,
+                    host[i], want[i]);
+      c.Fail(buf);
+    }
+  }
+}
+
+// Kept indices (device) against the CPU's: exactly the same strictly ascending list. When they
+// differ, says whether the scores at the kept indices agree (a tie broken the wrong way) or not.
+void OutputKept(Checker& c, const std::string& what, const DeviceBuffer& got,
+                const std::vector<int>& want, const std::vector<float>& scores) {
+  c.Guards(what, got);
+  const std::vector<int> host = got.Download<int>();
+  for (size_t r = 0; r < host.size(); ++r) {
+    if (host[r] < 0 || host[r] >= static_cast<int>(scores.size())) {
+      c.Fail(what + ": index " + Str(host[r]) + " at " + Str(r) + " out of range");
+      return;
+    }
+    if (r > 0 && host[r] <= host[r - 1]) {
+      c.Fail(what + ": not strictly ascending at " + Str(r) + " (a duplicate or out of order)");
+      return;
+    }
+  }
+  if (host == want) return;
+  std::vector<float> got_scores, want_scores;
+  for (int i : host) got_scores.push_back(scores[i]);
+  for (int i : want) want_scores.push_back(scores[i]);
+  std::sort(got_scores.begin(), got_scores.end());
+  std::sort(want_scores.begin(), want_scores.end());
+  c.Fail(what + (got_scores == want_scores ? ": same scores, but a tie went to a higher index"
+                                           : ": a different selection"));
+}
+
+// An exact output (bytes, ids) against what it must hold.
+void OutputBytes(Checker& c, const std::string& what, const DeviceBuffer& got, const void* want) {
+  c.Guards(what, got);
+  std::vector<unsigned char> host(got.bytes());
+  got.DownloadTo(host.data());
+  if (std::memcmp(host.data(), want, host.size()) != 0)
+    c.Fail(what + " differs from the reference");
+}
+
+CaseResult Finish(const Checker& c, const Extra& extra, double ms) {
+  CaseResult r = c.Result(ms);
+  r.worst = std::max(r.worst, extra.worst);
+  return r;
+}
+
+// ------------------------------------------------------------------ TextVisualAttention
+
+struct AttentionShape {
+  int n_text, n_vis, n_heads, n_kv_heads, head_dim;
+  bool renormalize, entropy;
+  int pad;  // extra floats per row of Q and K, and per head of the LSE (strided views)
+};
+
+std::string AttentionName(const AttentionShape& s) {
+  return "TextVisualAttention t" + Str(s.n_text) + " v" + Str(s.n_vis) + " h" + Str(s.n_heads) +
+         "/" + Str(s.n_kv_heads) + " d" + Str(s.head_dim) +
+         (s.renormalize ? (s.entropy ? " renorm+H" : " renorm") : " lse") +
+         (s.pad ? " strided" : "");
+}
+
+CaseResult TextVisualAttentionCase(const AttentionShape& s) {
+  const uint64_t seed = 100 + s.n_text * 7 + s.n_vis + s.head_dim;
+  const int64_t q_stride = int64_t{s.n_heads} * s.head_dim + s.pad;
+  const int64_t k_stride = int64_t{s.n_kv_heads} * s.head_dim + s.pad;
+  const int64_t lse_stride = s.n_text + s.pad;
+  // Q in [-3, 3): logits of standard deviation ~1, so rows range from flat to peaked.
+  const std::vector<float> q = RandomFloats(s.n_text * q_stride, seed, -3.f, 3.f);
+  const std::vector<float> k = RandomFloats(s.n_vis * k_stride, seed + 1);
+  // Log-sum-exps at least the visual part's (the rest of the row's keys add mass).
+  const std::vector<float> lse = RandomFloats(s.n_heads * lse_stride, seed + 2, 1.f, 4.f);
+  const int64_t n_out = int64_t{s.n_heads} * s.n_text * s.n_vis;
+  std::vector<float> want(n_out);
+  std::vector<double> want_h(s.entropy ? int64_t{s.n_heads} * s.n_text : 0);
+
+  kernels::TextVisualAttentionArgs a;
+  a.n_text = s.n_text;
+  a.n_vis = s.n_vis;
+  a.n_heads = s.n_heads;
+  a.n_kv_heads = s.n_kv_heads;
+  a.head_dim = s.head_dim;
+  a.q_stride = s.pad ? q_stride : 0;
+  a.k_stride = s.pad ? k_stride : 0;
+  a.lse_stride = s.pad ? lse_stride : 0;
+  a.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
+  a.renormalize = s.renormalize;
+  kernels::TextVisualAttentionArgs ref = a;
+  ref.q_text = q.data();
+  ref.k_vis = k.data();
+  ref.lse = lse.data();
+  ref.out = want.data();
+  ref.row_entropy = s.entropy ? want_h.data() : nullptr;
+  Checker c;
+  Extra extra;
+  if (!kernels::TextVisualAttentionReference(ref).ok()) c.Fail("the reference rejected the case");
+
+  DeviceBuffer dq = DeviceBuffer::Of(q), dk = DeviceBuffer::Of(k), dl = DeviceBuffer::Of(lse);
+  DeviceBuffer dout(n_out * sizeof(float)), dh(want_h.size() * sizeof(double));
+  a.q_text = dq.as<float>();
+  a.k_vis = dk.as<float>();
+  a.lse = dl.as<float>();
+  a.out = dout.as<float>();
+  a.row_entropy = s.entropy ? dh.as<double>() : nullptr;
+  KernelStatus st;
+  const double ms = TimedMs([&] { return TextVisualAttention(a, nullptr); }, &st);
+  c.Status(st);
+  c.Output("out", dout, want, kF32Tol);
+  if (s.entropy) OutputF64(c, extra, "row_entropy", dh, want_h, kEntropyTol);
+  c.Unchanged("q_text", dq, q.data());
+  c.Unchanged("k_vis", dk, k.data());
+  c.Unchanged("lse", dl, lse.data());
+  return Finish(c, extra, ms);
+}
+
+// ------------------------------------------------------------------ PAQ
+
+// Row-stochastic maps F32 [n_maps, n_text, n_vis] and their row entropies F64 [n_maps, n_text]:
+// softmax rows of random logits from the CPU attention reference, with the cases PAQ singles
+// out written over the first maps: 0 identical rows (a sink head, PAQ 0), 1 one-hot rows on
+// distinct columns (PAQ 1), 2 rows with exact zeros, 3 every row one-hot on column 0 (H_v = 0).
+struct Maps {
+  std::vector<float> a;
+  std::vector<double> h;
+};
+
+Maps MakeMaps(int n_maps, int n_text, int n_vis, uint64_t seed) {
+  const int hd = 16;
+  const std::vector<float> q = RandomFloats(int64_t{n_text} * n_maps * hd, seed, -4.f, 4.f);
+  const std::vector<float> k = RandomFloats(int64_t{n_vis} * hd, seed + 1);
+  Maps m;
+  m.a.resize(int64_t{n_maps} * n_text * n_vis);
+  m.h.resize(int64_t{n_maps} * n_text);
+  kernels::TextVisualAttentionArgs a;
+  a.q_text = q.data();
+  a.k_vis = k.data();
+  a.n_text = n_text;
+  a.n_vis = n_vis;
+  a.n_heads = n_maps;
+  a.n_kv_heads = 1;
+  a.head_dim = hd;
+  a.scale = 0.25f;
+  a.out = m.a.data();
+  a.row_entropy = m.h.data();
+  (void)kernels::TextVisualAttentionReference(a);
+
+  const int64_t map_size = int64_t{n_text} * n_vis;
+  auto row = [&](int map, int j) { return m.a.data() + map * map_size + int64_t{j} * n_vis; };
+  auto entropy = [&](int map, int j) {
+    double h = 0.0;
+    for (int i = 0; i < n_vis; ++i) {
+      const float p = row(map, j)[i];
+      if (p > 0.f) h -= double{p} * std::log(double{p});
+    }
+    m.h[int64_t{map} * n_text + j] = h;
+  };
+  for (int j = 0; j < n_text; ++j) {
+    if (n_maps > 0) std::copy(row(0, 0), row(0, 0) + n_vis, row(0, j));
+    if (n_maps > 1) {
+      std::fill(row(1, j), row(1, j) + n_vis, 0.f);
+      row(1, j)[j % n_vis] = 1.f;
+    }
+    if (n_maps > 2) {
+      float* r = row(2, j);
+      double sum = 0.0;
+      for (int i = 0; i < n_vis; ++i) {
+        if (i % 3 == 1) r[i] = 0.f;
+        sum += r[i];
+      }
+      for (int i = 0; i < n_vis; ++i) r[i] = static_cast<float>(r[i] / sum);
+    }
+    if (n_maps > 3) {
+      std::fill(row(3, j), row(3, j) + n_vis, 0.f);
+      row(3, j)[0] = 1.f;
+    }
+    for (int map = 0; map < std::min(n_maps, 4); ++map) entropy(map, j);
+  }
+  return m;
+}
+
+CaseResult PaqCase(int n_maps, int n_text, int n_vis, bool from_entropies) {
+  const Maps m = MakeMaps(n_maps, n_text, n_vis, 300 + n_text + n_vis);
+  std::vector<float> want(n_maps);
+  Checker c;
+  const absl::Status ref =
+      from_entropies
+          ? kernels::PaqFromRowEntropies(m.a.data(), m.h.data(), n_maps, n_text, n_vis, want.data())
+          : kernels::PaqReference(m.a.data(), n_maps, n_text, n_vis, want.data());
+  if (!ref.ok()) c.Fail("the reference rejected the case: " + std::string(ref.message()));
+  DeviceBuffer da = DeviceBuffer::Of(m.a), dh = DeviceBuffer::Of(m.h);
+  DeviceBuffer dpaq(n_maps * sizeof(float));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return from_entropies
+                   ? PaqFromRowEntropies(da.as<float>(), dh.as<double>(), n_maps, n_text, n_vis,
+                                         dpaq.as<float>(), nullptr)
+                   : Paq(da.as<float>(), n_maps, n_text, n_vis, dpaq.as<float>(), nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Output("paq", dpaq, want, kF32Tol);
+  c.Unchanged("maps", da, m.a.data());
+  c.Unchanged("row_entropy", dh, m.h.data());
+  return c.Result(ms);
+}
+
+// Maps the reference rejects give NaN, and only for themselves: map 1 has a row summing to 1/2,
+// map 2 a negative entry, map 3 (with entropies) a NaN row entropy; map 0 is valid.
+CaseResult PaqRejectsCase(bool from_entropies) {
+  const int n_maps = 4, n_text = 5, n_vis = 7;
+  Maps m = MakeMaps(n_maps, n_text, n_vis, 77);
+  const int64_t map_size = n_text * n_vis;
+  for (int i = 0; i < n_vis; ++i) m.a[1 * map_size + 2 * n_vis + i] *= 0.5f;
+  m.a[2 * map_size + 3] = -1e-3f;
+  if (from_entropies) m.h[3 * n_text + 1] = NAN;
+  float want0 = 0.f;
+  Checker c;
+  std::vector<float> bad(n_maps);
+  const absl::Status rejected =
+      from_entropies
+          ? kernels::PaqFromRowEntropies(m.a.data(), m.h.data(), n_maps, n_text, n_vis, bad.data())
+          : kernels::PaqReference(m.a.data(), n_maps, n_text, n_vis, bad.data());
+  if (rejected.ok()) c.Fail("the reference accepted invalid maps");
+  const absl::Status ref =
+      from_entropies
+          ? kernels::PaqFromRowEntropies(m.a.data(), m.h.data(), 1, n_text, n_vis, &want0)
+          : kernels::PaqReference(m.a.data(), 1, n_text, n_vis, &want0);
+  if (!ref.ok()) c.Fail("the reference rejected map 0");
+  DeviceBuffer da = DeviceBuffer::Of(m.a), dh = DeviceBuffer::Of(m.h);
+  DeviceBuffer dpaq(n_maps * sizeof(float));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return from_entropies
+                   ? PaqFromRowEntropies(da.as<float>(), dh.as<double>(), n_maps, n_text, n_vis,
+                                         dpaq.as<float>(), nullptr)
+                   : Paq(da.as<float>(), n_maps, n_text, n_vis, dpaq.as<float>(), nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Guards("paq", dpaq);
+  const std::vector<float> got = dpaq.Download<float>();
+  if (!(std::fabs(got[0] - want0) <= kF32Tol.atol + kF32Tol.rtol * std::fabs(want0))) {
+    c.Fail("paq[0] " + std::to_string(got[0]) + ", want " + std::to_string(want0));
+  }
+  for (int map = 1; map < n_maps; ++map) {
+    const bool invalid = map < 3 || from_entropies;
+    if (invalid != std::isnan(got[map])) {
+      c.Fail("paq[" + Str(map) + "] = " + std::to_string(got[map]) +
+             (invalid ? ", want NaN" : ", want a value"));
+    }
+  }
+  c.Unchanged("maps", da, m.a.data());
+  return c.Result(ms);
+}
+
+// ------------------------------------------------------------------ Weighted sums
+
+CaseResult WeightedSumCase(int n_maps, int64_t size, bool pointer_list) {
+  const uint64_t seed = 500 + n_maps + size;
+  const std::vector<float> maps = RandomFloats(n_maps * size, seed, 0.f, 1.f);
+  // Realistic weights: the PAQ-softmax of random PAQs (computed on the host, as the backend does).
+  const std::vector<float> paq = RandomFloats(n_maps, seed + 1, 0.f, 1.f);
+  std::vector<float> weights(n_maps);
+  (void)kernels::PaqSoftmaxWeights(paq.data(), n_maps, weights.data());
+  std::vector<float> want(size);
+  (void)kernels::WeightedSumContiguous(maps.data(), weights.data(), n_maps, size, want.data());
+
+  Checker c;
+  DeviceBuffer dw = DeviceBuffer::Of(weights), dout(size * sizeof(float));
+  KernelStatus st;
+  double ms = 0;
+  if (pointer_list) {
+    // Separate allocations, as per-layer maps are; the list itself is a device array.
+    std::vector<DeviceBuffer> dmaps;
+    std::vector<const float*> ptrs;
+    for (int m = 0; m < n_maps; ++m) {
+      dmaps.push_back(DeviceBuffer::Of(
+          std::vector<float>(maps.begin() + m * size, maps.begin() + (m + 1) * size)));
+      ptrs.push_back(dmaps.back().as<float>());
+    }
+    DeviceBuffer dptrs = DeviceBuffer::Of(ptrs);
+    ms = TimedMs(
+        [&] {
+          return WeightedSumMaps(dptrs.as<const float*>(), dw.as<float>(), n_maps, size,
+                                 dout.as<float>(), nullptr);
+        },
+        &st);
+    for (int m = 0; m < n_maps; ++m) {
+      c.Unchanged("map " + Str(m), dmaps[m], maps.data() + m * size);
+    }
+    c.Unchanged("map list", dptrs, ptrs.data());
+  } else {
+    DeviceBuffer dmaps = DeviceBuffer::Of(maps);
+    ms = TimedMs(
+        [&] {
+          return WeightedSumContiguous(dmaps.as<float>(), dw.as<float>(), n_maps, size,
+                                       dout.as<float>(), nullptr);
+        },
+        &st);
+    c.Unchanged("maps", dmaps, maps.data());
+  }
+  c.Status(st);
+  c.Output("out", dout, want, kF32Tol);
+  c.Unchanged("weights", dw, weights.data());
+  return c.Result(ms);
+}
+
+// ------------------------------------------------------------------ Token scores
+
+CaseResult TokenScoresCase(int64_t n_rows, int n_vis, const std::vector<int>& rows) {
+  const std::vector<float> map = RandomFloats(n_rows * n_vis, 700 + n_rows + n_vis, 0.f, 1.f);
+  std::vector<float> want(n_vis);
+  const int n_sel = static_cast<int>(rows.size());
+  Checker c;
+  const absl::Status ref =
+      rows.empty()
+          ? kernels::TokenScores(map.data(), n_rows, n_vis, want.data())
+          : kernels::TokenScoresOfRows(map.data(), n_rows, n_vis, rows.data(), n_sel, want.data());
+  if (!ref.ok()) c.Fail("the reference rejected the case");
+  DeviceBuffer dmap = DeviceBuffer::Of(map), drows = DeviceBuffer::Of(rows);
+  DeviceBuffer dscores(n_vis * sizeof(float));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return rows.empty()
+                   ? TokenScores(dmap.as<float>(), n_rows, n_vis, dscores.as<float>(), nullptr)
+                   : TokenScoresOfRows(dmap.as<float>(), n_rows, n_vis, drows.as<int>(), n_sel,
+                                       dscores.as<float>(), nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Output("scores", dscores, want, kF32Tol);
+  c.Unchanged("map", dmap, map.data());
+  if (!rows.empty()) c.Unchanged("rows", drows, rows.data());
+  return c.Result(ms);
+}
+
+// ------------------------------------------------------------------ Stable top-k
+
+enum class Scores { kDistinct, kTies, kAllEqual, kSpecial };
+
+// kTies: 8 levels, so most of the k-th largest value's copies straddle the cut; kSpecial: 64
+// levels with ±0 (one value to the reference), ±inf, the smallest subnormals and the largest
+// floats mixed in.
+std::vector<float> TopKScores(int n, Scores kind, uint64_t seed) {
+  std::vector<float> s = RandomFloats(n, seed, -1.f, 1.f);
+  for (int i = 0; i < n; ++i) {
+    switch (kind) {
+      case Scores::kDistinct:
+        break;
+      case Scores::kTies:
+        s[i] = std::floor(s[i] * 4.f) / 4.f;
+        break;
+      case Scores::kAllEqual:
+        s[i] = 0.5f;
+        break;
+      case Scores::kSpecial: {
+        const float specials[] = {0.f,
+                                  -0.f,
+                                  INFINITY,
+                                  -INFINITY,
+                                  std::numeric_limits<float>::denorm_min(),
+                                  -std::numeric_limits<float>::denorm_min(),
+                                  std::numeric_limits<float>::max(),
+                                  -std::numeric_limits<float>::max()};
+        s[i] = i % 5 == 0 ? specials[(i / 5) % 8] : std::floor(s[i] * 32.f) / 32.f;
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+CaseResult TopKCase(int n, int k, Scores kind) {
+  const std::vector<float> scores = TopKScores(n, kind, 900 + n + k);
+  std::vector<int> want(k);
+  Checker c;
+  if (!kernels::StableTopK(scores.data(), n, k, want.data()).ok()) {
+    c.Fail("the reference rejected the case");
+  }
+  DeviceBuffer ds = DeviceBuffer::Of(scores), dkept(k * sizeof(int));
+  KernelStatus st;
+  const double ms =
+      TimedMs([&] { return StableTopK(ds.as<float>(), n, k, dkept.as<int>(), nullptr); }, &st);
+  c.Status(st);
+  OutputKept(c, "kept", dkept, want, scores);
+  c.Unchanged("scores", ds, scores.data());
+  return c.Result(ms);
+}
+
+// A NaN score: the reference rejects it; the kernel marks every kept entry −1.
+CaseResult TopKNanCase() {
+  const int n = 33, k = 5;
+  std::vector<float> scores = TopKScores(n, Scores::kDistinct, 31);
+  scores[17] = NAN;
+  std::vector<int> unused(k);
+  Checker c;
+  if (kernels::StableTopK(scores.data(), n, k, unused.data()).ok()) {
+    c.Fail("the reference accepted a NaN");
+  }
+  DeviceBuffer ds = DeviceBuffer::Of(scores), dkept(k * sizeof(int));
+  KernelStatus st;
+  const double ms =
+      TimedMs([&] { return StableTopK(ds.as<float>(), n, k, dkept.as<int>(), nullptr); }, &st);
+  c.Status(st);
+  c.Guards("kept", dkept);
+  for (int v : dkept.Download<int>()) {
+    if (v != -1) c.Fail("kept holds " + Str(v) + ", want -1 throughout");
+  }
+  c.Unchanged("scores", ds, scores.data());
+  return c.Result(ms);
+}
+
+// ------------------------------------------------------------------ Row gathers
+
+CaseResult GatherCase(int64_t n_rows, size_t row_bytes, const std::vector<int>& idx) {
+  const int64_t n_idx = static_cast<int64_t>(idx.size());
+  std::vector<unsigned char> src(n_rows * row_bytes);
+  const std::vector<float> noise = RandomFloats(static_cast<int64_t>(src.size()), 41 + row_bytes);
+  for (size_t b = 0; b < src.size(); ++b) src[b] = static_cast<unsigned char>(noise[b] * 1000.f);
+  std::vector<unsigned char> want(n_idx * row_bytes);
+  Checker c;
+  if (!kernels::GatherRows(src.data(), 1, n_rows, row_bytes, idx.data(), n_idx, want.data()).ok()) {
+    c.Fail("the reference rejected the case");
+  }
+  DeviceBuffer dsrc = DeviceBuffer::Of(src), didx = DeviceBuffer::Of(idx);
+  DeviceBuffer ddst(want.size());
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return GatherRows(dsrc.data(), row_bytes, didx.as<int>(), n_idx, ddst.data(), nullptr);
+      },
+      &st);
+  c.Status(st);
+  OutputBytes(c, "dst", ddst, want.data());
+  c.Unchanged("src", dsrc, src.data());
+  c.Unchanged("idx", didx, idx.data());
+  // In place is refused, not raced.
+  if (GatherRows(dsrc.data(), row_bytes, didx.as<int>(), n_idx, dsrc.data(), nullptr).ok) {
+    c.Fail("an in-place gather was accepted");
+  }
+  return c.Result(ms);
+}
+
+// ------------------------------------------------------------------ Argmax
+
+enum class Logits { kRandom, kTies, kNan };
+
+CaseResult ArgMaxCase(int rows, int n, Logits kind) {
+  std::vector<float> x = RandomFloats(int64_t{rows} * n, 1100 + rows + n, -8.f, 8.f);
+  for (int64_t e = 0; e < static_cast<int64_t>(x.size()); ++e) {
+    if (kind == Logits::kTies) x[e] = std::floor(x[e] / 4.f);  // 4 levels: many equal maxima
+    if (kind == Logits::kNan && e % 7 == 3) x[e] = NAN;
+    if (kind == Logits::kNan && e % 7 == 5) x[e] = -INFINITY;
+  }
+  if (kind == Logits::kNan) {  // the last row: nothing but NaN and −inf
+    for (int i = 0; i < n; ++i) x[int64_t{rows - 1} * n + i] = i % 2 ? NAN : -INFINITY;
+  }
+  // The sampler's greedy choice: the first largest (std::max_element), NaN skipped.
+  std::vector<int> want(rows, 0);
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x.data() + int64_t{r} * n;
+    for (int i = 0; i < n; ++i) {
+      if (!std::isnan(row[i]) && (std::isnan(row[want[r]]) || row[i] > row[want[r]])) want[r] = i;
+    }
+  }
+  Checker c;
+  DeviceBuffer dx = DeviceBuffer::Of(x), dout(rows * sizeof(int));
+  KernelStatus st;
+  const double ms =
+      TimedMs([&] { return ArgMaxRows(dx.as<float>(), rows, n, dout.as<int>(), nullptr); }, &st);
+  c.Status(st);
+  OutputBytes(c, "out", dout, want.data());
+  c.Unchanged("logits", dx, x.data());
+  return c.Result(ms);
+}
+
+// The entry points' argument checks: each call below must fail before it launches anything.
+CaseResult RejectsBadArgumentsCase() {
+  DeviceBuffer buf(4096);
+  float* f = buf.as<float>();
+  int* i = buf.as<int>();
+  kernels::TextVisualAttentionArgs a;
+  a.q_text = a.k_vis = a.lse = f;
+  a.out = f;
+  a.n_text = a.n_vis = a.n_heads = a.n_kv_heads = 2;
+  a.head_dim = 4;
+  a.scale = 0.5f;
+  Checker c;
+  auto expect_error = [&](const char* what, const KernelStatus& st) {
+    if (st.ok) c.Fail(std::string(what) + " was accepted");
+  };
+  kernels::TextVisualAttentionArgs bad = a;
+  bad.head_dim = kTextVisualAttentionMaxHeadDim + 1;
+  expect_error("TextVisualAttention head_dim 257", TextVisualAttention(bad, nullptr));
+  bad = a;
+  bad.n_kv_heads = 3;
+  expect_error("TextVisualAttention 2 heads over 3 kv heads", TextVisualAttention(bad, nullptr));
+  bad = a;
+  bad.renormalize = false;
+  bad.row_entropy = buf.as<double>();
+  expect_error("TextVisualAttention entropies without renormalize",
+               TextVisualAttention(bad, nullptr));
+  bad = a;
+  bad.q_stride = 7;
+  expect_error("TextVisualAttention q_stride 7 < 8", TextVisualAttention(bad, nullptr));
+  bad = a;
+  bad.scale = INFINITY;
+  expect_error("TextVisualAttention scale inf", TextVisualAttention(bad, nullptr));
+  expect_error("Paq 0 maps", Paq(f, 0, 2, 2, f, nullptr));
+  expect_error("PaqFromRowEntropies null entropies",
+               PaqFromRowEntropies(f, nullptr, 1, 2, 2, f, nullptr));
+  expect_error("WeightedSumContiguous null weights",
+               WeightedSumContiguous(f, nullptr, 2, 8, f, nullptr));
+  expect_error("TokenScoresOfRows null rows", TokenScoresOfRows(f, 2, 2, nullptr, 1, f, nullptr));
+  expect_error("StableTopK k > n", StableTopK(f, 4, 5, i, nullptr));
+  expect_error("StableTopK k < 0", StableTopK(f, 4, -1, i, nullptr));
+  expect_error("GatherRows n_idx < 0", GatherRows(f, 4, i, -1, f + 512, nullptr));
+  expect_error("GatherRows src inside dst", GatherRows(f + 4, 4, i, 8, f, nullptr));
+  expect_error("ArgMaxRows n 0", ArgMaxRows(f, 1, 0, i, nullptr));
+  return c.Result(0);
+}
+
+std::vector<int> Range(int begin, int end, int step) {
+  std::vector<int> v;
+  for (int i = begin; i < end; i += step) v.push_back(i);
+  return v;
+}
+
+}  // namespace
+
+void AddPruneCases(std::vector<Case>& cases) {
+  // n_text, n_vis, heads/kv heads, head_dim, renormalize, entropies, padding.
+  for (const AttentionShape& s : {AttentionShape{1, 7, 4, 4, 10, true, true, 0},
+                                  AttentionShape{5, 577, 8, 2, 64, true, true, 3},
+                                  AttentionShape{33, 576, 8, 2, 64, true, true, 0},
+                                  AttentionShape{33, 577, 4, 4, 10, true, false, 5},
+                                  AttentionShape{5, 7, 8, 2, 64, false, false, 0},
+                                  AttentionShape{33, 577, 4, 4, 10, false, false, 2},
+                                  AttentionShape{1, 576, 8, 2, 64, false, false, 1},
+                                  AttentionShape{5, 1, 4, 2, 10, true, true, 0},
+                                  AttentionShape{9, 65, 4, 1, 256, true, true, 0},
+                                  AttentionShape{8, 33, 8, 8, 128, false, false, 0}}) {
+    cases.push_back({AttentionName(s), {"TextVisualAttentionKernel"}, [=] {
+                       return TextVisualAttentionCase(s);
+                     }});
+  }
+
+  cases.push_back(
+      {"Prune entry points reject bad arguments", {}, [] { return RejectsBadArgumentsCase(); }});
+
+  for (bool from_h : {false, true}) {
+    const std::string op = from_h ? "PaqFromRowEntropies " : "Paq ";
+    for (auto [n_maps, n_text, n_vis] :
+         {std::tuple{8, 33, 577}, {4, 1, 7}, {5, 5, 576}, {3, 33, 7}}) {
+      cases.push_back({op + Str(n_maps) + "x" + Str(n_text) + "x" + Str(n_vis), {"PaqKernel"}, [=] {
+                         return PaqCase(n_maps, n_text, n_vis, from_h);
+                       }});
+    }
+    cases.push_back(
+        {op + "invalid maps give NaN", {"PaqKernel"}, [=] { return PaqRejectsCase(from_h); }});
+  }
+
+  for (auto [n_maps, size, list] : {std::tuple{8, int64_t{33 * 577}, false},
+                                    {3, int64_t{5 * 7}, true},
+                                    {28, int64_t{33 * 576}, true},
+                                    {1, int64_t{577}, false}}) {
+    cases.push_back({std::string(list ? "WeightedSumMaps " : "WeightedSumContiguous ") +
+                         Str(n_maps) + "x" + Str(size),
+                     {"WeightedSumKernel"},
+                     [=] { return WeightedSumCase(n_maps, size, list); }});
+  }
+
+  for (auto [n_rows, n_vis, rows] : {std::tuple{int64_t{33}, 577, std::vector<int>{}},
+                                     {int64_t{8 * 33}, 576, std::vector<int>{}},
+                                     {int64_t{1}, 7, std::vector<int>{}},
+                                     {int64_t{33}, 577, std::vector<int>{32, 0, 5, 5, 17}},
+                                     {int64_t{8 * 33}, 576, Range(1, 8 * 33, 3)},
+                                     {int64_t{5}, 7, std::vector<int>{4}}}) {
+    cases.push_back({std::string(rows.empty() ? "TokenScores " : "TokenScoresOfRows ") +
+                         Str(n_rows) + "x" + Str(n_vis) +
+                         (rows.empty() ? "" : " sel " + Str(rows.size())),
+                     {"TokenScoresKernel"},
+                     [=] { return TokenScoresCase(n_rows, n_vis, rows); }});
+  }
+
+  const char* kinds[] = {"distinct", "ties", "all equal", "special"};
+  for (auto [n, k, kind] : {std::tuple{577, 1, Scores::kDistinct},
+                            {577, 577, Scores::kDistinct},
+                            {576, 144, Scores::kDistinct},
+                            {576, 100, Scores::kTies},
+                            {576, 1, Scores::kTies},
+                            {576, 576, Scores::kTies},
+                            {7, 3, Scores::kAllEqual},
+                            {1, 1, Scores::kDistinct},
+                            {4097, 4096, Scores::kTies},
+                            {10000, 2500, Scores::kSpecial},
+                            {9973, 1, Scores::kSpecial},
+                            {33, 0, Scores::kDistinct}}) {
+    cases.push_back(
+        {"StableTopK n" + Str(n) + " k" + Str(k) + " " + kinds[static_cast<int>(kind)],
+         k > 0 ? std::vector<std::string>{"StableTopKKernel"} : std::vector<std::string>{},
+         [=] { return TopKCase(n, k, kind); }});
+  }
+  cases.push_back(
+      {"StableTopK NaN marks kept -1", {"StableTopKKernel"}, [] { return TopKNanCase(); }});
+
+  // n_rows, row_bytes (256: F32 rows of 64 in 16-byte units; 148: 37 floats in 4-byte units;
+  // 4: I32 positions; 6: 3 F16s, byte units), indices (ascending as after a top-k, or any).
+  for (auto [n_rows, row_bytes, idx] :
+       {std::tuple{int64_t{40}, size_t{256}, Range(0, 40, 3)},
+        {int64_t{13}, size_t{148}, std::vector<int>{12, 0, 5, 5, 7}},
+        {int64_t{577}, size_t{4}, Range(2, 577, 4)},
+        {int64_t{9}, size_t{6}, std::vector<int>{8, 1, 2, 3, 3}}}) {
+    cases.push_back(
+        {"GatherRows " + Str(n_rows) + "x" + Str(row_bytes) + "B idx " + Str(idx.size()),
+         {"GatherRowsKernel"},
+         [=] { return GatherCase(n_rows, row_bytes, idx); }});
+  }
+
+  for (auto [rows, n, kind, what] : {std::tuple{3, 32000, Logits::kRandom, "random"},
+                                     {5, 7, Logits::kTies, "ties"},
+                                     {2, 1000, Logits::kTies, "ties"},
+                                     {3, 1001, Logits::kNan, "NaN and -inf"}}) {
+    cases.push_back({"ArgMaxRows " + Str(rows) + "x" + Str(n) + " " + what,
+                     {"ArgMaxRowsKernel"},
+                     [=] { return ArgMaxCase(rows, n, kind); }});
+  }
+}
+
+}  // namespace hap::cuda::parity

@@ -1,0 +1,14 @@
+// RMSNorm on the GPU: y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · w (kernels/cpu/norm.h).
+// One block per row; the sum of squares is an F32 tree sum (the CPU reference sums in F64).
+#pragma once
+
+#include "kernels/cuda/device_types.h"
+#include "kernels/cuda/kernel_status.h"
+
+namespace hap::cuda {
+
+// x, y F32 [rows, d] (y may alias x); w F32 [d]. Device pointers.
+KernelStatus RmsNorm(const float* x, const float* w, float* y, int rows, int d, float eps,
+                     Stream stream);
+
+}  // namespace hap::cuda
