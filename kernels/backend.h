@@ -157,6 +157,51 @@ class BackendBuffer {
   size_t bytes_ = 0;
 };
 
+const Backend& CpuBackend();
+
+// A growable typed array in a backend's memory (activations, attention maps, scores): Resize
+// keeps the allocation when it is large enough and does not preserve contents.
+template <typename T>
+class BackendArray {
+ public:
+  BackendArray() : backend_(&CpuBackend()) {}
+  explicit BackendArray(const Backend& backend) : backend_(&backend) {}
+  // Moves the array to `backend` (dropping its contents) unless it is there already.
+  void Rebind(const Backend& backend) {
+    if (&backend == backend_) return;
+    buffer_.Reset();
+    size_ = capacity_ = 0;
+    backend_ = &backend;
+  }
+  absl::Status Resize(size_t n) {
+    if (n > capacity_) {
+      buffer_.Reset();
+      absl::StatusOr<BackendBuffer> b = BackendBuffer::Allocate(*backend_, n * sizeof(T));
+      if (!b.ok()) return b.status();
+      buffer_ = std::move(*b);
+      capacity_ = n;
+    }
+    size_ = n;
+    return absl::OkStatus();
+  }
+  // Resize(host.size()) and the host values copied in.
+  absl::Status Assign(const T* host, size_t n) {
+    absl::Status s = Resize(n);
+    if (!s.ok()) return s;
+    return backend_->CopyToBackend(data(), host, n * sizeof(T));
+  }
+  absl::Status CopyTo(T* host) const { return backend_->CopyToHost(host, data(), size_ * sizeof(T)); }
+  T* data() const { return buffer_.as<T>(); }
+  size_t size() const { return size_; }
+  const Backend& backend() const { return *backend_; }
+
+ private:
+  const Backend* backend_;
+  BackendBuffer buffer_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
 // The CPU backend (kernels/cpu, kernels/prune): host memory, the default thread pool.
 const Backend& CpuBackend();
 // Sizes the CPU backend's compute before its first op: pool threads (<= 0: all cores) and how

@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<PagedKv>> PagedKv::FromCache(KvBlockPool* pool,
   paged->next_position = cache.next_position;
   for (size_t l = 0; l < cache.layers.size(); ++l) {
     const LayerKv& src = cache.layers[l];
-    HAP_RETURN_IF_ERROR(paged->Append(static_cast<int>(l), src.k.data(), src.v.data(),
+    HAP_RETURN_IF_ERROR(paged->Append(CpuBackend(), static_cast<int>(l), src.k.data(), src.v.data(),
                                       src.positions.data(), src.len()));
   }
   return paged;
@@ -55,8 +55,13 @@ PagedKv::~PagedKv() {
   pool_->Free(all);
 }
 
-absl::Status PagedKv::Append(int layer, const float* k, const float* v, const int32_t* positions,
-                             int n) {
+absl::Status PagedKv::Append(const Backend& backend, int layer, const float* k, const float* v,
+                             const int32_t* positions, int n) {
+  if (backend.device() != Device::kCpu) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the KV block pool is in host memory; the ", std::string(backend.name()),
+        " backend cannot append to it"));
+  }
   Layer& l = layers_[layer];
   const int block_rows = pool_->block_rows();
   const int kv_dim = pool_->kv_dim();

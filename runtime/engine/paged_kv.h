@@ -32,11 +32,13 @@ class PagedKv final : public KvStore {
 
   int n_layers() const override { return static_cast<int>(layers_.size()); }
   int len(int layer) const override { return layers_[layer].len; }
-  // FailedPrecondition past the reserved rows.
-  absl::Status Append(int layer, const float* k, const float* v, const int32_t* positions,
-                      int n) override;
+  // FailedPrecondition past the reserved rows, and for a backend other than the CPU's: the
+  // pool's blocks are host memory.
+  absl::Status Append(const Backend& backend, int layer, const float* k, const float* v,
+                      const int32_t* positions, int n) override;
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return pool_->dtype(); }
+  Device device() const override { return Device::kCpu; }
 
   int64_t blocks_held() const;
   int blocks(int layer) const { return static_cast<int>(layers_[layer].blocks.size()); }

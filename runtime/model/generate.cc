@@ -134,9 +134,18 @@ absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvCache
                                                 const StopCriteria& stop, const TokenSink& sink) {
   // The stream samples with its own copy; hand the caller's state back when done.
   TokenStream stream(model, sampler, stop, sink);
+  // The CPU backend decodes on the host cache itself; a device backend on a copy in its memory
+  // with room for the answer (the host cache then stays as the prefill left it).
+  KvStore* store = cache;
+  std::unique_ptr<DeviceKv> device_kv;
+  if (model.backend().device() != Device::kCpu) {
+    HAP_ASSIGN_OR_RETURN(device_kv, DeviceKv::FromCache(model.backend(), *cache,
+                                                        stop.max_new_tokens));
+    store = device_kv.get();
+  }
   bool more = stream.Accept(first_token);
   while (more) {
-    HAP_ASSIGN_OR_RETURN(std::vector<float> logits, model.DecodeStep(stream.last_token(), cache));
+    HAP_ASSIGN_OR_RETURN(std::vector<float> logits, model.DecodeStep(stream.last_token(), store));
     more = stream.SampleAndAccept(logits.data(), static_cast<int>(logits.size()));
   }
   sampler = stream.sampler();

@@ -41,22 +41,42 @@ LlamaDecoder::LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights,
       theta_(cfg.text.rope_theta),
       scale_(1.f / std::sqrt(static_cast<float>(cfg.text.head_dim))) {}
 
-absl::StatusOr<std::vector<float>> LlamaDecoder::Embed(const std::vector<int32_t>& ids) const {
+absl::Status LlamaDecoder::CheckTokenIds(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_) {
       return absl::InvalidArgumentError(
           absl::StrFormat("token id %d is outside the vocabulary [0, %d)", id, vocab_));
     }
   }
-  std::vector<float> out(ids.size() * d_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> LlamaDecoder::Embed(const std::vector<int32_t>& ids) const {
+  HAP_RETURN_IF_ERROR(CheckTokenIds(ids));
+  BackendArray<float> rows(backend_);  // F32 [n, hidden]
+  HAP_RETURN_IF_ERROR(rows.Resize(ids.size() * d_));
   HAP_RETURN_IF_ERROR(
-      backend_.Embedding(w_.embed, ids.data(), static_cast<int>(ids.size()), out.data()));
+      backend_.Embedding(w_.embed, ids.data(), static_cast<int>(ids.size()), rows.data()));
+  std::vector<float> out(rows.size());
+  HAP_RETURN_IF_ERROR(rows.CopyTo(out.data()));
   return out;
 }
 
-absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int n,
-                                 const std::vector<KvSegment>& segments,
-                                 std::vector<float>* q_out, std::vector<float>* lse) const {
+absl::Status LlamaDecoder::Activations::Reserve(const LlamaDecoder& d, int n) {
+  const size_t rows = static_cast<size_t>(n);
+  HAP_RETURN_IF_ERROR(h.Resize(rows * d.d_));
+  HAP_RETURN_IF_ERROR(q.Resize(rows * d.n_heads_ * d.head_dim_));
+  HAP_RETURN_IF_ERROR(k.Resize(rows * d.n_kv_heads_ * d.head_dim_));
+  HAP_RETURN_IF_ERROR(v.Resize(rows * d.n_kv_heads_ * d.head_dim_));
+  HAP_RETURN_IF_ERROR(attn.Resize(rows * d.n_heads_ * d.head_dim_));
+  HAP_RETURN_IF_ERROR(gate.Resize(rows * d.ffn_));
+  return up.Resize(rows * d.ffn_);
+}
+
+absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions_dev,
+                                 const int32_t* positions_host, int n,
+                                 const std::vector<KvSegment>& segments, Activations& act,
+                                 float* lse) const {
   const LlamaLayerWeights& lw = w_.layers[l];
   const int q_dim = n_heads_ * head_dim_;
   const int kv_dim = n_kv_heads_ * head_dim_;
@@ -64,37 +84,37 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int 
   // several: one row per sequence of a batched step, which must stay batch-invariant.
   const LinearRows rows =
       segments.size() == 1 ? LinearRows::kOneSequence : LinearRows::kIndependent;
+  float* h = act.h.data();     // F32 [n, hidden]
+  float* q = act.q.data();     // F32 [n, heads·hd]
+  float* k_new = act.k.data();  // F32 [n, kv_dim]
+  float* v_new = act.v.data();  // F32 [n, kv_dim]
 
-  std::vector<float> h(static_cast<size_t>(n) * d_);  // F32 [n, hidden]
-  HAP_RETURN_IF_ERROR(backend_.RmsNorm(x, lw.attn_norm.f32(), h.data(), n, d_, eps_));
-  std::vector<float> q(static_cast<size_t>(n) * q_dim);  // F32 [n, heads·hd]
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.q, nullptr, q.data(), n, rows));
-  std::vector<float> k_new(static_cast<size_t>(n) * kv_dim), v_new(k_new.size());  // [n, kv_dim]
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.k, nullptr, k_new.data(), n, rows));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.v, nullptr, v_new.data(), n, rows));
-  HAP_RETURN_IF_ERROR(backend_.Rope(q.data(), positions, n, n_heads_, head_dim_, theta_));
-  HAP_RETURN_IF_ERROR(backend_.Rope(k_new.data(), positions, n, n_kv_heads_, head_dim_, theta_));
+  HAP_RETURN_IF_ERROR(backend_.RmsNorm(x, lw.attn_norm.f32(), h, n, d_, eps_));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h, lw.q, nullptr, q, n, rows));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h, lw.k, nullptr, k_new, n, rows));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h, lw.v, nullptr, v_new, n, rows));
+  HAP_RETURN_IF_ERROR(backend_.Rope(q, positions_dev, n, n_heads_, head_dim_, theta_));
+  HAP_RETURN_IF_ERROR(backend_.Rope(k_new, positions_dev, n, n_kv_heads_, head_dim_, theta_));
 
-  std::vector<float> attn(static_cast<size_t>(n) * q_dim);  // F32 [n, heads·hd]
-  if (lse) lse->assign(static_cast<size_t>(n_heads_) * n, 0.f);
+  float* attn = act.attn.data();  // F32 [n, heads·hd]
   std::vector<KvSpan> spans;
   for (const KvSegment& seg : segments) {
     // This sequence's new keys/values join its cache; its queries see the cache causally.
     KvStore* kv = seg.kv;
     const int past = kv->len(l);
     const int64_t first = static_cast<int64_t>(seg.row) * kv_dim;
-    const float* q_seg = q.data() + static_cast<int64_t>(seg.row) * q_dim;
-    float* out_seg = attn.data() + static_cast<int64_t>(seg.row) * q_dim;
-    HAP_RETURN_IF_ERROR(kv->Append(l, k_new.data() + first, v_new.data() + first,
-                                   positions + seg.row, seg.n));
+    const float* q_seg = q + static_cast<int64_t>(seg.row) * q_dim;
+    float* out_seg = attn + static_cast<int64_t>(seg.row) * q_dim;
+    HAP_RETURN_IF_ERROR(kv->Append(backend_, l, k_new + first, v_new + first,
+                                   positions_host + seg.row, seg.n));
     if (past == 0) {
       // Prefill: the rows attend to each other causally, straight from the new K/V.
       AttentionArgs args;
       args.q = q_seg;
-      args.k = k_new.data() + first;
-      args.v = v_new.data() + first;
+      args.k = k_new + first;
+      args.v = v_new + first;
       args.out = out_seg;
-      args.lse = lse ? lse->data() : nullptr;  // only with a single segment (prefill)
+      args.lse = lse;  // only with a single segment (prefill)
       args.n_q = seg.n;
       args.n_kv = seg.n;
       args.n_heads = n_heads_;
@@ -124,49 +144,61 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions, int 
           l, seg.n, past));
     }
   }
-  HAP_RETURN_IF_ERROR(backend_.Linear(attn.data(), lw.o, nullptr, h.data(), n, rows));
-  HAP_RETURN_IF_ERROR(backend_.Add(x, h.data(), static_cast<int64_t>(n) * d_));
+  HAP_RETURN_IF_ERROR(backend_.Linear(attn, lw.o, nullptr, h, n, rows));
+  HAP_RETURN_IF_ERROR(backend_.Add(x, h, static_cast<int64_t>(n) * d_));
 
-  HAP_RETURN_IF_ERROR(backend_.RmsNorm(x, lw.mlp_norm.f32(), h.data(), n, d_, eps_));
-  std::vector<float> gate(static_cast<size_t>(n) * ffn_), up(gate.size());  // F32 [n, ffn]
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.gate, nullptr, gate.data(), n, rows));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), lw.up, nullptr, up.data(), n, rows));
-  HAP_RETURN_IF_ERROR(backend_.SiluMul(gate.data(), up.data(), static_cast<int64_t>(n) * ffn_));
-  HAP_RETURN_IF_ERROR(backend_.Linear(gate.data(), lw.down, nullptr, h.data(), n, rows));
-  HAP_RETURN_IF_ERROR(backend_.Add(x, h.data(), static_cast<int64_t>(n) * d_));
-  if (q_out) *q_out = std::move(q);
-  return absl::OkStatus();
+  float* gate = act.gate.data();  // F32 [n, ffn]
+  float* up = act.up.data();      // F32 [n, ffn]
+  HAP_RETURN_IF_ERROR(backend_.RmsNorm(x, lw.mlp_norm.f32(), h, n, d_, eps_));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h, lw.gate, nullptr, gate, n, rows));
+  HAP_RETURN_IF_ERROR(backend_.Linear(h, lw.up, nullptr, up, n, rows));
+  HAP_RETURN_IF_ERROR(backend_.SiluMul(gate, up, static_cast<int64_t>(n) * ffn_));
+  HAP_RETURN_IF_ERROR(backend_.Linear(gate, lw.down, nullptr, h, n, rows));
+  return backend_.Add(x, h, static_cast<int64_t>(n) * d_);
 }
 
 absl::StatusOr<std::vector<float>> LlamaDecoder::Logits(const float* rows, int n) const {
-  std::vector<float> h(static_cast<size_t>(n) * d_), logits(static_cast<size_t>(n) * vocab_);
+  BackendArray<float> h(backend_), logits(backend_);  // F32 [n, hidden], [n, vocab]
+  HAP_RETURN_IF_ERROR(h.Resize(static_cast<size_t>(n) * d_));
+  HAP_RETURN_IF_ERROR(logits.Resize(static_cast<size_t>(n) * vocab_));
   HAP_RETURN_IF_ERROR(backend_.RmsNorm(rows, w_.norm.f32(), h.data(), n, d_, eps_));
   HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), w_.lm_head, nullptr, logits.data(), n,
                                       LinearRows::kIndependent));
-  return logits;
+  std::vector<float> out(logits.size());
+  HAP_RETURN_IF_ERROR(logits.CopyTo(out.data()));
+  return out;
 }
 
-absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
+absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x_host,
                                                          std::vector<int32_t> positions,
                                                          int vis_begin, int n_vis, Pruner* pruner,
                                                          KvCache* cache,
                                                          PrefillTrace* trace) const {
   int n = static_cast<int>(positions.size());
-  if (n == 0 || x.size() != static_cast<size_t>(n) * d_ || vis_begin < 0 || n_vis < 0 ||
+  if (n == 0 || x_host.size() != static_cast<size_t>(n) * d_ || vis_begin < 0 || n_vis < 0 ||
       vis_begin + n_vis > n) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "prefill: %d positions, %d embedding values (hidden %d), visual rows [%d, %d)", n,
-        x.size(), d_, vis_begin, vis_begin + n_vis));
+        x_host.size(), d_, vis_begin, vis_begin + n_vis));
   }
   const int32_t next_position = positions.back() + 1;
   cache->Clear();
   cache->kv_dim = n_kv_heads_ * head_dim_;
   cache->layers.resize(w_.layers.size());
   if (pruner) {
-    PrefillInput input{x.data(), n, d_, vis_begin, n_vis, n_layers()};
+    PrefillInput input{x_host.data(), n, d_, vis_begin, n_vis, n_layers()};
     HAP_RETURN_IF_ERROR(pruner->Begin(input));
   }
-  std::vector<float> q, lse;
+  // The hidden states and position ids in the backend's memory; position ids also stay on the
+  // host (the cache records them) and are compacted on both sides.
+  BackendArray<float> x(backend_);           // F32 [n, hidden]
+  BackendArray<int32_t> positions_dev(backend_);  // [n]
+  HAP_RETURN_IF_ERROR(x.Assign(x_host.data(), x_host.size()));
+  HAP_RETURN_IF_ERROR(positions_dev.Assign(positions.data(), positions.size()));
+  Activations act(backend_);
+  HAP_RETURN_IF_ERROR(act.Reserve(*this, n));
+  BackendArray<float> lse(backend_);  // F32 [n_heads, n]
+  if (pruner) HAP_RETURN_IF_ERROR(lse.Resize(static_cast<size_t>(n_heads_) * n));
   for (int l = 0; l < n_layers(); ++l) {
     if (CancellationRequested()) {
       return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));
@@ -176,8 +208,8 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
       trace->tokens_per_layer.push_back(n);
       trace->visual_tokens_per_layer.push_back(n_vis);
     }
-    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions.data(), n, {{cache, 0, n}},
-                              pruner ? &q : nullptr, pruner ? &lse : nullptr));
+    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions_dev.data(), positions.data(), n,
+                              {{cache, 0, n}}, act, pruner ? lse.data() : nullptr));
     double prune_ms = 0;
     if (pruner) {
       const auto tp = std::chrono::steady_clock::now();
@@ -188,8 +220,8 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
       att.n_kv_heads = n_kv_heads_;
       att.head_dim = head_dim_;
       att.scale = scale_;
-      att.q = q.data();
-      att.k = cache->layers[l].k.data();
+      att.q = act.q.data();  // this layer's queries and keys (= the cache's rows of layer l)
+      att.k = act.k.data();
       att.lse = lse.data();
       att.backend = &backend_;
       att.vis_begin = vis_begin;
@@ -207,9 +239,9 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
         const int64_t kept = static_cast<int64_t>(rows.size());
         HAP_RETURN_IF_ERROR(backend_.GatherRows(x.data(), n, sizeof(float) * d_, rows.data(),
                                                 kept, x.data()));
-        HAP_RETURN_IF_ERROR(backend_.GatherRows(positions.data(), n, sizeof(int32_t),
-                                                rows.data(), kept, positions.data()));
-        x.resize(static_cast<size_t>(kept) * d_);
+        HAP_RETURN_IF_ERROR(backend_.GatherRows(positions_dev.data(), n, sizeof(int32_t),
+                                                rows.data(), kept, positions_dev.data()));
+        for (int64_t i = 0; i < kept; ++i) positions[i] = positions[rows[i]];  // rows ascend
         positions.resize(static_cast<size_t>(kept));
         n_vis = static_cast<int>(keep->size());
         n = static_cast<int>(kept);
@@ -233,6 +265,12 @@ absl::Status LlamaDecoder::CheckCanDecode(const KvStore& cache) const {
   if (cache.n_layers() != n_layers()) {
     return absl::FailedPreconditionError("decode step on a KV cache without prefill");
   }
+  if (cache.device() != backend_.device()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the KV cache is in %s memory; the %s backend decodes from its own memory "
+        "(DeviceKv::FromCache)", std::string(DeviceName(cache.device())),
+        std::string(backend_.name())));
+  }
   if (cache.next_position >= cfg_.text.max_position_embeddings) {
     return absl::OutOfRangeError(absl::StrFormat("position %d reaches the model's context of %d",
                                                  cache.next_position,
@@ -253,11 +291,19 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(
     HAP_RETURN_IF_ERROR(CheckCanDecode(*caches[i]));
     positions[i] = caches[i]->next_position;
   }
-  HAP_ASSIGN_OR_RETURN(std::vector<float> x, Embed(tokens));  // F32 [b, hidden]
+  BackendArray<float> x(backend_);  // F32 [b, hidden]
+  HAP_RETURN_IF_ERROR(x.Resize(static_cast<size_t>(b) * d_));
+  HAP_RETURN_IF_ERROR(CheckTokenIds(tokens));
+  HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, tokens.data(), b, x.data()));
+  BackendArray<int32_t> positions_dev(backend_);
+  HAP_RETURN_IF_ERROR(positions_dev.Assign(positions.data(), positions.size()));
+  Activations act(backend_);
+  HAP_RETURN_IF_ERROR(act.Reserve(*this, b));
   std::vector<KvSegment> segments(b);
   for (int l = 0; l < n_layers(); ++l) {
     for (int i = 0; i < b; ++i) segments[i] = {caches[i], i, 1};
-    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions.data(), b, segments, nullptr, nullptr));
+    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions_dev.data(), positions.data(), b, segments,
+                              act, nullptr));
   }
   for (KvStore* cache : caches) ++cache->next_position;
   return Logits(x.data(), b);

@@ -62,15 +62,29 @@ class LlamaDecoder {
     int row;
     int n;
   };
-  // One layer over rows x F32 [n, hidden] made of `segments` (one per sequence). Projections
-  // and the MLP run over all n rows at once; each segment's queries see its cached rows and
-  // themselves causally: a segment into an empty layer is a prefill (rows attend to each
-  // other), a single row into a filled one a decode step over the cache's spans. With a single segment, lse (if non-null) receives F32 [n_heads, n]
-  // and q_out (if non-null) the RoPE'd queries F32 [n, n_heads·hd].
-  absl::Status Layer(int l, float* x, const int32_t* positions, int n,
-                     const std::vector<KvSegment>& segments, std::vector<float>* q_out,
-                     std::vector<float>* lse) const;
-  // Final norm and LM head over rows F32 [n, hidden] → F32 [n, vocab].
+  // A forward pass's activations in the backend's memory, sized once for its rows and reused
+  // by every layer. After Layer(), q and k hold that layer's RoPE'd queries and new keys.
+  struct Activations {
+    explicit Activations(const Backend& b) : h(b), q(b), k(b), v(b), attn(b), gate(b), up(b) {}
+    absl::Status Reserve(const LlamaDecoder& d, int n);
+    BackendArray<float> h;     // F32 [n, hidden]
+    BackendArray<float> q;     // F32 [n, heads·hd]
+    BackendArray<float> k, v;  // F32 [n, kv_heads·hd]
+    BackendArray<float> attn;  // F32 [n, heads·hd]
+    BackendArray<float> gate, up;  // F32 [n, ffn]
+  };
+  // One layer over rows x F32 [n, hidden] (backend memory) made of `segments` (one per
+  // sequence). positions: the rows' position ids, in backend memory (dev) and host memory.
+  // Projections and the MLP run over all n rows at once; each segment's queries see its cached
+  // rows and themselves causally: a segment into an empty layer is a prefill (rows attend to
+  // each other), a single row into a filled one a decode step over the cache's spans. With a
+  // single segment, lse (if non-null) receives F32 [n_heads, n] in backend memory.
+  absl::Status Layer(int l, float* x, const int32_t* positions_dev,
+                     const int32_t* positions_host, int n, const std::vector<KvSegment>& segments,
+                     Activations& act, float* lse) const;
+  // InvalidArgument for an id outside the vocabulary.
+  absl::Status CheckTokenIds(const std::vector<int32_t>& ids) const;
+  // Final norm and LM head over rows F32 [n, hidden] (backend memory) → host F32 [n, vocab].
   absl::StatusOr<std::vector<float>> Logits(const float* rows, int n) const;
 
   const Backend& backend_;

@@ -25,8 +25,10 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   HAP_ASSIGN_OR_RETURN(m->weights_, LlavaWeights::Load(dir, m->config_, options.parts));
   const std::string tok_path = (std::filesystem::path(dir) / "tokenizer.model").string();
   HAP_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::Load(tok_path));
+  HAP_ASSIGN_OR_RETURN(PlacedWeights placed, PlacedWeights::Place(m->backend(), *m->weights_));
+  m->placed_ = std::make_unique<PlacedWeights>(std::move(placed));
   if (HasPart(options.parts, ModelParts::kLanguage)) {
-    m->decoder_ = std::make_unique<LlamaDecoder>(m->config_, m->weights_->text(), m->backend());
+    m->decoder_ = std::make_unique<LlamaDecoder>(m->config_, m->placed_->text(), m->backend());
   }
   return m;
 }
@@ -74,7 +76,7 @@ absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
         absl::StrFormat("pixels hold %d values, expected %d (3 x %d x %d)", pixels.size(), want,
                         config_.vision.image_size, config_.vision.image_size));
   }
-  return RunVisionTower(backend(), config_, weights_->vision(), pixels.data(), feature_layer);
+  return RunVisionTower(backend(), config_, placed_->vision(), pixels.data(), feature_layer);
 }
 
 absl::StatusOr<std::vector<float>> LlavaModel::Project(const std::vector<float>& features,
@@ -85,7 +87,7 @@ absl::StatusOr<std::vector<float>> LlavaModel::Project(const std::vector<float>&
         "vision features hold %d values, expected %d x %d", features.size(), n,
         config_.vision.hidden_size));
   }
-  return RunProjector(backend(), config_, weights_->projector(), features.data(), n);
+  return RunProjector(backend(), config_, placed_->projector(), features.data(), n);
 }
 
 absl::StatusOr<PromptTokens> LlavaModel::Tokenize(std::string_view question, int n_visual) const {

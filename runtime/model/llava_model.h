@@ -15,6 +15,7 @@
 #include "runtime/io/weights.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/llama.h"
+#include "runtime/model/placed_weights.h"
 #include "runtime/model/vision_tower.h"
 #include "runtime/prune/pruner.h"
 #include "runtime/text/llava_prompt.h"
@@ -49,6 +50,8 @@ class LlavaModel {
   const LlavaConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const LlavaWeights& weights() const { return *weights_; }
+  // The weights as the backend reads them (uploaded once for a device backend).
+  const PlacedWeights& placed_weights() const { return *placed_; }
   const ModelOptions& options() const { return options_; }
   const Backend& backend() const {
     return options_.backend != nullptr ? *options_.backend : CpuBackend();
@@ -93,6 +96,8 @@ class LlavaModel {
   ModelOptions options_;
   LlavaConfig config_;
   std::unique_ptr<LlavaWeights> weights_;
+  // weights_ in the backend's memory (views of weights_ itself on the CPU backend).
+  std::unique_ptr<PlacedWeights> placed_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<LlamaDecoder> decoder_;
 };

@@ -38,30 +38,40 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
       }
     }
   }
-  // x F32 [n, d]: row 0 = class embedding, rows 1.. = patch embeddings; + position embeddings.
-  std::vector<float> x(static_cast<size_t>(n) * d);
+  // x F32 [n, d] in the backend's memory: row 0 = class embedding, rows 1.. = patch
+  // embeddings; + position embeddings.
+  BackendArray<float> patches_dev(backend), x(backend);
+  HAP_RETURN_IF_ERROR(patches_dev.Assign(patches.data(), patches.size()));
+  HAP_RETURN_IF_ERROR(x.Resize(static_cast<size_t>(n) * d));
   TensorView patch_w = w.patch_w;  // the conv kernel [d, c, p, p] as the matrix [d, c·p·p]
   patch_w.shape = {d, patch_len};
-  HAP_RETURN_IF_ERROR(backend.Linear(patches.data(), patch_w, nullptr, x.data() + d, n_patches, LinearRows::kOneSequence));
-  for (int i = 0; i < d; ++i) x[i] = w.class_emb.f32()[i];
+  HAP_RETURN_IF_ERROR(backend.Linear(patches_dev.data(), patch_w, nullptr, x.data() + d,
+                                     n_patches, LinearRows::kOneSequence));
+  HAP_RETURN_IF_ERROR(backend.Copy(x.data(), w.class_emb.f32(), sizeof(float) * d));
   HAP_RETURN_IF_ERROR(backend.Add(x.data(), w.pos_emb.f32(), static_cast<int64_t>(n) * d));
-  HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), w.pre_ln_w.f32(), w.pre_ln_b.f32(), x.data(), n, d,
-                                     vc.layer_norm_eps));
+  HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), w.pre_ln_w.f32(), w.pre_ln_b.f32(), x.data(),
+                                        n, d, vc.layer_norm_eps));
 
-  std::vector<float> h(static_cast<size_t>(n) * d), q(h.size()), k(h.size()), v(h.size()),
-      attn(h.size()), proj(h.size()), mlp(static_cast<size_t>(n) * ffn);
+  // F32 [n, d] each, and mlp F32 [n, ffn].
+  BackendArray<float> h(backend), q(backend), k(backend), v(backend), attn(backend),
+      proj(backend), mlp(backend);
+  for (BackendArray<float>* a : {&h, &q, &k, &v, &attn, &proj}) {
+    HAP_RETURN_IF_ERROR(a->Resize(static_cast<size_t>(n) * d));
+  }
+  HAP_RETURN_IF_ERROR(mlp.Resize(static_cast<size_t>(n) * ffn));
   const int n_layers = static_cast<int>(w.layers.size());
   for (int l = 0; l < n_layers; ++l) {
     if (CancellationRequested()) {
       return absl::CancelledError(absl::StrFormat("image encoding cancelled before layer %d", l));
     }
     const ClipLayerWeights& lw = w.layers[l];
+    constexpr LinearRows kRows = LinearRows::kOneSequence;
     // Self-attention block (pre-LN).
-    HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), lw.ln1_w.f32(), lw.ln1_b.f32(), h.data(), n, d,
-                                       vc.layer_norm_eps));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.q_w, lw.q_b.f32(), q.data(), n, LinearRows::kOneSequence));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.k_w, lw.k_b.f32(), k.data(), n, LinearRows::kOneSequence));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.v_w, lw.v_b.f32(), v.data(), n, LinearRows::kOneSequence));
+    HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), lw.ln1_w.f32(), lw.ln1_b.f32(), h.data(), n,
+                                          d, vc.layer_norm_eps));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.q_w, lw.q_b.f32(), q.data(), n, kRows));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.k_w, lw.k_b.f32(), k.data(), n, kRows));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.v_w, lw.v_b.f32(), v.data(), n, kRows));
     AttentionArgs args;
     args.q = q.data();
     args.k = k.data();
@@ -74,48 +84,57 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
     args.head_dim = hd;
     args.scale = 1.f / std::sqrt(static_cast<float>(hd));
     HAP_RETURN_IF_ERROR(backend.Attention(args));
-    HAP_RETURN_IF_ERROR(backend.Linear(attn.data(), lw.o_w, lw.o_b.f32(), proj.data(), n, LinearRows::kOneSequence));
+    HAP_RETURN_IF_ERROR(backend.Linear(attn.data(), lw.o_w, lw.o_b.f32(), proj.data(), n, kRows));
     HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));
     // MLP block.
-    HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), lw.ln2_w.f32(), lw.ln2_b.f32(), h.data(), n, d,
-                                       vc.layer_norm_eps));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.fc1_w, lw.fc1_b.f32(), mlp.data(), n, LinearRows::kOneSequence));
-    if (vc.hidden_act == "quick_gelu") {
-      HAP_RETURN_IF_ERROR(backend.Activate(Activation::kQuickGelu, mlp.data(), static_cast<int64_t>(n) * ffn));
-    } else {
-      HAP_RETURN_IF_ERROR(backend.Activate(Activation::kGelu, mlp.data(), static_cast<int64_t>(n) * ffn));
-    }
-    HAP_RETURN_IF_ERROR(backend.Linear(mlp.data(), lw.fc2_w, lw.fc2_b.f32(), proj.data(), n, LinearRows::kOneSequence));
+    HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), lw.ln2_w.f32(), lw.ln2_b.f32(), h.data(), n,
+                                          d, vc.layer_norm_eps));
+    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.fc1_w, lw.fc1_b.f32(), mlp.data(), n, kRows));
+    const Activation act =
+        vc.hidden_act == "quick_gelu" ? Activation::kQuickGelu : Activation::kGelu;
+    HAP_RETURN_IF_ERROR(backend.Activate(act, mlp.data(), static_cast<int64_t>(n) * ffn));
+    HAP_RETURN_IF_ERROR(backend.Linear(mlp.data(), lw.fc2_w, lw.fc2_b.f32(), proj.data(), n, kRows));
     HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));
 
     if (feature_layer != nullptr && l == n_layers - 1) {
+      // VisionZip scores and merges on the host.
       feature_layer->n_tokens = n;
       feature_layer->n_heads = heads;
       feature_layer->head_dim = hd;
       feature_layer->scale = args.scale;
-      feature_layer->q = q;
-      feature_layer->k = k;
-      feature_layer->hidden = x;
+      for (auto [src, dst] : {std::pair{&q, &feature_layer->q}, {&k, &feature_layer->k},
+                              {&x, &feature_layer->hidden}}) {
+        dst->resize(src->size());
+        HAP_RETURN_IF_ERROR(src->CopyTo(dst->data()));
+      }
     }
   }
-  if (cfg.vision_feature_select_strategy == "full") return x;
+  std::vector<float> out(x.size());
+  HAP_RETURN_IF_ERROR(x.CopyTo(out.data()));
+  if (cfg.vision_feature_select_strategy == "full") return out;
   // "default" drops CLS.
-  return std::vector<float>(x.begin() + d, x.end());
+  return std::vector<float>(out.begin() + d, out.end());
 }
 
 absl::StatusOr<std::vector<float>> RunProjector(const Backend& backend, const LlavaConfig& cfg,
                                                 const ProjectorWeights& w,
                                                 const float* features, int n) {
   const int dt = cfg.text.hidden_size;  // the projector's input width comes with w.l1_w
-  std::vector<float> h(static_cast<size_t>(n) * dt), out(static_cast<size_t>(n) * dt);
-  HAP_RETURN_IF_ERROR(backend.Linear(features, w.l1_w, w.l1_b.f32(), h.data(), n, LinearRows::kOneSequence));
-  if (cfg.projector_hidden_act == "gelu") {
-    HAP_RETURN_IF_ERROR(backend.Activate(Activation::kGelu, h.data(), static_cast<int64_t>(n) * dt));
-  } else {
-    HAP_RETURN_IF_ERROR(backend.Activate(Activation::kGeluTanh, h.data(), static_cast<int64_t>(n) * dt));
-  }
-  HAP_RETURN_IF_ERROR(backend.Linear(h.data(), w.l2_w, w.l2_b.f32(), out.data(), n, LinearRows::kOneSequence));
-  return out;
+  const int64_t dv = w.l1_w.shape[1];
+  BackendArray<float> in(backend), h(backend), out(backend);  // [n, dv], [n, dt], [n, dt]
+  HAP_RETURN_IF_ERROR(in.Assign(features, static_cast<size_t>(n) * dv));
+  HAP_RETURN_IF_ERROR(h.Resize(static_cast<size_t>(n) * dt));
+  HAP_RETURN_IF_ERROR(out.Resize(static_cast<size_t>(n) * dt));
+  HAP_RETURN_IF_ERROR(backend.Linear(in.data(), w.l1_w, w.l1_b.f32(), h.data(), n,
+                                     LinearRows::kOneSequence));
+  const Activation act =
+      cfg.projector_hidden_act == "gelu" ? Activation::kGelu : Activation::kGeluTanh;
+  HAP_RETURN_IF_ERROR(backend.Activate(act, h.data(), static_cast<int64_t>(n) * dt));
+  HAP_RETURN_IF_ERROR(backend.Linear(h.data(), w.l2_w, w.l2_b.f32(), out.data(), n,
+                                     LinearRows::kOneSequence));
+  std::vector<float> result(out.size());
+  HAP_RETURN_IF_ERROR(out.CopyTo(result.data()));
+  return result;
 }
 
 }  // namespace hap

@@ -33,8 +33,8 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
 
   // Â_h for every head: F32 [H, n_text, n_vis], rows renormalised over the visual tokens, and
   // the entropy of each row, which gives PAQ(Â_h) without a logarithm per element.
-  HAP_RETURN_IF_ERROR(RowsAttention(att, TextBegin(att), n_text, /*renormalize=*/true, &head_maps_,
-                                    &head_entropy_));
+  HAP_RETURN_IF_ERROR(RowsAttention(att, TextBegin(att), n_text, /*renormalize=*/true,
+                                    &head_maps_, &head_entropy_));
   HapLayerExplain lx;
   lx.layer = att.layer;
   lx.n_vis = n_vis;
@@ -50,8 +50,9 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   // A_l = Σ_h w_h Â_h: F32 [n_text, n_vis], into the group's next buffer.
   const size_t slot = group_paq_.size();
   if (group_maps_.size() <= slot) group_maps_.resize(slot + 1);
-  std::vector<float>& layer_map = group_maps_[slot];
-  layer_map.resize(map_size);
+  BackendArray<float>& layer_map = group_maps_[slot];
+  layer_map.Rebind(*att.backend);
+  HAP_RETURN_IF_ERROR(layer_map.Resize(map_size));
   HAP_RETURN_IF_ERROR(att.backend->WeightedSumContiguous(head_maps_.data(), lx.head_weights.data(), H,
                                                      map_size, layer_map.data()));
   HAP_RETURN_IF_ERROR(att.backend->Paq(layer_map.data(), 1, n_text, n_vis, &lx.layer_paq));
@@ -80,15 +81,19 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   }
   std::vector<const float*> maps(n_maps);
   for (int i = 0; i < n_maps; ++i) maps[i] = group_maps_[i].data();
-  group_map_.resize(map_size);  // F32 [n_text, n_vis]
+  group_map_.Rebind(*att.backend);
+  token_scores_.Rebind(*att.backend);
+  HAP_RETURN_IF_ERROR(group_map_.Resize(map_size));
+  HAP_RETURN_IF_ERROR(token_scores_.Resize(n_vis));
   HAP_RETURN_IF_ERROR(att.backend->WeightedSumMaps(maps.data(), gx.layer_weights.data(), n_maps,
                                                map_size, group_map_.data()));
-  gx.token_scores.resize(n_vis);
   HAP_RETURN_IF_ERROR(
-      att.backend->TokenScores(group_map_.data(), n_text, n_vis, gx.token_scores.data()));
+      att.backend->TokenScores(group_map_.data(), n_text, n_vis, token_scores_.data()));
   const int keep = std::min(plan_.groups[g + 1].visual_tokens, n_vis);
   std::vector<int> kept(keep);
-  HAP_RETURN_IF_ERROR(att.backend->StableTopK(gx.token_scores.data(), n_vis, keep, kept.data()));
+  HAP_RETURN_IF_ERROR(att.backend->StableTopK(token_scores_.data(), n_vis, keep, kept.data()));
+  gx.token_scores.resize(n_vis);  // for the explain record
+  HAP_RETURN_IF_ERROR(token_scores_.CopyTo(gx.token_scores.data()));
   group_paq_.clear();
   gx.kept = kept;
   gx.kept_original.resize(keep);

@@ -30,11 +30,13 @@ class HapPruner : public PrunerBase {
   // Layers of the current group so far: the first group_paq_.size() entries of group_maps_ are
   // their maps A_l, each F32 [n_text, n_vis], and group_paq_ their PAQ_l. group_maps_ keeps its
   // buffers across groups and requests so a layer allocates nothing.
-  std::vector<std::vector<float>> group_maps_;
+  std::vector<BackendArray<float>> group_maps_;  // F32 [n_text, n_vis]: A_l of the group's layers
   std::vector<float> group_paq_;
-  std::vector<float> head_maps_;      // F32 [H, n_text, n_vis]: Â_h of the current layer
-  std::vector<double> head_entropy_;  // F64 [H, n_text]: entropy of each row of Â_h
-  std::vector<float> group_map_;      // F32 [n_text, n_vis]: A_g at the end of a group
+  // In the backend's memory:
+  BackendArray<float> head_maps_;      // F32 [H, n_text, n_vis]: Â_h of the current layer
+  BackendArray<double> head_entropy_;  // F64 [H, n_text]: entropy of each row of Â_h
+  BackendArray<float> group_map_;      // F32 [n_text, n_vis]: A_g at the end of a group
+  BackendArray<float> token_scores_;   // F32 [n_vis]: s_i = mean_j A_g(j,i)
 };
 
 }  // namespace hap

@@ -29,9 +29,10 @@ PrunerBase::KeepResult LastTokenPruner::AfterLayer(const LayerAttention& att) {
         absl::StrCat(stats_.method, ": layer ", att.layer, ": the last prompt token is not text"));
   }
   // α of the last prompt token for every head: F32 [H, 1, n_vis], not renormalised.
-  std::vector<float> rows;
+  BackendArray<float> rows(*att.backend);
   HAP_RETURN_IF_ERROR(RowsAttention(att, att.n_tokens - 1, 1, /*renormalize=*/false, &rows));
-  std::vector<float> scores(att.n_vis);  // head mean
+  BackendArray<float> scores(*att.backend);  // head mean, F32 [n_vis]
+  HAP_RETURN_IF_ERROR(scores.Resize(att.n_vis));
   HAP_RETURN_IF_ERROR(att.backend->TokenScores(rows.data(), att.n_heads, att.n_vis, scores.data()));
   std::vector<int> kept(keep);
   HAP_RETURN_IF_ERROR(att.backend->StableTopK(scores.data(), att.n_vis, keep, kept.data()));

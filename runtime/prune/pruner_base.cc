@@ -90,8 +90,8 @@ PrunerBase::KeepResult PrunerBase::Commit(const LayerAttention& att, std::vector
 }
 
 absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int n_rows,
-                                       bool renormalize, std::vector<float>* out,
-                                       std::vector<double>* row_entropy) const {
+                                       bool renormalize, BackendArray<float>* out,
+                                       BackendArray<double>* row_entropy) const {
   if (att.q == nullptr || att.k == nullptr || (!renormalize && att.lse == nullptr)) {
     return absl::InvalidArgumentError(
         absl::StrCat(stats_.method, ": layer ", att.layer, " passed no Q/K/LSE"));
@@ -101,7 +101,8 @@ absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int 
                                                    row0 + n_rows, ") outside the sequence of ",
                                                    att.n_tokens));
   }
-  out->resize(static_cast<size_t>(att.n_heads) * n_rows * att.n_vis);
+  out->Rebind(*att.backend);
+  HAP_RETURN_IF_ERROR(out->Resize(static_cast<size_t>(att.n_heads) * n_rows * att.n_vis));
   kernels::TextVisualAttentionArgs a;
   const int64_t q_stride = int64_t{att.n_heads} * att.head_dim;
   const int64_t k_stride = int64_t{att.n_kv_heads} * att.head_dim;
@@ -120,7 +121,8 @@ absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int 
   a.renormalize = renormalize;
   a.out = out->data();
   if (row_entropy != nullptr) {
-    row_entropy->resize(static_cast<size_t>(att.n_heads) * n_rows);
+    row_entropy->Rebind(*att.backend);
+    HAP_RETURN_IF_ERROR(row_entropy->Resize(static_cast<size_t>(att.n_heads) * n_rows));
     a.row_entropy = row_entropy->data();
   }
   return att.backend->TextVisualAttention(a);

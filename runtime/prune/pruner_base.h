@@ -36,8 +36,8 @@ class PrunerBase : public Pruner {
   // present. out: F32 [n_heads, n_rows, n_vis] (resized; its buffer is reused across calls).
   // row_entropy (renormalize only, optional): F64 [n_heads, n_rows], each row's entropy.
   absl::Status RowsAttention(const LayerAttention& att, int row0, int n_rows, bool renormalize,
-                             std::vector<float>* out,
-                             std::vector<double>* row_entropy = nullptr) const;
+                             BackendArray<float>* out,
+                             BackendArray<double>* row_entropy = nullptr) const;
 
   // Records time spent scoring/selecting in a layer that did not prune.
   void AddTime(double us) { stats_.score_select_us += us; }

@@ -96,14 +96,15 @@ PrunerBase::KeepResult SparseVlmPruner::AfterLayer(const LayerAttention& att) {
         "sparsevlm: layer ", att.layer, " has ", n_text, " query-text rows, Begin saw ", n_text_));
   }
   // α of every query-text row for every head: F32 [H, n_text, n_vis], not renormalised.
-  std::vector<float> rows;
+  BackendArray<float> rows(*att.backend);
   HAP_RETURN_IF_ERROR(RowsAttention(att, TextBegin(att), n_text, /*renormalize=*/false, &rows));
   // Mean over heads and raters: rows h·n_text + r.
   std::vector<int> sel;
   for (int h = 0; h < att.n_heads; ++h) {
     for (int r : raters_) sel.push_back(h * n_text + r);
   }
-  std::vector<float> scores(att.n_vis);
+  BackendArray<float> scores(*att.backend);  // F32 [n_vis]
+  HAP_RETURN_IF_ERROR(scores.Resize(att.n_vis));
   HAP_RETURN_IF_ERROR(att.backend->TokenScoresOfRows(rows.data(), int64_t{att.n_heads} * n_text,
                                                  att.n_vis, sel.data(),
                                                  static_cast<int>(sel.size()), scores.data()));

@@ -59,8 +59,10 @@ absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,
   std::vector<int> dominant = {0};
   if (counts.dominant > 1) {
     std::vector<int> top(counts.dominant - 1);
+    BackendArray<float> patch_scores(*in.backend);  // the scores in the backend's memory
+    HAP_RETURN_IF_ERROR(patch_scores.Assign(cls.data() + 1, static_cast<size_t>(n - 1)));
     HAP_RETURN_IF_ERROR(
-        in.backend->StableTopK(cls.data() + 1, n - 1, counts.dominant - 1, top.data()));
+        in.backend->StableTopK(patch_scores.data(), n - 1, counts.dominant - 1, top.data()));
     for (int p : top) dominant.push_back(p + 1);
   }
   std::vector<char> is_dominant(n, 0);

@@ -1,5 +1,8 @@
-// The SIMT emulation's scheduler: one fiber (ucontext) per CUDA thread of a block, run one at a
-// time in a random order between synchronisation points (kernels/cuda/simt/simt.h).
+// The SIMT emulation's scheduler: one fiber per CUDA thread of a block, run one at a time in a
+// random order between synchronisation points (kernels/cuda/simt/simt.h). On x86-64 a fiber
+// switch is a few register moves (SwitchContext below); glibc's swapcontext also saves the
+// signal mask with a system call per switch, which made it most of the emulation's time.
+// Elsewhere the portable ucontext calls do the same job.
 #include "kernels/cuda/simt/simt.h"
 
 #include <sys/mman.h>
@@ -47,6 +50,77 @@ constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kStackBytes = 64 * 1024;
 #endif
 
+#if defined(__x86_64__)
+// Saves the callee-saved registers, MXCSR and the x87 control word on the current stack, stores
+// the stack pointer in *save_sp, loads load_sp and restores the same from there.
+extern "C" void hap_simt_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl hap_simt_switch
+  .type hap_simt_switch, @function
+hap_simt_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size hap_simt_switch, .-hap_simt_switch
+  .section .note.GNU-stack, "", @progbits
+  .text
+)");
+
+struct Context {
+  void* sp = nullptr;
+};
+
+// A context that starts `entry` (which must never return) at the top of the stack.
+void MakeContext(Context* c, char* stack_bottom, size_t stack_bytes, void (*entry)()) {
+  const uintptr_t top = (reinterpret_cast<uintptr_t>(stack_bottom) + stack_bytes) & ~uintptr_t{15};
+  auto* sp = reinterpret_cast<uint64_t*>(top);
+  *--sp = 0;                                 // entry's return address: none
+  *--sp = reinterpret_cast<uint64_t>(entry);  // hap_simt_switch's ret lands here, rsp ≡ 8 mod 16
+  for (int i = 0; i < 6; ++i) *--sp = 0;     // rbp, rbx, r12–r15
+  uint32_t mxcsr = 0;
+  uint16_t fpu_cw = 0;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpu_cw));
+  *--sp = uint64_t{mxcsr} | (uint64_t{fpu_cw} << 32);
+  c->sp = sp;
+}
+
+void SwitchContext(Context* from, Context* to) { hap_simt_switch(&from->sp, to->sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+
+void MakeContext(Context* c, char* stack_bottom, size_t stack_bytes, void (*entry)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack_bottom;
+  c->uc.uc_stack.ss_size = stack_bytes;
+  c->uc.uc_link = nullptr;
+  makecontext(&c->uc, entry, 0);
+}
+
+void SwitchContext(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
+#endif
+
 std::atomic<uint64_t> g_seed{[] {
   const char* env = std::getenv("HAP_SIMT_SEED");
   return env != nullptr ? std::strtoull(env, nullptr, 10) : uint64_t{0x5eed};
@@ -90,7 +164,7 @@ class Stack {
 enum class FiberState { kRunnable, kBarrier, kWarp, kDone };
 
 struct Fiber {
-  ucontext_t context;
+  Context context;
   ThreadContext thread;
   FiberState state = FiberState::kRunnable;
   int linear = 0;  // x + y·bx + z·bx·by
@@ -135,7 +209,7 @@ class BlockRunner {
   int n_threads_ = 0;
   int at_barrier_ = 0;
   Fiber* current_ = nullptr;
-  ucontext_t scheduler_;
+  Context scheduler_;
   const void* scheduler_stack_bottom_ = nullptr;
   size_t scheduler_stack_size_ = 0;
   const std::function<void()>* kernel_ = nullptr;
@@ -162,10 +236,10 @@ void BlockRunner::SwitchTo(Fiber& f) {
 #if defined(HAP_SIMT_ASAN)
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, stacks_[f.linear]->bottom(), kStackBytes);
-  swapcontext(&scheduler_, &f.context);
+  SwitchContext(&scheduler_, &f.context);
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #else
-  swapcontext(&scheduler_, &f.context);
+  SwitchContext(&scheduler_, &f.context);
 #endif
   current_ = nullptr;
 }
@@ -176,10 +250,10 @@ void BlockRunner::SwitchToScheduler() {
   // A finished fiber never resumes: no fake stack to keep.
   __sanitizer_start_switch_fiber(f.state == FiberState::kDone ? nullptr : &f.fake_stack,
                                  scheduler_stack_bottom_, scheduler_stack_size_);
-  swapcontext(&f.context, &scheduler_);
+  SwitchContext(&f.context, &scheduler_);
   __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
 #else
-  swapcontext(&f.context, &scheduler_);
+  SwitchContext(&f.context, &scheduler_);
 #endif
 }
 
@@ -325,11 +399,7 @@ std::string BlockRunner::Run(const char* name, dim3 grid, dim3 block, dim3 block
     f.thread.block_idx = block_idx;
     f.thread.block_dim = block;
     f.thread.grid_dim = grid;
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = stacks_[t]->bottom();
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = nullptr;
-    makecontext(&f.context, &BlockRunner::FiberEntry, 0);
+    MakeContext(&f.context, stacks_[t]->bottom(), kStackBytes, &BlockRunner::FiberEntry);
     runnable_.push_back(t);
   }
 

@@ -1,0 +1,73 @@
+#include "runtime/model/placed_weights.h"
+
+#include <map>
+
+#include "base/status_macros.h"
+
+namespace hap {
+namespace {
+
+// Places views one by one; a host tensor already placed (tied embeddings) is placed once.
+class Placer {
+ public:
+  Placer(const Backend& backend, std::vector<BackendBuffer>* storage, int64_t* bytes)
+      : backend_(backend), storage_(storage), bytes_(bytes) {}
+
+  absl::Status operator()(Weight* w) {
+    if (!w->present()) return absl::OkStatus();
+    auto it = placed_.find(w->data);
+    if (it != placed_.end()) {
+      w->data = it->second;
+      w->device = backend_.device();
+      return absl::OkStatus();
+    }
+    BackendBuffer buffer;
+    HAP_ASSIGN_OR_RETURN(Weight placed, backend_.PlaceWeight(*w, &buffer));
+    if (buffer.data() != nullptr) {
+      *bytes_ += static_cast<int64_t>(buffer.bytes());
+      storage_->push_back(std::move(buffer));
+    }
+    placed_[w->data] = placed.data;
+    *w = std::move(placed);
+    return absl::OkStatus();
+  }
+
+ private:
+  const Backend& backend_;
+  std::vector<BackendBuffer>* storage_;
+  int64_t* bytes_;
+  std::map<const void*, const void*> placed_;
+};
+
+}  // namespace
+
+absl::StatusOr<PlacedWeights> PlacedWeights::Place(const Backend& backend,
+                                                   const LlavaWeights& weights) {
+  PlacedWeights p;
+  p.vision_ = weights.vision();
+  p.projector_ = weights.projector();
+  p.text_ = weights.text();
+  Placer place(backend, &p.storage_, &p.device_bytes_);
+  VisionWeights& v = p.vision_;
+  for (Weight* w : {&v.patch_w, &v.class_emb, &v.pos_emb, &v.pre_ln_w, &v.pre_ln_b}) {
+    HAP_RETURN_IF_ERROR(place(w));
+  }
+  for (ClipLayerWeights& l : v.layers) {
+    for (Weight* w : {&l.ln1_w, &l.ln1_b, &l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.o_w,
+                      &l.o_b, &l.ln2_w, &l.ln2_b, &l.fc1_w, &l.fc1_b, &l.fc2_w, &l.fc2_b}) {
+      HAP_RETURN_IF_ERROR(place(w));
+    }
+  }
+  ProjectorWeights& pr = p.projector_;
+  for (Weight* w : {&pr.l1_w, &pr.l1_b, &pr.l2_w, &pr.l2_b}) HAP_RETURN_IF_ERROR(place(w));
+  TextWeights& t = p.text_;
+  for (Weight* w : {&t.embed, &t.norm, &t.lm_head}) HAP_RETURN_IF_ERROR(place(w));
+  for (LlamaLayerWeights& l : t.layers) {
+    for (Weight* w : {&l.attn_norm, &l.q, &l.k, &l.v, &l.o, &l.mlp_norm, &l.gate, &l.up, &l.down}) {
+      HAP_RETURN_IF_ERROR(place(w));
+    }
+  }
+  return p;
+}
+
+}  // namespace hap

@@ -1,0 +1,159 @@
+// The whole model on the CUDA backend (kernels/cuda) executed by the SIMT emulation against the
+// CPU backend, on tiny checkpoints in F32 and BF16: image embeddings, the prefill's KV cache and
+// the first decode step's logits within the stated tolerance, and for every pruning method and
+// budget the same kept visual tokens, the same first token and the same greedy answer. The
+// emulated backend refuses any pointer that is not one of its device allocations, so this also
+// shows the model keeps its activations, weights and caches in the backend's memory.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_memory.h"
+#include "runtime/image/png_encode.h"
+#include "runtime/model/pipeline.h"
+#include "runtime/model/tiny_model.h"
+#include "runtime/prune/factory.h"
+
+namespace hap {
+namespace {
+
+// Worst |a − b| / (atol + rtol·|b|) over two arrays (1 = at the tolerance).
+double Worst(const std::vector<float>& a, const std::vector<float>& b, double atol, double rtol) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_TRUE(std::isfinite(a[i])) << i;
+    worst = std::max(worst, std::fabs(double{a[i]} - b[i]) / (atol + rtol * std::fabs(double{b[i]})));
+  }
+  return worst;
+}
+
+std::string Png() {
+  RgbImage img;
+  img.width = img.height = 96;
+  img.pixels.resize(96 * 96 * 3);
+  for (size_t i = 0; i < img.pixels.size(); ++i) {
+    img.pixels[i] = static_cast<uint8_t>((i * 37 + i / 301 * 11) % 253);
+  }
+  return EncodePng(img).value();
+}
+
+struct Tolerance {
+  double atol, rtol;
+};
+
+class CudaModelTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
+  const DType dtype = GetParam();
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_" +
+                          std::string(DTypeName(dtype));
+  TinyModelOptions o;
+  o.seed = 21;
+  o.layers = 4;
+  o.image_size = 112;  // 64 visual tokens
+  o.dtype = dtype;
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  absl::StatusOr<const Backend*> cuda = GetCudaBackend();
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  ModelOptions on_cuda;
+  on_cuda.backend = *cuda;
+  auto cpu_model = LlavaModel::Load(dir, {});
+  auto cuda_model = LlavaModel::Load(dir, on_cuda);
+  ASSERT_TRUE(cpu_model.ok()) << cpu_model.status();
+  ASSERT_TRUE(cuda_model.ok()) << cuda_model.status();
+  const LlavaModel& cpu = **cpu_model;
+  const LlavaModel& gpu = **cuda_model;
+  EXPECT_GT((*cuda)->DeviceBytesInUse(), 0);  // the weights were uploaded
+
+  // F32: the CUDA kernels differ from the CPU's in summation order only. BF16: both backends
+  // round activations to BF16 before products on BF16 weights, but not always the same ones
+  // (the CPU's F32-input paths for short row counts), so the states drift by BF16 rounding.
+  const Tolerance tol = dtype == DType::kF32 ? Tolerance{2e-5, 2e-4} : Tolerance{3e-2, 3e-2};
+  const std::string png = Png();
+  const std::string prompt = "What is in the picture?";
+  int cases = 0;
+  for (const std::string& method : PruneMethods()) {
+    for (double retain : {40.0, 24.0}) {
+      if (method == "none" && retain != 40.0) continue;
+      SCOPED_TRACE(method + " retain " + std::to_string(retain));
+      PruneRequest prune;
+      prune.method = method;
+      if (method != "none") prune.retain = retain;
+      prune.seed = 3;
+      auto enc_cpu = EncodeImage(cpu, png, prune);
+      auto enc_gpu = EncodeImage(gpu, png, prune);
+      ASSERT_TRUE(enc_cpu.ok()) << enc_cpu.status();
+      ASSERT_TRUE(enc_gpu.ok()) << enc_gpu.status();
+      ASSERT_EQ(enc_cpu->n_vis, enc_gpu->n_vis);
+      const double worst_embeds = Worst(enc_gpu->embeds, enc_cpu->embeds, tol.atol, tol.rtol);
+      EXPECT_LT(worst_embeds, 1.0) << "embeddings";
+
+      Sampler s_cpu{SamplingParams{}}, s_gpu{SamplingParams{}};
+      auto pre_cpu = RunPrefill(cpu, prompt, *enc_cpu, prune, &s_cpu);
+      auto pre_gpu = RunPrefill(gpu, prompt, *enc_gpu, prune, &s_gpu);
+      ASSERT_TRUE(pre_cpu.ok()) << pre_cpu.status();
+      ASSERT_TRUE(pre_gpu.ok()) << pre_gpu.status();
+      EXPECT_EQ(pre_gpu->stats.prune.kept_original, pre_cpu->stats.prune.kept_original);
+      EXPECT_EQ(pre_gpu->stats.layer_visual_tokens, pre_cpu->stats.layer_visual_tokens);
+      EXPECT_EQ(pre_gpu->first_token, pre_cpu->first_token);
+      ASSERT_EQ(pre_gpu->cache.n_layers(), pre_cpu->cache.n_layers());
+      double worst_kv = 0;
+      for (int l = 0; l < pre_cpu->cache.n_layers(); ++l) {
+        EXPECT_EQ(pre_gpu->cache.layers[l].positions, pre_cpu->cache.layers[l].positions) << l;
+        worst_kv = std::max({worst_kv,
+                             Worst(pre_gpu->cache.layers[l].k, pre_cpu->cache.layers[l].k,
+                                   tol.atol, tol.rtol),
+                             Worst(pre_gpu->cache.layers[l].v, pre_cpu->cache.layers[l].v,
+                                   tol.atol, tol.rtol)});
+      }
+      EXPECT_LT(worst_kv, 1.0) << "KV cache";
+
+      // One decode step's logits: the host cache on the CPU, a device copy on CUDA (decoding
+      // from the host cache is refused with a clear error).
+      KvCache host_copy = pre_gpu->cache;
+      EXPECT_EQ(gpu.DecodeStep(pre_gpu->first_token, &host_copy).status().code(),
+                absl::StatusCode::kFailedPrecondition);
+      auto device_kv = DeviceKv::FromCache(gpu.backend(), pre_gpu->cache, 1);
+      ASSERT_TRUE(device_kv.ok()) << device_kv.status();
+      KvCache cpu_cache = pre_cpu->cache;
+      auto logits_cpu = cpu.DecodeStep(pre_cpu->first_token, &cpu_cache);
+      auto logits_gpu = gpu.DecodeStep(pre_gpu->first_token, device_kv->get());
+      ASSERT_TRUE(logits_cpu.ok()) << logits_cpu.status();
+      ASSERT_TRUE(logits_gpu.ok()) << logits_gpu.status();
+      const double worst_logits = Worst(*logits_gpu, *logits_cpu, tol.atol, tol.rtol);
+      EXPECT_LT(worst_logits, 1.0) << "decode logits";
+
+      // The greedy answer end to end (the decode loop moves the cache into device memory).
+      GenerateRequest req;
+      req.image_bytes = png;
+      req.prompt = prompt;
+      req.prune = prune;
+      req.stop.max_new_tokens = 6;
+      auto gen_cpu = Generate(cpu, req, nullptr);
+      auto gen_gpu = Generate(gpu, req, nullptr);
+      ASSERT_TRUE(gen_cpu.ok()) << gen_cpu.status();
+      ASSERT_TRUE(gen_gpu.ok()) << gen_gpu.status();
+      EXPECT_EQ(gen_gpu->decode.tokens, gen_cpu->decode.tokens);
+      std::printf("%s %-9s retain %2.0f: worst of tolerance: embeddings %.3f, KV %.3f, logits "
+                  "%.3f; kept %zu tokens\n", std::string(DTypeName(dtype)).c_str(),
+                  method.c_str(), retain, worst_embeds, worst_kv, worst_logits,
+                  pre_gpu->stats.prune.kept_original.size());
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 2 * static_cast<int>(PruneMethods().size()) - 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaModelTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
+
+}  // namespace
+}  // namespace hap
