@@ -54,6 +54,10 @@ class Backend {
   // buffers are the process's RSS).
   virtual int64_t DeviceBytesInUse() const = 0;
 
+  // dst = src converted to `dtype` (F32: a copy; BF16/F16: rounded to nearest even), n values,
+  // both in the backend's memory: how KV rows enter a BF16 block pool.
+  virtual absl::Status StoreF32As(DType dtype, const float* src, void* dst, int64_t n) const = 0;
+
   // --- Ops on token ids ---
   // out[r, :] = table[ids[r], :] widened to F32; table [vocab, d] as stored; ids host, each in
   // [0, vocab) (checked by the caller).

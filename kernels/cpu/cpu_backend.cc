@@ -57,6 +57,10 @@ class Cpu final : public Backend {
     return host;
   }
   int64_t DeviceBytesInUse() const override { return 0; }
+  absl::Status StoreF32As(DType dtype, const float* src, void* dst, int64_t n) const override {
+    ConvertFromF32(dtype, src, dst, static_cast<size_t>(n));
+    return absl::OkStatus();
+  }
 
   absl::Status Embedding(const TensorView& table, const int32_t* ids, int n,
                          float* out) const override {

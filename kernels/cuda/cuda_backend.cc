@@ -12,6 +12,7 @@
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/add.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/convert.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/embedding.h"
@@ -156,6 +157,13 @@ class CudaBackendImpl final : public Backend {
     return placed;
   }
   int64_t DeviceBytesInUse() const override { return cuda::DeviceBytesInUse(); }
+  absl::Status StoreF32As(DType dtype, const float* src, void* dst, int64_t n) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(src, sizeof(float) * n, "StoreF32As", "src"));
+    HAP_RETURN_IF_ERROR(CheckDevice(dst, DTypeSize(dtype) * n, "StoreF32As", "dst"));
+    if (dtype == DType::kF32) return Copy(dst, src, sizeof(float) * n);
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::RoundF32To(ElemOf(dtype), src, dst, n, c->stream()));
+  }
 
   absl::Status Embedding(const TensorView& table, const int32_t* ids, int n,
                          float* out) const override {

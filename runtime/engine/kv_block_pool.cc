@@ -16,7 +16,8 @@ int64_t BlockBytes(int block_rows, int kv_dim, DType dtype) {
 
 absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(int block_rows, int kv_dim,
                                                                  DType dtype,
-                                                                 int64_t capacity_bytes) {
+                                                                 int64_t capacity_bytes,
+                                                                 const Backend* backend) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError("the KV cache dtype must be F32 or BF16");
   }
@@ -31,13 +32,16 @@ absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(int block_rows,
                                                    " bytes holds no block of ", block_bytes,
                                                    " bytes (", block_rows, " rows)"));
   }
-  return std::unique_ptr<KvBlockPool>(new KvBlockPool(block_rows, kv_dim, dtype, blocks));
+  return std::unique_ptr<KvBlockPool>(new KvBlockPool(
+      block_rows, kv_dim, dtype, blocks, backend != nullptr ? *backend : CpuBackend()));
 }
 
-KvBlockPool::KvBlockPool(int block_rows, int kv_dim, DType dtype, int64_t blocks)
+KvBlockPool::KvBlockPool(int block_rows, int kv_dim, DType dtype, int64_t blocks,
+                         const Backend& backend)
     : block_rows_(block_rows),
       kv_dim_(kv_dim),
       dtype_(dtype),
+      backend_(backend),
       block_bytes_(BlockBytes(block_rows, kv_dim, dtype)),
       total_blocks_(blocks) {
   stats_.blocks_total = blocks;
@@ -52,21 +56,27 @@ absl::StatusOr<std::vector<int32_t>> KvBlockPool::Allocate(int n) {
         absl::StrCat("the KV pool has ", available, " free blocks of ", total_blocks_,
                      "; this sequence needs ", n, " (", block_rows_, " rows each)"));
   }
+  // New slabs first, so that a backend out of memory leaves nothing taken.
+  const int64_t from_free = std::min<int64_t>(n, static_cast<int64_t>(free_.size()));
+  const int64_t fresh_end = next_unused_ + (n - from_free);
+  while (static_cast<int64_t>(slabs_.size()) * kSlabBlocks < fresh_end) {
+    const int64_t first = static_cast<int64_t>(slabs_.size()) * kSlabBlocks;
+    const int64_t in_slab = std::min(kSlabBlocks, total_blocks_ - first);
+    absl::StatusOr<BackendBuffer> slab =
+        BackendBuffer::Allocate(backend_, static_cast<size_t>(in_slab * block_bytes_));
+    if (!slab.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the KV pool cannot grow by ", in_slab, " blocks: ", slab.status().message()));
+    }
+    slabs_.push_back(std::move(*slab));
+  }
   std::vector<int32_t> out;
   out.reserve(n);
-  while (static_cast<int>(out.size()) < n && !free_.empty()) {
+  for (int64_t i = 0; i < from_free; ++i) {
     out.push_back(free_.back());
     free_.pop_back();
   }
-  while (static_cast<int>(out.size()) < n) {
-    const int64_t b = next_unused_++;
-    if (b / kSlabBlocks >= static_cast<int64_t>(slabs_.size())) {
-      const int64_t in_slab = std::min(kSlabBlocks, total_blocks_ - b);
-      slabs_.push_back(std::make_unique_for_overwrite<uint8_t[]>(
-          static_cast<size_t>(in_slab * block_bytes_)));
-    }
-    out.push_back(static_cast<int32_t>(b));
-  }
+  while (static_cast<int>(out.size()) < n) out.push_back(static_cast<int32_t>(next_unused_++));
   stats_.blocks_in_use += n;
   stats_.blocks_peak = std::max(stats_.blocks_peak, stats_.blocks_in_use);
   return out;
@@ -81,7 +91,7 @@ void KvBlockPool::Free(const std::vector<int32_t>& blocks) {
 uint8_t* KvBlockPool::Block(int32_t block) {
   // Slabs are only appended, under mu_, before the block is handed out; the pointer stays valid.
   std::lock_guard<std::mutex> lock(mu_);
-  return slabs_[block / kSlabBlocks].get() + (block % kSlabBlocks) * block_bytes_;
+  return slabs_[block / kSlabBlocks].as<uint8_t>() + (block % kSlabBlocks) * block_bytes_;
 }
 
 void* KvBlockPool::k(int32_t block) { return Block(block); }

@@ -1,6 +1,8 @@
 #include "runtime/engine/paged_kv.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -41,10 +43,23 @@ absl::StatusOr<std::unique_ptr<PagedKv>> PagedKv::FromCache(KvBlockPool* pool,
     }
   }
   paged->next_position = cache.next_position;
+  // The host cache's rows go to the pool's memory: in place on the CPU backend, through a
+  // staging copy in a device's memory.
+  const Backend& backend = pool->backend();
+  const bool host_pool = backend.device() == Device::kCpu;
+  BackendArray<float> k_stage(backend), v_stage(backend);
   for (size_t l = 0; l < cache.layers.size(); ++l) {
     const LayerKv& src = cache.layers[l];
-    HAP_RETURN_IF_ERROR(paged->Append(CpuBackend(), static_cast<int>(l), src.k.data(), src.v.data(),
-                                      src.positions.data(), src.len()));
+    const float* k = src.k.data();
+    const float* v = src.v.data();
+    if (!host_pool) {
+      HAP_RETURN_IF_ERROR(k_stage.Assign(src.k.data(), src.k.size()));
+      HAP_RETURN_IF_ERROR(v_stage.Assign(src.v.data(), src.v.size()));
+      k = k_stage.data();
+      v = v_stage.data();
+    }
+    HAP_RETURN_IF_ERROR(
+        paged->Append(backend, static_cast<int>(l), k, v, src.positions.data(), src.len()));
   }
   return paged;
 }
@@ -57,10 +72,10 @@ PagedKv::~PagedKv() {
 
 absl::Status PagedKv::Append(const Backend& backend, int layer, const float* k, const float* v,
                              const int32_t* positions, int n) {
-  if (backend.device() != Device::kCpu) {
+  if (&backend != &pool_->backend()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the KV block pool is in host memory; the ", std::string(backend.name()),
-        " backend cannot append to it"));
+        "rows from the ", std::string(backend.name()), " backend cannot enter a KV pool held by ",
+        "the ", std::string(pool_->backend().name()), " backend"));
   }
   Layer& l = layers_[layer];
   const int block_rows = pool_->block_rows();
@@ -72,13 +87,19 @@ absl::Status PagedKv::Append(const Backend& backend, int layer, const float* k, 
   }
   const DType dtype = pool_->dtype();
   const size_t elem = DTypeSize(dtype);
-  for (int r = 0; r < n; ++r, ++l.len) {
+  // One conversion per run of rows that land in the same block.
+  for (int r = 0; r < n;) {
     const int b = l.len / block_rows, row = l.len % block_rows;
+    const int rows = std::min(n - r, block_rows - row);
     const int64_t off = static_cast<int64_t>(row) * kv_dim * static_cast<int64_t>(elem);
-    const float* kr = k + static_cast<int64_t>(r) * kv_dim;
-    const float* vr = v + static_cast<int64_t>(r) * kv_dim;
-    ConvertFromF32(dtype, kr, static_cast<uint8_t*>(l.k[b]) + off, kv_dim);
-    ConvertFromF32(dtype, vr, static_cast<uint8_t*>(l.v[b]) + off, kv_dim);
+    const int64_t values = static_cast<int64_t>(rows) * kv_dim;
+    const int64_t first = static_cast<int64_t>(r) * kv_dim;
+    HAP_RETURN_IF_ERROR(
+        backend.StoreF32As(dtype, k + first, static_cast<uint8_t*>(l.k[b]) + off, values));
+    HAP_RETURN_IF_ERROR(
+        backend.StoreF32As(dtype, v + first, static_cast<uint8_t*>(l.v[b]) + off, values));
+    r += rows;
+    l.len += rows;
   }
   l.positions.insert(l.positions.end(), positions, positions + n);
   return absl::OkStatus();

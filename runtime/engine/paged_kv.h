@@ -19,7 +19,7 @@ namespace hap {
 class PagedKv final : public KvStore {
  public:
   // Blocks for ceil((len_l + reserve_rows) / block_rows) per layer l, then the cache's rows
-  // copied in (converted to the pool's dtype). ResourceExhausted (nothing held) when the pool
+  // (host memory) copied in, converted to the pool's dtype. ResourceExhausted (nothing held) when the pool
   // lacks the blocks; InvalidArgument when the cache's kv_dim is not the pool's.
   static absl::StatusOr<std::unique_ptr<PagedKv>> FromCache(KvBlockPool* pool,
                                                            const KvCache& cache,
@@ -32,13 +32,13 @@ class PagedKv final : public KvStore {
 
   int n_layers() const override { return static_cast<int>(layers_.size()); }
   int len(int layer) const override { return layers_[layer].len; }
-  // FailedPrecondition past the reserved rows, and for a backend other than the CPU's: the
-  // pool's blocks are host memory.
+  // k and v in the memory of the pool's backend (the only backend accepted). FailedPrecondition
+  // past the reserved rows.
   absl::Status Append(const Backend& backend, int layer, const float* k, const float* v,
                       const int32_t* positions, int n) override;
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return pool_->dtype(); }
-  Device device() const override { return Device::kCpu; }
+  Device device() const override { return pool_->backend().device(); }
 
   int64_t blocks_held() const;
   int blocks(int layer) const { return static_cast<int>(layers_[layer].blocks.size()); }

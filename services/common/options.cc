@@ -104,6 +104,8 @@ std::vector<OptionSpec> CommonOptionSpecs() {
       {"host", "HAP_HOST", "0.0.0.0", "address to listen on"},
       {"port", "HAP_PORT", "0", "port to listen on; 0 picks a free one and prints it"},
       {"model", "HAP_MODEL_DIR", "", "llava-hf checkpoint directory (default: the bundled model)"},
+      {"device", "HAP_DEVICE", "cpu",
+       "compute backend: cpu, or cuda (a GPU; builds with the CUDA backend)"},
       {"threads", "HAP_THREADS", "0", "CPU threads for the model; 0 = all cores"},
       {"pool-spin-us", "HAP_POOL_SPIN_US", "50",
        "microseconds the compute threads spin for the next op before sleeping (0 = sleep at "
@@ -139,6 +141,11 @@ absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options) {
   HAP_ASSIGN_OR_RETURN(int64_t port, options.Int("port", 0, 65535));
   c.port = static_cast<int>(port);
   c.model_dir = ResolveModelDir(options.Get("model"));
+  c.device = options.Get("device");
+  if (c.device != "cpu" && c.device != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("--device must be cpu or cuda, got '",
+                                                   c.device, "'"));
+  }
   HAP_ASSIGN_OR_RETURN(int64_t threads, options.Int("threads", 0, 1024));
   c.threads = static_cast<int>(threads);
   HAP_ASSIGN_OR_RETURN(int64_t spin, options.Int("pool-spin-us", 0, 1000000));

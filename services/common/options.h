@@ -49,6 +49,7 @@ struct CommonOptions {
   std::string host = "0.0.0.0";
   int port = 0;  // 0 = pick a free port (printed on stdout)
   std::string model_dir;
+  std::string device = "cpu";        // compute backend: cpu | cuda (runtime/device)
   int threads = 0;                   // model CPU threads; 0 = all cores
   int pool_spin_us = ThreadPool::kDefaultSpinUs;  // compute pool hand-over spin before sleeping
   int max_concurrent = 4;            // requests running at once

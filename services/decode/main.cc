@@ -88,7 +88,7 @@ int Main(int argc, char** argv) {
   const TextConfig& text = model->config().text;
   auto kv_pool = KvBlockPool::Create(static_cast<int>(*block_rows),
                                      text.num_key_value_heads * text.head_dim, kv_dtype,
-                                     kv_pool_bytes);
+                                     kv_pool_bytes, &model->backend());
   if (!kv_pool.ok()) return host.Fail(kv_pool.status());
   std::fprintf(stderr, "%s: KV pool of %lld blocks x %d rows (%s, %.1f MiB)\n", host.name().c_str(),
                static_cast<long long>((*kv_pool)->stats().blocks_total),

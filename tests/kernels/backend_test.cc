@@ -235,6 +235,18 @@ TEST_P(BackendTest, AttentionWithLogSumExpAndDecodeOverSpans) {
   EXPECT_LT(MaxRelDiff(one, last), 1e-4);
 }
 
+TEST_P(BackendTest, StoreF32AsRoundsLikeTheHostConversion) {
+  const std::vector<float> x = Random(1001, 14, 3.f);
+  On<float> d_x(b(), x);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    On<uint8_t> d_out(b(), x.size() * DTypeSize(dtype));
+    ASSERT_TRUE(b().StoreF32As(dtype, d_x.p(), d_out.p(), static_cast<int64_t>(x.size())).ok());
+    std::vector<uint8_t> want(x.size() * DTypeSize(dtype));
+    ConvertFromF32(dtype, x.data(), want.data(), x.size());
+    EXPECT_EQ(d_out.Host(), want) << DTypeName(dtype);
+  }
+}
+
 TEST_P(BackendTest, GatherRowsInPlaceAndOutOfRange) {
   On<int32_t> d_rows(b(), std::vector<int32_t>{10, 11, 12, 13, 14, 15});
   const int idx[] = {0, 2, 5};

@@ -43,6 +43,7 @@ class CountingBackend final : public Backend {
     return cpu_.PlaceWeight(h, s);
   }
   int64_t DeviceBytesInUse() const override { return cpu_.DeviceBytesInUse(); }
+  HAP_FORWARD(StoreF32As, (DType t, const float* s, void* d, int64_t n), (t, s, d, n))
   HAP_FORWARD(Embedding, (const TensorView& t, const int32_t* ids, int n, float* o),
               (t, ids, n, o))
   HAP_FORWARD(Linear,

@@ -14,6 +14,8 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_memory.h"
 #include "runtime/image/png_encode.h"
+#include "runtime/engine/kv_block_pool.h"
+#include "runtime/engine/paged_kv.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/model/tiny_model.h"
 #include "runtime/prune/factory.h"
@@ -148,6 +150,79 @@ TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
     }
   }
   EXPECT_EQ(cases, 2 * static_cast<int>(PruneMethods().size()) - 1);
+}
+
+// The decode service's path on a device: a KV block pool in the backend's memory (F32 and BF16
+// blocks), prefill caches admitted into it, batched steps of sequences with different pruning.
+TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_pool";
+  TinyModelOptions o;
+  o.seed = 22;
+  o.layers = 4;
+  o.image_size = 112;
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  const Backend* cuda = *GetCudaBackend();
+  ModelOptions on_cuda;
+  on_cuda.backend = cuda;
+  auto cpu = LlavaModel::Load(dir, {});
+  auto gpu = LlavaModel::Load(dir, on_cuda);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  const std::string png = Png();
+  const int kv_dim = o.kv_heads * (o.hidden / o.heads);
+  for (DType kv_dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(kv_dtype)));
+    auto cpu_pool = KvBlockPool::Create(16, kv_dim, kv_dtype, int64_t{16} << 20);
+    auto gpu_pool = KvBlockPool::Create(16, kv_dim, kv_dtype, int64_t{16} << 20, cuda);
+    ASSERT_TRUE(cpu_pool.ok() && gpu_pool.ok());
+    {
+      std::vector<std::unique_ptr<PagedKv>> on_cpu, on_gpu;
+      std::vector<int32_t> tokens;
+      for (const char* method : {"none", "hap", "fastv"}) {
+        PruneRequest prune;
+        prune.method = method;
+        if (prune.method != "none") prune.retain = 24;
+        for (auto [model, pool, out] : {std::tuple{cpu->get(), cpu_pool->get(), &on_cpu},
+                                        {gpu->get(), gpu_pool->get(), &on_gpu}}) {
+          auto enc = EncodeImage(*model, png, prune);
+          ASSERT_TRUE(enc.ok());
+          Sampler sampler{SamplingParams{}};
+          auto pre = RunPrefill(*model, "Which shapes are there?", *enc, prune, &sampler);
+          ASSERT_TRUE(pre.ok()) << pre.status();
+          auto paged = PagedKv::FromCache(pool, pre->cache, 4);
+          ASSERT_TRUE(paged.ok()) << paged.status();
+          EXPECT_EQ((*paged)->device(), model->backend().device());
+          out->push_back(std::move(*paged));
+          if (model == cpu->get()) tokens.push_back(pre->first_token);
+        }
+      }
+      std::vector<KvStore*> cpu_stores, gpu_stores;
+      for (auto& p : on_cpu) cpu_stores.push_back(p.get());
+      for (auto& p : on_gpu) gpu_stores.push_back(p.get());
+      for (int step = 0; step < 3; ++step) {
+        auto l_cpu = (*cpu)->DecodeBatch(tokens, cpu_stores);
+        auto l_gpu = (*gpu)->DecodeBatch(tokens, gpu_stores);
+        ASSERT_TRUE(l_cpu.ok()) << l_cpu.status();
+        ASSERT_TRUE(l_gpu.ok()) << l_gpu.status();
+        // BF16 blocks: both backends round K and V to nearest even (the parity table checks
+        // the rounding bit for bit), but a value within F32 noise of a rounding boundary lands
+        // on either side, one BF16 ulp (2^-8 relative) apart, and later steps read it.
+        const double atol = kv_dtype == DType::kF32 ? 2e-5 : 1e-3;
+        const double rtol = kv_dtype == DType::kF32 ? 2e-4 : 1e-2;
+        EXPECT_LT(Worst(*l_gpu, *l_cpu, atol, rtol), 1.0) << "step " << step;
+        const int vocab = static_cast<int>(l_cpu->size() / tokens.size());
+        for (size_t i = 0; i < tokens.size(); ++i) {  // greedy next tokens, from the CPU's logits
+          const float* row = l_cpu->data() + i * vocab;
+          tokens[i] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+        }
+      }
+      EXPECT_GT((*gpu_pool)->stats().blocks_in_use, 0);
+    }
+    EXPECT_EQ((*gpu_pool)->stats().blocks_in_use, 0);  // every block back
+    const int64_t held = cuda->DeviceBytesInUse();   // the slabs stay with the pool until it goes
+    gpu_pool->reset();
+    EXPECT_LT(cuda->DeviceBytesInUse(), held);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaModelTest, ::testing::Values(DType::kF32, DType::kBF16),

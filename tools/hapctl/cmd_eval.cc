@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "base/status_macros.h"
+#include "runtime/device/device_backend.h"
 #include "runtime/model/pipeline.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
@@ -154,6 +155,7 @@ absl::Status Eval(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0));
   ModelOptions options;
   options.threads = static_cast<int>(threads);
+  HAP_ASSIGN_OR_RETURN(options.backend, BackendForDevice(DeviceFlag(flags)));
   HAP_ASSIGN_OR_RETURN(auto model, LlavaModel::Load(ResolveModelDir(flags.GetOr("model", "")), options));
   HAP_ASSIGN_OR_RETURN(PruneRequest prune, ParsePruneFlags(flags, model->config().num_visual_tokens()));
   HAP_RETURN_IF_ERROR(ValidateRequest(*model, "What is it?", prune));
@@ -205,7 +207,7 @@ absl::Status Eval(const Flags& flags) {
 int CmdEval(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args,
                             {"model", "data", "method", "retain", "flops", "seed", "limit",
-                             "max-new-tokens", "predictions", "threads"},
+                             "max-new-tokens", "predictions", "threads", "device"},
                             {"json", "no-baseline"});
   if (!flags.ok()) return Fail("eval", flags.status());
   if (absl::Status s = Eval(*flags); !s.ok()) return Fail("eval", s);

@@ -7,6 +7,7 @@
 #include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 #include "base/timer.h"
+#include "runtime/device/device_backend.h"
 #include "runtime/model/pipeline.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
@@ -17,7 +18,7 @@ namespace hap::cli {
 namespace {
 
 int CmdRun(const std::vector<std::string>& args) {
-  std::set<std::string> value_flags = {"model", "image", "prompt", "threads"};
+  std::set<std::string> value_flags = {"model", "image", "prompt", "threads", "device"};
   std::set<std::string> bool_flags = {"json"};
   AddGenerationFlags(&value_flags);
   auto flags = Flags::Parse(args, value_flags, bool_flags);
@@ -30,6 +31,9 @@ int CmdRun(const std::vector<std::string>& args) {
   const auto t0 = std::chrono::steady_clock::now();
   ModelOptions options;
   options.threads = static_cast<int>(*threads);
+  auto backend = BackendForDevice(DeviceFlag(*flags));
+  if (!backend.ok()) return Fail("run", backend.status());
+  options.backend = *backend;
   auto model = LlavaModel::Load(ResolveModelDir(flags->GetOr("model", "")), options);
   if (!model.ok()) return Fail("run", model.status());
   const double load_ms = MsSince(t0);

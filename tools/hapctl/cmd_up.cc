@@ -18,12 +18,13 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: hapctl up [--model DIR] [--method M] [--retain K|P% | --flops F] [--threads N]\n"
+    "          [--device cpu|cuda]\n"
     "                 [--max-concurrent N] [--queue-length N] [--decode-replicas N]\n"
     "                 [--bin-dir DIR] [--quiet]";
 
 int CmdUp(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args,
-                            {"model", "method", "retain", "flops", "threads", "max-concurrent",
+                            {"model", "method", "retain", "flops", "threads", "device", "max-concurrent",
                              "queue-length", "decode-replicas", "bin-dir", "host",
                              "start-timeout-ms"},
                             {"quiet"});
@@ -52,7 +53,7 @@ int CmdUp(const std::vector<std::string>& args) {
   o.start_timeout = std::chrono::milliseconds(*timeout);
   o.decode_replicas = static_cast<int>(*replicas);
   std::vector<std::string> common;
-  for (const char* f : {"threads", "max-concurrent", "queue-length"}) {
+  for (const char* f : {"threads", "max-concurrent", "queue-length", "device"}) {
     if (auto v = flags->Get(f)) common.insert(common.end(), {absl::StrCat("--", f), *v});
   }
   o.encoder_args = o.decode_args = o.prefill_args = common;

@@ -89,6 +89,12 @@ absl::StatusOr<double> Flags::Double(const std::string& name, double fallback) c
   return out;
 }
 
+std::string DeviceFlag(const Flags& flags) {
+  if (auto v = flags.Get("device")) return *v;
+  const char* env = std::getenv("HAP_DEVICE");
+  return env != nullptr && *env != '\0' ? env : "cpu";
+}
+
 int Fail(const std::string& command, const absl::Status& status) {
   std::fprintf(stderr, "hapctl %s: %s\n", command.c_str(), std::string(status.message()).c_str());
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -32,6 +32,9 @@ class Flags {
   std::map<std::string, std::string> values_;
 };
 
+// --device, else $HAP_DEVICE, else "cpu": the compute backend (runtime/device).
+std::string DeviceFlag(const Flags& flags);
+
 // Prints "hapctl <cmd>: <status message>" to stderr and returns the exit code for it (2 for
 // invalid arguments, 1 otherwise).
 int Fail(const std::string& command, const absl::Status& status);
