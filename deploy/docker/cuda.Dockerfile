@@ -3,7 +3,8 @@
 # (Ubuntu 24.04 carries the same gRPC 1.51 / protobuf 3.21 / Abseil 20220623 as Debian 12).
 # From the repository root:
 #   docker build -f deploy/docker/cuda.Dockerfile -t hap-serve:0.1.0-cuda .
-# Runs on GPU nodes through the NVIDIA container runtime; without a GPU it runs the CPU backend.
+# Runs on GPU nodes through the NVIDIA container runtime with the CUDA backend (HAP_DEVICE=cuda);
+# without a GPU the services refuse to start on it: set HAP_DEVICE=cpu to run the CPU backend.
 
 FROM nvidia/cuda:13.0.0-devel-ubuntu24.04 AS build
 RUN apt-get update \
@@ -30,6 +31,7 @@ RUN apt-get update \
  && groupadd --gid 10001 hap \
  && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin hap
 ENV PATH=/opt/hap/bin:$PATH \
+    HAP_DEVICE=cuda \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001

@@ -257,12 +257,20 @@ void BlockRunner::SwitchToScheduler() {
 #endif
 }
 
+// Thrown by Fault to unwind the faulting thread's stack (destroying its temporaries) back to
+// FiberEntry; never crosses a fiber boundary.
+struct FiberAbort {};
+
 void BlockRunner::FiberEntry() {
   BlockRunner& r = Runner();
 #if defined(HAP_SIMT_ASAN)
   __sanitizer_finish_switch_fiber(nullptr, &r.scheduler_stack_bottom_, &r.scheduler_stack_size_);
 #endif
-  (*r.kernel_)();
+  try {
+    (*r.kernel_)();
+  } catch (const FiberAbort&) {
+    // Fault recorded the message; the scheduler abandons the block.
+  }
   r.current_->state = FiberState::kDone;
   r.SwitchToScheduler();
   std::abort();  // a finished fiber is never resumed
@@ -282,9 +290,7 @@ void BlockRunner::Fault(const std::string& message) {
              std::to_string(f.thread.block_idx.y) + "," + std::to_string(f.thread.block_idx.z) +
              "): " + message;
   }
-  current_->state = FiberState::kDone;
-  SwitchToScheduler();
-  std::abort();  // the scheduler abandons the block after a fault
+  throw FiberAbort{};
 }
 
 void BlockRunner::SyncThreads() {
