@@ -21,6 +21,7 @@
 #include "base/tensor.h"
 #include "kernels/op_args.h"
 #include "kernels/prune/attention_rows.h"
+#include "kernels/prune/visionzip_merge.h"
 
 namespace hap {
 
@@ -112,6 +113,10 @@ class Backend {
                                          const int* rows, int n_sel, float* scores) const = 0;
   // kept: host, k indices strictly ascending (score descending, ties to the lower index).
   virtual absl::Status StableTopK(const float* scores, int n, int k, int* kept) const = 0;
+  // VisionZip's contextual rows. args.targets, args.sources and args.merged_count (optional:
+  // the explain record's counts, a sync point on a GPU) are host; k, hidden and out are in the
+  // backend's memory. VisionZip's CLS attention is TextVisualAttention + WeightedSumContiguous.
+  virtual absl::Status VisionZipMerge(const kernels::VisionZipMergeArgs& args) const = 0;
 };
 
 // A buffer in a backend's memory, freed when it goes out of scope. Move-only.
@@ -170,6 +175,19 @@ class BackendArray {
  public:
   BackendArray() : backend_(&CpuBackend()) {}
   explicit BackendArray(const Backend& backend) : backend_(&backend) {}
+  // Moves leave the source empty (no buffer, size and capacity 0) on the same backend.
+  BackendArray(BackendArray&& o) noexcept
+      : backend_(o.backend_), buffer_(std::move(o.buffer_)), size_(std::exchange(o.size_, 0)),
+        capacity_(std::exchange(o.capacity_, 0)) {}
+  BackendArray& operator=(BackendArray&& o) noexcept {
+    if (this != &o) {
+      backend_ = o.backend_;
+      buffer_ = std::move(o.buffer_);
+      size_ = std::exchange(o.size_, 0);
+      capacity_ = std::exchange(o.capacity_, 0);
+    }
+    return *this;
+  }
   // Moves the array to `backend` (dropping its contents) unless it is there already.
   void Rebind(const Backend& backend) {
     if (&backend == backend_) return;

@@ -15,6 +15,7 @@
 #include "kernels/prune/paq_softmax.h"
 #include "kernels/prune/token_scores.h"
 #include "kernels/prune/topk.h"
+#include "kernels/prune/visionzip_merge.h"
 #include "kernels/prune/weighted_sum.h"
 
 namespace hap {
@@ -157,6 +158,9 @@ class Cpu final : public Backend {
   }
   absl::Status StableTopK(const float* scores, int n, int k, int* kept) const override {
     return kernels::StableTopK(scores, n, k, kept);
+  }
+  absl::Status VisionZipMerge(const kernels::VisionZipMergeArgs& args) const override {
+    return kernels::VisionZipMerge(args);
   }
 };
 

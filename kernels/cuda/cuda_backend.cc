@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -25,6 +26,7 @@
 #include "kernels/cuda/text_visual_attention.h"
 #include "kernels/cuda/token_scores.h"
 #include "kernels/cuda/topk.h"
+#include "kernels/cuda/visionzip_merge.h"
 #include "kernels/cuda/weighted_sum.h"
 #include "kernels/prune/paq_softmax.h"
 
@@ -393,6 +395,57 @@ class CudaBackendImpl final : public Backend {
       return absl::InvalidArgumentError("StableTopK: a score is NaN (a NaN has no rank)");
     }
     return absl::OkStatus();
+  }
+  // The token lists (host) are checked here and uploaded; the counts come back only when the
+  // caller asks for them (the explain record).
+  absl::Status VisionZipMerge(const kernels::VisionZipMergeArgs& a) const override {
+    if (a.targets == nullptr || (a.n_sources > 0 && a.sources == nullptr) || a.n_tokens <= 0 ||
+        a.n_heads <= 0 || a.head_dim <= 0 || a.d_model <= 0 || a.n_targets <= 0 ||
+        a.n_sources < 0) {
+      return absl::InvalidArgumentError("VisionZipMerge: null token list or non-positive size");
+    }
+    for (auto [idx, n, what] : {std::tuple{a.targets, a.n_targets, "targets"},
+                                std::tuple{a.sources, a.n_sources, "sources"}}) {
+      for (int i = 0; i < n; ++i) {
+        if (idx[i] < 0 || idx[i] >= a.n_tokens) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "VisionZipMerge: %s[%d] = %d outside [0, %d)", what, i, idx[i], a.n_tokens));
+        }
+      }
+    }
+    const size_t tokens = static_cast<size_t>(a.n_tokens);
+    HAP_RETURN_IF_ERROR(CheckDevice(a.k, sizeof(float) * tokens * a.n_heads * a.head_dim,
+                                    "VisionZipMerge", "k"));
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(a.hidden, sizeof(float) * tokens * a.d_model, "VisionZipMerge", "hidden"));
+    HAP_RETURN_IF_ERROR(CheckDevice(
+        a.out, sizeof(float) * static_cast<size_t>(a.n_targets) * a.d_model, "VisionZipMerge",
+        "out"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    const size_t target_bytes = sizeof(int) * a.n_targets;
+    const size_t source_bytes = sizeof(int) * a.n_sources;
+    const size_t work_bytes =
+        cuda::VisionZipMergeWorkspaceBytes(a.n_targets, a.n_sources, a.head_dim);
+    HAP_RETURN_IF_ERROR(c->Reserve(
+        ThreadContext::Padded(target_bytes) + ThreadContext::Padded(source_bytes) +
+        ThreadContext::Padded(work_bytes) + ThreadContext::Padded(target_bytes)));
+    kernels::VisionZipMergeArgs d = a;
+    HAP_ASSIGN_OR_RETURN(void* d_targets, c->Upload(a.targets, target_bytes));
+    d.targets = static_cast<const int*>(d_targets);
+    d.sources = nullptr;
+    if (a.n_sources > 0) {
+      HAP_ASSIGN_OR_RETURN(void* d_sources, c->Upload(a.sources, source_bytes));
+      d.sources = static_cast<const int*>(d_sources);
+    }
+    HAP_ASSIGN_OR_RETURN(void* workspace, c->Take(work_bytes));
+    d.merged_count = nullptr;
+    if (a.merged_count != nullptr) {
+      HAP_ASSIGN_OR_RETURN(void* d_counts, c->Take(target_bytes));
+      d.merged_count = static_cast<int*>(d_counts);
+    }
+    HAP_CUDA_RETURN_IF_ERROR(cuda::VisionZipMerge(d, workspace, c->stream()));
+    if (a.merged_count == nullptr) return absl::OkStatus();
+    return CopyToHost(a.merged_count, d.merged_count, target_bytes);
   }
 
  private:

@@ -7,43 +7,43 @@ namespace hap::cuda {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
-// Every lane gets the sum of the warp's 32 values (butterfly: the same order on every lane).
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Every lane gets op over the warp's 32 values (butterfly: the same order on every lane).
+template <typename Op>
+__device__ __forceinline__ float WarpReduce(float v, Op op) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(kFullMask, v, offset));
   return v;
 }
 
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
-  }
+// Every thread of the block gets op over the block's values. blockDim.x must be a multiple of
+// 32 (at most 1024); scratch is 32 floats of shared memory, free again when this returns;
+// identity is op's neutral value (0 for a sum, -inf for a max).
+template <typename Op>
+__device__ __forceinline__ float BlockReduce(float v, float* scratch, float identity, Op op) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int n_warps = blockDim.x / 32;
+  v = WarpReduce(v, op);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = WarpReduce(lane < n_warps ? scratch[lane] : identity, op);
+  __syncthreads();
   return v;
 }
 
-// Every thread of the block gets the block's sum. blockDim.x must be a multiple of 32 (at most
-// 1024); scratch is 32 floats of shared memory, free again when this returns.
+__device__ __forceinline__ float WarpSum(float v) { return WarpReduce(v, SumOp{}); }
+__device__ __forceinline__ float WarpMax(float v) { return WarpReduce(v, MaxOp{}); }
 __device__ __forceinline__ float BlockSum(float v, float* scratch) {
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  const int n_warps = blockDim.x / 32;
-  v = WarpSum(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = WarpSum(lane < n_warps ? scratch[lane] : 0.f);
-  __syncthreads();
-  return v;
+  return BlockReduce(v, scratch, 0.f, SumOp{});
 }
-
 __device__ __forceinline__ float BlockMax(float v, float* scratch) {
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  const int n_warps = blockDim.x / 32;
-  v = WarpMax(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = WarpMax(lane < n_warps ? scratch[lane] : -INFINITY);
-  __syncthreads();
-  return v;
+  return BlockReduce(v, scratch, -INFINITY, MaxOp{});
 }
 
 // The larger of two (value, index) pairs; equal values go to the lower index. NaN loses.

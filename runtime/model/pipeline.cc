@@ -61,7 +61,7 @@ absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_vi
     in.head_dim = feature_layer.head_dim;
     in.d_model = cfg.vision.hidden_size;
     in.scale = feature_layer.scale;
-    in.backend = &model.backend();
+    in.backend = &feature_layer.hidden.backend();  // the model's backend, which ran the tower
     HAP_ASSIGN_OR_RETURN(features, VisionZipCompress(in, zip));
     n = zip.total();
   }

@@ -1,6 +1,7 @@
 #include "runtime/model/vision_tower.h"
 
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
@@ -95,22 +96,19 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
     HAP_RETURN_IF_ERROR(backend.Activate(act, mlp.data(), static_cast<int64_t>(n) * ffn));
     HAP_RETURN_IF_ERROR(backend.Linear(mlp.data(), lw.fc2_w, lw.fc2_b.f32(), proj.data(), n, kRows));
     HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));
-
-    if (feature_layer != nullptr && l == n_layers - 1) {
-      // VisionZip scores and merges on the host.
-      feature_layer->n_tokens = n;
-      feature_layer->n_heads = heads;
-      feature_layer->head_dim = hd;
-      feature_layer->scale = args.scale;
-      for (auto [src, dst] : {std::pair{&q, &feature_layer->q}, {&k, &feature_layer->k},
-                              {&x, &feature_layer->hidden}}) {
-        dst->resize(src->size());
-        HAP_RETURN_IF_ERROR(src->CopyTo(dst->data()));
-      }
-    }
   }
   std::vector<float> out(x.size());
   HAP_RETURN_IF_ERROR(x.CopyTo(out.data()));
+  if (feature_layer != nullptr && n_layers > 0) {
+    // The last layer's Q, K and output stay in the backend's memory for VisionZip.
+    feature_layer->n_tokens = n;
+    feature_layer->n_heads = heads;
+    feature_layer->head_dim = hd;
+    feature_layer->scale = 1.f / std::sqrt(static_cast<float>(hd));
+    feature_layer->q = std::move(q);
+    feature_layer->k = std::move(k);
+    feature_layer->hidden = std::move(x);
+  }
   if (cfg.vision_feature_select_strategy == "full") return out;
   // "default" drops CLS.
   return std::vector<float>(out.begin() + d, out.end());

@@ -10,20 +10,21 @@
 
 namespace hap {
 
-// What the last layer the tower runs (the feature layer) computed, kept for VisionZip.
+// What the last layer the tower runs (the feature layer) computed, kept for VisionZip in the
+// memory of the backend that ran the tower (no copy to the host).
 struct VisionFeatureLayer {
   int n_tokens = 0;  // patches + 1 (token 0 is CLS)
   int n_heads = 0;
   int head_dim = 0;
   float scale = 0.f;
-  std::vector<float> q;       // F32 [n_tokens, hidden], with bias
-  std::vector<float> k;       // F32 [n_tokens, hidden], with bias
-  std::vector<float> hidden;  // F32 [n_tokens, hidden]: the layer's output (incl. CLS)
+  BackendArray<float> q;       // F32 [n_tokens, hidden], with bias
+  BackendArray<float> k;       // F32 [n_tokens, hidden], with bias
+  BackendArray<float> hidden;  // F32 [n_tokens, hidden]: the layer's output (incl. CLS)
 };
 
 // pixels: F32 [3, image_size, image_size] (CLIP-normalised). Returns the selected features
 // F32 [num_visual_tokens, vision.hidden_size] at vision_feature_layer. When feature_layer is
-// non-null it receives the feature layer's Q, K and output.
+// non-null it receives the feature layer's Q, K and output (the tower's own buffers, moved).
 absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const LlavaConfig& cfg,
                                                   const VisionWeights& w,
                                                   const float* pixels,

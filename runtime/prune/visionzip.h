@@ -25,6 +25,7 @@ struct VisionZipCounts {
 absl::StatusOr<VisionZipCounts> VisionZipSplit(double retain, int n_patches);
 
 // The feature layer of the vision tower. Token 0 is CLS, tokens 1..n_tokens−1 the patches.
+// q, k and hidden are in `backend`'s memory (host memory for the CPU backend).
 struct VisionZipInput {
   const float* q = nullptr;       // F32 [n_tokens, n_heads·head_dim] the layer's attention Q
   const float* k = nullptr;       // F32 [n_tokens, n_heads·head_dim] the layer's attention K
@@ -34,12 +35,13 @@ struct VisionZipInput {
   int head_dim = 0;
   int d_model = 0;
   float scale = 0.f;  // attention softmax scale (CLIP: head_dim^-0.5)
-  // Runs the selection's top-k. The CLS attention and the merge are host loops over q, k and
-  // hidden (so those are host memory); they are not yet backend ops.
+  // Runs every step: the CLS attention (TextVisualAttention of row 0 over all tokens, summed
+  // over heads by WeightedSumContiguous), the top-k, the gather of the dominant rows and the
+  // merge (VisionZipMerge). The host sees only the kept indices and the output rows.
   const Backend* backend = &CpuBackend();
 };
 
-// What VisionZipCompress chose (token indices into [0, n_tokens)).
+// What VisionZipCompress chose (token indices into [0, n_tokens)), copied to the host.
 struct VisionZipExplain {
   std::vector<float> cls_attention;  // [n_tokens] Σ_h softmax_i(scale·q_0·k_i); entry 0 is CLS
   std::vector<int> dominant;         // [dominant] ascending, starts with 0 (CLS)
@@ -47,7 +49,7 @@ struct VisionZipExplain {
   std::vector<int> merged_count;     // [contextual] tokens averaged into each target
 };
 
-// Output F32 [dominant + contextual, d_model]:
+// Output F32 [dominant + contextual, d_model] (host memory: the projector's input):
 //  - dominant rows: CLS and the (dominant − 1) patches with the largest CLS attention summed
 //    over heads (ties → lower index), in original order;
 //  - contextual rows: among the remaining R tokens (original order), targets at positions
@@ -55,6 +57,8 @@ struct VisionZipExplain {
 //    target whose head-mean key has the largest cosine similarity with its own (ties → first
 //    target); row c = hidden[target_c] + mean of hidden over the tokens assigned to it (just
 //    hidden[target_c] when none is).
+// Arithmetic: the CLS attention's logits and softmax are F32 per head (F64 row sums), the sum
+// over heads F64 rounded once; keys, similarities and means F64 (kernels/prune/visionzip_merge.h).
 // InvalidArgument for null pointers, non-positive sizes, dominant < 1, or
 // dominant + contextual > n_tokens.
 absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,

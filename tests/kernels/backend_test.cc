@@ -4,6 +4,7 @@
 // each case moves its data through the backend's own buffers as the model must.
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -16,6 +17,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/prune/paq.h"
+#include "kernels/prune/visionzip_merge.h"
 
 namespace hap {
 namespace {
@@ -330,6 +332,92 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
   EXPECT_EQ(kept[0], 0);  // 0.9 at 1 and 4, then 0.5 at 0 (ties to the lower index), ascending
   EXPECT_EQ(kept[1], 1);
   EXPECT_EQ(kept[2], 4);
+}
+
+// VisionZip on one small feature layer: the CLS attention as TextVisualAttention of row 0 over
+// every token summed over heads by WeightedSumContiguous, against its F64 definition; the merge
+// against the reference (rows, counts), with a source tied between two targets and a zero key;
+// token indices outside [0, n) refused.
+TEST_P(BackendTest, VisionZipOpsAgreeWithTheirDefinitions) {
+  const int n = 23, heads = 3, hd = 8, d = 11;
+  auto q = Random(n * heads * hd, 21), k = Random(n * heads * hd, 22), hid = Random(n * d, 23);
+  const int kw = heads * hd;
+  std::copy(k.begin() + 4 * kw, k.begin() + 5 * kw, k.begin() + 9 * kw);  // token 9 = token 4
+  std::fill(k.begin() + 6 * kw, k.begin() + 7 * kw, 0.f);                 // token 6: zero key
+  On<float> d_q(b(), q), d_k(b(), k), d_hid(b(), hid), d_heads(b(), heads * n), d_cls(b(), n);
+  kernels::TextVisualAttentionArgs t;
+  t.q_text = d_q.p();
+  t.k_vis = d_k.p();
+  t.n_text = 1;
+  t.n_vis = n;
+  t.n_heads = t.n_kv_heads = heads;
+  t.head_dim = hd;
+  t.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  t.out = d_heads.p();
+  ASSERT_TRUE(b().TextVisualAttention(t).ok());
+  const std::vector<float> ones(heads, 1.f);
+  ASSERT_TRUE(b().WeightedSumContiguous(d_heads.p(), ones.data(), heads, n, d_cls.p()).ok());
+  const std::vector<float> cls = d_cls.Host();
+  for (int i = 0; i < n; ++i) {
+    double want = 0;
+    for (int h = 0; h < heads; ++h) {
+      std::vector<double> logit(n);
+      for (int j = 0; j < n; ++j) {
+        double dot = 0;
+        for (int e = 0; e < hd; ++e) dot += double{q[h * hd + e]} * k[(j * heads + h) * hd + e];
+        logit[j] = t.scale * dot;
+      }
+      const double mx = *std::max_element(logit.begin(), logit.end());
+      double z = 0;
+      for (double l : logit) z += std::exp(l - mx);
+      want += std::exp(logit[i] - mx) / z;
+    }
+    EXPECT_NEAR(cls[i], want, 1e-6 * want + 1e-9) << i;
+  }
+
+  const std::vector<int> targets = {4, 9, 15}, sources = {1, 2, 3, 5, 6, 7, 8, 10, 20, 22};
+  kernels::VisionZipMergeArgs m;
+  m.k = k.data();
+  m.hidden = hid.data();
+  m.n_tokens = n;
+  m.n_heads = heads;
+  m.head_dim = hd;
+  m.d_model = d;
+  m.targets = targets.data();
+  m.n_targets = 3;
+  m.sources = sources.data();
+  m.n_sources = 10;
+  std::vector<float> want(3 * d);
+  std::vector<int> want_count(3);
+  m.out = want.data();
+  m.merged_count = want_count.data();
+  ASSERT_TRUE(kernels::VisionZipMerge(m).ok());
+  EXPECT_EQ(want_count[1], 0);  // token 9's key is token 4's: every tie goes to target 0
+  EXPECT_EQ(want_count[0] + want_count[1] + want_count[2], 10);
+  On<float> d_out(b(), 3 * d);
+  std::vector<int> count(3, -1);
+  m.k = d_k.p();
+  m.hidden = d_hid.p();
+  m.out = d_out.p();
+  m.merged_count = count.data();
+  ASSERT_TRUE(b().VisionZipMerge(m).ok());
+  EXPECT_EQ(count, want_count);
+  EXPECT_LT(MaxRelDiff(d_out.Host(), want), 1e-6);
+  m.merged_count = nullptr;  // the counts are optional
+  ASSERT_TRUE(b().VisionZipMerge(m).ok());
+  EXPECT_LT(MaxRelDiff(d_out.Host(), want), 1e-6);
+
+  const int bad_sources[] = {1, n};
+  m.sources = bad_sources;
+  m.n_sources = 2;
+  EXPECT_EQ(b().VisionZipMerge(m).code(), absl::StatusCode::kInvalidArgument);
+  m.n_sources = 0;  // no sources: the targets' own rows
+  m.sources = nullptr;
+  ASSERT_TRUE(b().VisionZipMerge(m).ok());
+  const std::vector<float> own = d_out.Host();
+  for (int c = 0; c < 3; ++c) {
+    for (int e = 0; e < d; ++e) EXPECT_EQ(own[c * d + e], hid[targets[c] * d + e]);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BackendTest, ::testing::ValuesIn(Backends()),

@@ -1,6 +1,7 @@
 // The model runs every op through the backend it is given (ModelOptions::backend): a backend
 // that counts and forwards to the CPU one gives bit-identical results, and a decode step makes
-// exactly the calls its layers need — no op reaches a kernel around the interface.
+// exactly the calls its layers need — no op reaches a kernel around the interface (VisionZip's
+// compression included).
 #include <map>
 #include <mutex>
 #include <string>
@@ -75,6 +76,7 @@ class CountingBackend final : public Backend {
   HAP_FORWARD(TokenScoresOfRows, (const float* m, int64_t r, int v, const int* rs, int n, float* s),
               (m, r, v, rs, n, s))
   HAP_FORWARD(StableTopK, (const float* s, int n, int k, int* kept), (s, n, k, kept))
+  HAP_FORWARD(VisionZipMerge, (const kernels::VisionZipMergeArgs& a), (a))
 #undef HAP_FORWARD
 
  private:
@@ -165,6 +167,24 @@ TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
   EXPECT_EQ(counting.count("DecodeAttention"), L);
   EXPECT_EQ(counting.count("Attention"), 0);
   EXPECT_EQ(counting.count("Embedding"), 1);
+
+  // VisionZip compresses the feature layer on the backend: one CLS attention row per head, its
+  // sum over heads, one top-k, the dominant rows gathered, one merge; bit-identical features.
+  PruneRequest zip;
+  zip.method = "visionzip";
+  zip.retain = 24;
+  counting.Reset();
+  auto zip_counted = EncodeImage(**counted_model, png, zip);
+  ASSERT_TRUE(zip_counted.ok()) << zip_counted.status();
+  EXPECT_EQ(counting.count("TextVisualAttention"), 1);
+  EXPECT_EQ(counting.count("WeightedSumContiguous"), 1);
+  EXPECT_EQ(counting.count("StableTopK"), 1);
+  EXPECT_EQ(counting.count("GatherRows"), 1);
+  EXPECT_EQ(counting.count("VisionZipMerge"), 1);
+  auto zip_plain = EncodeImage(**cpu_model, png, zip);
+  ASSERT_TRUE(zip_plain.ok()) << zip_plain.status();
+  EXPECT_EQ(zip_counted->n_vis, 24);
+  EXPECT_EQ(zip_plain->embeds, zip_counted->embeds);
 }
 
 }  // namespace

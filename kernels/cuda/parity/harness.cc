@@ -103,6 +103,7 @@ std::vector<Case> AllCases() {
   AddAttentionCases(cases);
   AddPruneCases(cases);
   AddGemmCases(cases);
+  AddVisionZipCases(cases);
   return cases;
 }
 

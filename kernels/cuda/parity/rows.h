@@ -14,5 +14,6 @@ void AddElementwiseCases(std::vector<Case>& cases);  // rows_elementwise.cc
 void AddAttentionCases(std::vector<Case>& cases);    // rows_attention.cc
 void AddPruneCases(std::vector<Case>& cases);        // rows_prune.cc
 void AddGemmCases(std::vector<Case>& cases);         // rows_gemm.cc
+void AddVisionZipCases(std::vector<Case>& cases);    // rows_visionzip.cc
 
 }  // namespace hap::cuda::parity

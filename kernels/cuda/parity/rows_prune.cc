@@ -243,26 +243,37 @@ Maps MakeMaps(int n_maps, int n_text, int n_vis, uint64_t seed) {
   return m;
 }
 
-CaseResult PaqCase(int n_maps, int n_text, int n_vis, bool from_entropies) {
-  const Maps m = MakeMaps(n_maps, n_text, n_vis, 300 + n_text + n_vis);
-  std::vector<float> want(n_maps);
-  Checker c;
-  const absl::Status ref =
-      from_entropies
-          ? kernels::PaqFromRowEntropies(m.a.data(), m.h.data(), n_maps, n_text, n_vis, want.data())
-          : kernels::PaqReference(m.a.data(), n_maps, n_text, n_vis, want.data());
-  if (!ref.ok()) c.Fail("the reference rejected the case: " + std::string(ref.message()));
-  DeviceBuffer da = DeviceBuffer::Of(m.a), dh = DeviceBuffer::Of(m.h);
-  DeviceBuffer dpaq(n_maps * sizeof(float));
-  KernelStatus st;
-  const double ms = TimedMs(
+// PAQ of the first n_maps maps on the host (the reference) and on the device, from the maps
+// alone or from the maps and their row entropies.
+absl::Status PaqOnHost(const Maps& m, int n_maps, int n_text, int n_vis, bool from_entropies,
+                       float* paq) {
+  return from_entropies
+             ? kernels::PaqFromRowEntropies(m.a.data(), m.h.data(), n_maps, n_text, n_vis, paq)
+             : kernels::PaqReference(m.a.data(), n_maps, n_text, n_vis, paq);
+}
+
+double PaqOnDevice(const DeviceBuffer& da, const DeviceBuffer& dh, int n_maps, int n_text,
+                   int n_vis, bool from_entropies, DeviceBuffer& dpaq, KernelStatus* st) {
+  return TimedMs(
       [&] {
         return from_entropies
                    ? PaqFromRowEntropies(da.as<float>(), dh.as<double>(), n_maps, n_text, n_vis,
                                          dpaq.as<float>(), nullptr)
                    : Paq(da.as<float>(), n_maps, n_text, n_vis, dpaq.as<float>(), nullptr);
       },
-      &st);
+      st);
+}
+
+CaseResult PaqCase(int n_maps, int n_text, int n_vis, bool from_entropies) {
+  const Maps m = MakeMaps(n_maps, n_text, n_vis, 300 + n_text + n_vis);
+  std::vector<float> want(n_maps);
+  Checker c;
+  const absl::Status ref = PaqOnHost(m, n_maps, n_text, n_vis, from_entropies, want.data());
+  if (!ref.ok()) c.Fail("the reference rejected the case: " + std::string(ref.message()));
+  DeviceBuffer da = DeviceBuffer::Of(m.a), dh = DeviceBuffer::Of(m.h);
+  DeviceBuffer dpaq(n_maps * sizeof(float));
+  KernelStatus st;
+  const double ms = PaqOnDevice(da, dh, n_maps, n_text, n_vis, from_entropies, dpaq, &st);
   c.Status(st);
   c.Output("paq", dpaq, want, kF32Tol);
   c.Unchanged("maps", da, m.a.data());
@@ -282,27 +293,16 @@ CaseResult PaqRejectsCase(bool from_entropies) {
   float want0 = 0.f;
   Checker c;
   std::vector<float> bad(n_maps);
-  const absl::Status rejected =
-      from_entropies
-          ? kernels::PaqFromRowEntropies(m.a.data(), m.h.data(), n_maps, n_text, n_vis, bad.data())
-          : kernels::PaqReference(m.a.data(), n_maps, n_text, n_vis, bad.data());
-  if (rejected.ok()) c.Fail("the reference accepted invalid maps");
-  const absl::Status ref =
-      from_entropies
-          ? kernels::PaqFromRowEntropies(m.a.data(), m.h.data(), 1, n_text, n_vis, &want0)
-          : kernels::PaqReference(m.a.data(), 1, n_text, n_vis, &want0);
-  if (!ref.ok()) c.Fail("the reference rejected map 0");
+  if (PaqOnHost(m, n_maps, n_text, n_vis, from_entropies, bad.data()).ok()) {
+    c.Fail("the reference accepted invalid maps");
+  }
+  if (!PaqOnHost(m, 1, n_text, n_vis, from_entropies, &want0).ok()) {
+    c.Fail("the reference rejected map 0");
+  }
   DeviceBuffer da = DeviceBuffer::Of(m.a), dh = DeviceBuffer::Of(m.h);
   DeviceBuffer dpaq(n_maps * sizeof(float));
   KernelStatus st;
-  const double ms = TimedMs(
-      [&] {
-        return from_entropies
-                   ? PaqFromRowEntropies(da.as<float>(), dh.as<double>(), n_maps, n_text, n_vis,
-                                         dpaq.as<float>(), nullptr)
-                   : Paq(da.as<float>(), n_maps, n_text, n_vis, dpaq.as<float>(), nullptr);
-      },
-      &st);
+  const double ms = PaqOnDevice(da, dh, n_maps, n_text, n_vis, from_entropies, dpaq, &st);
   c.Status(st);
   c.Guards("paq", dpaq);
   const std::vector<float> got = dpaq.Download<float>();
@@ -607,7 +607,9 @@ void AddPruneCases(std::vector<Case>& cases) {
                                   AttentionShape{1, 576, 8, 2, 64, false, false, 1},
                                   AttentionShape{5, 1, 4, 2, 10, true, true, 0},
                                   AttentionShape{9, 65, 4, 1, 256, true, true, 0},
-                                  AttentionShape{8, 33, 8, 8, 128, false, false, 0}}) {
+                                  AttentionShape{8, 33, 8, 8, 128, false, false, 0},
+                                  // VisionZip's CLS attention: row 0 over every token of CLIP-L.
+                                  AttentionShape{1, 577, 16, 16, 64, true, false, 0}}) {
     cases.push_back({AttentionName(s), {"TextVisualAttentionKernel"}, [=] {
                        return TextVisualAttentionCase(s);
                      }});
