@@ -43,6 +43,8 @@ DecodeEngineStats DecodeEngine::stats() const {
 
 void DecodeEngine::Retire(Sequence& seq, absl::StatusOr<DecodeResult> result) {
   seq.job.cache = KvCache();
+  seq.job.paged.reset();
+  seq.paged.reset();
   {
     std::lock_guard<std::mutex> lock(mu_);
     --running_;
@@ -64,7 +66,9 @@ void DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
   for (size_t i = 0; i < taken.size(); ++i) {
     Sequence seq;
     seq.job = std::move(taken[i]);
-    if (options_.pool != nullptr && !stopping) {
+    if (seq.job.paged != nullptr) {
+      seq.paged = std::move(seq.job.paged);
+    } else if (options_.pool != nullptr && !stopping) {
       const int reserve = std::max(seq.job.stop.max_new_tokens, 0);
       absl::StatusOr<std::unique_ptr<PagedKv>> paged =
           PagedKv::FromCache(options_.pool, seq.job.cache, reserve);

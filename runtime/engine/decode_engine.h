@@ -35,6 +35,9 @@ struct DecodeEngineOptions {
 // One sequence handed to the engine after its prefill.
 struct DecodeJob {
   KvCache cache;
+  // The cache already in blocks of the engine's pool (the KV transfer landed there); `cache`
+  // is then empty and admission takes no blocks.
+  std::unique_ptr<PagedKv> paged;
   int32_t first_token = 0;  // drawn by `sampler` from the prefill logits
   Sampler sampler{SamplingParams{}};
   StopCriteria stop;
@@ -67,6 +70,8 @@ class DecodeEngine {
   int waiting() const;
   int running() const;
   DecodeEngineStats stats() const;
+  // The engine's KV block pool (null without one).
+  KvBlockPool* pool() const { return options_.pool; }
 
  private:
   struct Sequence {

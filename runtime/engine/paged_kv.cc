@@ -12,12 +12,44 @@ namespace {
 
 int BlocksForRows(int rows, int block_rows) { return (rows + block_rows - 1) / block_rows; }
 
+std::vector<int> LayerRows(const KvCache& cache) {
+  std::vector<int> rows;
+  for (const LayerKv& l : cache.layers) rows.push_back(l.len());
+  return rows;
+}
+
 }  // namespace
 
-int64_t PagedKv::BlocksFor(const KvBlockPool& pool, const KvCache& cache, int reserve_rows) {
+int64_t PagedKv::BlocksFor(const KvBlockPool& pool, const std::vector<int>& layer_rows,
+                           int reserve_rows) {
   int64_t n = 0;
-  for (const LayerKv& l : cache.layers) n += BlocksForRows(l.len() + reserve_rows, pool.block_rows());
+  for (int rows : layer_rows) n += BlocksForRows(rows + reserve_rows, pool.block_rows());
   return n;
+}
+
+int64_t PagedKv::BlocksFor(const KvBlockPool& pool, const KvCache& cache, int reserve_rows) {
+  return BlocksFor(pool, LayerRows(cache), reserve_rows);
+}
+
+absl::StatusOr<std::unique_ptr<PagedKv>> PagedKv::Reserve(KvBlockPool* pool,
+                                                         const std::vector<int>& layer_rows,
+                                                         int reserve_rows) {
+  std::unique_ptr<PagedKv> paged(new PagedKv(pool));
+  HAP_ASSIGN_OR_RETURN(std::vector<int32_t> blocks,
+                       pool->Allocate(static_cast<int>(BlocksFor(*pool, layer_rows, reserve_rows))));
+  paged->layers_.resize(layer_rows.size());
+  size_t next = 0;
+  for (size_t l = 0; l < layer_rows.size(); ++l) {
+    Layer& layer = paged->layers_[l];
+    const int n = BlocksForRows(layer_rows[l] + reserve_rows, pool->block_rows());
+    for (int b = 0; b < n; ++b) {
+      const int32_t id = blocks[next++];
+      layer.blocks.push_back(id);
+      layer.k.push_back(pool->k(id));
+      layer.v.push_back(pool->v(id));
+    }
+  }
+  return paged;
 }
 
 absl::StatusOr<std::unique_ptr<PagedKv>> PagedKv::FromCache(KvBlockPool* pool,
@@ -27,41 +59,27 @@ absl::StatusOr<std::unique_ptr<PagedKv>> PagedKv::FromCache(KvBlockPool* pool,
     return absl::InvalidArgumentError(absl::StrCat("a cache of kv_dim ", cache.kv_dim,
                                                    " for a pool of kv_dim ", pool->kv_dim()));
   }
-  std::unique_ptr<PagedKv> paged(new PagedKv(pool));
-  HAP_ASSIGN_OR_RETURN(std::vector<int32_t> blocks,
-                       pool->Allocate(static_cast<int>(BlocksFor(*pool, cache, reserve_rows))));
-  paged->layers_.resize(cache.layers.size());
-  size_t next = 0;
-  for (size_t l = 0; l < cache.layers.size(); ++l) {
-    Layer& layer = paged->layers_[l];
-    const int n = BlocksForRows(cache.layers[l].len() + reserve_rows, pool->block_rows());
-    for (int b = 0; b < n; ++b) {
-      const int32_t id = blocks[next++];
-      layer.blocks.push_back(id);
-      layer.k.push_back(pool->k(id));
-      layer.v.push_back(pool->v(id));
-    }
-  }
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<PagedKv> paged,
+                       Reserve(pool, LayerRows(cache), reserve_rows));
   paged->next_position = cache.next_position;
-  // The host cache's rows go to the pool's memory: in place on the CPU backend, through a
-  // staging copy in a device's memory.
-  const Backend& backend = pool->backend();
-  const bool host_pool = backend.device() == Device::kCpu;
-  BackendArray<float> k_stage(backend), v_stage(backend);
   for (size_t l = 0; l < cache.layers.size(); ++l) {
     const LayerKv& src = cache.layers[l];
-    const float* k = src.k.data();
-    const float* v = src.v.data();
-    if (!host_pool) {
-      HAP_RETURN_IF_ERROR(k_stage.Assign(src.k.data(), src.k.size()));
-      HAP_RETURN_IF_ERROR(v_stage.Assign(src.v.data(), src.v.size()));
-      k = k_stage.data();
-      v = v_stage.data();
-    }
-    HAP_RETURN_IF_ERROR(
-        paged->Append(backend, static_cast<int>(l), k, v, src.positions.data(), src.len()));
+    HAP_RETURN_IF_ERROR(paged->AppendHost(static_cast<int>(l), src.k.data(), src.v.data(),
+                                          src.positions.data(), src.len()));
   }
   return paged;
+}
+
+absl::Status PagedKv::AppendHost(int layer, const float* k, const float* v,
+                                 const int32_t* positions, int n) {
+  const Backend& backend = pool_->backend();
+  if (backend.device() == Device::kCpu) return Append(backend, layer, k, v, positions, n);
+  const size_t values = static_cast<size_t>(n) * pool_->kv_dim();
+  k_stage_.Rebind(backend);
+  v_stage_.Rebind(backend);
+  HAP_RETURN_IF_ERROR(k_stage_.Assign(k, values));
+  HAP_RETURN_IF_ERROR(v_stage_.Assign(v, values));
+  return Append(backend, layer, k_stage_.data(), v_stage_.data(), positions, n);
 }
 
 PagedKv::~PagedKv() {

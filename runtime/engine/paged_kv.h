@@ -26,6 +26,14 @@ class PagedKv final : public KvStore {
                                                            int reserve_rows);
   // The blocks FromCache would take for `cache`.
   static int64_t BlocksFor(const KvBlockPool& pool, const KvCache& cache, int reserve_rows);
+  // An empty cache holding blocks for layer_rows[l] + reserve_rows rows of each layer l, to be
+  // filled with AppendHost as rows arrive (the KV transfer). ResourceExhausted, nothing held,
+  // when the pool lacks them.
+  static absl::StatusOr<std::unique_ptr<PagedKv>> Reserve(KvBlockPool* pool,
+                                                         const std::vector<int>& layer_rows,
+                                                         int reserve_rows);
+  static int64_t BlocksFor(const KvBlockPool& pool, const std::vector<int>& layer_rows,
+                           int reserve_rows);
   ~PagedKv() override;
   PagedKv(const PagedKv&) = delete;
   PagedKv& operator=(const PagedKv&) = delete;
@@ -36,6 +44,10 @@ class PagedKv final : public KvStore {
   // past the reserved rows.
   absl::Status Append(const Backend& backend, int layer, const float* k, const float* v,
                       const int32_t* positions, int n) override;
+  // Append from host memory (rows that arrived over the network, a host cache): through a
+  // staging copy when the pool is a device's.
+  absl::Status AppendHost(int layer, const float* k, const float* v, const int32_t* positions,
+                          int n);
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return pool_->dtype(); }
   Device device() const override { return pool_->backend().device(); }
@@ -55,6 +67,7 @@ class PagedKv final : public KvStore {
 
   KvBlockPool* pool_;
   std::vector<Layer> layers_;
+  BackendArray<float> k_stage_, v_stage_;  // AppendHost's staging copies on a device pool
 };
 
 }  // namespace hap

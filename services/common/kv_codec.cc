@@ -142,6 +142,17 @@ absl::Status KvAssembler::OnHeader(const hap::v1::KvHeader& h) {
   cache_.next_position = h.next_position();
   cache_.layers.resize(h.n_layers());  // rows are allocated as they arrive
   rows_received_.assign(h.n_layers(), 0);
+  if (pool_ != nullptr) {
+    const std::vector<int> layer_rows(h.layer_rows().begin(), h.layer_rows().end());
+    absl::StatusOr<std::unique_ptr<PagedKv>> paged =
+        PagedKv::Reserve(pool_, layer_rows, h.max_new_tokens());
+    if (paged.ok()) {
+      paged_ = std::move(*paged);
+      paged_->next_position = h.next_position();
+    } else if (!absl::IsResourceExhausted(paged.status())) {
+      return paged.status();
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -193,8 +204,9 @@ absl::Status KvAssembler::OnChunk(const hap::v1::KvChunk& c) {
     return Bad(absl::StrCat(where, ": k/v are ", c.k().size(), "/", c.v().size(), " bytes; ",
                             c.n_rows(), " F32 rows of ", row_floats, " need ", bytes));
   }
-  LayerKv& layer = cache_.layers[layer_];
-  int32_t prev = layer.positions.empty() ? -1 : layer.positions.back();
+  const std::vector<int32_t>& landed =
+      paged_ != nullptr ? paged_->positions(layer_) : cache_.layers[layer_].positions;
+  int32_t prev = landed.empty() ? -1 : landed.back();
   for (int32_t p : c.positions()) {
     if (p <= prev || p >= header_.next_position()) {
       return Bad(absl::StrCat(where, ": position ", p, " is not increasing within [0, ",
@@ -207,16 +219,22 @@ absl::Status KvAssembler::OnChunk(const hap::v1::KvChunk& c) {
     return Bad(absl::StrCat(where, ": checksum mismatch (crc32c ", c.crc32c(), " sent, ", crc,
                             " computed): the payload was corrupted"));
   }
-  if (layer.positions.empty()) {
-    layer.k.reserve(static_cast<size_t>(want) * row_floats);
-    layer.v.reserve(static_cast<size_t>(want) * row_floats);
-    layer.positions.reserve(want);
-  }
   const auto* k = reinterpret_cast<const float*>(c.k().data());
   const auto* v = reinterpret_cast<const float*>(c.v().data());
-  layer.k.insert(layer.k.end(), k, k + c.n_rows() * row_floats);
-  layer.v.insert(layer.v.end(), v, v + c.n_rows() * row_floats);
-  layer.positions.insert(layer.positions.end(), c.positions().begin(), c.positions().end());
+  if (paged_ != nullptr) {
+    HAP_RETURN_IF_ERROR(
+        paged_->AppendHost(layer_, k, v, c.positions().data(), static_cast<int>(c.n_rows())));
+  } else {
+    LayerKv& layer = cache_.layers[layer_];
+    if (layer.positions.empty()) {
+      layer.k.reserve(static_cast<size_t>(want) * row_floats);
+      layer.v.reserve(static_cast<size_t>(want) * row_floats);
+      layer.positions.reserve(want);
+    }
+    layer.k.insert(layer.k.end(), k, k + c.n_rows() * row_floats);
+    layer.v.insert(layer.v.end(), v, v + c.n_rows() * row_floats);
+    layer.positions.insert(layer.positions.end(), c.positions().begin(), c.positions().end());
+  }
   rows_received_[layer_] += c.n_rows();
   bytes_received_ += 2 * static_cast<int64_t>(bytes);
   ++chunks_received_;

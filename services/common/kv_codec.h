@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "hap/v1/decode.pb.h"
+#include "runtime/engine/paged_kv.h"
 #include "runtime/model/kv_cache.h"
 
 namespace hap::svc {
@@ -54,7 +55,11 @@ struct KvExpectation {
 
 class KvAssembler {
  public:
-  explicit KvAssembler(const KvExpectation& expect) : expect_(expect) {}
+  // With a pool, OnHeader reserves the sequence's blocks (its rows plus max_new_tokens per
+  // layer) and the rows land in them as they arrive. When the pool lacks the blocks, the rows
+  // assemble into a host cache as without a pool, and the engine admits it once blocks free.
+  explicit KvAssembler(const KvExpectation& expect, KvBlockPool* pool = nullptr)
+      : expect_(expect), pool_(pool) {}
 
   // Every error is InvalidArgument with what was wrong and where.
   absl::Status OnHeader(const hap::v1::KvHeader& header);
@@ -67,7 +72,10 @@ class KvAssembler {
   int64_t expected_bytes() const { return expected_bytes_; }  // after OnHeader
   int64_t bytes_received() const { return bytes_received_; }
   int chunks_received() const { return chunks_received_; }
-  // The cache, once OnTrailer succeeded.
+  // Whether the rows are landing in the pool's blocks (after OnHeader).
+  bool in_blocks() const { return paged_ != nullptr; }
+  // The cache, once OnTrailer succeeded: the blocks when in_blocks(), else the host cache.
+  std::unique_ptr<PagedKv> TakePaged() { return std::move(paged_); }
   KvCache TakeCache() { return std::move(cache_); }
 
  private:
@@ -75,7 +83,9 @@ class KvAssembler {
   hap::v1::KvHeader header_;
   bool has_header_ = false;
   bool complete_ = false;
+  KvBlockPool* pool_ = nullptr;
   KvCache cache_;
+  std::unique_ptr<PagedKv> paged_;
   std::vector<int> rows_received_;
   int layer_ = 0;
   int chunks_received_ = 0;

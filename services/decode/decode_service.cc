@@ -47,7 +47,8 @@ class DecodeReactor final
       return;
     }
     model_ = service->model_.load();
-    assembler_.emplace(ExpectationOf(*model_));
+    // The rows land in the engine's KV blocks as they arrive, when it has them free.
+    assembler_.emplace(ExpectationOf(*model_), service->engine_.load()->pool());
     StartRead(&in_);
   }
 
@@ -159,6 +160,7 @@ class DecodeReactor final
         .SetAttribute("hap.kv.chunks_received", kv_chunks_);
     DecodeJob job;
     job.cache = assembler_->TakeCache();
+    job.paged = assembler_->TakePaged();
     assembler_.reset();
     job.first_token = header.first_token();
     // The sampler prefill used, continued: same seed, with its draws skipped.

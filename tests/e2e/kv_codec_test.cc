@@ -2,7 +2,11 @@
 // into the identical cache, and the receiver's checks on headers and chunks.
 #include "services/common/kv_codec.h"
 
+#include <cstring>
+
 #include "gtest/gtest.h"
+#include "runtime/engine/kv_block_pool.h"
+#include "runtime/engine/paged_kv.h"
 #include "services/common/crc32c.h"
 #include "services/common/embed_codec.h"
 
@@ -83,6 +87,80 @@ TEST(KvCodecTest, ChunksStayUnderTheLimitAndReassembleExactly) {
     EXPECT_EQ(got.layers[l].v, cache.layers[l].v);
     EXPECT_EQ(got.layers[l].positions, cache.layers[l].positions);
   }
+}
+
+// With a block pool, the rows land in blocks as they arrive: the blocks are reserved at the
+// header (each layer's rows plus max_new_tokens), hold exactly the rows a host cache would, and
+// go back when the assembler is dropped; a pool without room falls back to the host cache.
+TEST(KvCodecTest, RowsLandInPoolBlocksAsTheyArrive) {
+  const KvCache cache = MakeCache(4, 32);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    auto pool = KvBlockPool::Create(16, 32, dtype, int64_t{4} << 20);
+    ASSERT_TRUE(pool.ok());
+    auto chunker = KvChunker::Create(&cache, 8192);
+    ASSERT_TRUE(chunker.ok());
+    const hap::v1::KvHeader header = Header(*chunker);
+    {
+      KvAssembler assembler(Expect(cache), pool->get());
+      ASSERT_TRUE(assembler.OnHeader(header).ok());
+      ASSERT_TRUE(assembler.in_blocks());
+      const int64_t reserved = PagedKv::BlocksFor(**pool, cache, header.max_new_tokens());
+      EXPECT_EQ((*pool)->stats().blocks_in_use, reserved);
+      hap::v1::KvChunk chunk;
+      while (chunker->Next(&chunk)) ASSERT_TRUE(assembler.OnChunk(chunk).ok());
+      hap::v1::KvTrailer trailer;
+      chunker->FillTrailer(&trailer);
+      ASSERT_TRUE(assembler.OnTrailer(trailer).ok());
+      EXPECT_EQ(assembler.TakeCache().total_rows(), 0);  // nothing assembled on the host
+      std::unique_ptr<PagedKv> landed = assembler.TakePaged();
+      ASSERT_NE(landed, nullptr);
+      auto copied = PagedKv::FromCache(pool->get(), cache, header.max_new_tokens());
+      ASSERT_TRUE(copied.ok());
+      EXPECT_EQ(landed->next_position, cache.next_position);
+      const size_t row_bytes = 32 * DTypeSize(dtype);
+      for (int l = 0; l < landed->n_layers(); ++l) {
+        ASSERT_EQ(landed->len(l), cache.layers[l].len());
+        EXPECT_EQ(landed->positions(l), cache.layers[l].positions);
+        std::vector<KvSpan> a, b;
+        landed->Spans(l, &a);
+        (*copied)->Spans(l, &b);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          ASSERT_EQ(a[i].rows, b[i].rows);
+          EXPECT_EQ(std::memcmp(a[i].k, b[i].k, a[i].rows * row_bytes), 0) << l;
+          EXPECT_EQ(std::memcmp(a[i].v, b[i].v, a[i].rows * row_bytes), 0) << l;
+        }
+      }
+    }
+    EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
+    {
+      // A transfer cut off after a few chunks gives its blocks back with the assembler.
+      KvAssembler cut(Expect(cache), pool->get());
+      ASSERT_TRUE(cut.OnHeader(header).ok());
+      auto again = KvChunker::Create(&cache, 8192);
+      hap::v1::KvChunk chunk;
+      ASSERT_TRUE(again->Next(&chunk));
+      ASSERT_TRUE(cut.OnChunk(chunk).ok());
+      EXPECT_GT((*pool)->stats().blocks_in_use, 0);
+    }
+    EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
+  }
+  // A pool too small for the sequence: the rows assemble on the host instead.
+  auto small = KvBlockPool::Create(16, 32, DType::kF32, 3 * 2 * 16 * 32 * sizeof(float));
+  ASSERT_TRUE(small.ok());
+  auto chunker = KvChunker::Create(&cache, 8192);
+  KvAssembler assembler(Expect(cache), small->get());
+  ASSERT_TRUE(assembler.OnHeader(Header(*chunker)).ok());
+  EXPECT_FALSE(assembler.in_blocks());
+  EXPECT_EQ((*small)->stats().blocks_in_use, 0);
+  hap::v1::KvChunk chunk;
+  while (chunker->Next(&chunk)) ASSERT_TRUE(assembler.OnChunk(chunk).ok());
+  hap::v1::KvTrailer trailer;
+  chunker->FillTrailer(&trailer);
+  ASSERT_TRUE(assembler.OnTrailer(trailer).ok());
+  EXPECT_EQ(assembler.TakePaged(), nullptr);
+  EXPECT_EQ(assembler.TakeCache().total_rows(), cache.total_rows());
 }
 
 TEST(KvCodecTest, RejectsWhatDoesNotFit) {
