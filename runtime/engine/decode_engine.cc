@@ -52,7 +52,7 @@ void DecodeEngine::Retire(Sequence& seq, absl::StatusOr<DecodeResult> result) {
   if (seq.job.done) seq.job.done(std::move(result));
 }
 
-void DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
+bool DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
   std::vector<DecodeJob> taken;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -63,11 +63,18 @@ void DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
     }
     running_ += static_cast<int>(taken.size());
   }
-  for (size_t i = 0; i < taken.size(); ++i) {
+  // Jobs whose cache still has to move into blocks go in arrival order: once one waits for
+  // blocks, the later ones wait behind it. Jobs that already hold their blocks (the transfer
+  // landed in them) never wait for those: they may be what frees the blocks.
+  std::vector<DecodeJob> deferred;
+  for (DecodeJob& job : taken) {
     Sequence seq;
-    seq.job = std::move(taken[i]);
+    seq.job = std::move(job);
     if (seq.job.paged != nullptr) {
       seq.paged = std::move(seq.job.paged);
+    } else if (!deferred.empty()) {
+      deferred.push_back(std::move(seq.job));
+      continue;
     } else if (options_.pool != nullptr && !stopping) {
       const int reserve = std::max(seq.job.stop.max_new_tokens, 0);
       absl::StatusOr<std::unique_ptr<PagedKv>> paged =
@@ -75,12 +82,9 @@ void DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
       if (!paged.ok() && absl::IsResourceExhausted(paged.status()) &&
           PagedKv::BlocksFor(*options_.pool, seq.job.cache, reserve) <=
               options_.pool->stats().blocks_total) {
-        // Not now: this job and the ones behind it wait, in order, for blocks to come back.
-        std::lock_guard<std::mutex> lock(mu_);
-        for (size_t j = taken.size(); j-- > i + 1;) waiting_.push_front(std::move(taken[j]));
-        waiting_.push_front(std::move(seq.job));
-        running_ -= static_cast<int>(taken.size() - i);
-        return;
+        // Not now: this job waits, first in line, for blocks to come back.
+        deferred.push_back(std::move(seq.job));
+        continue;
       }
       if (!paged.ok()) {
         Retire(seq, paged.status());
@@ -93,20 +97,31 @@ void DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
     seq.stream->Accept(seq.job.first_token);
     active.push_back(std::move(seq));
   }
+  if (deferred.empty()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t j = deferred.size(); j-- > 0;) waiting_.push_front(std::move(deferred[j]));
+  running_ -= static_cast<int>(deferred.size());
+  return true;
 }
 
 void DecodeEngine::Loop() {
   std::vector<Sequence> active;
   const int vocab = model_.config().text.vocab_size;
+  bool waiting_for_blocks = false;
   for (;;) {
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      if (waiting_for_blocks && active.empty()) {
+        // The blocks a waiting job needs are held outside the engine (transfers still landing
+        // in theirs): look again shortly rather than spin.
+        cv_.wait_for(lock, kBlockWait, [&] { return stop_; });
+      }
       cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !active.empty(); });
       stopping = stop_;
     }
     // Admission between steps, in arrival order, up to the batch limit.
-    Admit(active, stopping);
+    waiting_for_blocks = Admit(active, stopping);
     // Sequences that are finished, cancelled or asked to stop leave before the step, and so does
     // one that cannot take another step (its context is full): alone, the others go on.
     std::vector<absl::Status> unable(active.size());

@@ -6,6 +6,7 @@
 // (TokenStream), seeded exactly as in a solo run.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -84,8 +85,11 @@ class DecodeEngine {
   // Ends `seq` with `result`: frees its cache and its slot, then reports.
   void Retire(Sequence& seq, absl::StatusOr<DecodeResult> result);
   // Takes waiting jobs into `active` while the batch has room and (with a pool) blocks are
-  // free; jobs that can never fit end with the pool's error.
-  void Admit(std::vector<Sequence>& active, bool stopping);
+  // free; jobs that can never fit end with the pool's error. True when a job is left waiting
+  // for blocks.
+  bool Admit(std::vector<Sequence>& active, bool stopping);
+  // How long an idle engine waits before looking for free blocks again.
+  static constexpr std::chrono::milliseconds kBlockWait{2};
 
   const LlavaModel& model_;
   const DecodeEngineOptions options_;

@@ -412,6 +412,55 @@ TEST_P(BatchingTest, FullPoolQueuesRefusesAndNeverLeaks) {
   EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
 }
 
+// A job that already holds its blocks (its KV transfer landed in them) is admitted even when a
+// job ahead of it waits for blocks — the ones it holds. The pool has room for one sequence: the
+// host-cache job submitted first must wait for the landed one, which must not wait for it.
+TEST_P(BatchingTest, ALandedJobIsNotStuckBehindOneWaitingForItsBlocks) {
+  const std::vector<Case> cases = Cases();
+  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  StopCriteria stop;
+  stop.max_new_tokens = 4;
+  Prefilled first = Prefill(cases[0]), landed = Prefill(cases[0]);
+  auto sizing = KvBlockPool::Create(16, kv_dim, DType::kF32, int64_t{1} << 30);
+  ASSERT_TRUE(sizing.ok());
+  const int64_t one = PagedKv::BlocksFor(**sizing, first.cache, stop.max_new_tokens);
+  auto pool = KvBlockPool::Create(16, kv_dim, DType::kF32,
+                                  one * (*sizing)->stats().bytes_per_block);
+  ASSERT_TRUE(pool.ok());
+  DecodeEngineOptions options;
+  options.max_batch = 4;
+  options.pool = pool->get();
+  std::promise<absl::StatusOr<DecodeResult>> done[2];
+  {
+    DecodeEngine engine(*model_, options);
+    auto paged = PagedKv::FromCache(pool->get(), landed.cache, stop.max_new_tokens);
+    ASSERT_TRUE(paged.ok());
+    EXPECT_EQ((*pool)->stats().blocks_in_use, one);  // the pool is full
+    for (int i = 0; i < 2; ++i) {
+      Prefilled& p = i == 0 ? first : landed;
+      DecodeJob job;
+      if (i == 0) {
+        job.cache = std::move(p.cache);
+      } else {
+        job.paged = std::move(*paged);
+      }
+      job.first_token = p.first_token;
+      job.sampler = p.sampler;
+      job.stop = stop;
+      job.done = [&done, i](absl::StatusOr<DecodeResult> r) { done[i].set_value(std::move(r)); };
+      engine.Submit(std::move(job));
+    }
+    for (int i = 0; i < 2; ++i) {
+      auto f = done[i].get_future();
+      ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "job " << i;
+      const absl::StatusOr<DecodeResult> r = f.get();
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->tokens.size(), 4u);
+    }
+  }
+  EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, BatchingTest, ::testing::Values(DType::kF32, DType::kBF16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
