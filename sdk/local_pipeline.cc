@@ -56,7 +56,7 @@ std::vector<std::string> LocalPipeline::decode_addresses() const {
   return out;
 }
 
-std::vector<std::string> LocalPipeline::Argv(Service service, int port) const {
+std::vector<std::string> LocalPipeline::Argv(Service service, int port, int replica) const {
   std::vector<std::string> argv = {(fs::path(options_.bin_dir) / ServiceBinary(service)).string(),
                                    "--host", options_.host, "--port", std::to_string(port),
                                    "--pool-spin-us", std::to_string(options_.pool_spin_us)};
@@ -73,14 +73,19 @@ std::vector<std::string> LocalPipeline::Argv(Service service, int port) const {
     extra = &options_.decode_args;
   }
   argv.insert(argv.end(), extra->begin(), extra->end());
+  if (service == Service::kDecode &&
+      replica < static_cast<int>(options_.decode_replica_args.size())) {
+    const std::vector<std::string>& own = options_.decode_replica_args[replica];
+    argv.insert(argv.end(), own.begin(), own.end());
+  }
   return argv;
 }
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> LocalPipeline::Spawn(Service service, int port,
-                                                                  int* bound) {
+                                                                  int* bound, int replica) {
   const std::string prefix =
       options_.echo_output ? absl::StrCat("[", ServiceBinary(service), "]") : "";
-  auto child = ChildProcess::Spawn(Argv(service, port), prefix);
+  auto child = ChildProcess::Spawn(Argv(service, port, replica), prefix);
   if (!child.ok()) return child.status();
   auto line = (*child)->WaitForLine(
       [](const std::string& l) { return ParseListeningPort(l) > 0; }, options_.start_timeout);
@@ -140,7 +145,7 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Start(
   }
   for (int i = 1; i < options.decode_replicas; ++i) {
     int port = 0;
-    auto child = p->Spawn(Service::kDecode, 0, &port);
+    auto child = p->Spawn(Service::kDecode, 0, &port, i);
     if (!child.ok()) return child.status();
     p->extra_decodes_.push_back(std::move(*child));
     p->extra_decode_ports_.push_back(port);

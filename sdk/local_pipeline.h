@@ -24,6 +24,9 @@ struct LocalPipelineOptions {
   std::vector<std::string> encoder_args, prefill_args, decode_args;
   // hap-decode processes; prefill gets all their addresses and spreads calls over them.
   int decode_replicas = 1;
+  // More flags for single decode replicas, after decode_args: entry i goes to replica i (the
+  // first is address(Service::kDecode)); replicas past the end get none.
+  std::vector<std::vector<std::string>> decode_replica_args;
   // --pool-spin-us for every service: the three share this machine's cores, and a compute pool
   // that spins long takes them from the others (16 concurrent streams on 2 cores: 12 µs did
   // 10-20% better in aggregate than the services' 50 µs default).
@@ -59,10 +62,12 @@ class LocalPipeline {
  private:
   LocalPipeline() = default;
   static int Index(Service s) { return static_cast<int>(s); }
-  std::vector<std::string> Argv(Service service, int port) const;
+  // `replica`: which hap-decode (0 = the first); ignored for the others.
+  std::vector<std::string> Argv(Service service, int port, int replica = 0) const;
   absl::Status Launch(Service service, int port);
   // Starts one child and returns it with the port it listens on.
-  absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(Service service, int port, int* bound);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(Service service, int port, int* bound,
+                                                      int replica = 0);
   absl::Status WaitServing(Service service);
   absl::Status WaitServingAt(ChildProcess* child, const char* name, const std::string& address);
 

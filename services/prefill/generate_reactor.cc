@@ -223,7 +223,14 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
                        KvChunker::Create(&prefill.cache, config.max_message_bytes));
 
   PrefillMetrics& metrics = PrefillMetrics::Get();
-  const ReplicaSet<hap::v1::Decode>::Lease decode = service_->decoders().Pick();
+  // What decode will reserve for this cache: its rows plus max_new_tokens rows per layer, F32.
+  // An estimate: decode rounds each layer up to whole blocks (a little more), and a BF16 pool
+  // holds the rows in half (less); the choice only compares replicas by it.
+  const int64_t kv_need =
+      (prefill.cache.total_rows() +
+       static_cast<int64_t>(prefill.cache.layers.size()) * job_.stop.max_new_tokens) *
+      prefill.cache.kv_dim * 2 * static_cast<int64_t>(sizeof(float));
+  const ReplicaSet<hap::v1::Decode>::Lease decode = service_->decoders().Pick(kv_need);
   telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Decode/Decode", decode.address(),
                             ctx.get());
   // hap.kv_transfer: first KV message sent → decode's acknowledgement of the whole cache.

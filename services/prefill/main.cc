@@ -20,7 +20,12 @@ std::vector<OptionSpec> Specs() {
                    "hap-encoder address(es), host:port[,host:port...] (required); each call goes "
                    "to the replica with the fewest calls in flight"});
   specs.push_back({"decode-addr", "HAP_DECODE_ADDR", "",
-                   "hap-decode address(es), host:port[,host:port...] (required); as above"});
+                   "hap-decode address(es), host:port[,host:port...] (required); each call goes "
+                   "to the replica reporting the most free KV memory (--decode-poll-ms), else as "
+                   "above"});
+  specs.push_back({"decode-poll-ms", "HAP_DECODE_POLL_MS", "250",
+                   "ask each hap-decode for its free KV memory this often; 0 = off (fewest calls "
+                   "in flight only)"});
   specs.push_back({"max-image-bytes", "HAP_MAX_IMAGE_BYTES", "16777216",
                    "largest encoded image accepted (RESOURCE_EXHAUSTED above)"});
   specs.push_back({"max-prompt-tokens", "HAP_MAX_PROMPT_TOKENS", "0",
@@ -85,13 +90,15 @@ int Main(int argc, char** argv) {
   auto max_prompt = options.Int("max-prompt-tokens", 0, 1 << 24);
   auto lease = options.Int("kv-lease-ms", 1, 3600 * 1000);
   auto max_kv = options.Int("max-kv-bytes", 0, int64_t{1} << 50);
+  auto poll = options.Int("decode-poll-ms", 0, 3600 * 1000);
   auto pruning = DefaultPruning(options);
   for (const absl::Status& s : {max_image.status(), max_prompt.status(), lease.status(),
-                                max_kv.status(), pruning.status()}) {
+                                max_kv.status(), poll.status(), pruning.status()}) {
     if (!s.ok()) return StartupFailure(host.name(), s);
   }
   config.max_image_bytes = *max_image;
   config.lease_ms = *lease;
+  config.decode_poll_ms = *poll;
   config.default_pruning = *pruning;
   rpc::TlsOptions peer_tls;
   peer_tls.root_certs_file = options.Get("peer-tls-ca");

@@ -37,6 +37,11 @@ PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry*
                                                                    channel);
   decoders_ = std::make_unique<ReplicaSet<hap::v1::Decode>>(config.decode_addresses,
                                                                   channel);
+  // With one address there is nothing to choose between: no polling.
+  if (config.decode_poll_ms > 0 && decoders_->size() > 1) {
+    decode_load_ = std::make_unique<DecodeLoadPoller>(
+        decoders_.get(), std::chrono::milliseconds(config.decode_poll_ms));
+  }
   PrefillMetrics::Get();  // on /metrics from the start
 }
 

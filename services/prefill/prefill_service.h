@@ -22,6 +22,7 @@
 #include "services/common/service_metrics.h"
 #include "services/common/server_state.h"
 #include "services/common/worker_pool.h"
+#include "services/prefill/decode_load.h"
 
 namespace hap::svc {
 
@@ -33,6 +34,10 @@ struct PrefillConfig {
   int64_t max_image_bytes = 16 << 20;
   hap::v1::Pruning default_pruning;  // method + budget for requests that leave them out
   int64_t lease_ms = 30000;          // the KV transfer to decode must finish within this
+  // Ask each decode replica for its free KV memory this often and pick the one with the most
+  // (DecodeLoadPoller, KvReports); 0 = off, decode replicas by fewest calls in flight only.
+  // Nothing is polled for a single address.
+  int64_t decode_poll_ms = 250;
   // Credentials for the calls to hap-encoder and hap-decode; null = plaintext. Built from the
   // --peer-tls-* flags with rpc::MakeCredentials (which reports unreadable files at startup).
   std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
@@ -76,6 +81,7 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   std::atomic<const LlavaModel*> model_{nullptr};
   std::unique_ptr<ReplicaSet<hap::v1::Encoder>> encoders_;
   std::unique_ptr<ReplicaSet<hap::v1::Decode>> decoders_;
+  std::unique_ptr<DecodeLoadPoller> decode_load_;  // after decoders_: stops before it goes
 };
 
 // A channel to a peer service: fast reconnects (a restarted peer is used again within about a

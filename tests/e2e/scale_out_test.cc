@@ -1,6 +1,7 @@
 // Scale-out and the decode KV pool through the services. One hap-prefill with three hap-decode
 // replicas on loopback. Prefill spreads the
-// calls over every replica it was given (fewest in flight first, ties in turn), so 24 requests
+// calls over every replica it was given (their pools are alike, so by the KV it sent each since
+// their last reports, then fewest in flight, ties in turn), so 24 requests
 // from four concurrent clients leave every replica with at least 5; each answer equals the one
 // `hapctl run` gives.
 #include <atomic>

@@ -1,0 +1,73 @@
+#include "services/prefill/decode_load.h"
+
+#include <algorithm>
+
+namespace hap::svc {
+
+DecodeLoadPoller::DecodeLoadPoller(ReplicaSet<hap::v1::Decode>* decoders,
+                                   std::chrono::milliseconds interval)
+    : decoders_(decoders),
+      interval_(interval),
+      // Short: a replica that cannot answer this quickly is not one to count on.
+      deadline_(
+          std::clamp(interval, std::chrono::milliseconds(100), std::chrono::milliseconds(1000))) {
+  for (int i = 0; i < decoders->size(); ++i) {
+    stubs_.push_back(hap::v1::Debug::NewStub(decoders->channel(i)));
+  }
+  // A report counts for four intervals: one late or lost poll does not drop to the fallback.
+  decoders->EnableKvReports(4 * interval);
+  thread_ = std::thread([this] { Run(); });
+}
+
+DecodeLoadPoller::~DecodeLoadPoller() { Stop(); }
+
+void DecodeLoadPoller::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    if (call_ != nullptr) call_->TryCancel();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void DecodeLoadPoller::PollOnce() {
+  KvReports* reports = decoders_->kv_reports();
+  for (int i = 0; i < static_cast<int>(stubs_.size()); ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      call_ = &ctx;
+    }
+    const auto asked_at = KvReports::Clock::now();
+    hap::v1::ServerState state;
+    const grpc::Status st = stubs_[i]->GetState(&ctx, hap::v1::GetStateRequest(), &state);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      call_ = nullptr;
+    }
+    // No answer, no pool, or not taking requests (loading, draining): unknown.
+    if (!st.ok() || !state.serving() || state.kv_pool_blocks_total() <= 0) {
+      reports->Unknown(i);
+      continue;
+    }
+    const int64_t free_blocks =
+        std::max<int64_t>(0, state.kv_pool_blocks_total() - state.kv_pool_blocks_in_use());
+    reports->Report(i, free_blocks * state.kv_pool_block_bytes(), asked_at);
+  }
+}
+
+void DecodeLoadPoller::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    const auto next = std::chrono::steady_clock::now() + interval_;
+    PollOnce();
+    lock.lock();
+    cv_.wait_until(lock, next, [this] { return stop_; });
+  }
+}
+
+}  // namespace hap::svc

@@ -1,0 +1,48 @@
+// The decode replicas' free KV-cache memory, as hap-prefill learns it: a thread asks every
+// replica for Debug.GetState each poll interval and hands (blocks total − blocks in use) × block
+// bytes to the replica set's KvReports, which Pick then chooses by (see KvReports for the rule).
+// A replica that does not answer within the deadline, or has no KV pool, is reported unknown.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "grpcpp/grpcpp.h"
+#include "hap/v1/debug.grpc.pb.h"
+#include "hap/v1/decode.grpc.pb.h"
+#include "services/common/replica_set.h"
+
+namespace hap::svc {
+
+class DecodeLoadPoller {
+ public:
+  // Enables KV reports on `decoders` (stale after 4 intervals) and starts polling at once.
+  // `decoders` must outlive the poller.
+  DecodeLoadPoller(ReplicaSet<hap::v1::Decode>* decoders, std::chrono::milliseconds interval);
+  ~DecodeLoadPoller();  // Stop()
+
+  // Cancels a call in progress and joins the thread; idempotent.
+  void Stop();
+
+  // One round over every replica (what the thread does each interval).
+  void PollOnce();
+
+ private:
+  void Run();
+
+  ReplicaSet<hap::v1::Decode>* decoders_;
+  std::vector<std::unique_ptr<hap::v1::Debug::Stub>> stubs_;  // on the decode channels
+  const std::chrono::milliseconds interval_;
+  const std::chrono::milliseconds deadline_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  grpc::ClientContext* call_ = nullptr;  // the GetState in progress, for Stop to cancel
+  std::thread thread_;
+};
+
+}  // namespace hap::svc
