@@ -105,6 +105,15 @@ class ThreadContext {
     return dst;
   }
   static size_t Padded(size_t bytes) { return (bytes + 255) / 256 * 256; }
+  // Reserve + Take / Upload for the ops that need a single scratch array.
+  absl::StatusOr<void*> TakeOnly(size_t bytes) {
+    HAP_RETURN_IF_ERROR(Reserve(Padded(bytes)));
+    return Take(bytes);
+  }
+  absl::StatusOr<void*> UploadOnly(const void* host, size_t bytes) {
+    HAP_RETURN_IF_ERROR(Reserve(Padded(bytes)));
+    return Upload(host, bytes);
+  }
 
  private:
   bool ready_ = false;
@@ -173,8 +182,7 @@ class CudaBackendImpl final : public Backend {
     const int d = static_cast<int>(table.shape[1]);
     HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * n * d, "Embedding", "out"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(int32_t) * n)));
-    HAP_ASSIGN_OR_RETURN(void* d_ids, c->Upload(ids, sizeof(int32_t) * n));
+    HAP_ASSIGN_OR_RETURN(void* d_ids, c->UploadOnly(ids, sizeof(int32_t) * n));
     return ToStatus(cuda::Embedding(table.data, ElemOf(table.dtype),
                                     static_cast<const int32_t*>(d_ids), n, d, out, c->stream()));
   }
@@ -266,8 +274,7 @@ class CudaBackendImpl final : public Backend {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     // The span table is host memory in the interface; the kernel reads it from the device.
     const size_t table_bytes = sizeof(KvSpan) * a.n_spans;
-    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(table_bytes)));
-    HAP_ASSIGN_OR_RETURN(void* d_spans, c->Upload(a.spans, table_bytes));
+    HAP_ASSIGN_OR_RETURN(void* d_spans, c->UploadOnly(a.spans, table_bytes));
     DecodeAttentionArgs device_args = a;
     device_args.spans = static_cast<const KvSpan*>(d_spans);
     return ToStatus(cuda::DecodeAttention(device_args, c->stream()));
@@ -311,8 +318,7 @@ class CudaBackendImpl final : public Backend {
                    float* paq) const override {
     HAP_RETURN_IF_ERROR(CheckDevice(maps, sizeof(float) * n_maps * n_text * n_vis, "Paq", "maps"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(float) * n_maps)));
-    HAP_ASSIGN_OR_RETURN(void* d_paq, c->Take(sizeof(float) * n_maps));
+    HAP_ASSIGN_OR_RETURN(void* d_paq, c->TakeOnly(sizeof(float) * n_maps));
     HAP_CUDA_RETURN_IF_ERROR(
         cuda::Paq(maps, n_maps, n_text, n_vis, static_cast<float*>(d_paq), c->stream()));
     HAP_RETURN_IF_ERROR(CopyToHost(paq, d_paq, sizeof(float) * n_maps));
@@ -325,8 +331,7 @@ class CudaBackendImpl final : public Backend {
     HAP_RETURN_IF_ERROR(CheckDevice(row_entropy, sizeof(double) * n_maps * n_text,
                                     "PaqFromRowEntropies", "row_entropy"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(float) * n_maps)));
-    HAP_ASSIGN_OR_RETURN(void* d_paq, c->Take(sizeof(float) * n_maps));
+    HAP_ASSIGN_OR_RETURN(void* d_paq, c->TakeOnly(sizeof(float) * n_maps));
     HAP_CUDA_RETURN_IF_ERROR(cuda::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis,
                                                        static_cast<float*>(d_paq), c->stream()));
     HAP_RETURN_IF_ERROR(CopyToHost(paq, d_paq, sizeof(float) * n_maps));
@@ -358,8 +363,7 @@ class CudaBackendImpl final : public Backend {
         CheckDevice(maps, sizeof(float) * n_maps * size, "WeightedSumContiguous", "maps"));
     HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, "WeightedSumContiguous", "out"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(float) * n_maps)));
-    HAP_ASSIGN_OR_RETURN(void* d_weights, c->Upload(weights, sizeof(float) * n_maps));
+    HAP_ASSIGN_OR_RETURN(void* d_weights, c->UploadOnly(weights, sizeof(float) * n_maps));
     return ToStatus(cuda::WeightedSumContiguous(maps, static_cast<const float*>(d_weights),
                                                 n_maps, size, out, c->stream()));
   }
@@ -376,8 +380,7 @@ class CudaBackendImpl final : public Backend {
         CheckDevice(map, sizeof(float) * n_rows * n_vis, "TokenScoresOfRows", "map"));
     HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, "TokenScoresOfRows", "scores"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(int) * n_sel)));
-    HAP_ASSIGN_OR_RETURN(void* d_rows, c->Upload(rows, sizeof(int) * n_sel));
+    HAP_ASSIGN_OR_RETURN(void* d_rows, c->UploadOnly(rows, sizeof(int) * n_sel));
     return ToStatus(cuda::TokenScoresOfRows(map, n_rows, n_vis, static_cast<const int*>(d_rows),
                                             n_sel, scores, c->stream()));
   }
@@ -385,8 +388,7 @@ class CudaBackendImpl final : public Backend {
   absl::Status StableTopK(const float* scores, int n, int k, int* kept) const override {
     HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n, "StableTopK", "scores"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(int) * std::max(k, 1))));
-    HAP_ASSIGN_OR_RETURN(void* d_kept, c->Take(sizeof(int) * std::max(k, 1)));
+    HAP_ASSIGN_OR_RETURN(void* d_kept, c->TakeOnly(sizeof(int) * std::max(k, 1)));
     HAP_CUDA_RETURN_IF_ERROR(
         cuda::StableTopK(scores, n, k, static_cast<int*>(d_kept), c->stream()));
     HAP_RETURN_IF_ERROR(CopyToHost(kept, d_kept, sizeof(int) * k));
