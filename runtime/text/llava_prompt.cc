@@ -8,25 +8,25 @@
 #include "absl/strings/str_cat.h"
 
 namespace hap {
+namespace {
 
-absl::StatusOr<PromptTokens> BuildLlavaPrompt(const Tokenizer& tok, std::string_view question,
-                                              int image_token_index, int num_visual_tokens,
-                                              int max_tokens) {
-  // Debian's Abseil has its own string_view class, distinct from std::string_view.
-  const absl::string_view question_view(question.data(), question.size());
-  if (absl::StripAsciiWhitespace(question_view).empty()) {
-    return absl::InvalidArgumentError("prompt is empty");
-  }
+constexpr absl::string_view kImagePlaceholder = "<image>";
+
+// BOS, `before`, the image ids, `after`.
+absl::StatusOr<PromptTokens> Assemble(const Tokenizer& tok, absl::string_view before_text,
+                                      absl::string_view after_text, int image_token_index,
+                                      int num_visual_tokens, int max_tokens) {
   if (num_visual_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_visual_tokens must be >= 0, got ", num_visual_tokens));
   }
-
   // Text before <image> gets SentencePiece's dummy-prefix space as usual. The text after it is
   // encoded on its own, and the lone '▁' the dummy prefix adds in front of "\n" is dropped:
   // transformers' non-legacy Llama tokenizer adds no prefix space after a special token.
-  const std::vector<int32_t> before = tok.Encode("USER: ");
-  std::vector<int32_t> after = tok.Encode(absl::StrCat("\n", question_view, " ASSISTANT:"));
+  const std::vector<int32_t> before =
+      before_text.empty() ? std::vector<int32_t>() : tok.Encode(std::string(before_text));
+  std::vector<int32_t> after =
+      after_text.empty() ? std::vector<int32_t>() : tok.Encode(std::string(after_text));
   const int underline = tok.PieceToId("\xE2\x96\x81");
   if (!after.empty() && after.front() == underline) after.erase(after.begin());
 
@@ -47,6 +47,40 @@ absl::StatusOr<PromptTokens> BuildLlavaPrompt(const Tokenizer& tok, std::string_
   out.ids.insert(out.ids.end(), num_visual_tokens, image_token_index);
   out.ids.insert(out.ids.end(), after.begin(), after.end());
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<PromptTokens> BuildLlavaPrompt(const Tokenizer& tok, std::string_view question,
+                                              int image_token_index, int num_visual_tokens,
+                                              int max_tokens) {
+  // Debian's Abseil has its own string_view class, distinct from std::string_view.
+  const absl::string_view question_view(question.data(), question.size());
+  if (absl::StripAsciiWhitespace(question_view).empty()) {
+    return absl::InvalidArgumentError("prompt is empty");
+  }
+  // The question is text even where it spells "<image>": only the template's placeholder expands.
+  return Assemble(tok, "USER: ", absl::StrCat("\n", question_view, " ASSISTANT:"),
+                  image_token_index, num_visual_tokens, max_tokens);
+}
+
+absl::StatusOr<PromptTokens> TokenizeImagePrompt(const Tokenizer& tok, std::string_view text,
+                                                 int image_token_index, int num_visual_tokens,
+                                                 int max_tokens) {
+  const absl::string_view view(text.data(), text.size());
+  const size_t at = view.find(kImagePlaceholder);
+  if (at == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        "the prompt holds no <image> placeholder; each request carries exactly one image");
+  }
+  const absl::string_view after = view.substr(at + kImagePlaceholder.size());
+  if (after.find(kImagePlaceholder) != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        "the prompt holds more than one <image> placeholder; each request carries exactly one "
+        "image");
+  }
+  return Assemble(tok, view.substr(0, at), after, image_token_index, num_visual_tokens,
+                  max_tokens);
 }
 
 }  // namespace hap

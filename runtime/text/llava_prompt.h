@@ -24,4 +24,12 @@ absl::StatusOr<PromptTokens> BuildLlavaPrompt(const Tokenizer& tok, std::string_
                                               int image_token_index, int num_visual_tokens,
                                               int max_tokens);
 
+// A whole prompt already rendered (by a chat template) with exactly one "<image>" placeholder,
+// which expands to `num_visual_tokens` image ids; the text on either side is tokenized as
+// BuildLlavaPrompt tokenizes the template's. InvalidArgument when the placeholder is missing or
+// repeated (one image per request) and when the prompt exceeds `max_tokens`.
+absl::StatusOr<PromptTokens> TokenizeImagePrompt(const Tokenizer& tok, std::string_view text,
+                                                 int image_token_index, int num_visual_tokens,
+                                                 int max_tokens);
+
 }  // namespace hap

@@ -288,6 +288,32 @@ TEST_F(TextTest, LiteralImageTagInQuestionIsText) {
   EXPECT_EQ(tok_->Decode(p->ids), "USER: \n<image> <image> what is this? ASSISTANT:");
 }
 
+TEST_F(TextTest, RenderedPromptTokenizesLikeTheTemplate) {
+  // A chat template's rendering of one turn gives the same ids as the built-in template.
+  auto built = BuildLlavaPrompt(*tok_, "What colour is the car?", kImageId, 16, 4096);
+  auto rendered = TokenizeImagePrompt(*tok_, "USER: <image>\nWhat colour is the car? ASSISTANT:",
+                                      kImageId, 16, 4096);
+  ASSERT_TRUE(built.ok() && rendered.ok());
+  EXPECT_EQ(rendered->ids, built->ids);
+  EXPECT_EQ(rendered->vis_begin, built->vis_begin);
+  // A system line before the turn and a second turn after it stay text.
+  auto two = TokenizeImagePrompt(*tok_, "Be brief. USER: <image>\nHi ASSISTANT: Hello USER: why?",
+                                 kImageId, 4, 4096);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(std::count(two->ids.begin(), two->ids.end(), kImageId), 4);
+  EXPECT_EQ(tok_->Decode(two->ids), "Be brief. USER: \nHi ASSISTANT: Hello USER: why?");
+
+  for (const char* bad : {"USER: no image ASSISTANT:", "USER: <image><image> ASSISTANT:"}) {
+    auto r = TokenizeImagePrompt(*tok_, bad, kImageId, 4, 4096);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("<image> placeholder"), std::string::npos);
+  }
+  auto over = TokenizeImagePrompt(*tok_, "<image> x", kImageId, 10, 10);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("the model's context is 10"), std::string::npos);
+}
+
 TEST_F(TextTest, EmptyPromptIsRejected) {
   for (const char* q : {"", " ", "\n\t  \r\n"}) {
     auto p = BuildLlavaPrompt(*tok_, q, kImageId, 576, 4096);
