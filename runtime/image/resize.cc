@@ -1,4 +1,4 @@
-// ResizeBicubic: PIL's Resample.c algorithm, re-derived (see resize.h for the definition).
+// ResizeRegion: PIL's Resample.c algorithm, re-derived (see resize.h for the definition).
 #include "runtime/image/resize.h"
 
 #include <algorithm>
@@ -10,16 +10,31 @@ namespace hap {
 namespace {
 
 constexpr int kPrecisionBits = 22;  // 32 - 8 - 2: 8 bits of pixel, 2 of kernel overshoot
-constexpr double kSupport = 2.0;    // cubic kernel is non-zero on (-2, 2)
 
 // Keys' cubic convolution kernel with a = -0.5, evaluated in PIL's operation order (the
-// order matters for bit-exact coefficients).
+// order matters for bit-exact coefficients). Non-zero on (-2, 2).
 double Cubic(double x) {
   constexpr double a = -0.5;
   if (x < 0.0) x = -x;
   if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
   if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
   return 0.0;
+}
+
+// The triangle kernel, non-zero on (-1, 1).
+double Triangle(double x) {
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return 1.0 - x;
+  return 0.0;
+}
+
+struct Filter {
+  double (*kernel)(double);
+  double support;
+};
+
+Filter FilterOf(ResampleFilter f) {
+  return f == ResampleFilter::kBilinear ? Filter{Triangle, 1.0} : Filter{Cubic, 2.0};
 }
 
 // Fixed-point taps of a run of output samples along one axis.
@@ -31,11 +46,11 @@ struct Taps {
 };
 
 // Taps of outputs [out0, out0 + n) of resizing in_size samples to out_size.
-Taps ComputeTaps(int64_t in_size, int64_t out_size, int64_t out0, int n) {
+Taps ComputeTaps(const Filter& filter, int64_t in_size, int64_t out_size, int64_t out0, int n) {
   // PIL passes the box edges as C floats; in_size - 0 is exact for any real image size.
   const double scale = static_cast<double>(static_cast<float>(in_size)) / out_size;
   const double filterscale = std::max(scale, 1.0);
-  const double support = kSupport * filterscale;
+  const double support = filter.support * filterscale;
   Taps t;
   t.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   t.first.resize(n);
@@ -53,7 +68,7 @@ Taps ComputeTaps(int64_t in_size, int64_t out_size, int64_t out0, int n) {
     const int count = static_cast<int>(xmax - xmin);
     double ww = 0.0;
     for (int x = 0; x < count; ++x) {
-      k[x] = Cubic((static_cast<double>(x + xmin) - center + 0.5) * ss);
+      k[x] = filter.kernel((static_cast<double>(x + xmin) - center + 0.5) * ss);
       ww += k[x];
     }
     int32_t* w = &t.weights[static_cast<size_t>(i) * t.ksize];
@@ -77,8 +92,8 @@ uint8_t Clip8(int64_t acc) {
 
 // Selects input rows [row0, row0 + n_rows), horizontally resampled to output columns
 // [x0, x0 + w) of a width-out_w image (or copied when the width is unchanged).
-std::vector<uint8_t> HorizontalPass(const RgbImage& in, int64_t out_w, int64_t x0, int w,
-                                    int64_t row0, int64_t n_rows) {
+std::vector<uint8_t> HorizontalPass(const RgbImage& in, const Filter& filter, int64_t out_w,
+                                    int64_t x0, int w, int64_t row0, int64_t n_rows) {
   std::vector<uint8_t> out(static_cast<size_t>(n_rows) * w * 3);
   const size_t in_stride = static_cast<size_t>(in.width) * 3;
   if (out_w == in.width) {
@@ -88,7 +103,7 @@ std::vector<uint8_t> HorizontalPass(const RgbImage& in, int64_t out_w, int64_t x
     }
     return out;
   }
-  const Taps t = ComputeTaps(in.width, out_w, x0, w);
+  const Taps t = ComputeTaps(filter, in.width, out_w, x0, w);
   for (int64_t y = 0; y < n_rows; ++y) {
     const uint8_t* src = in.pixels.data() + (row0 + y) * in_stride;
     uint8_t* dst = out.data() + y * w * 3;
@@ -108,8 +123,9 @@ std::vector<uint8_t> HorizontalPass(const RgbImage& in, int64_t out_w, int64_t x
 
 }  // namespace
 
-RgbImage ResizeBicubicRegion(const RgbImage& in, int64_t out_w, int64_t out_h, int64_t x0,
-                             int64_t y0, int w, int h) {
+RgbImage ResizeRegion(const RgbImage& in, ResampleFilter filter_id, int64_t out_w, int64_t out_h,
+                      int64_t x0, int64_t y0, int w, int h) {
+  const Filter filter = FilterOf(filter_id);
   RgbImage out;
   if (in.width <= 0 || in.height <= 0 ||
       in.pixels.size() != static_cast<size_t>(in.width) * in.height * 3 || out_w <= 0 ||
@@ -121,14 +137,14 @@ RgbImage ResizeBicubicRegion(const RgbImage& in, int64_t out_w, int64_t out_h, i
   const size_t row_bytes = static_cast<size_t>(w) * 3;
 
   if (out_h == in.height) {  // no vertical pass: only rows y0.. are needed
-    out.pixels = HorizontalPass(in, out_w, x0, w, y0, h);
+    out.pixels = HorizontalPass(in, filter, out_w, x0, w, y0, h);
     return out;
   }
-  const Taps v = ComputeTaps(in.height, out_h, y0, h);
+  const Taps v = ComputeTaps(filter, in.height, out_h, y0, h);
   // Input rows the vertical taps reach; the horizontal pass runs on those only.
   const int64_t row0 = v.first.front();
   const int64_t row_end = v.first.back() + v.count.back();
-  const std::vector<uint8_t> tmp = HorizontalPass(in, out_w, x0, w, row0, row_end - row0);
+  const std::vector<uint8_t> tmp = HorizontalPass(in, filter, out_w, x0, w, row0, row_end - row0);
 
   out.pixels.resize(static_cast<size_t>(h) * row_bytes);
   std::vector<int64_t> acc(row_bytes);
@@ -145,8 +161,17 @@ RgbImage ResizeBicubicRegion(const RgbImage& in, int64_t out_w, int64_t out_h, i
   return out;
 }
 
+RgbImage Resize(const RgbImage& in, ResampleFilter filter, int out_w, int out_h) {
+  return ResizeRegion(in, filter, out_w, out_h, 0, 0, out_w, out_h);
+}
+
+RgbImage ResizeBicubicRegion(const RgbImage& in, int64_t out_w, int64_t out_h, int64_t x0,
+                             int64_t y0, int w, int h) {
+  return ResizeRegion(in, ResampleFilter::kBicubic, out_w, out_h, x0, y0, w, h);
+}
+
 RgbImage ResizeBicubic(const RgbImage& in, int out_w, int out_h) {
-  return ResizeBicubicRegion(in, out_w, out_h, 0, 0, out_w, out_h);
+  return Resize(in, ResampleFilter::kBicubic, out_w, out_h);
 }
 
 }  // namespace hap

@@ -16,115 +16,16 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "base/status_macros.h"
+#include "runtime/io/json_fields.h"
 
 namespace hap {
 namespace {
 
 using Json = nlohmann::json;
 
-std::string Brief(const Json& j) {
-  std::string s = j.dump();
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
-
-// A JSON integer that fits an int.
-bool ToInt(const Json& v, int& out) {
-  if (!v.is_number_integer()) return false;
-  const bool fits = v.is_number_unsigned()
-                        ? v.get<uint64_t>() <= uint64_t{std::numeric_limits<int>::max()}
-                        : v.get<int64_t>() >= std::numeric_limits<int>::min() &&
-                              v.get<int64_t>() <= std::numeric_limits<int>::max();
-  if (fits) out = static_cast<int>(v.get<int64_t>());
-  return fits;
-}
-
-// Typed access to the keys of one JSON object. Absent and null keys leave the caller's default
-// in place (transformers treats an explicit null like an absent key for these fields); present
-// keys of the wrong type are errors that name the full key path.
-class FieldReader {
- public:
-  FieldReader(const Json& obj, const std::string& source, const char* prefix)
-      : obj_(obj), where_(absl::StrCat(source, ": ", prefix)) {}
-
-  bool Has(const char* key) const { return obj_.contains(key) && !obj_[key].is_null(); }
-
-  absl::Status Int(const char* key, int& out) const {
-    if (!Has(key)) return absl::OkStatus();
-    const Json& v = obj_[key];
-    if (!v.is_number_integer()) return TypeError(key, v, "an integer");
-    if (!ToInt(v, out)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where_, key, " = ", Brief(v), " is out of range"));
-    }
-    return absl::OkStatus();
-  }
-
-  // Token ids may be a list in newer configs (several EOS ids); the first one is used.
-  absl::Status TokenId(const char* key, int& out) const {
-    if (Has(key) && obj_[key].is_array()) {
-      const Json& list = obj_[key];
-      if (list.empty() || !ToInt(list[0], out)) {
-        return TypeError(key, list, "an integer or a non-empty list of integers");
-      }
-      return absl::OkStatus();
-    }
-    return Int(key, out);
-  }
-
-  absl::Status Float(const char* key, float& out) const {
-    if (!Has(key)) return absl::OkStatus();
-    const Json& v = obj_[key];
-    if (!v.is_number()) return TypeError(key, v, "a number");
-    const float f = static_cast<float>(v.get<double>());
-    if (!std::isfinite(f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where_, key, " = ", Brief(v), " is out of range for a float"));
-    }
-    out = f;
-    return absl::OkStatus();
-  }
-
-  absl::Status String(const char* key, std::string& out) const {
-    if (!Has(key)) return absl::OkStatus();
-    const Json& v = obj_[key];
-    if (!v.is_string()) return TypeError(key, v, "a string");
-    out = v.get<std::string>();
-    return absl::OkStatus();
-  }
-
-  absl::Status Bool(const char* key, bool& out) const {
-    if (!Has(key)) return absl::OkStatus();
-    const Json& v = obj_[key];
-    if (!v.is_boolean()) return TypeError(key, v, "true or false");
-    out = v.get<bool>();
-    return absl::OkStatus();
-  }
-
-  absl::Status StringList(const char* key, std::vector<std::string>& out) const {
-    if (!Has(key)) return absl::OkStatus();
-    const Json& v = obj_[key];
-    if (!v.is_array()) return TypeError(key, v, "a list of strings");
-    std::vector<std::string> list;
-    for (const Json& e : v) {
-      if (!e.is_string()) return TypeError(key, v, "a list of strings");
-      list.push_back(e.get<std::string>());
-    }
-    out = std::move(list);
-    return absl::OkStatus();
-  }
-
-  absl::Status TypeError(const char* key, const Json& v, const char* expected) const {
-    return absl::InvalidArgumentError(absl::StrCat(where_, key, " is a JSON ", v.type_name(), " (",
-                                                   Brief(v), "), expected ", expected));
-  }
-
-  const std::string& where() const { return where_; }
-
- private:
-  const Json& obj_;
-  std::string where_;
-};
+using io_internal::Brief;
+using io_internal::FieldReader;
+using io_internal::ShortestDouble;
 
 absl::Status ParseVision(const Json& root, const std::string& source, VisionConfig& v) {
   if (!root.contains("vision_config") || root["vision_config"].is_null()) {
@@ -323,17 +224,6 @@ absl::Status Validate(const LlavaConfig& c, const std::string& source) {
   return absl::OkStatus();
 }
 
-// The float as the shortest decimal that reads back to it, so 1e-5f is written as 1e-05 rather
-// than the 9.99999974737875e-06 its exact double value would print as.
-double ShortestDouble(float f) {
-  char buf[32];
-  for (int precision = 6; precision <= 9; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, static_cast<double>(f));
-    if (std::strtof(buf, nullptr) == f) break;
-  }
-  return std::strtod(buf, nullptr);
-}
-
 }  // namespace
 
 VisionConfig LlavaDefaultVisionConfig() {
@@ -401,6 +291,9 @@ absl::StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
   HAP_RETURN_IF_ERROR(r.Bool("multimodal_projector_bias", c.projector_bias));
   c.image_seq_length = c.num_visual_tokens();
   HAP_RETURN_IF_ERROR(r.Int("image_seq_length", c.image_seq_length));
+  // transformers 4.56 renamed torch_dtype to dtype; either may be present.
+  HAP_RETURN_IF_ERROR(r.String("dtype", c.torch_dtype));
+  HAP_RETURN_IF_ERROR(r.String("torch_dtype", c.torch_dtype));
   HAP_RETURN_IF_ERROR(Validate(c, source_name));
   return c;
 }
@@ -459,9 +352,11 @@ std::string LlavaConfigToJson(const LlavaConfig& cfg) {
                 {"vision_feature_select_strategy", cfg.vision_feature_select_strategy},
                 {"projector_hidden_act", cfg.projector_hidden_act},
                 {"multimodal_projector_bias", cfg.projector_bias},
-                {"tie_word_embeddings", t.tie_word_embeddings},
-                {"text_config", std::move(text)},
-                {"vision_config", std::move(vision)}};
+                {"pad_token_id", t.pad_token_id >= 0 ? OJson(t.pad_token_id) : OJson(nullptr)},
+                {"tie_word_embeddings", t.tie_word_embeddings}};
+  if (!cfg.torch_dtype.empty()) root["torch_dtype"] = cfg.torch_dtype;
+  root["text_config"] = std::move(text);
+  root["vision_config"] = std::move(vision);
   return root.dump(2) + "\n";
 }
 

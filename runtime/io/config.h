@@ -67,6 +67,9 @@ struct LlavaConfig {
   int image_seq_length = 576;
   std::string model_type = "llava";
   std::vector<std::string> architectures = {"LlavaForConditionalGeneration"};
+  // The dtype the weights were saved in ("float32", "float16", "bfloat16"), "" when config.json
+  // does not say. Informational: the safetensors headers decide how weights are read.
+  std::string torch_dtype;
 
   // (image_size / patch_size)^2, +1 for the CLS token with strategy "full".
   int num_visual_tokens() const;
@@ -79,8 +82,9 @@ absl::StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
                                              std::string_view source_name);
 // Reads and parses model_dir/config.json.
 absl::StatusOr<LlavaConfig> LoadLlavaConfig(const std::string& model_dir);
-// A llava-hf style config.json with every field above written out; ParseLlavaConfig reads it
-// back to an equal config and tools/pytorch/llava_model.py reads it too.
+// A llava-hf style config.json with every field above written out (pad_token_id both at the top
+// level, as llava-hf has it, and in text_config; torch_dtype when set); ParseLlavaConfig reads
+// it back to an equal config and tools/pytorch/llava_model.py reads it too.
 std::string LlavaConfigToJson(const LlavaConfig& cfg);
 
 }  // namespace hap

@@ -106,10 +106,22 @@ absl::Status RemoveStaleCheckpointFiles(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// transformers' name of the dtype, for config.json's torch_dtype.
+const char* TorchDTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return "float16";
+    case DType::kBF16: return "bfloat16";
+    case DType::kF32: break;
+  }
+  return "float32";
+}
+
 }  // namespace
 
-absl::Status WriteRandomLlavaCheckpoint(const LlavaConfig& cfg, const std::string& dir,
+absl::Status WriteRandomLlavaCheckpoint(const LlavaConfig& cfg_in, const std::string& dir,
                                         uint64_t seed, DType dtype, int shards) {
+  LlavaConfig cfg = cfg_in;
+  cfg.torch_dtype = TorchDTypeName(dtype);
   // Only configs the loader accepts are written: validate through the JSON we will write.
   const std::string config_json = LlavaConfigToJson(cfg);
   HAP_RETURN_IF_ERROR(ParseLlavaConfig(config_json, "config").status());

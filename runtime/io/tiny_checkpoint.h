@@ -11,7 +11,8 @@
 
 namespace hap {
 
-// Writes dir/config.json (LlavaConfigToJson) and dir/model.safetensors, or with shards > 1
+// Writes dir/config.json (LlavaConfigToJson, with torch_dtype set to `dtype`'s name) and
+// dir/model.safetensors, or with shards > 1
 // dir/model-0000K-of-0000N.safetensors + dir/model.safetensors.index.json. Creates `dir`.
 // Every tensor of ExpectedLlavaTensors(cfg) is written, optional ones included. Values depend
 // only on (seed, tensor name, shape), not on dtype order or sharding, and are scaled so hidden

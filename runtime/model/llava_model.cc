@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "base/string_view_compat.h"
 #include "kernels/backend.h"
+#include "runtime/io/preprocessor_config.h"
 
 namespace hap {
 
@@ -22,6 +23,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   m->dir_ = dir;
   m->options_ = options;
   HAP_ASSIGN_OR_RETURN(m->config_, LoadLlavaConfig(dir));
+  HAP_ASSIGN_OR_RETURN(m->image_processor_, LoadPreprocessorConfig(dir, m->config_));
   HAP_ASSIGN_OR_RETURN(m->weights_, LlavaWeights::Load(dir, m->config_, options.parts));
   const std::string tok_path = (std::filesystem::path(dir) / "tokenizer.model").string();
   HAP_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::Load(tok_path));
@@ -40,7 +42,7 @@ int LlavaModel::max_prompt_tokens() const {
 
 absl::StatusOr<std::vector<float>> LlavaModel::PreprocessImage(std::string_view bytes) const {
   HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(bytes, options_.image_limits));
-  return ClipPreprocess(image, config_.vision.image_size);
+  return ClipPreprocess(image, image_processor_);
 }
 
 absl::Status LlavaModel::NeedPart(ModelParts part) const {
@@ -90,8 +92,12 @@ absl::StatusOr<std::vector<float>> LlavaModel::Project(const std::vector<float>&
   return RunProjector(backend(), config_, placed_->projector(), features.data(), n);
 }
 
-absl::StatusOr<PromptTokens> LlavaModel::Tokenize(std::string_view question, int n_visual) const {
-  return BuildLlavaPrompt(*tokenizer_, question, config_.image_token_index, n_visual,
+absl::StatusOr<PromptTokens> LlavaModel::Tokenize(const PromptText& prompt, int n_visual) const {
+  if (prompt.rendered) {
+    return TokenizeImagePrompt(*tokenizer_, prompt.text, config_.image_token_index, n_visual,
+                               max_prompt_tokens());
+  }
+  return BuildLlavaPrompt(*tokenizer_, prompt.text, config_.image_token_index, n_visual,
                           max_prompt_tokens());
 }
 

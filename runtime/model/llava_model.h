@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
 #include "kernels/backend.h"
+#include "runtime/image/clip_preprocess.h"
 #include "runtime/image/image.h"
 #include "runtime/io/config.h"
 #include "runtime/io/weights.h"
@@ -34,6 +35,24 @@ struct ModelOptions {
   const Backend* backend = nullptr;
 };
 
+// A request's prompt: a question the LLaVA template wraps ("USER: <image>\n{question}
+// ASSISTANT:"), or a whole prompt a chat template already rendered, holding exactly one
+// "<image>" placeholder. Converts implicitly from a question.
+struct PromptText {
+  PromptText() = default;
+  PromptText(std::string_view question) : text(question) {}  // NOLINT(runtime/explicit)
+  PromptText(const std::string& question) : text(question) {}  // NOLINT(runtime/explicit)
+  PromptText(const char* question) : text(question) {}  // NOLINT(runtime/explicit)
+  static PromptText Rendered(std::string_view text) {
+    PromptText p(text);
+    p.rendered = true;
+    return p;
+  }
+
+  std::string_view text;  // not owned
+  bool rendered = false;
+};
+
 struct PrefillOutput {
   KvCache cache;
   std::vector<float> logits;  // F32 [vocab] after the last prompt token
@@ -43,11 +62,13 @@ struct PrefillOutput {
 
 class LlavaModel {
  public:
-  // Loads config.json, the safetensors weights and tokenizer.model from `dir`.
+  // Loads config.json, preprocessor_config.json (CLIP's values when absent), the safetensors
+  // weights and tokenizer.model from `dir`.
   static absl::StatusOr<std::unique_ptr<LlavaModel>> Load(const std::string& dir,
                                                           const ModelOptions& options);
 
   const LlavaConfig& config() const { return config_; }
+  const ImageProcessorConfig& image_processor() const { return image_processor_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const LlavaWeights& weights() const { return *weights_; }
   // The weights as the backend reads them (uploaded once for a device backend).
@@ -58,7 +79,7 @@ class LlavaModel {
   }
   const std::string& dir() const { return dir_; }
 
-  // Image bytes (JPEG/PNG) → F32 [3, S, S] CLIP-normalised pixels.
+  // Image bytes (JPEG/PNG) → F32 [3, S, S] pixels as preprocessor_config.json says.
   absl::StatusOr<std::vector<float>> PreprocessImage(std::string_view image_bytes) const;
 
   // Pixels → vision features F32 [V, vision_hidden] (before the projector).
@@ -67,9 +88,9 @@ class LlavaModel {
   // Vision features F32 [n, vision_hidden] → image embeddings F32 [n, hidden].
   absl::StatusOr<std::vector<float>> Project(const std::vector<float>& features, int n) const;
 
-  // The llava prompt with `n_visual` image tokens (InvalidArgument for an empty or too long
-  // prompt).
-  absl::StatusOr<PromptTokens> Tokenize(std::string_view question, int n_visual) const;
+  // The prompt's ids with `n_visual` image tokens (InvalidArgument for an empty or too long
+  // prompt, and for a rendered one without exactly one "<image>").
+  absl::StatusOr<PromptTokens> Tokenize(const PromptText& prompt, int n_visual) const;
 
   // Runs the decoder over the prompt with the image embeddings F32 [prompt.n_vis, hidden]
   // spliced in at the image tokens. `pruner` may be null.
@@ -95,6 +116,7 @@ class LlavaModel {
   std::string dir_;
   ModelOptions options_;
   LlavaConfig config_;
+  ImageProcessorConfig image_processor_;
   std::unique_ptr<LlavaWeights> weights_;
   // weights_ in the backend's memory (views of weights_ itself on the CPU backend).
   std::unique_ptr<PlacedWeights> placed_;

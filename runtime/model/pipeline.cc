@@ -22,7 +22,7 @@ ModelDims DimsOf(const LlavaConfig& config) {
   return dims;
 }
 
-absl::Status ValidateRequest(const LlavaModel& model, std::string_view prompt,
+absl::Status ValidateRequest(const LlavaModel& model, const PromptText& prompt,
                              const PruneRequest& prune) {
   HAP_ASSIGN_OR_RETURN(PromptTokens tokens,
                        model.Tokenize(prompt, model.config().num_visual_tokens()));
@@ -40,7 +40,7 @@ absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_vi
   HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(image_bytes, model.options().image_limits));
   out.image_width = image.width;
   out.image_height = image.height;
-  HAP_ASSIGN_OR_RETURN(std::vector<float> pixels, ClipPreprocess(image, cfg.vision.image_size));
+  HAP_ASSIGN_OR_RETURN(std::vector<float> pixels, ClipPreprocess(image, model.image_processor()));
   const auto t1 = Clock::now();
 
   VisionZipCounts zip;
@@ -72,7 +72,7 @@ absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_vi
   return out;
 }
 
-absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, std::string_view prompt,
+absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptText& prompt,
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler) {
   const LlavaConfig& cfg = model.config();

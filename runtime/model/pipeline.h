@@ -60,13 +60,13 @@ struct PrefillResult {
   PrefillTrace trace;
   PrefillStats stats;
 };
-absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, std::string_view prompt,
+absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptText& prompt,
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler);
 
 // Checks a request's prompt and pruning options without running the model (services call this
 // on receipt so bad requests fail fast).
-absl::Status ValidateRequest(const LlavaModel& model, std::string_view prompt,
+absl::Status ValidateRequest(const LlavaModel& model, const PromptText& prompt,
                              const PruneRequest& prune);
 
 // The whole request in process.

@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "runtime/image/clip_preprocess.h"
 #include "runtime/io/config.h"
+#include "runtime/io/side_files.h"
 #include "runtime/io/tiny_checkpoint.h"
 #include "runtime/text/tokenizer.h"
 #include "runtime/text/train_tokenizer.h"
@@ -51,7 +53,20 @@ absl::Status WriteTinyModel(const TinyModelOptions& o, const std::string& dir) {
   cfg.image_seq_length = cfg.num_visual_tokens();
   // Re-validate the edited config through the parser.
   HAP_ASSIGN_OR_RETURN(cfg, ParseLlavaConfig(LlavaConfigToJson(cfg), "make-tiny config"));
-  return WriteRandomLlavaCheckpoint(cfg, dir, o.seed, o.dtype, o.shards);
+  HAP_RETURN_IF_ERROR(WriteRandomLlavaCheckpoint(cfg, dir, o.seed, o.dtype, o.shards));
+
+  // The processor, tokenizer and generation settings that make the directory a complete
+  // llava-hf checkpoint.
+  TokenizerSpecials specials;
+  specials.vocab_size = sp_size;
+  specials.unk_id = tokenizer->unk_id();
+  specials.bos_id = tokenizer->bos_id();
+  specials.eos_id = tokenizer->eos_id();
+  specials.unk = tokenizer->IdToPiece(specials.unk_id);
+  specials.bos = tokenizer->IdToPiece(specials.bos_id);
+  specials.eos = tokenizer->IdToPiece(specials.eos_id);
+  if (cfg.text.pad_token_id < sp_size) specials.pad = tokenizer->IdToPiece(cfg.text.pad_token_id);
+  return WriteSideFiles(dir, cfg, ClipImageProcessorConfig(cfg.vision.image_size), specials);
 }
 
 }  // namespace hap

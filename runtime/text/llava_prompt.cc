@@ -1,4 +1,5 @@
-// BuildLlavaPrompt: token-for-token the same ids as llava_model.prompt_ids().
+// BuildLlavaPrompt / TokenizeImagePrompt: token-for-token the ids of LLaVA's
+// tokenizer_image_token and of llava_model.prompt_ids().
 #include "runtime/text/llava_prompt.h"
 
 #include <string>
@@ -12,7 +13,9 @@ namespace {
 
 constexpr absl::string_view kImagePlaceholder = "<image>";
 
-// BOS, `before`, the image ids, `after`.
+// BOS, `before`, the image ids, `after`, each text encoded on its own with SentencePiece's
+// dummy prefix, as LLaVA's tokenizer_image_token encodes the chunks around "<image>" (see
+// llava_prompt.h).
 absl::StatusOr<PromptTokens> Assemble(const Tokenizer& tok, absl::string_view before_text,
                                       absl::string_view after_text, int image_token_index,
                                       int num_visual_tokens, int max_tokens) {
@@ -20,15 +23,13 @@ absl::StatusOr<PromptTokens> Assemble(const Tokenizer& tok, absl::string_view be
     return absl::InvalidArgumentError(
         absl::StrCat("num_visual_tokens must be >= 0, got ", num_visual_tokens));
   }
-  // Text before <image> gets SentencePiece's dummy-prefix space as usual. The text after it is
-  // encoded on its own, and the lone '▁' the dummy prefix adds in front of "\n" is dropped:
-  // transformers' non-legacy Llama tokenizer adds no prefix space after a special token.
+  // "USER: " ends in a lone '▁' piece and "\n..." starts with one (the dummy prefix): LLaVA-1.5
+  // was trained on exactly these ids ([.., 29871, <image>, 29871, 13, ..] with LLaMA's
+  // vocabulary), so both stay.
   const std::vector<int32_t> before =
       before_text.empty() ? std::vector<int32_t>() : tok.Encode(std::string(before_text));
-  std::vector<int32_t> after =
+  const std::vector<int32_t> after =
       after_text.empty() ? std::vector<int32_t>() : tok.Encode(std::string(after_text));
-  const int underline = tok.PieceToId("\xE2\x96\x81");
-  if (!after.empty() && after.front() == underline) after.erase(after.begin());
 
   const int64_t text_tokens = 1 + static_cast<int64_t>(before.size()) + after.size();
   const int64_t total = text_tokens + num_visual_tokens;

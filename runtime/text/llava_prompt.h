@@ -1,5 +1,13 @@
 // LLaVA-1.5 chat prompt: `USER: <image>\n{question} ASSISTANT:` with <image> expanded to the
 // visual-token placeholders (docs/design.md §2; tools/pytorch/llava_model.py prompt_ids).
+//
+// The ids are those of LLaVA's own training code (llava/mm_utils.py tokenizer_image_token):
+// the prompt is split at "<image>", each chunk is encoded by the SentencePiece model on its own
+// (so each gets the dummy-prefix '▁', the chunk after <image> included), BOS leads, and the
+// image ids join the chunks. With LLaMA's vocabulary "USER: <image>\nWhat" is
+// [1, 3148, 1001, 29901, 29871, <image>, 29871, 13, 5618]: '▁US' 'ER' ':' '▁', then '▁' '\n'
+// 'What', as transformers' LLaVA tests show for llava-hf's processor. tests/text pins the ids
+// on the default model's tokenizer (tools/llava_prompt_ids.py derives them).
 #pragma once
 
 #include <cstdint>

@@ -124,6 +124,7 @@ std::string Tokenizer::DecodeContinuation(const std::vector<int>& ids) const {
 
 int Tokenizer::bos_id() const { return sp_->BosId(); }
 int Tokenizer::eos_id() const { return sp_->EosId(); }
+int Tokenizer::unk_id() const { return sp_->UnkId(); }
 int Tokenizer::vocab_size() const { return vocab_size_; }
 int Tokenizer::PieceToId(std::string_view piece) const { return sp_->PieceToId(piece); }
 

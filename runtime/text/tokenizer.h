@@ -35,6 +35,7 @@ class Tokenizer {
 
   int bos_id() const;
   int eos_id() const;
+  int unk_id() const;
   int vocab_size() const;  // SentencePiece pieces, not the model's embedding rows
   // SentencePiece semantics: an unknown piece maps to the unk id.
   int PieceToId(std::string_view piece) const;

@@ -1,9 +1,10 @@
 // Command-line access to runtime/image for the PIL parity test (pil_parity.py). Results are
 // written as .npy files; errors go to stderr with exit status 2.
 //   image_tool decode IN OUT.npy                      U8 [h, w, 3]
-//   image_tool resize IN W H OUT.npy                  U8 [H, W, 3] of ResizeBicubic(decode(IN))
+//   image_tool resize IN W H OUT.npy [FILTER]         U8 [H, W, 3] of Resize(decode(IN))
 //   image_tool region IN OW OH X0 Y0 W H OUT.npy      ResizeBicubicRegion
-//   image_tool preprocess IN SIZE OUT.npy             F32 [3, SIZE, SIZE]
+//   image_tool preprocess IN SIZE OUT.npy [FILTER]    F32 [3, SIZE, SIZE]
+// FILTER is PIL's number: 3 = bicubic (default), 2 = bilinear.
 //   image_tool encode IN OUT.png                      WritePng(decode(IN))
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,11 @@ void WriteImage(const std::string& path, const hap::RgbImage& img) {
            img.pixels.data(), img.pixels.size());
 }
 
+hap::ResampleFilter FilterArg(int argc, char** argv, int i) {
+  return argc > i && std::atoi(argv[i]) == 2 ? hap::ResampleFilter::kBilinear
+                                             : hap::ResampleFilter::kBicubic;
+}
+
 hap::RgbImage ReadOrExit(const char* path) {
   auto img = hap::ReadImageFile(path, hap::ImageLimits{});
   if (!img.ok()) {
@@ -57,17 +63,19 @@ int main(int argc, char** argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "decode" && argc == 4) {
     WriteImage(argv[3], ReadOrExit(argv[2]));
-  } else if (cmd == "resize" && argc == 6) {
-    WriteImage(argv[5],
-               hap::ResizeBicubic(ReadOrExit(argv[2]), std::atoi(argv[3]), std::atoi(argv[4])));
+  } else if (cmd == "resize" && (argc == 6 || argc == 7)) {
+    WriteImage(argv[5], hap::Resize(ReadOrExit(argv[2]), FilterArg(argc, argv, 6),
+                                    std::atoi(argv[3]), std::atoi(argv[4])));
   } else if (cmd == "region" && argc == 10) {
     WriteImage(argv[9], hap::ResizeBicubicRegion(ReadOrExit(argv[2]), std::atoll(argv[3]),
                                                  std::atoll(argv[4]), std::atoll(argv[5]),
                                                  std::atoll(argv[6]), std::atoi(argv[7]),
                                                  std::atoi(argv[8])));
-  } else if (cmd == "preprocess" && argc == 5) {
+  } else if (cmd == "preprocess" && (argc == 5 || argc == 6)) {
     const int size = std::atoi(argv[3]);
-    auto x = hap::ClipPreprocess(ReadOrExit(argv[2]), size);
+    hap::ImageProcessorConfig config = hap::ClipImageProcessorConfig(size);
+    config.resample = FilterArg(argc, argv, 5);
+    auto x = hap::ClipPreprocess(ReadOrExit(argv[2]), config);
     if (!x.ok()) {
       std::fprintf(stderr, "%s\n", x.status().ToString().c_str());
       return 2;

@@ -6,9 +6,9 @@ Generates PNGs (every colour type, bit depths 1-16, palette/tRNS transparency, A
 interlacing) and JPEGs (baseline with 4:4:4/4:2:2/4:2:0 subsampling, progressive, greyscale,
 CMYK) at odd sizes, decodes them with the C++ image_tool and requires:
   * decoded RGB == PIL's (convert RGBA, alpha-composite over white, convert RGB) exactly;
-  * ResizeBicubic == PIL Image.resize(BICUBIC, reducing_gap=None) exactly (up/down/one-axis/
-    identity/extreme aspect ratios), ResizeBicubicRegion == the same window of it;
-  * ClipPreprocess == llava_model.preprocess within 1e-6;
+  * Resize == PIL Image.resize(BICUBIC and BILINEAR, reducing_gap=None) exactly (up/down/
+    one-axis/identity/extreme aspect ratios), ResizeBicubicRegion == the same window of it;
+  * ClipPreprocess == llava_model.preprocess within 1e-6 (bicubic; bilinear on a few images);
   * WritePng round-trips through PIL.
 """
 import os
@@ -251,6 +251,12 @@ for (w, h), (ow, oh) in resize_cases:
     expect(diff is not None and diff.max() == 0,
            f"resize {w}x{h}->{ow}x{oh}: shape {got.shape} vs {want.shape}, max diff "
            f"{diff.max() if diff is not None else '-'}")
+    tool("resize", p, ow, oh, out, 2)
+    got2 = np.load(out)
+    want2 = np.asarray(Image.fromarray(src).resize((ow, oh), Image.BILINEAR, reducing_gap=None))
+    expect(got2.shape == want2.shape and np.array_equal(got2, want2),
+           f"bilinear resize {w}x{h}->{ow}x{oh}: shape {got2.shape} vs {want2.shape}, "
+           f"{np.count_nonzero(got2 != want2) if got2.shape == want2.shape else '-'} bytes differ")
     # A window of the same output, computed on its own.
     x0, y0 = ow // 3, oh // 4
     ww, wh = max(1, ow // 2), max(1, oh // 2)
@@ -276,6 +282,14 @@ for name, p in pre_cases.items():
         err = np.abs(got - want).max() if got.shape == want.shape else float("inf")
         expect(err <= 1e-6, f"preprocess {name} size {size}: shape {got.shape} vs "
                             f"{want.shape}, max abs diff {err}")
+    if name in ("rgb", "pre_2000x1500", "pre_350x900", "jpeg420"):  # bilinear, from a config
+        out = path(f"{name}_pre_bilinear.npy")
+        tool("preprocess", p, 336, out, 2)
+        got = np.load(out)
+        proc = dict(llava_model.clip_processor_config(336), resample=2)
+        want = llava_model.preprocess(Image.open(p), 336, proc)[0].numpy()
+        err = np.abs(got - want).max() if got.shape == want.shape else float("inf")
+        expect(err <= 1e-6, f"bilinear preprocess {name}: max abs diff {err}")
 
 # ------------------------------------------------------------------------------------------
 # 4. PNG encoding round trip

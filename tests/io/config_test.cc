@@ -84,6 +84,7 @@ TEST(LlavaConfigTest, ParsesLlava15_7b) {
   EXPECT_EQ(c->vision.image_size, 336);
   EXPECT_EQ(c->vision.patch_size, 14);
   EXPECT_EQ(c->vision.num_patches(), 576);
+  EXPECT_EQ(c->torch_dtype, "float16");
   EXPECT_EQ(c->vision.hidden_act, "quick_gelu");
   EXPECT_FLOAT_EQ(c->vision.layer_norm_eps, 1e-5f);
   // text_config only overrides a few keys; the rest are LlamaConfig's defaults.
@@ -223,6 +224,7 @@ TEST(LlavaConfigTest, JsonRoundTripKeepsEveryField) {
   c.projector_hidden_act = "gelu_pytorch_tanh";
   c.projector_bias = false;
   c.image_seq_length = 5;
+  c.torch_dtype = "bfloat16";
   const std::string json = LlavaConfigToJson(c);
   auto back = Parse(json);
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << json;
@@ -256,6 +258,7 @@ TEST(LlavaConfigTest, JsonRoundTripKeepsEveryField) {
   EXPECT_EQ(back->vision_feature_select_strategy, "full");
   EXPECT_EQ(back->projector_hidden_act, "gelu_pytorch_tanh");
   EXPECT_FALSE(back->projector_bias);
+  EXPECT_EQ(back->torch_dtype, "bfloat16");
   EXPECT_EQ(back->image_seq_length, 5);
   EXPECT_EQ(back->model_type, "llava");
   EXPECT_EQ(back->architectures, std::vector<std::string>{"LlavaForConditionalGeneration"});
@@ -263,6 +266,10 @@ TEST(LlavaConfigTest, JsonRoundTripKeepsEveryField) {
   const auto j = nlohmann::json::parse(json);
   EXPECT_EQ(j["text_config"]["model_type"], "llama");
   EXPECT_EQ(j["vision_config"]["model_type"], "clip_vision_model");
+  // llava-hf keeps pad_token_id at the top level (LlavaForConditionalGeneration reads it there).
+  EXPECT_EQ(j["pad_token_id"], 0);
+  EXPECT_EQ(j["text_config"]["pad_token_id"], 0);
+  EXPECT_EQ(j["torch_dtype"], "bfloat16");
   EXPECT_NE(json.find("\"rms_norm_eps\": 1e-05"), std::string::npos) << json;
   EXPECT_EQ(LlavaConfigToJson(*back), json);
 }

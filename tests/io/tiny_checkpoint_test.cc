@@ -104,7 +104,12 @@ TEST(TinyCheckpointTest, DeterministicPerSeedAndIndependentOfDtype) {
   ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, bf.path(), 11, DType::kBF16, 1).ok());
   EXPECT_EQ(ReadFile(a / "model.safetensors"), ReadFile(b / "model.safetensors"));
   EXPECT_NE(ReadFile(a / "model.safetensors"), ReadFile(c / "model.safetensors"));
-  EXPECT_EQ(ReadFile(a / "config.json"), LlavaConfigToJson(cfg));
+  // config.json is the config with torch_dtype naming the stored dtype.
+  LlavaConfig with_dtype = cfg;
+  with_dtype.torch_dtype = "float32";
+  EXPECT_EQ(ReadFile(a / "config.json"), LlavaConfigToJson(with_dtype));
+  with_dtype.torch_dtype = "bfloat16";
+  EXPECT_EQ(ReadFile(bf / "config.json"), LlavaConfigToJson(with_dtype));
 
   const TensorMap f32 = ReadCheckpoint(a.path());
   const TensorMap bf16 = ReadCheckpoint(bf.path());

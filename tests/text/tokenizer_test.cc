@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/text/llava_prompt.h"
@@ -271,13 +272,49 @@ TEST_F(TextTest, PromptLayout) {
   EXPECT_TRUE(std::equal(before.begin(), before.end(), ids.begin() + 1));
   for (int i = 0; i < 576; ++i) ASSERT_EQ(ids[p->vis_begin + i], kImageId);
 
-  // After the image: "\n{question} ASSISTANT:" without the dummy-prefix '▁'.
+  // "USER: " ends in a lone '▁'; after the image, "\n{question} ASSISTANT:" is encoded on its
+  // own, so it starts with the dummy-prefix '▁' and then the newline byte (LLaMA: 29871, 13).
+  EXPECT_EQ(tok_->IdToPiece(before.back()), kUnderline);
   const std::vector<int32_t> after(ids.begin() + p->vis_begin + 576, ids.end());
-  ASSERT_FALSE(after.empty());
-  EXPECT_NE(after.front(), tok_->PieceToId(kUnderline));
-  EXPECT_EQ(tok_->IdToPiece(after.front()), "<0x0A>");
+  EXPECT_EQ(after, tok_->Encode("\nWhat colour is the car? ASSISTANT:"));
+  ASSERT_GE(after.size(), 2u);
+  EXPECT_EQ(tok_->IdToPiece(after[0]), kUnderline);
+  EXPECT_EQ(tok_->IdToPiece(after[1]), "<0x0A>");
   EXPECT_EQ(tok_->Decode(after), "\nWhat colour is the car? ASSISTANT:");
-  EXPECT_EQ(tok_->Decode(ids), "USER: \nWhat colour is the car? ASSISTANT:");
+  EXPECT_EQ(tok_->Decode(ids), "USER:  \nWhat colour is the car? ASSISTANT:");
+}
+
+// The ids of LLaVA's tokenizer_image_token on the committed default model's tokenizer, derived
+// outside this code base with Debian's python3-sentencepiece:
+//   /usr/bin/python3 tools/llava_prompt_ids.py --image-token 512 --n-vis 3
+// Each list is BOS, the text before <image> encoded alone, 3 image ids, the text after it
+// encoded alone: 471 is the lone '▁' (LLaMA's 29871) on both sides of the image, 13 is "\n".
+TEST(LlavaPromptIds, MatchLlavaOnTheDefaultModel) {
+  auto tok = Tokenizer::Load(std::string(HAP_SOURCE_DIR) + "/models/scenes-llava/tokenizer.model");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  constexpr int kImage = 512;
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> cases = {
+      {"USER: <image>\nWhat colour is the circle? ASSISTANT:",
+       {1, 273, 479, 471, 512, 512, 512, 471, 13, 496, 314, 280, 336, 482, 469, 288, 261, 313,
+        488, 275, 479}},
+      {"USER: <image>\nHow many red shapes are there? ASSISTANT:",
+       {1, 273, 479, 471, 512, 512, 512, 471, 13, 504, 284, 322, 356, 324, 321, 294, 488, 275,
+        479}},
+      {"Be brief. USER: <image>\nHi ASSISTANT: Hello USER: Why? ASSISTANT:",
+       {1,   471, 69,  472, 285, 287, 428, 49,  273, 479, 471, 512, 512, 512, 471, 13,
+        504, 484, 275, 479, 317, 362, 482, 273, 479, 283, 476, 499, 488, 275, 479}},
+      {"<image>\nDescribe.", {1, 512, 512, 512, 471, 13, 71, 339, 486, 287, 417, 49}},
+  };
+  for (const auto& [prompt, want] : cases) {
+    auto got = TokenizeImagePrompt(**tok, prompt, kImage, 3, 4096);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->ids, want) << prompt;
+  }
+  // The built-in template gives the same ids as the rendered prompt.
+  auto built = BuildLlavaPrompt(**tok, "What colour is the circle?", kImage, 3, 4096);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->ids, cases[0].second);
+  EXPECT_EQ(built->vis_begin, 4);
 }
 
 TEST_F(TextTest, LiteralImageTagInQuestionIsText) {
@@ -285,7 +322,7 @@ TEST_F(TextTest, LiteralImageTagInQuestionIsText) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(std::count(p->ids.begin(), p->ids.end(), kImageId), 10);
   EXPECT_EQ(p->n_vis, 10);
-  EXPECT_EQ(tok_->Decode(p->ids), "USER: \n<image> <image> what is this? ASSISTANT:");
+  EXPECT_EQ(tok_->Decode(p->ids), "USER:  \n<image> <image> what is this? ASSISTANT:");
 }
 
 TEST_F(TextTest, RenderedPromptTokenizesLikeTheTemplate) {
@@ -301,7 +338,7 @@ TEST_F(TextTest, RenderedPromptTokenizesLikeTheTemplate) {
                                  kImageId, 4, 4096);
   ASSERT_TRUE(two.ok()) << two.status();
   EXPECT_EQ(std::count(two->ids.begin(), two->ids.end(), kImageId), 4);
-  EXPECT_EQ(tok_->Decode(two->ids), "Be brief. USER: \nHi ASSISTANT: Hello USER: why?");
+  EXPECT_EQ(tok_->Decode(two->ids), "Be brief. USER:  \nHi ASSISTANT: Hello USER: why?");
 
   for (const char* bad : {"USER: no image ASSISTANT:", "USER: <image><image> ASSISTANT:"}) {
     auto r = TokenizeImagePrompt(*tok_, bad, kImageId, 4, 4096);

@@ -1,6 +1,8 @@
 // hapctl make-tiny: writes a random-weight checkpoint in the exact llava-hf layout (config.json,
-// safetensors — sharded with an index when asked — and a SentencePiece tokenizer.model trained
-// on the project's corpus), for tests and benchmarks.
+// safetensors — sharded with an index when asked —, a SentencePiece tokenizer.model trained on
+// the project's corpus, and preprocessor_config.json, processor_config.json, chat_template.json,
+// tokenizer_config.json, special_tokens_map.json, generation_config.json), for tests and
+// benchmarks.
 #include <cstdio>
 #include <filesystem>
 

@@ -492,41 +492,184 @@ def save_llava(model, out_dir, dtype="BF16", config_extra=None):
 
 
 # ----------------------------------------------------------------------------------------------
-# preprocessing (llava-hf CLIPImageProcessor)
+# preprocessing (llava-hf CLIPImageProcessor, set by preprocessor_config.json)
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+# CLIPImageProcessor's own defaults, for keys a preprocessor_config.json leaves out.
+_CLIP_PROCESSOR_DEFAULTS = dict(do_resize=True, size={"shortest_edge": 224}, resample=3,
+                                do_center_crop=True, crop_size={"height": 224, "width": 224},
+                                do_rescale=True, rescale_factor=1 / 255, do_normalize=True,
+                                image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD),
+                                do_convert_rgb=True)
 
 
-def preprocess(image, size):
-    """PIL image -> float tensor [1, 3, size, size]: composite on white, RGB, bicubic resize of
-    the shortest edge, centre crop, /255, CLIP normalisation."""
+def clip_processor_config(size):
+    """The preprocessor_config.json llava-hf ships for a CLIP tower of `size` px
+    (llava-hf/llava-1.5-7b-hf at 336)."""
+    return {"crop_size": {"height": size, "width": size}, "do_center_crop": True,
+            "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
+            "image_mean": list(CLIP_MEAN), "image_processor_type": "CLIPImageProcessor",
+            "image_std": list(CLIP_STD), "processor_class": "LlavaProcessor", "resample": 3,
+            "rescale_factor": 1 / 255, "size": {"shortest_edge": size}}
+
+
+def load_preprocessor_config(model_dir):
+    """model_dir/preprocessor_config.json, or clip_processor_config of the model's image size."""
+    path = os.path.join(model_dir, "preprocessor_config.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return clip_processor_config(Config.load(model_dir).vision["image_size"])
+
+
+def preprocess(image, size, proc=None):
+    """PIL image -> float tensor [1, 3, H, W] as CLIPImageProcessor computes it with `proc` (a
+    preprocessor_config.json dict; None = clip_processor_config(size)): RGB (alpha composited
+    on white), resize with PIL's `resample` filter (reducing_gap=None) of the shortest edge to
+    size.shortest_edge (long edge int(s * long / short)) or to size {height, width}, centre crop
+    (top = (h - crop_h) // 2), float32(float64(x) * rescale_factor), (x - mean) / std in
+    float32."""
     from PIL import Image
+    p = dict(_CLIP_PROCESSOR_DEFAULTS, **(clip_processor_config(size) if proc is None else proc))
     if image.mode != "RGB":
         rgba = image.convert("RGBA")
         bg = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         image = Image.alpha_composite(bg, rgba).convert("RGB")
-    w, h = image.size
-    short, long = (w, h) if w <= h else (h, w)
-    new_long = int(size * long / short)
-    nw, nh = (size, new_long) if w <= h else (new_long, size)
-    image = image.resize((nw, nh), resample=Image.BICUBIC, reducing_gap=None)
-    top, left = (nh - size) // 2, (nw - size) // 2
-    arr = np.asarray(image, dtype=np.float32)[top:top + size, left:left + size] / 255.0
-    arr = (arr - np.array(CLIP_MEAN, np.float32)) / np.array(CLIP_STD, np.float32)
-    return torch.from_numpy(arr.transpose(2, 0, 1).copy())[None]
+    if p["do_resize"]:
+        target = p["size"] if isinstance(p["size"], dict) else {"shortest_edge": p["size"]}
+        if "shortest_edge" in target:
+            s = target["shortest_edge"]
+            w, h = image.size
+            short, long = (w, h) if w <= h else (h, w)
+            new_long = int(s * long / short)
+            nw, nh = (s, new_long) if w <= h else (new_long, s)
+        else:
+            nw, nh = target["width"], target["height"]
+        image = image.resize((nw, nh), resample=p["resample"], reducing_gap=None)
+    arr = np.asarray(image)
+    if p["do_center_crop"]:
+        crop = p["crop_size"]
+        ch, cw = (crop["height"], crop["width"]) if isinstance(crop, dict) else (crop, crop)
+        top, left = (arr.shape[0] - ch) // 2, (arr.shape[1] - cw) // 2
+        arr = arr[top:top + ch, left:left + cw]
+    if p["do_rescale"]:
+        x = (arr.astype(np.float64) * p["rescale_factor"]).astype(np.float32)
+    else:
+        x = arr.astype(np.float32)
+    if p["do_normalize"]:
+        mean, std = p["image_mean"], p["image_std"]
+        mean = [mean] * 3 if isinstance(mean, (int, float)) else mean
+        std = [std] * 3 if isinstance(std, (int, float)) else std
+        x = (x - np.array(mean, np.float32)) / np.array(std, np.float32)
+    return torch.from_numpy(x.transpose(2, 0, 1).copy())[None]
 
 
 def prompt_ids(sp, question, image_token_index, num_visual_tokens, bos_id=1):
     """Token ids for `USER: <image>\\n{question} ASSISTANT:` with the image expanded.
 
-    The text before <image> is encoded normally (SentencePiece adds its dummy-prefix space);
-    the text after it is encoded without the dummy prefix (a lone leading '▁' piece is dropped),
-    as transformers' non-legacy Llama tokenizer does after a special token.
+    As LLaVA's own tokenizer_image_token (llava/mm_utils.py): the text on each side of <image>
+    is encoded on its own, each with SentencePiece's dummy-prefix space, so "USER: " ends in a
+    lone '▁' and "\\n{question}..." starts with one ([.., 29871, <image>, 29871, 13, ..] with
+    LLaMA's vocabulary, the ids transformers' llava tests show). A literal "<image>" inside the
+    question stays text.
     """
     before = sp.encode("USER: ")
     after = sp.encode("\n" + question + " ASSISTANT:")
-    sp_underline = sp.piece_to_id("\u2581")
-    if after and after[0] == sp_underline:
-        after = after[1:]
     return [bos_id] + before + [image_token_index] * num_visual_tokens + after
+
+
+# ----------------------------------------------------------------------------------------------
+# llava-hf side files (the same files, byte for byte, as hapctl make-tiny writes with
+# runtime/io/side_files.cc; tests/parity checks that)
+
+LLAVA15_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] != 'system' %}"
+    "{{ message['role'].upper() + ': '}}{% endif %}"
+    "{# Render all images first #}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
+    "{{ '<image>\n' }}{% endfor %}"
+    "{# Render all text next #}"
+    "{% if message['role'] != 'assistant' %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{{ content['text'] + ' '}}{% endfor %}"
+    "{% else %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{% generation %}{{ content['text'] + ' '}}{% endgeneration %}{% endfor %}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}")
+
+
+def _added_token(content, special=None):
+    t = {"content": content, "lstrip": False, "normalized": False, "rstrip": False,
+         "single_word": False}
+    if special is not None:
+        t["special"] = special
+    return t
+
+
+def side_files(cfg, sp, proc=None):
+    """{file name: text} of the llava-hf files beside config.json, the weights and
+    tokenizer.model: preprocessor_config.json (proc, default clip_processor_config),
+    processor_config.json, chat_template.json, tokenizer_config.json, special_tokens_map.json,
+    generation_config.json. tokenizer_config.json says legacy: true, i.e. SentencePiece's dummy
+    prefix on every text segment, <image> included (the ids prompt_ids builds). No file claims a
+    transformers_version: none was written by transformers."""
+    t = cfg.text
+    pad = t.get("pad_token_id")  # text_config's wins over the top level's, as in the C++
+    if pad is None:
+        pad = cfg.raw.get("pad_token_id")
+    unk, bos, eos = (sp.id_to_piece(i) for i in (sp.unk_id(), sp.bos_id(), sp.eos_id()))
+    added = {str(sp.unk_id()): _added_token(unk, True), str(sp.bos_id()): _added_token(bos, True),
+             str(sp.eos_id()): _added_token(eos, True),
+             str(cfg.image_token_index): _added_token("<image>", True)}
+    pad_text = None
+    if pad is not None and pad >= 0:
+        pad_text = sp.id_to_piece(pad) if pad < sp.get_piece_size() else "<pad>"
+        if pad >= sp.get_piece_size():
+            added[str(pad)] = _added_token(pad_text, True)
+    tok = {"add_bos_token": True, "add_eos_token": False, "added_tokens_decoder": added,
+           "bos_token": bos, "chat_template": LLAVA15_CHAT_TEMPLATE,
+           "clean_up_tokenization_spaces": False, "eos_token": eos, "legacy": True,
+           "model_max_length": t["max_position_embeddings"], "padding_side": "left",
+           "processor_class": "LlavaProcessor", "sp_model_kwargs": {},
+           "tokenizer_class": "LlamaTokenizer", "unk_token": unk}
+    special = {"bos_token": _added_token(bos), "eos_token": _added_token(eos),
+               "unk_token": _added_token(unk)}
+    gen = {"_from_model_config": True, "bos_token_id": t["bos_token_id"],
+           "eos_token_id": t["eos_token_id"]}
+    if pad_text is not None:
+        tok["pad_token"] = pad_text
+        special["pad_token"] = _added_token(pad_text)
+        gen["pad_token_id"] = pad
+    processor = {"image_token": "<image>", "num_additional_image_tokens": 1,
+                 "patch_size": cfg.vision["patch_size"], "processor_class": "LlavaProcessor",
+                 "vision_feature_select_strategy": cfg.vision_feature_select_strategy}
+    files = {
+        "preprocessor_config.json": (clip_processor_config(cfg.vision["image_size"])
+                                     if proc is None else proc),
+        "processor_config.json": processor,
+        "chat_template.json": {"chat_template": LLAVA15_CHAT_TEMPLATE},
+        "tokenizer_config.json": tok,
+        "special_tokens_map.json": special,
+        "generation_config.json": gen,
+    }
+    return {name: json.dumps(obj, indent=2, sort_keys=True) + "\n" for name, obj in files.items()}
+
+
+def write_side_files(model_dir, proc=None):
+    """Writes side_files() of model_dir's config.json and tokenizer.model into model_dir."""
+    import sentencepiece as spm
+    cfg = Config.load(model_dir)
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "tokenizer.model"))
+    for name, text in side_files(cfg, sp, proc).items():
+        with open(os.path.join(model_dir, name), "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] != "side-files":
+        sys.exit("usage: llava_model.py side-files MODEL_DIR   (re)writes the llava-hf side files "
+                 "of MODEL_DIR from its config.json and tokenizer.model")
+    write_side_files(sys.argv[2])

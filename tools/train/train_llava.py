@@ -6,7 +6,8 @@ LLaMA) on synthetic scene QA (tools/scenes), on CPU, and exports it in the llava
 
 Re-running the same command resumes from the latest checkpoint in --run-dir (written every
 --ckpt-minutes); when all steps are done it exports to --out (config.json, model.safetensors in
-BF16, tokenizer.model, README.md) and evaluates the export on data/scenes-test. `--export-only`
+BF16, tokenizer.model, the llava-hf side files of llava_model.write_side_files, README.md) and
+evaluates the export on data/scenes-test. `--export-only`
 exports the latest checkpoint as it is. Everything is determined by --seed: initialisation, the
 training stream (example i of the run is scenes.split_rng("train", seed, i)) and the val set.
 
@@ -555,6 +556,7 @@ def export(model, a, cfg, tok_path, history, command, log, finished, wall=0.0):
     os.makedirs(out, exist_ok=True)
     lm.save_llava(model, out, dtype="BF16")
     shutil.copyfile(tok_path, os.path.join(out, "tokenizer.model"))
+    lm.write_side_files(out)  # preprocessor/processor/tokenizer/generation configs
     size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
     log(f"exported to {out} ({size / 1e6:.1f} MB)")
 

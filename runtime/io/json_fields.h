@@ -1,0 +1,52 @@
+// Typed reading of the JSON side files of a checkpoint (config.json, preprocessor_config.json):
+// errors name the file, the key path and what was expected. Internal to runtime/io.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+
+namespace hap::io_internal {
+
+// A value for an error message, cut to 80 characters.
+std::string Brief(const nlohmann::json& j);
+
+// A JSON integer that fits an int.
+bool ToInt(const nlohmann::json& v, int& out);
+
+// The float as the shortest decimal that reads back to it, so 1e-5f is written as 1e-05 rather
+// than the 9.99999974737875e-06 its exact double value would print as.
+double ShortestDouble(float f);
+
+// Typed access to the keys of one JSON object. Absent and null keys leave the caller's default
+// in place (transformers treats an explicit null like an absent key for these fields); present
+// keys of the wrong type are errors that name the full key path: "<source>: <prefix><key> ...".
+class FieldReader {
+ public:
+  FieldReader(const nlohmann::json& obj, const std::string& source, const char* prefix);
+
+  bool Has(const char* key) const { return obj_.contains(key) && !obj_[key].is_null(); }
+  const nlohmann::json& Get(const char* key) const { return obj_[key]; }
+
+  absl::Status Int(const char* key, int& out) const;
+  // Token ids may be a list in newer configs (several EOS ids); the first one is used.
+  absl::Status TokenId(const char* key, int& out) const;
+  absl::Status Float(const char* key, float& out) const;
+  absl::Status Double(const char* key, double& out) const;
+  absl::Status String(const char* key, std::string& out) const;
+  absl::Status Bool(const char* key, bool& out) const;
+  absl::Status StringList(const char* key, std::vector<std::string>& out) const;
+
+  absl::Status TypeError(const char* key, const nlohmann::json& v, const char* expected) const;
+
+  // "<source>: <prefix>", the start of every message.
+  const std::string& where() const { return where_; }
+
+ private:
+  const nlohmann::json& obj_;
+  std::string where_;
+};
+
+}  // namespace hap::io_internal
