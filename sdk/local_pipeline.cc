@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdk/client.h"
@@ -13,6 +14,18 @@ namespace hap::sdk {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The port of hap-prefill's "... openai on HOST:PORT (...)" line; 0 for any other line.
+int ParseOpenAiPort(const std::string& line) {
+  const size_t at = line.find(" openai on ");
+  if (at == std::string::npos) return 0;
+  const size_t begin = at + 11;
+  const std::string address = line.substr(begin, line.find(' ', begin) - begin);
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) return 0;
+  return port;
+}
 
 bool HasBinaries(const fs::path& dir) {
   std::error_code ec;
@@ -50,6 +63,11 @@ std::string LocalPipeline::address(Service service) const {
   return absl::StrCat(options_.host, ":", ports_[Index(service)]);
 }
 
+std::string LocalPipeline::openai_address() const {
+  if (options_.openai_port < 0) return "";
+  return absl::StrCat(options_.host, ":", openai_port_);
+}
+
 std::vector<std::string> LocalPipeline::decode_addresses() const {
   std::vector<std::string> out = {address(Service::kDecode)};
   for (int port : extra_decode_ports_) out.push_back(absl::StrCat(options_.host, ":", port));
@@ -69,6 +87,11 @@ std::vector<std::string> LocalPipeline::Argv(Service service, int port, int repl
     extra = &options_.prefill_args;
     argv.insert(argv.end(), {"--encoder-addr", address(Service::kEncoder), "--decode-addr",
                              absl::StrJoin(decode_addresses(), ",")});
+    if (options_.openai_port >= 0) {
+      argv.insert(argv.end(), {"--openai-port", std::to_string(openai_port_ > 0
+                                                                   ? openai_port_
+                                                                   : options_.openai_port)});
+    }
   } else if (service == Service::kDecode) {
     extra = &options_.decode_args;
   }
@@ -153,6 +176,17 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Start(
   if (absl::Status st = p->Launch(Service::kPrefill, 0); !st.ok()) return st;
   for (Service s : {Service::kEncoder, Service::kDecode, Service::kPrefill}) {
     if (absl::Status st = p->WaitServing(s); !st.ok()) return st;
+  }
+  if (options.openai_port >= 0) {
+    // Printed before hap-prefill reports SERVING: "hap-prefill openai on HOST:PORT (...)".
+    auto line = p->process(Service::kPrefill)
+                    ->WaitForLine([](const std::string& l) { return ParseOpenAiPort(l) > 0; },
+                                  std::chrono::seconds(5));
+    if (!line.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("hap-prefill did not report its OpenAI API port: ", line.status().message()));
+    }
+    p->openai_port_ = ParseOpenAiPort(*line);
   }
   for (size_t i = 0; i < p->extra_decodes_.size(); ++i) {
     if (absl::Status st = p->WaitServingAt(p->extra_decodes_[i].get(), "hap-decode",

@@ -31,6 +31,8 @@ struct LocalPipelineOptions {
   // that spins long takes them from the others (16 concurrent streams on 2 cores: 12 µs did
   // 10-20% better in aggregate than the services' 50 µs default).
   int pool_spin_us = 12;
+  // The front door's OpenAI-compatible HTTP API: -1 = off, 0 = a free port (openai_address()).
+  int openai_port = -1;
   std::chrono::milliseconds start_timeout{120000};
   bool echo_output = true;  // the children's stdout lines, prefixed, on our stderr
 };
@@ -46,6 +48,8 @@ class LocalPipeline {
 
   // host:port of the front door (hap-prefill).
   std::string front_door() const { return address(Service::kPrefill); }
+  // host:port of the OpenAI-compatible HTTP API; "" when options.openai_port is -1.
+  std::string openai_address() const;
   std::string address(Service service) const;
   // Every hap-decode replica's host:port (the first is address(Service::kDecode)).
   std::vector<std::string> decode_addresses() const;
@@ -74,6 +78,7 @@ class LocalPipeline {
   LocalPipelineOptions options_;
   std::unique_ptr<ChildProcess> procs_[3];
   int ports_[3] = {0, 0, 0};
+  int openai_port_ = 0;  // the HTTP port hap-prefill bound (kept across a restart)
   // Decode replicas beyond the first.
   std::vector<std::unique_ptr<ChildProcess>> extra_decodes_;
   std::vector<int> extra_decode_ports_;

@@ -10,7 +10,10 @@ PACKAGES=(
   libopenblas-dev nlohmann-json3-dev
   sentencepiece libsentencepiece-dev
   libjpeg-dev libpng-dev
+  libcpp-httplib-dev
   python3 python3-torch python3-numpy python3-sentencepiece python3-grpcio python3-protobuf python3-pil
+  # sdk/python: setup.py build / pip install from the source tree
+  python3-setuptools
   # tests/deploy: tools/helm-render (Go text/template + sprig, built in GOPATH mode)
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
 )
@@ -44,12 +47,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The npm packages of tests/deploy (Kubernetes schemas, js-yaml, ajv), exactly as locked; skipped
-# while node_modules is at least as new as the lock file.
-deploy_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/deploy"
-if [ -f "$deploy_tests/package-lock.json" ] &&
-   { [ ! -f "$deploy_tests/node_modules/.package-lock.json" ] ||
-     [ "$deploy_tests/package-lock.json" -nt "$deploy_tests/node_modules/.package-lock.json" ]; }; then
-  echo "install-deps: npm ci in tests/deploy" >&2
-  (cd "$deploy_tests" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-fi
+# The npm packages of the JavaScript tests (tests/deploy: Kubernetes schemas, js-yaml, ajv;
+# tests/openai: the official openai client), exactly as locked; skipped while node_modules is at
+# least as new as the lock file.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+for dir in "$root/tests/deploy" "$root/tests/openai"; do
+  if [ -f "$dir/package-lock.json" ] &&
+     { [ ! -f "$dir/node_modules/.package-lock.json" ] ||
+       [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; }; then
+    echo "install-deps: npm ci in ${dir#"$root"/}" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  fi
+done

@@ -200,6 +200,12 @@ absl::Status ServiceHost::Start(const CommonOptions& options,
   return absl::OkStatus();
 }
 
+std::shared_ptr<grpc::Channel> ServiceHost::InProcessChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  return server_->InProcessChannel(args);
+}
+
 void ServiceHost::SetHealth(bool serving) {
   if (health_ != nullptr) health_->SetServing(serving);  // every hosted service, and ""
 }

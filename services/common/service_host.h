@@ -46,6 +46,8 @@ class ServiceHost {
   absl::Status Start(const CommonOptions& options, const std::vector<grpc::Service*>& services,
                      int max_receive_bytes);
   int port() const { return port_; }
+  // A channel to this process's own server (after Start), for an in-process front end.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
 
   // The model is loaded: health reports SERVING and requests are accepted.
   void SetServing();

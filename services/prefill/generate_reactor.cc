@@ -132,7 +132,7 @@ absl::Status GenerateReactor::Execute() {
       layer_starts.push_back(Clock::now());
       return cancelled();
     });
-    prefill = RunPrefill(*service_->model(), request_->prompt(), encoded, job_.prune, &sampler);
+    prefill = RunPrefill(*service_->model(), job_.prompt, encoded, job_.prune, &sampler);
   }
   if (!prefill.ok()) {
     telemetry::Span failed = telemetry::GlobalTracer().StartSpan("hap.prefill", rpc_span(),

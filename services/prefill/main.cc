@@ -1,14 +1,17 @@
 // hap-prefill: the front door (hap.v1.Generation). It calls hap-encoder for the embeddings, runs
 // the pruned prefill and hands the KV cache to hap-decode, relaying the tokens back.
+#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "runtime/model/pipeline.h"
 #include "services/common/convert.h"
 #include "services/common/model_loader.h"
 #include "services/common/service_host.h"
 #include "services/common/status.h"
 #include "rpc/credentials.h"
+#include "services/openai/openai_server.h"
 #include "services/prefill/prefill_service.h"
 
 namespace hap::svc {
@@ -46,6 +49,11 @@ std::vector<OptionSpec> Specs() {
                    "a KV cache waiting for its transfer to decode is freed after this"});
   specs.push_back({"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
                    "KV cache bytes held at once; 0 = unlimited (RESOURCE_EXHAUSTED above)"});
+  specs.push_back({"openai-port", "HAP_OPENAI_PORT", "",
+                   "serve the OpenAI-compatible HTTP API (/v1/chat/completions, /v1/models) on "
+                   "this port; 0 = a free port; empty = off"});
+  specs.push_back({"served-model-name", "HAP_SERVED_MODEL_NAME", "",
+                   "the model id of the OpenAI API (default: the model directory's name)"});
   return specs;
 }
 
@@ -65,6 +73,41 @@ absl::StatusOr<hap::v1::Pruning> DefaultPruning(const Options& options) {
     p.set_retain(options.Get("retain"));
   }
   return p;
+}
+
+// The OpenAI-compatible HTTP API over this process's own Generation service.
+absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartOpenAi(const Options& options,
+                                                                  const CommonOptions& common,
+                                                                  const LlavaModel& model,
+                                                                  ServiceHost* host) {
+  HAP_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::ForModelDir(model.dir()));
+  HAP_ASSIGN_OR_RETURN(int64_t port, options.Int("openai-port", 0, 65535));
+  HAP_ASSIGN_OR_RETURN(int64_t max_image, options.Int("max-image-bytes", 1, 1LL << 31));
+  openai::OpenAiServerOptions o;
+  o.host = common.host;
+  o.port = static_cast<int>(port);
+  // Every admitted request (running + queued) holds a connection; a few more answer refusals.
+  o.threads = static_cast<int>(common.max_concurrent + common.queue_length + 4);
+  o.chat.model_id = options.Get("served-model-name");
+  if (o.chat.model_id.empty()) {
+    const std::string& dir = model.dir();
+    const size_t end = dir.find_last_not_of('/');
+    const size_t slash = dir.find_last_of('/', end);
+    o.chat.model_id = dir.substr(slash == std::string::npos ? 0 : slash + 1,
+                                 end == std::string::npos ? 0 : end - (slash + 1) + 1);
+  }
+  o.chat.max_image_bytes = max_image;
+  o.chat.chat_template = std::make_shared<const ChatTemplate>(std::move(chat_template));
+  HAP_ASSIGN_OR_RETURN(o.chat.defaults, openai::GenerationDefaults::ForModelDir(model.dir()));
+  o.chat.bos_token = model.tokenizer().IdToPiece(model.tokenizer().bos_id());
+  o.chat.eos_token = model.tokenizer().IdToPiece(model.tokenizer().eos_id());
+  auto server = std::make_unique<openai::OpenAiServer>(o, host->InProcessChannel());
+  HAP_RETURN_IF_ERROR(server->Start());
+  std::printf("%s openai on %s:%d (model '%s', chat template: %s)\n", host->name().c_str(),
+              common.host.c_str(), server->port(), o.chat.model_id.c_str(),
+              o.chat.chat_template->origin().c_str());
+  std::fflush(stdout);
+  return server;
 }
 
 int Main(int argc, char** argv) {
@@ -135,8 +178,16 @@ int Main(int argc, char** argv) {
       prune.ok() ? ValidateRequest(*model, "default pruning check", *prune) : prune.status();
   if (!ok.ok()) return host.Fail(Annotate(ok, "default pruning (--method/--retain/--flops)"));
   service.SetModel(model.get());
+  std::unique_ptr<openai::OpenAiServer> openai;
+  if (!options.Get("openai-port").empty()) {
+    auto started = StartOpenAi(options, common, *model, &host);
+    if (!started.ok()) return host.Fail(started.status());
+    openai = std::move(*started);
+  }
   host.SetServing();
-  return host.WaitAndDrain(common.drain_timeout_ms);
+  const int code = host.WaitAndDrain(common.drain_timeout_ms);
+  if (openai != nullptr) openai->Stop();
+  return code;
 }
 
 }  // namespace

@@ -62,13 +62,20 @@ absl::StatusOr<GenerateJob> PrefillService::Check(const hap::v1::GenerateRequest
         absl::StrCat("image is ", request.image().size(), " bytes; the limit is ",
                      config_.max_image_bytes, " (--max-image-bytes)"));
   }
-  if (request.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
+  if (!request.prompt().empty() && !request.raw_prompt().empty()) {
+    return absl::InvalidArgumentError("give prompt or raw_prompt, not both");
+  }
+  if (request.prompt().empty() && request.raw_prompt().empty()) {
+    return absl::InvalidArgumentError("prompt is empty");
+  }
+  job.prompt = request.raw_prompt().empty() ? PromptText(request.prompt())
+                                            : PromptText::Rendered(request.raw_prompt());
   HAP_ASSIGN_OR_RETURN(job.sampling, SamplingFromProto(request.sampling()));
   HAP_ASSIGN_OR_RETURN(job.stop, StopFromProto(request.max_new_tokens(), request.stop()));
   HAP_ASSIGN_OR_RETURN(job.prune, PruneFromProto(request.pruning(), config_.default_pruning,
                                                  model->config().num_visual_tokens()));
   // Prompt length (--max-prompt-tokens), method and budget against this model.
-  HAP_RETURN_IF_ERROR(ValidateRequest(*model, request.prompt(), job.prune));
+  HAP_RETURN_IF_ERROR(ValidateRequest(*model, job.prompt, job.prune));
   return job;
 }
 

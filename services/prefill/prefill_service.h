@@ -50,6 +50,7 @@ struct GenerateJob {
   PruneRequest prune;
   SamplingParams sampling;
   StopCriteria stop;
+  PromptText prompt;  // views the request's prompt or raw_prompt
 };
 
 class PrefillService final : public hap::v1::Generation::CallbackService {

@@ -1,9 +1,10 @@
 // The Helm chart, rendered offline by tools/helm-render (Go text/template + sprig, as Helm):
-// the defaults, the GPU and CPU examples and a TLS case render; every object validates against
-// the Kubernetes OpenAPI schemas with no unknown field; the semantic checks hold; the merged
-// values pass values.schema.json, bad values fail it with the schema's message, and values the
-// templates refuse fail the render with the chart's message; every value is documented; the
-// committed renderings under helm/hap/examples/rendered are current.
+// the defaults, the GPU and CPU examples, a TLS case and the OpenAI HTTP API off and customised
+// render; every object validates against the Kubernetes OpenAPI schemas with no unknown field;
+// the semantic checks hold; the merged values pass values.schema.json, bad values fail it with
+// the schema's message, and values the templates refuse fail the render with the chart's
+// message; every value is documented; the committed renderings under helm/hap/examples/rendered
+// are current.
 //
 // node chart_test.js --render BIN --chart DIR --cases DIR --source DIR --work DIR [--update]
 "use strict";
@@ -116,6 +117,8 @@ const cases = [
   { name: "gpu", files: [path.join(examples, "values-gpu.yaml")], golden: true },
   { name: "cpu", files: [path.join(examples, "values-cpu.yaml")], golden: true },
   { name: "tls", files: [path.join(args.cases, "values-tls.yaml")] },
+  { name: "openai-off", files: [], extra: ["--set", "openai.enabled=false"] },
+  { name: "openai-custom", files: [path.join(args.cases, "values-openai-custom.yaml")] },
 ];
 
 const byKind = (objs, kind) => objs.filter((o) => o.kind === kind);
@@ -179,6 +182,47 @@ function wiring(objs, values) {
   return errs;
 }
 
+// The OpenAI-compatible HTTP API of the front door: with openai.enabled, prefill alone gets
+// HAP_OPENAI_PORT, a container port `openai` and the same port on its Service (targeted by name),
+// admitted by its NetworkPolicy beside gRPC, and NOTES.txt shows a curl call; the probes stay
+// gRPC. Without it, none of them. Returns the prefill Deployment's env.
+function openaiWiring(objs, r, { port, enabled = true, model = undefined }) {
+  const errs = [];
+  for (const c of SERVICES) {
+    const k = container(named(objs, "Deployment", `${RELEASE}-${c}`));
+    const env = envOf(k);
+    const cport = (k.ports || []).find((p) => p.name === "openai");
+    const sport = named(objs, "Service", `${RELEASE}-${c}`).spec.ports.find((p) => p.name === "openai");
+    if (c !== "prefill" || !enabled) {
+      if (env.HAP_OPENAI_PORT !== undefined || env.HAP_SERVED_MODEL_NAME !== undefined) errs.push(`${c}: HAP_OPENAI_PORT/HAP_SERVED_MODEL_NAME set`);
+      if (cport) errs.push(`${c}: container port openai`);
+      if (sport) errs.push(`${c}: Service port openai`);
+      continue;
+    }
+    if (env.HAP_OPENAI_PORT !== String(port)) errs.push(`prefill: HAP_OPENAI_PORT=${env.HAP_OPENAI_PORT}, want "${port}"`);
+    if (env.HAP_SERVED_MODEL_NAME !== model) errs.push(`prefill: HAP_SERVED_MODEL_NAME=${env.HAP_SERVED_MODEL_NAME}, want ${model}`);
+    if (!cport || cport.containerPort !== port || cport.protocol !== "TCP") errs.push(`prefill: container port openai ${JSON.stringify(cport)}`);
+    if (!sport || sport.port !== port || sport.targetPort !== "openai" || sport.appProtocol !== "http") {
+      errs.push(`prefill Service: port openai ${JSON.stringify(sport)}`);
+    }
+    for (const p of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+      const probe = k[p];
+      if (probe.httpGet || (probe.grpc && probe.grpc.port !== r.values.prefill.port) ||
+          (probe.tcpSocket && probe.tcpSocket.port !== "grpc")) errs.push(`prefill ${p} no longer checks the gRPC port`);
+    }
+  }
+  const np = named(objs, "NetworkPolicy", `${RELEASE}-prefill`);
+  if (np) {
+    const rule = np.spec.ingress.find((x) => (x.ports || []).some((p) => p.port === "grpc"));
+    const has = rule.ports.some((p) => p.port === "openai");
+    if (has !== enabled) errs.push(`prefill NetworkPolicy: openai port ${has ? "admitted" : "missing"} beside gRPC`);
+  }
+  const curl = r.notes.includes(`/v1/chat/completions`) && r.notes.includes("data:image/");
+  if (curl !== enabled) errs.push(`NOTES.txt ${curl ? "shows" : "lacks"} the /v1/chat/completions example`);
+  if (enabled && !r.notes.includes(`curl -s http://127.0.0.1:${port}/v1/chat/completions`)) errs.push("NOTES.txt curl not on openai.port");
+  return errs;
+}
+
 const specific = {
   default(objs, r) {
     const kinds = objs.map((o) => o.kind).sort().join(",");
@@ -195,6 +239,19 @@ const specific = {
       expect(container(d).image === "hap-serve:0.1.0-cpu", `${d.metadata.name}: image ${container(d).image}`);
     }
     expect(r.notes.includes(`${RELEASE}-prefill.${NAMESPACE}.svc:50052`), "NOTES.txt does not name the front door");
+    const errs = openaiWiring(objs, r, { port: 8000 });
+    expect(r.notes.includes(`port 8000, model\n"scenes-llava"`), "NOTES.txt does not give the model id (model.path's last element)");
+    return errs;
+  },
+  "openai-off"(objs, r) {
+    return openaiWiring(objs, r, { enabled: false });
+  },
+  "openai-custom"(objs, r) {
+    const errs = openaiWiring(objs, r, { port: 8080, model: "llava-1.5-7b" });
+    expect(r.notes.includes(`"llava-1.5-7b"`), "NOTES.txt does not give openai.servedModelName");
+    expect(r.notes.includes("port-forward svc/hap-prefill 8080:8080"), "NOTES.txt port-forward is not on openai.port");
+    expect(r.notes.includes("plain HTTP: tls.enabled covers the gRPC ports only"), "NOTES.txt does not say the HTTP API has no TLS");
+    return errs;
   },
   gpu(objs) {
     for (const c of ["encoder", "prefill"]) {
@@ -210,6 +267,8 @@ const specific = {
     const cfg = yaml.load(named(objs, "ConfigMap", `${RELEASE}-otel-collector`).data["config.yaml"]);
     expect(cfg.exporters.otlp.endpoint === `${RELEASE}-jaeger.${NAMESPACE}.svc:4317`, "collector does not export to Jaeger");
     expect(named(objs, "Service", `${RELEASE}-prefill`).spec.type === "LoadBalancer", "front door is not a LoadBalancer");
+    expect(named(objs, "Service", `${RELEASE}-prefill`).spec.ports.some((p) => p.name === "openai" && p.port === 8000),
+      "the LoadBalancer front door does not expose the OpenAI port");
     for (const c of ["encoder", "prefill", "decode"]) {
       expect(named(objs, "Service", `${RELEASE}-${c}`).spec.type === (c === "prefill" ? "LoadBalancer" : "ClusterIP"),
         `${c} Service type`);
@@ -227,8 +286,10 @@ const specific = {
     const from = np.spec.ingress[0].from;
     expect(from.length === 2 && from[0].namespaceSelector.matchLabels["hap-client"] === "true" &&
       from[1].podSelector.matchLabels["app.kubernetes.io/component"] === "test", "front door ingress is not restricted as configured");
+    expect(np.spec.ingress[0].ports.map((p) => p.port).join(",") === "grpc,openai",
+      "the front door's OpenAI port is not admitted from the same peers as gRPC");
   },
-  tls(objs) {
+  tls(objs, r) {
     for (const c of SERVICES) {
       const d = named(objs, "Deployment", `${RELEASE}-${c}`);
       const k = container(d);
@@ -244,11 +305,12 @@ const specific = {
     expect(env.HAP_PEER_TLS_CA && env.HAP_PEER_TLS_CERT, "prefill has no peer TLS settings");
     const test = byKind(objs, "Pod")[0].spec.containers[0].args;
     expect(test.includes("--tls-ca") && test.includes("--tls-cert"), "helm test does not use TLS");
+    return openaiWiring(objs, r, { enabled: false });
   },
 };
 
 for (const c of cases) {
-  const r = render(c.name, c.files);
+  const r = render(c.name, c.files, c.extra);
   if (!report.check(`${c.name}: renders`, r.ok ? [] : [r.stderr.trim()])) continue;
   report.check(`${c.name}: merged values pass values.schema.json`, schemaErrors(r.values));
   const objs = loadDocs(r.manifests);
@@ -300,6 +362,10 @@ for (const f of caseFiles.filter((x) => x.startsWith("fail-"))) {
     expect(r.stderr.includes(want), `message: ${r.stderr.trim()}`);
   });
 }
+report.run("the chart refuses openai.port equal to prefill.port (--set)", () => {
+  const r = render("set-openai-port", [], ["--set", "openai.port=50052"]);
+  expect(!r.ok && r.stderr.includes("openai.port 50052 is prefill.port too"), r.stderr || "rendered");
+});
 report.run("the chart refuses serviceAccount.create=false without a name (--set)", () => {
   const r = render("set-sa", [], ["--set", "serviceAccount.create=false"]);
   expect(!r.ok && r.stderr.includes("serviceAccount.name is required when serviceAccount.create is false"), r.stderr || "rendered");

@@ -1,8 +1,9 @@
 // deploy/k8s: `kubectl kustomize` builds the base and each overlay; every object validates
 // against the Kubernetes OpenAPI schemas with no unknown field; the semantic checks hold (GPUs
-// only in the gpu overlay's encoder and prefill); and the base has not drifted from the chart:
-// the same Deployments, Services and policies, containers with the same ports, probes,
-// variables and mounts as the chart's default rendering (release "hap").
+// only in the gpu overlay's encoder and prefill); hap-prefill serves the OpenAI HTTP API on 8000;
+// and the base has not drifted from the chart: the same Deployments, Services and policies,
+// containers with the same ports, probes, variables and mounts as the chart's default
+// rendering (release "hap").
 //
 // node kustomize_test.js --kubectl BIN --k8s DIR --chart-rendered FILE
 "use strict";
@@ -56,6 +57,34 @@ for (const o of overlays) {
       .filter((x) => x.kind !== "Namespace" && (x.metadata.namespace || "") !== o.namespace)
       .map((x) => `${x.kind}/${x.metadata.name} in '${x.metadata.namespace || ""}'`));
   }
+}
+
+// The front door serves the OpenAI-compatible HTTP API on 8000 in the base and both overlays:
+// HAP_OPENAI_PORT, the container port `openai`, the Service port targeting it, admitted by the
+// NetworkPolicy beside gRPC; the other services do not.
+for (const [name, objs] of Object.entries(built)) {
+  report.run(`${name}: hap-prefill serves the OpenAI HTTP API on 8000 (variable, container port, Service port, policy)`, () => {
+    const errs = [];
+    for (const c of ["encoder", "prefill", "decode"]) {
+      const d = objs.find((o) => o.kind === "Deployment" && o.metadata.name === `hap-${c}`);
+      const k = d.spec.template.spec.containers[0];
+      const env = (k.env || []).find((e) => e.name === "HAP_OPENAI_PORT");
+      const cport = (k.ports || []).find((p) => p.name === "openai");
+      const svc = objs.find((o) => o.kind === "Service" && o.metadata.name === `hap-${c}`);
+      const sport = svc.spec.ports.find((p) => p.name === "openai");
+      if (c !== "prefill") {
+        if (env || cport || sport) errs.push(`hap-${c} has an OpenAI port`);
+        continue;
+      }
+      if (!env || env.value !== "8000") errs.push(`hap-prefill: HAP_OPENAI_PORT ${env && env.value}`);
+      if (!cport || cport.containerPort !== 8000) errs.push("hap-prefill: no container port openai 8000");
+      if (!sport || sport.port !== 8000 || sport.targetPort !== "openai") errs.push("Service hap-prefill: no port openai 8000 -> openai");
+    }
+    const np = objs.find((o) => o.kind === "NetworkPolicy" && o.metadata.name === "hap-prefill");
+    const rule = np.spec.ingress.find((r) => (r.ports || []).some((p) => p.port === "grpc"));
+    if (!rule.ports.some((p) => p.port === "openai")) errs.push("NetworkPolicy hap-prefill: openai not admitted beside grpc");
+    return errs;
+  });
 }
 
 if (built["overlays/gpu"]) {

@@ -1,6 +1,7 @@
 // hapctl up: the whole pipeline on this machine — hap-encoder, hap-decode and hap-prefill as
 // child processes on loopback with free ports. Prints the front door's host:port and "ready",
-// then runs until SIGINT/SIGTERM and stops the three cleanly.
+// then runs until SIGINT/SIGTERM and stops the three cleanly. The front door also serves the
+// OpenAI-compatible HTTP API (on a free port unless --openai-port; off with --no-openai).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -20,14 +21,14 @@ constexpr char kUsage[] =
     "usage: hapctl up [--model DIR] [--method M] [--retain K|P% | --flops F] [--threads N]\n"
     "          [--device cpu|cuda]\n"
     "                 [--max-concurrent N] [--queue-length N] [--decode-replicas N]\n"
-    "                 [--bin-dir DIR] [--quiet]";
+    "                 [--openai-port P | --no-openai] [--bin-dir DIR] [--quiet]";
 
 int CmdUp(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args,
                             {"model", "method", "retain", "flops", "threads", "device", "max-concurrent",
                              "queue-length", "decode-replicas", "bin-dir", "host",
-                             "start-timeout-ms"},
-                            {"quiet"});
+                             "start-timeout-ms", "openai-port"},
+                            {"quiet", "no-openai"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", kUsage);
     return Fail("up", flags.status());
@@ -37,6 +38,13 @@ int CmdUp(const std::vector<std::string>& args) {
   }
   auto timeout = flags->Int("start-timeout-ms", 120000);
   if (!timeout.ok()) return Fail("up", timeout.status());
+  auto openai_port = flags->Int("openai-port", 0);
+  if (!openai_port.ok()) return Fail("up", openai_port.status());
+  if (*openai_port < 0 || *openai_port > 65535 || (flags->Bool("no-openai") && flags->Has("openai-port"))) {
+    return Fail("up", absl::InvalidArgumentError(
+                          "--openai-port must be in [0, 65535] (0 = a free port), and not given "
+                          "with --no-openai"));
+  }
   auto replicas = flags->Int("decode-replicas", 1);
   if (!replicas.ok()) return Fail("up", replicas.status());
   if (*replicas < 1 || *replicas > 64) {
@@ -52,6 +60,7 @@ int CmdUp(const std::vector<std::string>& args) {
   o.echo_output = !flags->Bool("quiet");
   o.start_timeout = std::chrono::milliseconds(*timeout);
   o.decode_replicas = static_cast<int>(*replicas);
+  o.openai_port = flags->Bool("no-openai") ? -1 : static_cast<int>(*openai_port);
   std::vector<std::string> common;
   for (const char* f : {"threads", "max-concurrent", "queue-length", "device"}) {
     if (auto v = flags->Get(f)) common.insert(common.end(), {absl::StrCat("--", f), *v});
@@ -70,6 +79,10 @@ int CmdUp(const std::vector<std::string>& args) {
       "Ctrl-C stops)\n",
       (*pipeline)->front_door().c_str(), (*pipeline)->address(sdk::Service::kEncoder).c_str(),
       absl::StrJoin((*pipeline)->decode_addresses(), ",").c_str());
+  if (o.openai_port >= 0) {
+    std::printf("hapctl up: OpenAI API at http://%s/v1 (POST /v1/chat/completions)\n",
+                (*pipeline)->openai_address().c_str());
+  }
   std::fflush(stdout);
 
   int exit_code = 0;

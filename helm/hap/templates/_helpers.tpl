@@ -163,6 +163,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- fail (printf "tls.enabled needs tls.secrets.%s: the name of a kubernetes.io/tls secret with tls.crt, tls.key and ca.crt" $c) -}}
 {{- end -}}
 {{- end -}}
+{{- if $v.openai.enabled -}}
+{{- $port := int $v.openai.port -}}
+{{- if eq $port (int $v.prefill.port) -}}
+{{- fail (printf "openai.port %d is prefill.port too: give the OpenAI HTTP API its own port" $port) -}}
+{{- end -}}
+{{- if and $v.metrics.enabled (eq $port (int $v.metrics.port)) -}}
+{{- fail (printf "openai.port %d is metrics.port too: give the OpenAI HTTP API its own port" $port) -}}
+{{- end -}}
+{{- if and $v.tls.enabled $v.tls.mutual -}}
+{{- fail "openai.enabled serves plain HTTP without client certificates, which would bypass tls.mutual: set openai.enabled=false" -}}
+{{- end -}}
+{{- end -}}
 {{- if and $v.metrics.serviceMonitor.enabled (not $v.metrics.enabled) -}}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled" -}}
 {{- end -}}

@@ -11,7 +11,7 @@ const WORKLOAD_KINDS = new Set(["Deployment", "StatefulSet", "DaemonSet", "Repli
 const INTEGER_ENV = new Set([
   "HAP_PORT", "HAP_THREADS", "HAP_MAX_CONCURRENT", "HAP_QUEUE_LENGTH", "HAP_MAX_MESSAGE_BYTES",
   "HAP_DRAIN_TIMEOUT_MS", "HAP_MAX_IMAGE_BYTES", "HAP_MAX_IMAGE_PIXELS", "HAP_MAX_PROMPT_TOKENS",
-  "HAP_KV_LEASE_MS", "HAP_MAX_KV_BYTES", "HAP_METRICS_PORT",
+  "HAP_KV_LEASE_MS", "HAP_MAX_KV_BYTES", "HAP_METRICS_PORT", "HAP_OPENAI_PORT",
 ]);
 
 // pods lists every pod template: {owner, namespace, labels, spec}.
@@ -126,7 +126,8 @@ function checkGpus(objs, expected, resourceName = "nvidia.com/gpu") {
 }
 
 // Probe ports are ports the container opens (numbers or names); HAP services have all three
-// probes; HAP_PORT agrees with the grpc port; integer variables are integers.
+// probes; HAP_PORT agrees with the grpc port and HAP_OPENAI_PORT with the openai port (both or
+// neither); integer variables are integers.
 function checkProbes(objs) {
   const errs = [];
   for (const p of pods(objs)) {
@@ -153,6 +154,12 @@ function checkProbes(objs) {
       const grpc = ports.find((x) => x.name === "grpc");
       if (env.HAP_PORT !== undefined && (!grpc || String(grpc.containerPort) !== String(env.HAP_PORT))) {
         errs.push(`${p.owner}: HAP_PORT ${env.HAP_PORT} is not the grpc container port`);
+      }
+      const openai = ports.find((x) => x.name === "openai");
+      if (env.HAP_OPENAI_PORT !== undefined && (!openai || String(openai.containerPort) !== String(env.HAP_OPENAI_PORT))) {
+        errs.push(`${p.owner}: HAP_OPENAI_PORT ${env.HAP_OPENAI_PORT} is not the openai container port`);
+      } else if (openai && env.HAP_OPENAI_PORT === undefined) {
+        errs.push(`${p.owner}: an openai container port but no HAP_OPENAI_PORT`);
       }
     }
   }
@@ -227,7 +234,8 @@ function checkServiceMonitors(objs) {
 
 // NetworkPolicies: each selects pods; every HAP service pod is covered by an Ingress policy;
 // encoder's and decode's gRPC ports admit exactly the prefill pods; nothing but the front door's
-// gRPC port (and /metrics) admits peers from outside the release's pods.
+// gRPC and OpenAI HTTP ports (and /metrics) admits peers from outside the release's pods, and
+// those two front-door ports admit the same peers.
 function checkNetworkPolicies(objs, { required }) {
   const errs = [];
   const all = pods(objs).filter((p) => p.obj.kind !== "Pod" || p.labels[COMPONENT] === "test");
@@ -294,8 +302,16 @@ function checkNetworkPolicies(objs, { required }) {
   for (const [key, peers] of Object.entries(admitted)) {
     const [comp, port] = key.split(":");
     const outside = peers.filter((x) => x === "anyone" || x === "outside the release");
-    if (outside.length && !(comp === "prefill" && port === "grpc") && port !== "metrics") {
+    if (outside.length && !(comp === "prefill" && ["grpc", "openai"].includes(port)) && port !== "metrics") {
       errs.push(`${comp} port ${port} admits ${outside[0]}: only the front door may`);
+    }
+  }
+  const servesOpenai = all.some((p) => componentOf(p) === "prefill" &&
+    (p.spec.containers || []).some((c) => (c.ports || []).some((x) => x.name === "openai")));
+  if (servesOpenai) {
+    const set = (k) => [...new Set(admitted[k] || [])].sort().join(",");
+    if (set("prefill:openai") !== set("prefill:grpc")) {
+      errs.push(`prefill OpenAI port admits [${set("prefill:openai")}], its gRPC port [${set("prefill:grpc")}]: want the same peers`);
     }
   }
   return errs;

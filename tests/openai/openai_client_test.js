@@ -1,0 +1,160 @@
+// The official openai npm client against the front door's OpenAI-compatible API, started by
+// `hapctl up` on a tiny checkpoint; answers are checked against `hapctl run` in process.
+// usage: node openai_client_test.js HAPCTL BIN_DIR WORK_DIR IMAGE.png
+"use strict";
+
+const assert = require("node:assert/strict");
+const { execFileSync, spawn } = require("node:child_process");
+const fs = require("node:fs");
+const path = require("node:path");
+const readline = require("node:readline");
+const { OpenAI } = require("openai");
+
+const [hapctl, binDir, workDir, imagePath] = process.argv.slice(2);
+const PROMPT = "What is in the picture?";
+const MAX_TOKENS = 12;
+
+function hapctlRun(model, extra) {
+  const out = execFileSync(hapctl, ["run", "--json", "--model", model, "--image", imagePath,
+    "--prompt", PROMPT, "--max-new-tokens", String(MAX_TOKENS), ...extra],
+  { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+  return JSON.parse(out);
+}
+
+// `hapctl up` with the OpenAI API on a free port; resolves to { proc, baseURL }.
+function startPipeline(model) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(hapctl, ["up", "--model", model, "--bin-dir", binDir, "--quiet",
+      "--threads", "1", "--max-concurrent", "2", "--queue-length", "2"],
+    { stdio: ["ignore", "pipe", "inherit"] });
+    const timer = setTimeout(() => reject(new Error("hapctl up did not become ready")), 120000);
+    proc.on("exit", (code) => reject(new Error(`hapctl up exited with ${code}`)));
+    readline.createInterface({ input: proc.stdout }).on("line", (line) => {
+      const m = line.match(/OpenAI API at (http:\/\/\S+\/v1)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ proc, baseURL: m[1] });
+      }
+    });
+  });
+}
+
+function userMessage(text, url) {
+  return [{ role: "user", content: [
+    { type: "image_url", image_url: { url } },
+    { type: "text", text },
+  ] }];
+}
+
+// The API error a call fails with (the client throws APIError with .status and .error).
+async function errorOf(promise) {
+  try {
+    await promise;
+  } catch (e) {
+    return e;
+  }
+  assert.fail("the call succeeded; an error was expected");
+}
+
+async function main() {
+  const model = path.join(workDir, "openai-model");
+  fs.rmSync(model, { recursive: true, force: true });
+  execFileSync(hapctl, ["make-tiny", "--out", model, "--layers", "8", "--seed", "7"],
+    { stdio: "ignore" });
+  const modelId = path.basename(model);
+  const dataUri = "data:image/png;base64," + fs.readFileSync(imagePath).toString("base64");
+  const ref = hapctlRun(model, ["--method", "none"]);
+  const refPruned = hapctlRun(model, ["--method", "hap", "--retain", "8"]);
+  assert.notEqual(refPruned.pruning.average_visual_tokens, ref.pruning.average_visual_tokens);
+
+  const { proc, baseURL } = await startPipeline(model);
+  const client = new OpenAI({ apiKey: "unused", baseURL, maxRetries: 0, timeout: 60000 });
+  const ask = (extra) => client.chat.completions.create({
+    model: modelId, messages: userMessage(PROMPT, dataUri), max_tokens: MAX_TOKENS,
+    temperature: 0, hap: { method: "none" }, ...extra,
+  });
+  let failed = false;
+  try {
+    // GET /v1/models
+    const models = await client.models.list();
+    assert.deepEqual(models.data.map((m) => m.id), [modelId]);
+
+    // Non-streamed: the same answer and counts as `hapctl run`.
+    const whole = await ask({});
+    assert.equal(whole.object, "chat.completion");
+    assert.equal(whole.choices[0].message.role, "assistant");
+    assert.equal(whole.choices[0].message.content, ref.text);
+    assert.equal(whole.choices[0].finish_reason, ref.finish_reason === "length" ? "length" : "stop");
+    assert.equal(whole.usage.prompt_tokens, ref.pruning.prompt_tokens);
+    assert.equal(whole.usage.completion_tokens, ref.token_ids.length);
+    assert.equal(whole.usage.total_tokens, ref.pruning.prompt_tokens + ref.token_ids.length);
+    assert.equal(whole.hap.method, "none");
+
+    // Streamed (Server-Sent Events): the deltas concatenate to the same text; usage comes last.
+    const stream = await ask({ stream: true, stream_options: { include_usage: true } });
+    let text = "";
+    let finish = null;
+    let usage = null;
+    let chunks = 0;
+    for await (const chunk of stream) {
+      ++chunks;
+      assert.equal(chunk.object, "chat.completion.chunk");
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        text += c.delta.content ?? "";
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+    }
+    assert.equal(text, ref.text);
+    assert.equal(finish, whole.choices[0].finish_reason);
+    assert.deepEqual(usage, whole.usage);
+    assert.ok(chunks >= 3, `only ${chunks} chunks`);
+
+    // Pruning through the extra body field: HAP at 8 tokens, as `hapctl run --method hap`.
+    const pruned = await ask({ hap: { method: "hap", retain: "8" } });
+    assert.equal(pruned.hap.method, "hap");
+    assert.equal(pruned.hap.average_visual_tokens, refPruned.pruning.average_visual_tokens);
+    assert.deepEqual(pruned.hap.layer_visual_tokens, refPruned.pruning.layer_visual_tokens);
+    assert.equal(pruned.choices[0].message.content, refPruned.text);
+
+    // Errors: status and OpenAI's error body; each leaves the server serving.
+    const cases = [
+      ["bad base64", { messages: userMessage(PROMPT, "data:image/png;base64,@@@not base64@@@") },
+        400, /base64/],
+      ["remote URL", { messages: userMessage(PROMPT, "https://example.com/cat.png") }, 400,
+        /remote URLs are not fetched/],
+      ["oversized image",
+        { messages: userMessage(PROMPT,
+          "data:image/png;base64," + Buffer.alloc(16.5 * 1024 * 1024).toString("base64")) },
+        413, /limit is 16777216/],
+      ["unknown model", { model: "no-such-model" }, 404, /no-such-model/],
+      ["too long prompt", { messages: userMessage("word ".repeat(5000), dataUri) }, 400,
+        /the model's context is/],
+      ["no image", { messages: [{ role: "user", content: PROMPT }] }, 400, /no image/],
+    ];
+    for (const [name, body, status, message] of cases) {
+      const e = await errorOf(ask(body));
+      assert.equal(e.status, status, `${name}: status ${e.status}: ${e.message}`);
+      assert.match(e.error.message, message, name);
+      assert.ok(e.error.type, `${name}: error.type`);
+      const after = await ask({});
+      assert.equal(after.choices[0].message.content, ref.text, `serving after ${name}`);
+    }
+    const unknownModel = await errorOf(ask({ model: "no-such-model" }));
+    assert.equal(unknownModel.code, "model_not_found");
+    console.log("openai client test: all checks passed");
+  } catch (e) {
+    failed = true;
+    console.error(e);
+  } finally {
+    proc.removeAllListeners("exit");
+    proc.kill("SIGINT");
+    await new Promise((resolve) => proc.on("exit", resolve));
+  }
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
