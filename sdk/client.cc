@@ -26,8 +26,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ad
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   args.SetMaxSendMessageSize(-1);
+  // No GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the least time one connection
+  // attempt gets, and 100 ms is too short for a handshake on a loaded machine (a burst of
+  // clients failed with "tcp handshaker shutdown"). The attempt keeps gRPC's 20 s.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   if (!options.tls.server_name_override.empty()) {
     args.SetSslTargetNameOverride(options.tls.server_name_override);
@@ -106,9 +108,35 @@ absl::Status Client::Attempt(const hap::v1::GenerateRequest& request, const Stre
   const grpc::Status st = reader->Finish();
   if (options.cancel) options.cancel->Detach();
   if (cancelled_by_callback) return absl::CancelledError("cancelled by the delta callback");
+  if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) return ExplainUnimplemented(st, deadline);
   if (!st.ok()) return FromGrpc(st);
   if (!got_stats) return absl::InternalError("the stream ended without its stats message");
   return absl::OkStatus();
+}
+
+absl::Status Client::ExplainUnimplemented(
+    const grpc::Status& st, std::optional<std::chrono::system_clock::time_point> deadline) {
+  // gRPC answers UNIMPLEMENTED, often with no message, both when the server has no Generation
+  // service and when the front door could not parse the request. The health service tells which.
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  const auto soon = std::chrono::system_clock::now() + std::chrono::seconds(2);
+  ctx.set_deadline(deadline ? std::min(*deadline, soon) : soon);
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(hap::v1::Generation::service_full_name());
+  grpc::health::v1::HealthCheckResponse resp;
+  const grpc::Status health = stub->Check(&ctx, req, &resp);
+  const std::string detail =
+      st.error_message().empty() ? "" : absl::StrCat(" (", st.error_message(), ")");
+  if (health.ok()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the front door at ", address_, " could not parse the request", detail,
+        ": a string field (request_id, prompt, raw_prompt, stop) is probably not valid UTF-8"));
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "the server at ", address_, " does not serve hap.v1.Generation/Generate", detail,
+      ": it is not a HAP serve front door (hap-encoder or hap-decode?). Point the client at "
+      "hap-prefill; `hapctl up` prints its address"));
 }
 
 absl::StatusOr<GenerateResult> Client::Generate(const hap::v1::GenerateRequest& request,

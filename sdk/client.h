@@ -96,6 +96,10 @@ class Client {
  private:
   Client(std::string address, std::shared_ptr<grpc::Channel> channel, ClientOptions options);
   // One attempt; `*streamed` tells whether any delta arrived.
+  // The error for an UNIMPLEMENTED answer to Generate: not the front door, or a request the
+  // front door could not parse.
+  absl::Status ExplainUnimplemented(const grpc::Status& st,
+                                    std::optional<std::chrono::system_clock::time_point> deadline);
   absl::Status Attempt(const hap::v1::GenerateRequest& request, const StreamOptions& options,
                        std::optional<std::chrono::system_clock::time_point> deadline,
                        std::chrono::steady_clock::time_point t0, GenerateResult* result,

@@ -14,8 +14,10 @@ namespace hap::svc {
 std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const PrefillConfig& config) {
   const int max_message_bytes = config.max_message_bytes;
   grpc::ChannelArguments args;
+  // No GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the least time one connection
+  // attempt gets, and 100 ms is too short for a handshake on a loaded machine (a burst of
+  // clients failed with "tcp handshaker shutdown"). The attempt keeps gRPC's 20 s.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Chunks stay under max_message_bytes; a final DecodeDone carries every token id and the text.
   args.SetMaxReceiveMessageSize(std::max(max_message_bytes, 64 << 20));

@@ -65,6 +65,24 @@ TEST(HapctlUpTest, UpGenerateAndStop) {
   bad.insert(bad.end(), {"--method", "magic"});
   EXPECT_EQ(RunCommand(bad).exit_code, 2);
 
+  // A client pointed at a service that is not the front door is told so (gRPC itself answers
+  // UNIMPLEMENTED with no message).
+  const size_t enc = ready->find("hap-encoder ");
+  ASSERT_NE(enc, std::string::npos) << *ready;
+  const std::string encoder = ready->substr(enc + 12, ready->find(',', enc) - (enc + 12));
+  auto wrong = sdk::Client::Connect(encoder);
+  ASSERT_TRUE(wrong.ok());
+  auto refused = (*wrong)->Generate(ToRequest(ask, ReadBytes(TestImagePath())));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("the server at " + encoder +
+                                            " does not serve hap.v1.Generation/Generate"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("not a HAP serve front door"), std::string::npos);
+  std::vector<std::string> to_encoder = generate;
+  to_encoder[3] = encoder;
+  EXPECT_EQ(RunCommand(to_encoder).exit_code, 1);
+
   (*up)->Signal(SIGINT);
   const std::optional<int> code = (*up)->Wait(milliseconds(30000));
   ASSERT_TRUE(code.has_value()) << "hapctl up did not stop";
