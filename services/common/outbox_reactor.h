@@ -28,22 +28,26 @@ class OutboxReactor : public Base {
       queue_.push_back(std::move(message));
       action = NextLocked();
     }
-    Do(action);
+    if (action != Action::kNone) Do(action);  // else a write in flight may finish the call
     return true;
   }
 
   // Thread-safe; only the first call counts.
   void Close(const grpc::Status& status) {
+    if (close_started_.exchange(true)) return;
+    // Before closing_ is set, nothing can finish the call: the telemetry is complete before the
+    // status can reach the client. Once closing_ is set and the lock released, a write completing
+    // on a gRPC thread may finish the call and delete this reactor, so nothing of `this` is
+    // touched after the lock unless this call owns the next action.
+    rpc_.Finish(status);
     Action action;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (closing_) return;
       closing_ = true;
       final_status_ = status;
       action = NextLocked();
     }
-    rpc_.Finish(status);  // only the first Close gets here
-    Do(action);
+    if (action != Action::kNone) Do(action);
   }
 
   bool cancelled() const { return cancelled_.load(); }
@@ -72,7 +76,7 @@ class OutboxReactor : public Base {
       }
       action = NextLocked();
     }
-    Do(action);
+    if (action != Action::kNone) Do(action);
   }
 
   void OnCancel() override {
@@ -115,6 +119,7 @@ class OutboxReactor : public Base {
   bool closing_ = false;
   bool finished_ = false;
   bool broken_ = false;
+  std::atomic<bool> close_started_{false};  // the first Close() won
   grpc::Status final_status_;
   std::atomic<bool> cancelled_{false};
   telemetry::ServerRpc rpc_;
