@@ -456,6 +456,13 @@ ApiError CallError(const absl::Status& status) {
       }
       break;
     case absl::StatusCode::kResourceExhausted:
+      // The limits on one request's image (bytes, pixels) are the request's fault, not load.
+      if (absl::StrContains(e.message, "image is ")) {
+        e.http_status = 413;
+        e.type = "invalid_request_error";
+        e.code = "image_too_large";
+        break;
+      }
       e.http_status = 429;
       e.type = "rate_limit_error";
       e.code = "server_full";

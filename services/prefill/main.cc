@@ -19,6 +19,14 @@ namespace {
 
 std::vector<OptionSpec> Specs() {
   std::vector<OptionSpec> specs = CommonOptionSpecs();
+  // Bursts land on the front door. A queued request holds its request bytes and no thread or
+  // core, so the queue is long: 16 running + 128 waiting take a burst of 144 at once, the last
+  // waiting about 128 prefills (~6 s for the default model on 2 cores, well under a minute for
+  // LLaVA-1.5-7B on a GPU). Encoder and decode see at most the front door's running requests
+  // and keep the common 16.
+  for (OptionSpec& s : specs) {
+    if (s.flag == "queue-length") s.default_value = "128";
+  }
   specs.push_back({"encoder-addr", "HAP_ENCODER_ADDR", "",
                    "hap-encoder address(es), host:port[,host:port...] (required); each call goes "
                    "to the replica with the fewest calls in flight"});

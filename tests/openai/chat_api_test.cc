@@ -214,6 +214,10 @@ TEST_F(ChatApiTest, ErrorsMapToHttpStatusAndOpenAiShape) {
                 .code,
             "context_length_exceeded");
   EXPECT_EQ(CallError(absl::ResourceExhaustedError("queue full")).http_status, 429);
+  EXPECT_EQ(CallError(absl::ResourceExhaustedError(
+                          "PNG image is 9000x9000 = 81000000 pixels; the limit is 40000000 pixels"))
+                .http_status,
+            413);
   EXPECT_EQ(CallError(absl::UnavailableError("draining")).http_status, 503);
   EXPECT_EQ(CallError(absl::DeadlineExceededError("late")).http_status, 504);
   EXPECT_EQ(CallError(absl::InternalError("bug")).http_status, 500);
