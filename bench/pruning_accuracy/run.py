@@ -14,18 +14,34 @@ import datetime
 import json
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
-METHODS = ["none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip", "random"]
+METHODS = ["none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip", "random",
+           "divprune", "cdpruner-llm",
+           "hap-flat", "uniform-flat",  # with hap and uniform: the factorial ablation below
+           "dart"]
 # The paper's retained-token levels of LLaVA-1.5 (192/128/64/32 of 576), as fractions of V.
 RETAINS = ["192/576", "128/576", "64/576", "32/576"]
+
+# The paper's factorial ablation (hap-paper.tex, appendix "Factorial Ablation of HAP Components",
+# Table "Factorial ablation": LLaVA-1.5-7B, 32 tokens retained = 5.6%): scoring rule x budget
+# schedule, and the relative score (%) the paper reports for each cell.
+ABLATION = [  # (method, scoring, schedule, paper's relative score %)
+    ("hap", "PAQ-softmax", "pyramid", 99.1),
+    ("hap-flat", "PAQ-softmax", "flat", 96.8),
+    ("uniform", "uniform", "pyramid", 89.4),
+    ("uniform-flat", "uniform", "flat", 86.2),
+]
+ABLATION_PAPER_SETTING = "LLaVA-1.5-7B, 32 of 576 tokens"
 
 # Head-mode thresholds (bench/pruning_accuracy/README.md explains them).
 THRESHOLDS = {
@@ -88,7 +104,9 @@ def hapctl_env(threads):
 
 
 def run_eval(a, method, retain_arg):
-    """One `hapctl eval` run; returns its JSON summary plus per-question predictions."""
+    """One `hapctl eval` run; returns its JSON summary plus per-question predictions, or
+    {"unreachable": message} when the method refuses the budget as below its minimum (hapctl's
+    InvalidArgument exit code 2 naming the "minimum reachable" average)."""
     with tempfile.TemporaryDirectory() as tmp:
         pred = os.path.join(tmp, "pred.jsonl")
         cmd = [a.hapctl, "eval", "--model", a.model, "--data", a.data, "--method", method,
@@ -99,11 +117,27 @@ def run_eval(a, method, retain_arg):
             cmd += ["--limit", str(a.limit)]
         if a.threads > 0:
             cmd += ["--threads", str(a.threads)]
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True,
-                           env=hapctl_env(a.threads))
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=hapctl_env(a.threads))
+        err = []  # stderr passes through (progress lines) and is kept for the check below
+
+        def tee():
+            for chunk in iter(lambda: p.stderr.read(256), ""):
+                sys.stderr.write(chunk)
+                sys.stderr.flush()
+                err.append(chunk)
+
+        t = threading.Thread(target=tee)
+        t.start()
+        stdout = p.stdout.read()
+        p.wait()
+        t.join()
+        err = "".join(err)
+        if p.returncode == 2 and "minimum reachable" in err:
+            return {"unreachable": err.strip().splitlines()[-1]}
         if p.returncode != 0:
             sys.exit(f"hapctl eval failed ({method}, retain {retain_arg}): exit {p.returncode}")
-        out = json.loads(p.stdout.strip().splitlines()[-1])
+        out = json.loads(stdout.strip().splitlines()[-1])
         with open(pred) as f:
             out["predictions"] = [json.loads(line) for line in f if line.strip()]
     return out
@@ -308,19 +342,35 @@ def pct(x, digits=1):
     return "n/a" if x is None or math.isnan(x) else f"{100 * x:.{digits}f}"
 
 
-def accuracy_tables(res):
-    runs = {(r["method"], r["retain_spec"]): r for r in res["runs"]}
-    base = runs.get(("none", None))
-    specs = res["retains"]
+UNREACHABLE_CELL = "below min."
+
+
+def retain_headers(res):
+    """Column titles of the retention levels: '33.3% (48 of 144)' or '48 tokens'."""
     V = res["model_dims"]["V"]
-    methods = [m for m in res["methods"] if m != "none"]
     head = []
-    for s in specs:
+    for s in res["retains"]:
         arg, frac, label = parse_retain(s)
         if frac is not None:
             head.append(f"{pct(frac)}% ({V * frac:.4g} of {V})")
         else:
             head.append(f"{label} tokens")
+    return head
+
+
+def split_runs(res):
+    """(runs that ran, keyed by (method, retain spec); the keys of the refused ones)."""
+    ran = {(r["method"], r["retain_spec"]): r for r in res["runs"] if "unreachable" not in r}
+    refused = {(r["method"], r["retain_spec"]) for r in res["runs"] if "unreachable" in r}
+    return ran, refused
+
+
+def accuracy_tables(res):
+    runs, refused = split_runs(res)
+    base = runs.get(("none", None))
+    specs = res["retains"]
+    methods = [m for m in res["methods"] if m != "none"]
+    head = retain_headers(res)
     lines = []
     if base:
         pt = ", ".join(f"{k} {pct(v['accuracy'])}" for k, v in sorted(base["per_type"].items()))
@@ -341,7 +391,7 @@ def accuracy_tables(res):
         for s in specs:
             r = runs.get((m, s))
             if r is None:
-                cells.append("—")
+                cells.append(UNREACHABLE_CELL if (m, s) in refused else "—")
                 continue
             c = f"{pct(r['accuracy'])} ({pct(r['relative_score'], 0)})"
             if best[s] is not None and r["accuracy"] == best[s]:
@@ -358,8 +408,10 @@ def accuracy_tables(res):
         cells = []
         for s in specs:
             r = runs.get((m, s))
-            cells.append("—" if r is None else
-                         f"{r['average_visual_tokens']:.1f} / {pct(r['flops_full'], 0)} / "
+            if r is None:
+                cells.append(UNREACHABLE_CELL if (m, s) in refused else "—")
+                continue
+            cells.append(f"{r['average_visual_tokens']:.1f} / {pct(r['flops_full'], 0)} / "
                          f"{pct(r['same_as_unpruned'], 0)}")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     # HAP against each baseline, said plainly
@@ -385,12 +437,63 @@ def accuracy_tables(res):
             lines.append("HAP is **not** ahead of every baseline: " + "; ".join(notes) + ".")
         else:
             lines.append("HAP is ahead of every baseline at every retention.")
+    if refused:
+        minima = {}
+        for r in res["runs"]:
+            if "unreachable" in r:
+                found = re.search(r"minimum reachable (?:average of )?([0-9.]+)", r["unreachable"])
+                minima[r["method"]] = found.group(1) if found else r["unreachable"]
+        lines.append("")
+        lines.append(f"{UNREACHABLE_CELL}: the method refuses the budget as below the lowest "
+                     "average visual tokens per layer it can reach (" +
+                     ", ".join(f"{m} {x}" for m, x in sorted(minima.items())) + ").")
     n = base["total"] if base else 0
     if n:
         se = math.sqrt(0.25 / n)
         lines.append("")
         lines.append(f"With {n} questions one accuracy has a standard error of up to "
                      f"{pct(se)} points; differences of a few points are within noise.")
+    return "\n".join(lines)
+
+
+def ablation_table(res):
+    """The paper's factorial ablation (ABLATION): the four cells at the bench's retention levels,
+    the paper's reported relative score beside them. Empty when none of the four ran."""
+    runs, refused = split_runs(res)
+    specs = res["retains"]
+    cells_run = [m for m, _, _, _ in ABLATION if m in res["methods"]]
+    if not cells_run:
+        return ""
+    head = retain_headers(res)
+    lines = ["Factorial ablation (the paper's appendix table): scoring rule x token schedule. "
+             "`flat` = HAP's groups with every pruned group at one count for the same average "
+             "(docs/design.md §4). Accuracy % (relative score); the paper's relative score at "
+             f"{ABLATION_PAPER_SETTING} in the last column:", "",
+             "| scoring | schedule | method | " + " | ".join(head) + f" | paper ({ABLATION_PAPER_SETTING}) |",
+             "|---|---|---|" + "---|" * len(specs) + "---|"]
+    for m, scoring, schedule, paper in ABLATION:
+        cells = []
+        for s in specs:
+            r = runs.get((m, s))
+            if r is None:
+                cells.append(UNREACHABLE_CELL if (m, s) in refused else "—")
+            else:
+                cells.append(f"{pct(r['accuracy'])} ({pct(r['relative_score'])})")
+        lines.append(f"| {scoring} | {schedule} | {m} | " + " | ".join(cells) + f" | {paper} |")
+    # The paper's ranking against the one measured at each retention level.
+    paper_order = " > ".join(m for m, *_ in sorted(ABLATION, key=lambda x: -x[3]))
+    measured = []
+    for s, col in zip(specs, head):
+        got = [(runs[(m, s)]["accuracy"], m) for m, *_ in ABLATION if (m, s) in runs]
+        if len(got) == len(ABLATION):
+            got.sort(key=lambda x: -x[0])
+            order = got[0][1]
+            for (prev, _), (acc, m) in zip(got, got[1:]):
+                order += (" = " if acc == prev else " > ") + m
+            measured.append(f"{col.split(' ')[0]}: {order}")
+    lines.append("")
+    lines.append(f"Paper's ranking: {paper_order}." + (
+        " Measured: " + "; ".join(measured) + "." if measured else ""))
     return "\n".join(lines)
 
 
@@ -463,6 +566,9 @@ def readme_block(res):
     if res.get("note"):
         head += [res["note"], ""]
     body = "\n".join(head) + "\n" + accuracy_tables(res)
+    ablation = ablation_table(res)
+    if ablation:
+        body += "\n\n" + ablation
     if res.get("head_modes"):
         body += "\n\n" + heads_summary_text(res["head_modes"])
     return body
@@ -559,21 +665,31 @@ def main():
             arg = parse_retain(s)[0] if s else None
             t0 = time.time()
             out = run_eval(a, m, arg)
-            preds = out.pop("predictions")
-            r = {"method": m, "retain_spec": s, "retain_arg": arg, **out,
-                 "wall_s": round(time.time() - t0, 1),
-                 # per question, in data order: 1 = correct
-                 "correct_bits": "".join("1" if p["correct"] else "0" for p in preds)}
-            answers = [p["prediction"].strip() for p in preds]
-            if m == "none":
-                r["answers"] = answers  # the unpruned answers, to compare the others with
+            if "unreachable" in out:  # the method refuses this budget: recorded, not run
+                r = {"method": m, "retain_spec": s, "retain_arg": arg, **out}
             else:
-                # per question: 1 = the same answer as the unpruned model
-                r["same_bits"] = "".join("1" if x == y else "0"
-                                         for x, y in zip(answers, base["answers"]))
+                preds = out.pop("predictions")
+                r = {"method": m, "retain_spec": s, "retain_arg": arg, **out,
+                     "wall_s": round(time.time() - t0, 1),
+                     # per question, in data order: 1 = correct
+                     "correct_bits": "".join("1" if p["correct"] else "0" for p in preds)}
+                answers = [p["prediction"].strip() for p in preds]
+                if m == "none":
+                    r["answers"] = answers  # the unpruned answers, to compare the others with
+                else:
+                    # per question: 1 = the same answer as the unpruned model
+                    r["same_bits"] = "".join("1" if x == y else "0"
+                                             for x, y in zip(answers, base["answers"]))
         if m == "none":
             base = r
             r["same_bits"] = "1" * len(r["answers"])
+        tag = f"({time.time() - t_all:.0f}s total{', reused' if (m, s) in old else ''})"
+        if "unreachable" in r:
+            res["runs"].append(r)
+            save()
+            log(f"[{k}/{len(jobs)}] {m:<9} {s or 'unpruned':<8} unreachable: {r['unreachable']} "
+                f"{tag}")
+            continue
         r["relative_score"] = r["accuracy"] / base["accuracy"] if base["accuracy"] > 0 else None
         bits = r["same_bits"]
         r["same_as_unpruned"] = bits.count("1") / len(bits) if bits else None
@@ -581,8 +697,7 @@ def main():
         save()
         log(f"[{k}/{len(jobs)}] {m:<9} {s or 'unpruned':<8} acc {pct(r['accuracy'])}% "
             f"rel {pct(r['relative_score'])}% avg visual {r['average_visual_tokens']:.1f} "
-            f"FLOPs {pct(r['flops_full'])}% same-as-unpruned {pct(r['same_as_unpruned'])}% "
-            f"({time.time() - t_all:.0f}s total{', reused' if (m, s) in old else ''})")
+            f"FLOPs {pct(r['flops_full'])}% same-as-unpruned {pct(r['same_as_unpruned'])}% {tag}")
 
     if a.head_questions > 0 and "head_modes" not in res:
         per_q = run_heads(a, questions[:a.head_questions])

@@ -1,6 +1,8 @@
 """Smoke test of the pruning-accuracy bench and of `hapctl explain`'s head_stats on a tiny
 random checkpoint (`hapctl make-tiny`): run.py writes its JSON and replaces (not appends) the
-marked README sections on a rerun; every head_stats field is present and consistent."""
+marked README sections on a rerun; a budget below a method's minimum is recorded as refused, not
+a failure; the factorial-ablation table (hap, hap-flat, uniform, uniform-flat beside the paper's
+numbers) is written; every head_stats field is present and consistent."""
 import argparse
 import json
 import math
@@ -101,9 +103,14 @@ def main():
     with open(bench_readme, "w") as f:
         f.write("# b\n")
     res_path = os.path.join(w, "results", "r.json")
+    # V = 16, L = 8. 20% = 3.2 tokens per layer is below HAP's M = L minimum (27/8 = 3.375), so
+    # hap, uniform, their flat variants and random refuse it; DART (one unpruned layer: minimum
+    # 23/8 = 2.875), FastV (clamps) and VisionZip run.
+    methods = ["hap", "uniform", "hap-flat", "uniform-flat", "fastv", "visionzip", "random", "dart"]
+    refused_at_20 = {"hap", "uniform", "hap-flat", "uniform-flat", "random"}
     cmd = [sys.executable, os.path.join(HERE, "run.py"), "--hapctl", a.hapctl, "--model", model,
-           "--data", data, "--limit", "3", "--methods", "hap,uniform,fastv,visionzip,random",
-           "--retains", "1/2,40%", "--head-questions", "2", "--threads", "1", "--out", res_path,
+           "--data", data, "--limit", "3", "--methods", ",".join(methods),
+           "--retains", "1/2,20%", "--head-questions", "2", "--threads", "1", "--out", res_path,
            "--update-readme", "--readme", readme, "--bench-readme", bench_readme]
     for attempt in range(2):
         p = subprocess.run(cmd + (["--resume"] if attempt else []), capture_output=True,
@@ -111,10 +118,17 @@ def main():
         check(p.returncode == 0, f"run.py exit code (attempt {attempt}): {p.stderr[-2000:]}")
     with open(res_path) as f:
         res = json.load(f)
-    check(len(res["runs"]) == 1 + 5 * 2, f"runs: {len(res['runs'])}")
+    check(len(res["runs"]) == 1 + len(methods) * 2, f"runs: {len(res['runs'])}")
+    refused = set()
     for r in res["runs"]:
+        if "unreachable" in r:
+            refused.add((r["method"], r["retain_spec"]))
+            check("minimum reachable" in r["unreachable"], f"{r['method']}: refusal names the "
+                  f"minimum: {r['unreachable']}")
+            continue
         check(r["total"] == 3 and len(r["correct_bits"]) == 3, f"{r['method']}: 3 questions")
         check(0 <= r["same_as_unpruned"] <= 1, f"{r['method']}: same_as_unpruned")
+    check(refused == {(m, "20%") for m in refused_at_20}, f"refused runs: {sorted(refused)}")
     first = res["runs"][0]
     check(first["method"] == "none" and first["relative_score"] in (1.0, None),
           "the first run is the unpruned one")
@@ -127,8 +141,29 @@ def main():
           "README markers once")
     check("\nold\n" not in text and "| hap |" in text and text.endswith("## After\n"),
           "README section replaced in place")
+    check("| scoring | schedule | method |" in text and "| PAQ-softmax | flat | hap-flat |" in text
+          and "| 86.2 |" in text and run.UNREACHABLE_CELL in text, "README ablation table")
+    check(text.count("Factorial ablation") == 1, "one ablation table")
     btext = open(bench_readme).read()
     check(btext.count(run.HEADS_BEGIN) == 1 and "| layer |" in btext, "bench README head table")
+    # The ablation table from a stub result: cells, refusals, the paper's column, the rankings.
+    stub = {"retains": ["1/2", "8"], "model_dims": {"V": 16}, "methods": ["none"] + [
+        m for m, *_ in run.ABLATION], "runs": []}
+    for (m, *_), acc in zip(run.ABLATION, (0.9, 0.6, 0.8, 0.7)):
+        stub["runs"].append({"method": m, "retain_spec": "1/2", "accuracy": acc,
+                             "relative_score": acc / 0.9})
+        stub["runs"].append({"method": m, "retain_spec": "8", "unreachable": "x"} if m == "hap"
+                            else {"method": m, "retain_spec": "8", "accuracy": 0.5,
+                                  "relative_score": 0.5 / 0.9})
+    table = run.ablation_table(stub)
+    check("| PAQ-softmax | pyramid | hap | 90.0 (100.0) | below min. | 99.1 |" in table,
+          f"ablation stub: hap row\n{table}")
+    check("| uniform | flat | uniform-flat | 70.0 (77.8) | 50.0 (55.6) | 86.2 |" in table,
+          f"ablation stub: uniform-flat row\n{table}")
+    check("Paper's ranking: hap > hap-flat > uniform > uniform-flat. Measured: 50.0%: "
+          "hap > uniform > uniform-flat > hap-flat." in table, f"ablation stub: ranking\n{table}")
+    check(run.ablation_table({**stub, "methods": ["none", "fastv"]}) == "",
+          "no ablation table without its methods")
     check(run.classify(0.6, 0.95) == "optimal" and run.classify(0.05, 0.3) == "sink"
           and run.classify(0.05, 0.95) == "dispersed" and run.classify(0.3, 0.95) == "other",
           "classify")

@@ -24,6 +24,18 @@ std::vector<int> KeptRows(int n, int vis_begin, int n_vis, const std::vector<int
   return rows;
 }
 
+// A pruner's keep list must be strictly ascending indices into the n_vis visual tokens present.
+absl::Status CheckKeepList(const std::vector<int>& keep, int n_vis, const char* where) {
+  for (size_t i = 0; i < keep.size(); ++i) {
+    if (keep[i] < 0 || keep[i] >= n_vis || (i > 0 && keep[i] <= keep[i - 1])) {
+      return absl::InternalError(
+          absl::StrFormat("pruner returned an invalid keep list %s (entry %d = %d of %d visual)",
+                          where, i, keep[i], n_vis));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 LlamaDecoder::LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights,
@@ -187,7 +199,23 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x_ho
   cache->layers.resize(w_.layers.size());
   if (pruner) {
     PrefillInput input{x_host.data(), n, d_, vis_begin, n_vis, n_layers()};
-    HAP_RETURN_IF_ERROR(pruner->Begin(input));
+    HAP_ASSIGN_OR_RETURN(std::optional<std::vector<int>> keep, pruner->Begin(input));
+    if (keep.has_value()) {
+      // Pruned before the LLM (PruneStage::kBeforeLlm): the other visual rows leave the input
+      // embeddings and position ids here, on the host, before anything is uploaded or cached;
+      // the kept rows keep their original positions.
+      HAP_RETURN_IF_ERROR(CheckKeepList(*keep, n_vis, "before layer 0"));
+      const std::vector<int> rows = KeptRows(n, vis_begin, n_vis, *keep);
+      const int64_t kept = static_cast<int64_t>(rows.size());
+      HAP_RETURN_IF_ERROR(CpuBackend().GatherRows(x_host.data(), n, sizeof(float) * d_,
+                                                  rows.data(), kept, x_host.data()));
+      HAP_RETURN_IF_ERROR(CpuBackend().GatherRows(positions.data(), n, sizeof(int32_t),
+                                                  rows.data(), kept, positions.data()));
+      x_host.resize(static_cast<size_t>(kept) * d_);
+      positions.resize(static_cast<size_t>(kept));
+      n_vis = static_cast<int>(keep->size());
+      n = static_cast<int>(kept);
+    }
   }
   // The hidden states and position ids in the backend's memory; position ids also stay on the
   // host (the cache records them) and are compacted on both sides.
@@ -226,15 +254,12 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x_ho
       att.backend = &backend_;
       att.vis_begin = vis_begin;
       att.n_vis = n_vis;
+      att.hidden = x.data();  // the layer's output, F32 [n, hidden]
+      att.d_model = d_;
       HAP_ASSIGN_OR_RETURN(std::optional<std::vector<int>> keep, pruner->AfterLayer(att));
       if (keep.has_value()) {
-        for (size_t i = 0; i < keep->size(); ++i) {
-          if ((*keep)[i] < 0 || (*keep)[i] >= n_vis || (i > 0 && (*keep)[i] <= (*keep)[i - 1])) {
-            return absl::InternalError(absl::StrFormat(
-                "pruner returned an invalid keep list at layer %d (entry %d = %d of %d visual)", l,
-                i, (*keep)[i], n_vis));
-          }
-        }
+        HAP_RETURN_IF_ERROR(
+            CheckKeepList(*keep, n_vis, absl::StrFormat("at layer %d", l).c_str()));
         const std::vector<int> rows = KeptRows(n, vis_begin, n_vis, *keep);
         const int64_t kept = static_cast<int64_t>(rows.size());
         HAP_RETURN_IF_ERROR(backend_.GatherRows(x.data(), n, sizeof(float) * d_, rows.data(),

@@ -1,5 +1,5 @@
-// The LLaMA decoder of LLaVA: prefill (with an optional visual-token pruner called after each
-// layer) and single-token decode steps over a per-layer KV cache.
+// The LLaMA decoder of LLaVA: prefill (with an optional visual-token pruner called before layer
+// 0 and after each layer) and single-token decode steps over a per-layer KV cache.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,8 @@ class LlamaDecoder {
 
   // x: F32 [n, hidden] input embeddings, positions [n]; visual rows are [vis_begin,
   // vis_begin + n_vis). Fills `cache` (one LayerKv per layer) and returns the logits
-  // F32 [vocab] of the last row. `pruner` may be null (no pruning).
+  // F32 [vocab] of the last row. `pruner` may be null (no pruning). Visual rows the pruner drops
+  // in Begin never reach layer 0 (trace and cache count only the kept ones).
   absl::StatusOr<std::vector<float>> Prefill(std::vector<float> x, std::vector<int32_t> positions,
                                              int vis_begin, int n_vis, Pruner* pruner,
                                              KvCache* cache, PrefillTrace* trace) const;

@@ -6,6 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "runtime/prune/cdpruner_llm_pruner.h"
+#include "runtime/prune/dart_pruner.h"
+#include "runtime/prune/divprune_pruner.h"
 #include "runtime/prune/hap_pruner.h"
 #include "runtime/prune/last_token_pruner.h"
 #include "runtime/prune/pruner_base.h"
@@ -16,7 +19,10 @@ namespace hap {
 
 const std::vector<std::string>& PruneMethods() {
   static const auto* methods = new std::vector<std::string>{
-      "none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip", "random"};
+      "none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip", "random",
+      "hap-flat", "uniform-flat",  // the paper's factorial ablation: HAP's weightings, flat budget
+      "dart",
+      "divprune", "cdpruner-llm"};  // visual tokens chosen before the LLM
   return *methods;
 }
 
@@ -66,6 +72,13 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req, cons
         plan, dims,
         m == "hap" ? HapPruner::Weighting::kPaqSoftmax : HapPruner::Weighting::kUniform);
   }
+  if (m == "hap-flat" || m == "uniform-flat") {
+    HAP_ASSIGN_OR_RETURN(Budget b, RequestBudget(req));
+    HAP_ASSIGN_OR_RETURN(Plan plan, MakePlan(dims, b, req.text_tokens, TokenSchedule::kFlat));
+    return std::make_unique<HapPruner>(
+        plan, dims,
+        m == "hap-flat" ? HapPruner::Weighting::kPaqSoftmax : HapPruner::Weighting::kUniform);
+  }
   HAP_ASSIGN_OR_RETURN(double target, TargetAverageTokens(req, dims));
   if (m == "fastv") {
     HAP_ASSIGN_OR_RETURN(StageSchedule s, FastvSchedule(dims, target));
@@ -75,9 +88,22 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req, cons
     HAP_ASSIGN_OR_RETURN(StageSchedule s, PdropSchedule(dims, target));
     return std::make_unique<LastTokenPruner>("pdrop", dims, std::move(s));
   }
+  if (m == "dart") {
+    HAP_ASSIGN_OR_RETURN(StageSchedule s, DartSchedule(dims, target));
+    return std::make_unique<DartPruner>(dims, std::move(s));
+  }
   if (m == "sparsevlm") {
     HAP_ASSIGN_OR_RETURN(StageSchedule s, SparseVlmSchedule(dims, target));
     return std::make_unique<SparseVlmPruner>(dims, std::move(s));
+  }
+  // Selection before the LLM: every layer sees the K kept tokens.
+  if (m == "divprune") {
+    HAP_ASSIGN_OR_RETURN(int keep, BeforeLlmKeepCount(m, target, dims.n_visual_tokens));
+    return std::make_unique<DivPrunePruner>(dims, keep);
+  }
+  if (m == "cdpruner-llm") {
+    HAP_ASSIGN_OR_RETURN(int keep, BeforeLlmKeepCount(m, target, dims.n_visual_tokens));
+    return std::make_unique<CdPrunerLlmPruner>(dims, keep);
   }
   // visionzip: the LLM sees the compressed tokens, unpruned.
   HAP_ASSIGN_OR_RETURN(VisionZipCounts counts, VisionZipSplit(target, dims.n_visual_tokens));

@@ -17,7 +17,8 @@ namespace hap {
 
 struct PruneRequest {
   // One of PruneMethods(): "none", "hap", "uniform", "fastv", "pdrop", "sparsevlm",
-  // "visionzip", "random".
+  // "visionzip", "random", "hap-flat", "uniform-flat", "dart",
+  // "divprune", "cdpruner-llm".
   std::string method = "hap";
   // Exactly one budget (none needed for "none"): the average visual tokens per decoder layer,
   // or a fraction of the unpruned prefill FLOPs (full convention).
@@ -39,9 +40,12 @@ absl::StatusOr<Budget> RequestBudget(const PruneRequest& req);
 absl::StatusOr<double> TargetAverageTokens(const PruneRequest& req, const ModelDims& dims);
 
 // InvalidArgument for an unknown method (listing the valid ones), a missing/extra budget, a
-// non-positive budget, or one below what the method can reach (hap/uniform/random: HAP's
-// M = L minimum). fastv/pdrop/sparsevlm clamp at 1 token per stage and report the achieved
-// average in stats(). "visionzip" returns a pruner that keeps every token and expects
+// non-positive budget, or one below what the method can reach (hap/uniform/random and
+// hap-flat/uniform-flat: HAP's M = L minimum; dart: 2 of 32 layers at all V, then 1 token).
+// fastv/pdrop/sparsevlm clamp at 1 token per stage and report the achieved average in stats().
+// hap-flat/uniform-flat run HAP's weightings over MakePlan(..., TokenSchedule::kFlat).
+// divprune/cdpruner-llm keep K = round(target) tokens before layer 0 (K ≥ 1, target ≤ V).
+// "visionzip" returns a pruner that keeps every token and expects
 // VisionZipCountsFor(...).total() visual tokens at layer 0 (compression happens in the vision
 // tower).
 absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req, const ModelDims& dims);

@@ -10,9 +10,14 @@
 
 namespace hap {
 
+const char* HapPruner::MethodName(Weighting weighting, TokenSchedule schedule) {
+  const bool flat = schedule == TokenSchedule::kFlat;
+  if (weighting == Weighting::kUniform) return flat ? "uniform-flat" : "uniform";
+  return flat ? "hap-flat" : "hap";
+}
+
 HapPruner::HapPruner(const Plan& plan, const ModelDims& dims, Weighting weighting)
-    : PrunerBase(weighting == Weighting::kUniform ? "uniform" : "hap", dims,
-                 plan.layer_visual_tokens),
+    : PrunerBase(MethodName(weighting, plan.schedule), dims, plan.layer_visual_tokens),
       plan_(plan),
       weighting_(weighting) {}
 
@@ -26,8 +31,9 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   const auto start = std::chrono::steady_clock::now();
   const int n_text = NumText(att), n_vis = att.n_vis, H = att.n_heads;
   if (n_text <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hap: layer ", att.layer, " has no query text after the visual tokens to score them"));
+    return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": layer ", att.layer,
+                                                   " has no query text after the visual tokens "
+                                                   "to score them"));
   }
   const int64_t map_size = int64_t{n_text} * n_vis;
 

@@ -1,7 +1,8 @@
 // HAP (docs/design.md §3): per layer, PAQ-softmax over the heads' renormalised text→visual maps;
 // at the end of each group but the last, PAQ-softmax over the group's layer maps, token scores,
 // and the top N_v(g+1) kept. Also the "uniform" ablation (head weights 1/H, layer weights
-// 1/|group|).
+// 1/|group|), and both weightings over the plan's flat token schedule ("hap-flat",
+// "uniform-flat": the paper's factorial ablation, TokenSchedule::kFlat in planner.h).
 #pragma once
 
 #include <vector>
@@ -15,9 +16,13 @@ class HapPruner : public PrunerBase {
  public:
   enum class Weighting { kPaqSoftmax, kUniform };
 
-  // The plan must be for dims (same L and V). stats() gains one HapLayerExplain per layer of
-  // groups 0..M−2 and one HapGroupExplain per pruning step; layers of the last group are not
-  // scored (nothing is pruned after them), so M = 1 costs nothing.
+  // "hap", "uniform", "hap-flat" or "uniform-flat".
+  static const char* MethodName(Weighting weighting, TokenSchedule schedule);
+
+  // The plan must be for dims (same L and V); its schedule names the method (MethodName).
+  // stats() gains one HapLayerExplain per layer of groups 0..M−2 and one HapGroupExplain per
+  // pruning step; layers of the last group are not scored (nothing is pruned after them), so
+  // M = 1 costs nothing.
   HapPruner(const Plan& plan, const ModelDims& dims, Weighting weighting);
 
   KeepResult AfterLayer(const LayerAttention& att) override;

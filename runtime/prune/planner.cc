@@ -1,6 +1,7 @@
 // Budget planner: group layout, token pyramid, FLOPs in both conventions, M from the budget.
 #include "runtime/prune/planner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -70,6 +71,43 @@ double ClosedFormFlops(const ModelDims& dims, int m) {
          (a * (1.0 - 1.0 / u) + b / 3.0 * (1.0 - 1.0 / (u * u * u)));
 }
 
+namespace {
+
+// Fills p's per-layer tokens, average, FLOPs and KV fraction from its groups and inputs.
+void FillCosts(Plan* p) {
+  p->layer_visual_tokens.clear();
+  for (const PlanGroup& pg : p->groups) {
+    for (int i = 0; i < pg.n_layers; ++i) p->layer_visual_tokens.push_back(pg.visual_tokens);
+  }
+  const int L = p->n_layers;
+  const double d = p->d_model, f = p->d_ffn, nt = p->text_tokens, v = p->n_visual_tokens;
+  double sum_tokens = 0, kv = 0;
+  p->flops_paper = p->flops_full = 0;
+  for (int nv : p->layer_visual_tokens) {
+    sum_tokens += nv;
+    p->flops_paper += LayerFlops(nv, d, f);
+    p->flops_full += LayerFlops(nt + nv, d, f);
+    kv += nt + nv;
+  }
+  p->average_visual_tokens = sum_tokens / L;
+  ModelDims dims;
+  dims.n_layers = L;
+  dims.d_model = p->d_model;
+  dims.d_ffn = p->d_ffn;
+  dims.n_visual_tokens = p->n_visual_tokens;
+  p->flops_closed_form = ClosedFormFlops(dims, p->M);
+  p->unpruned_flops_paper = L * LayerFlops(v, d, f);
+  p->unpruned_flops_full = L * LayerFlops(nt + v, d, f);
+  p->unpruned_flops_closed_form = L * LayerFlops(v, d, f);
+  p->kv_cache_fraction = kv / (L * (nt + v));
+}
+
+}  // namespace
+
+const char* TokenScheduleName(TokenSchedule s) {
+  return s == TokenSchedule::kFlat ? "flat" : "pyramid";
+}
+
 absl::StatusOr<Plan> PlanForGroups(const ModelDims& dims, int m, int text_tokens) {
   HAP_RETURN_IF_ERROR(dims.Validate());
   const int L = dims.n_layers;
@@ -94,27 +132,39 @@ absl::StatusOr<Plan> PlanForGroups(const ModelDims& dims, int m, int text_tokens
     pg.n_layers = base + (g < extra ? 1 : 0);
     pg.visual_tokens = GroupVisualTokens(dims.n_visual_tokens, g);
     p.groups.push_back(pg);
-    for (int i = 0; i < pg.n_layers; ++i) p.layer_visual_tokens.push_back(pg.visual_tokens);
     layer += pg.n_layers;
   }
-  const double d = dims.d_model, f = dims.d_ffn, nt = text_tokens, v = dims.n_visual_tokens;
-  double sum_tokens = 0, kv = 0;
-  for (int nv : p.layer_visual_tokens) {
-    sum_tokens += nv;
-    p.flops_paper += LayerFlops(nv, d, f);
-    p.flops_full += LayerFlops(nt + nv, d, f);
-    kv += nt + nv;
-  }
-  p.average_visual_tokens = sum_tokens / L;
-  p.flops_closed_form = ClosedFormFlops(dims, m);
-  p.unpruned_flops_paper = L * LayerFlops(v, d, f);
-  p.unpruned_flops_full = L * LayerFlops(nt + v, d, f);
-  p.unpruned_flops_closed_form = L * LayerFlops(v, d, f);
-  p.kv_cache_fraction = kv / (L * (nt + v));
+  FillCosts(&p);
   return p;
 }
 
-absl::StatusOr<Plan> MakePlan(const ModelDims& dims, const Budget& budget, int text_tokens) {
+absl::StatusOr<Plan> FlattenPlan(const Plan& pyramid) {
+  if (pyramid.schedule != TokenSchedule::kPyramid || pyramid.groups.empty()) {
+    return absl::InvalidArgumentError("FlattenPlan takes a pyramid plan");
+  }
+  Plan p = pyramid;
+  p.schedule = TokenSchedule::kFlat;
+  if (p.M == 1) return p;
+  // c = the layer-weighted mean of the pyramid's pruned counts, so the average is unchanged up
+  // to rounding c.
+  double pruned_tokens = 0, pruned_layers = 0;
+  for (int g = 1; g < p.M; ++g) {
+    pruned_tokens += static_cast<double>(p.groups[g].n_layers) * p.groups[g].visual_tokens;
+    pruned_layers += p.groups[g].n_layers;
+  }
+  const int c = std::clamp(static_cast<int>(std::lround(pruned_tokens / pruned_layers)), 1,
+                           p.n_visual_tokens);
+  for (int g = 1; g < p.M; ++g) p.groups[g].visual_tokens = c;
+  FillCosts(&p);
+  return p;
+}
+
+absl::StatusOr<Plan> MakePlan(const ModelDims& dims, const Budget& budget, int text_tokens,
+                              TokenSchedule schedule) {
+  if (schedule == TokenSchedule::kFlat) {
+    HAP_ASSIGN_OR_RETURN(Plan pyramid, MakePlan(dims, budget, text_tokens));
+    return FlattenPlan(pyramid);
+  }
   HAP_RETURN_IF_ERROR(dims.Validate());
   if (!std::isfinite(budget.value) || budget.value <= 0) {
     return absl::InvalidArgumentError(

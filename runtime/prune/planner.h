@@ -1,6 +1,7 @@
 // HAP's budget planner (docs/design.md §3): turns one budget (a FLOPs fraction or an average number
-// of visual tokens per layer) into M groups of consecutive layers with a pyramid token schedule,
-// and reports the FLOPs of that schedule in the paper's and the full convention.
+// of visual tokens per layer) into M groups of consecutive layers with a pyramid token schedule
+// (or, for the paper's factorial ablation, a flat one over the same groups), and reports the
+// FLOPs of that schedule in the paper's and the full convention.
 #pragma once
 
 #include <string>
@@ -35,6 +36,25 @@ absl::StatusOr<Budget> ParseRetain(const std::string& text, int n_visual_tokens)
 // "--flops" syntax: a fraction in (0, ∞) ("0.25"); ≥ 1 means no pruning.
 absl::StatusOr<Budget> ParseFlops(const std::string& text);
 
+// How the pruned groups 1..M−1 share the visual tokens (group 0 always sees all V).
+//   kPyramid: N_v(g) = max(1, round(V/(1+g)²)) (docs/design.md §3): HAP's schedule.
+//   kFlat:    the paper's "uniform budget" cell of its factorial ablation (appendix, Table
+//             "Factorial ablation"): the same M, the same group boundaries and the same unpruned
+//             group 0 as the pyramid plan for the budget, and every pruned group keeps the same
+//             count c = max(1, round(Σ_{g≥1} n_g·N_v(g) / Σ_{g≥1} n_g)) — the layer-weighted mean
+//             of the pyramid's pruned counts (n_g = layers of group g), i.e. the count that gives
+//             the pyramid plan's average visual tokens per layer. Both schedules therefore run at
+//             the same average (up to rounding c: |difference| ≤ (L − n_0)/(2L) < 0.5 tokens), so
+//             the ablation compares the schedules' shape only. A retain budget resolves, as for
+//             HAP, to the pyramid plan's average (≤ the budget); a FLOPs budget to the average of
+//             the pyramid plan that meets it. The FLOPs follow the average (the per-token linear
+//             terms dominate the quadratic one at these counts): within 1% of the pyramid's for
+//             LLaVA-1.5-7B, above them when c rounds up, so a flat plan may exceed a FLOPs budget
+//             by that rounding.
+enum class TokenSchedule { kPyramid, kFlat };
+
+const char* TokenScheduleName(TokenSchedule s);  // "pyramid" / "flat"
+
 struct PlanGroup {
   int first_layer = 0;
   int n_layers = 0;
@@ -50,6 +70,7 @@ struct Plan {
   int d_ffn = 0;
   int text_tokens = 0;  // N_text assumed by flops_full and kv_cache_fraction
 
+  TokenSchedule schedule = TokenSchedule::kPyramid;
   int M = 1;
   std::vector<PlanGroup> groups;         // [M]
   std::vector<int> layer_visual_tokens;  // [L] N_v of the group holding each layer
@@ -58,7 +79,8 @@ struct Plan {
   // F(N) = 4·N·D² + 2·N²·D + 3·N·D·d_ffn summed over the L layers (multiply-adds).
   double flops_paper = 0;                 // N = visual tokens of the layer
   double flops_full = 0;                  // N = text_tokens + visual tokens of the layer
-  double flops_closed_form = 0;           // the paper's F_pruned(m = M) (an integral approximation)
+  double flops_closed_form = 0;           // the paper's F_pruned(m = M) (an integral approximation
+                                          // of the pyramid, also reported for a flat plan)
   double unpruned_flops_paper = 0;        // L·F(V)
   double unpruned_flops_full = 0;         // L·F(text_tokens + V)
   double unpruned_flops_closed_form = 0;  // L·(A + B) = L·F(V): the integrand at u = 1
@@ -89,7 +111,15 @@ absl::StatusOr<Plan> PlanForGroups(const ModelDims& dims, int m,
 // (kRetain) or full-convention FLOPs fraction (kFlops) is within the budget. retain ≥ V or
 // flops ≥ 1 → M = 1 (no pruning). A budget below what M = L reaches is InvalidArgument naming
 // the reachable minimum; a non-positive or non-finite budget is InvalidArgument.
+// schedule = kFlat: the pyramid plan for the budget flattened by FlattenPlan (same M, groups
+// and errors).
 absl::StatusOr<Plan> MakePlan(const ModelDims& dims, const Budget& budget,
-                              int text_tokens = kDefaultTextTokens);
+                              int text_tokens = kDefaultTextTokens,
+                              TokenSchedule schedule = TokenSchedule::kPyramid);
+
+// The kFlat plan over a pyramid plan's groups (see TokenSchedule), its per-layer tokens, average,
+// FLOPs and KV fraction recomputed. A plan with M = 1 is returned unchanged but for `schedule`.
+// InvalidArgument unless `pyramid` is a kPyramid plan.
+absl::StatusOr<Plan> FlattenPlan(const Plan& pyramid);
 
 }  // namespace hap

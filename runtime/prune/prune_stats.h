@@ -9,8 +9,12 @@ namespace hap {
 
 // One pruning event.
 struct PruneStage {
-  int after_layer = 0;    // tokens dropped at the end of this layer
-  int tokens_before = 0;  // visual tokens present in that layer
+  // after_layer of a stage that prunes before the LLM (Pruner::Begin: DivPrune, CDPruner-LLM):
+  // "after layer −1", so tokens_kept is what layer 0 on sees and tokens_before is the image's.
+  static constexpr int kBeforeLlm = -1;
+
+  int after_layer = 0;    // tokens dropped at the end of this layer (kBeforeLlm: before layer 0)
+  int tokens_before = 0;  // visual tokens present in that layer (kBeforeLlm: entering the LLM)
   int tokens_kept = 0;    // visual tokens from after_layer + 1 on
   double select_us = 0;   // scoring + selection time for this stage
   // The tokens kept after this stage, as indices into the image's V visual tokens, ascending.

@@ -1,7 +1,8 @@
 // The interface between the decoder's prefill and a visual-token pruning method. The engine
-// calls a Pruner after each decoder layer with what that layer's attention computed; the
-// method answers with the visual tokens to keep from the next layer on. Kernels that the
-// methods use live in kernels/prune/.
+// calls a Pruner once before layer 0 with the input embeddings (a method may choose its visual
+// tokens there, before the LLM) and after each decoder layer with what that layer's attention
+// computed; the method answers with the visual tokens to keep from the next layer on. Kernels
+// that the methods use live in kernels/prune/.
 #pragma once
 
 #include <cstdint>
@@ -33,13 +34,19 @@ struct LayerAttention {
                                // causal keys of each row (the softmax denominator)
   int vis_begin = 0;
   int n_vis = 0;
-  // Runs the method's ops; q, k and lse are in its memory (host for the CPU backend).
+  // The layer's output hidden states (the residual stream after its MLP, what the next layer
+  // reads), F32 [n_tokens, d_model]; null where the caller passes none (DART needs them).
+  const float* hidden = nullptr;
+  int d_model = 0;
+  // Runs the method's ops; q, k, lse and hidden are in its memory (host for the CPU backend).
   const Backend* backend = &CpuBackend();
 };
 
-// Input embeddings before layer 0 (SparseVLM picks its raters from them).
+// Input embeddings before layer 0 (SparseVLM picks its raters from them; DivPrune and
+// CDPruner-LLM choose the visual tokens from them). Host memory on every backend: the decoder
+// receives the embeddings on the host and uploads them after Begin.
 struct PrefillInput {
-  const float* embeddings = nullptr;  // F32 [n_tokens, d_model]
+  const float* embeddings = nullptr;  // F32 [n_tokens, d_model], host
   int n_tokens = 0;
   int d_model = 0;
   int vis_begin = 0;
@@ -51,8 +58,14 @@ class Pruner {
  public:
   virtual ~Pruner() = default;
 
-  // Called once per request before layer 0.
-  virtual absl::Status Begin(const PrefillInput& input) { return absl::OkStatus(); }
+  // Called once per request before layer 0. Returning a value prunes before the LLM: the
+  // engine keeps the listed visual tokens (indices into input's n_vis tokens, strictly
+  // ascending) and drops the other visual rows (hidden states and position ids; the kept rows
+  // keep their original positions) before layer 0, so every layer sees only them and the KV
+  // cache never holds the dropped ones. std::nullopt keeps every token.
+  virtual absl::StatusOr<std::optional<std::vector<int>>> Begin(const PrefillInput& input) {
+    return std::optional<std::vector<int>>();
+  }
 
   // Called after layer att.layer's attention. Returning a value prunes: the engine keeps the
   // listed visual tokens (indices into the n_vis tokens currently present, strictly ascending)

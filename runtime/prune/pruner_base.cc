@@ -22,23 +22,59 @@ PrunerBase::PrunerBase(std::string method, const ModelDims& dims,
   stats_.planned_average_visual_tokens = dims.n_layers > 0 ? s / dims.n_layers : 0;
 }
 
+void PrunerBase::ResetRequest(int n_vis) {
+  next_layer_ = 0;
+  no_image_ = n_vis == 0;
+  present_.resize(n_vis);
+  std::iota(present_.begin(), present_.end(), 0);
+  stats_.kept_original = present_;
+  stats_.layer_tokens.clear();
+  stats_.stages.clear();
+  stats_.score_select_us = 0;
+  stats_.hap_layers.clear();
+  stats_.hap_groups.clear();
+}
+
+absl::StatusOr<bool> PrunerBase::StartBeforeLlm(const PrefillInput& in) {
+  begun_ = false;
+  if (in.vis_begin < 0 || in.n_vis < 0 || in.vis_begin + in.n_vis > in.n_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(stats_.method, ": bad prefill input n_tokens=", in.n_tokens,
+                     " vis_begin=", in.vis_begin, " n_vis=", in.n_vis));
+  }
+  if (in.n_vis > 0 && (in.embeddings == nullptr || in.d_model <= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        stats_.method, ": the prefill input has no embeddings (d_model=", in.d_model, ")"));
+  }
+  if (in.n_vis != 0 && in.n_vis != dims_.n_visual_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": the prompt has ", in.n_vis,
+                                                   " visual tokens; the plan is for ",
+                                                   dims_.n_visual_tokens));
+  }
+  ResetRequest(in.n_vis);
+  begun_ = true;
+  return !no_image_;
+}
+
 absl::StatusOr<bool> PrunerBase::StartLayer(const LayerAttention& att) {
   if (att.layer == 0) {
-    // A new request (Begin is optional): forget the previous one's record, keep the plan.
-    next_layer_ = 0;
-    no_image_ = att.n_vis == 0;
-    present_.resize(att.n_vis);
-    std::iota(present_.begin(), present_.end(), 0);
-    stats_.kept_original = present_;
-    stats_.layer_tokens.clear();
-    stats_.stages.clear();
-    stats_.score_select_us = 0;
-    stats_.hap_layers.clear();
-    stats_.hap_groups.clear();
-    if (!no_image_ && att.n_vis != dims_.n_visual_tokens) {
-      return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": layer 0 has ", att.n_vis,
-                                                     " visual tokens; the plan is for ",
-                                                     dims_.n_visual_tokens));
+    if (begun_) {
+      // Begin started this request (and may have pruned before the LLM): continue its record.
+      begun_ = false;
+    } else {
+      if (require_begin_) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(stats_.method,
+                         ": chooses its visual tokens before the LLM; Begin() with "
+                         "the input embeddings must run before layer 0"));
+      }
+      // A new request (Begin is optional): forget the previous one's record, keep the plan.
+      ResetRequest(att.n_vis);
+      if (!no_image_ && att.n_vis != dims_.n_visual_tokens) {
+        return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": layer 0 has ", att.n_vis,
+                                                       " visual tokens; the plan is for ",
+                                                       dims_.n_visual_tokens));
+      }
     }
   }
   if (att.layer != next_layer_ || att.layer >= dims_.n_layers) {
@@ -74,12 +110,21 @@ absl::StatusOr<bool> PrunerBase::StartLayer(const LayerAttention& att) {
 
 PrunerBase::KeepResult PrunerBase::Commit(const LayerAttention& att, std::vector<int> kept,
                                           double select_us) {
+  return Record(att.layer, std::move(kept), select_us);
+}
+
+PrunerBase::KeepResult PrunerBase::CommitBeforeLlm(std::vector<int> kept, double select_us) {
+  return Record(PruneStage::kBeforeLlm, std::move(kept), select_us);
+}
+
+PrunerBase::KeepResult PrunerBase::Record(int after_layer, std::vector<int> kept,
+                                          double select_us) {
   stats_.score_select_us += select_us;
   std::vector<int> next(kept.size());
   for (size_t r = 0; r < kept.size(); ++r) next[r] = present_[kept[r]];
   PruneStage stage;
-  stage.after_layer = att.layer;
-  stage.tokens_before = att.n_vis;
+  stage.after_layer = after_layer;
+  stage.tokens_before = static_cast<int>(present_.size());
   stage.tokens_kept = static_cast<int>(kept.size());
   stage.select_us = select_us;
   stage.kept_original = next;
@@ -126,6 +171,20 @@ absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int 
     a.row_entropy = row_entropy->data();
   }
   return att.backend->TextVisualAttention(a);
+}
+
+absl::StatusOr<int> BeforeLlmKeepCount(const std::string& method, double target, int n_visual) {
+  if (!std::isfinite(target) || target > n_visual) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        method, ": a target of ", target, " visual tokens exceeds the image's ", n_visual));
+  }
+  const long k = std::lround(target);
+  if (k < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(method, ": a target of ", target,
+                                                   " visual tokens keeps none (at least 1 of ",
+                                                   n_visual, ")"));
+  }
+  return static_cast<int>(k);
 }
 
 KeepAllPruner::KeepAllPruner(std::string method, const ModelDims& dims)

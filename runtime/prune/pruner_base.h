@@ -32,6 +32,18 @@ class PrunerBase : public Pruner {
   // tokens (strictly ascending). Records the stage; returns what AfterLayer should return.
   KeepResult Commit(const LayerAttention& att, std::vector<int> kept, double select_us);
 
+  // For methods that choose their visual tokens before the LLM (in Begin): validates `in`
+  // (layout, embeddings, V as planned) and starts the request's record, which layer 0 then
+  // continues instead of resetting. Returns false when the request has no visual tokens.
+  absl::StatusOr<bool> StartBeforeLlm(const PrefillInput& in);
+  // Applies a decision made in Begin: kept indices into the input's visual tokens (strictly
+  // ascending). Records a stage with after_layer = PruneStage::kBeforeLlm; returns what Begin
+  // should return.
+  KeepResult CommitBeforeLlm(std::vector<int> kept, double select_us);
+  // Makes layer 0 fail (FailedPrecondition) unless Begin started the request: for the methods
+  // that prune in Begin, a caller skipping it would silently run unpruned.
+  void RequireBegin() { require_begin_ = true; }
+
   // Attention of rows [row0, row0 + n_rows) of the current sequence on the visual tokens
   // present. out: F32 [n_heads, n_rows, n_vis] (resized; its buffer is reused across calls).
   // row_entropy (renormalize only, optional): F64 [n_heads, n_rows], each row's entropy.
@@ -56,11 +68,23 @@ class PrunerBase : public Pruner {
   }
 
  private:
+  // Forgets the previous request's record (keeps the plan): n_vis tokens present.
+  void ResetRequest(int n_vis);
+  // Records a stage and makes `kept` (indices into the present tokens) the present set.
+  KeepResult Record(int after_layer, std::vector<int> kept, double select_us);
+
   ModelDims dims_;
   std::vector<int> present_;
   int next_layer_ = 0;
   bool no_image_ = false;
+  bool begun_ = false;          // StartBeforeLlm ran for the request layer 0 will start
+  bool require_begin_ = false;  // RequireBegin()
 };
+
+// The visual tokens a pre-LLM method keeps for a target average of `target` tokens per layer
+// (every layer sees the kept tokens, so keeping K is an average of K): K = round(target), half
+// away from zero. InvalidArgument naming `method` unless 1 ≤ K and target ≤ V.
+absl::StatusOr<int> BeforeLlmKeepCount(const std::string& method, double target, int n_visual);
 
 // Keeps every token ("none", and "visionzip" whose compression happens in the vision tower);
 // records the schedule so the achieved average is reported like any other method's.

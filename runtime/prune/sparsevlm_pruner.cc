@@ -16,11 +16,11 @@ SparseVlmPruner::SparseVlmPruner(const ModelDims& dims, StageSchedule schedule)
     : PrunerBase("sparsevlm", dims, schedule.LayerTokens(dims.n_layers, dims.n_visual_tokens)),
       schedule_(std::move(schedule)) {}
 
-absl::Status SparseVlmPruner::Begin(const PrefillInput& in) {
+PrunerBase::KeepResult SparseVlmPruner::Begin(const PrefillInput& in) {
   raters_.clear();
   relevance_.clear();
   n_text_ = -1;
-  if (in.n_vis == 0) return absl::OkStatus();
+  if (in.n_vis == 0) return std::optional<std::vector<int>>();
   if (in.embeddings == nullptr || in.d_model <= 0 || in.vis_begin < 0 || in.n_vis < 0 ||
       in.vis_begin + in.n_vis > in.n_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -73,7 +73,7 @@ absl::Status SparseVlmPruner::Begin(const PrefillInput& in) {
     for (int t = 0; t < n_text; ++t) raters_.push_back(t);
   }
   n_text_ = n_text;
-  return absl::OkStatus();
+  return std::optional<std::vector<int>>();
 }
 
 PrunerBase::KeepResult SparseVlmPruner::AfterLayer(const LayerAttention& att) {

@@ -16,8 +16,8 @@ class SparseVlmPruner : public PrunerBase {
  public:
   SparseVlmPruner(const ModelDims& dims, StageSchedule schedule);
 
-  // Picks the raters from the input embeddings; required before layer 0.
-  absl::Status Begin(const PrefillInput& input) override;
+  // Picks the raters from the input embeddings (prunes nothing there); required before layer 0.
+  KeepResult Begin(const PrefillInput& input) override;
   KeepResult AfterLayer(const LayerAttention& att) override;
 
   const StageSchedule& schedule() const { return schedule_; }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace hap {
 
@@ -44,6 +45,35 @@ std::string StageSchedule::ToString() const {
     absl::StrAppend(&s, i ? "; " : "", "after ", after_layer[i], " -> ", keep[i]);
   }
   return s.empty() ? "(no pruning)" : s;
+}
+
+absl::StatusOr<StageSchedule> OneStageSchedule(const std::string& method, int n_layers, int v,
+                                               int k_full, double target) {
+  const int L = n_layers;
+  if (L < 2 || v < 1 || k_full < 1 || k_full > L - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(method, ": cannot prune after the first ",
+                                                   k_full, " of ", L, " layers (V = ", v, ")"));
+  }
+  if (!std::isfinite(target) || target <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(method, ": bad target ", target));
+  }
+  StageSchedule s;
+  if (target >= v) return s;
+  const double minimum = (static_cast<double>(k_full) * v + (L - k_full)) / L;
+  // The same relative slack as the planner's, so a target of exactly the minimum passes.
+  if (target < minimum * (1.0 - 1e-9)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: a target of %g visual tokens per layer is below the minimum reachable average of "
+        "%.2f (%.1f%% of %d): the first %d of %d layers see all %d tokens, the rest at least 1",
+        method, target, minimum, 100.0 * minimum / v, v, k_full, L, v));
+  }
+  const double keep = (L * target - static_cast<double>(k_full) * v) / (L - k_full);
+  const int k = std::clamp(static_cast<int>(std::lround(keep)), 1, v);
+  if (k < v) {
+    s.after_layer = {k_full - 1};
+    s.keep = {k};
+  }
+  return s;
 }
 
 int ScaleLayer(int b, int n_layers, int lo, int hi) {

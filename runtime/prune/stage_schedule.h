@@ -1,11 +1,12 @@
-// A fixed-layer pruning schedule (FastV, PDrop, SparseVLM): prune at the end of given layers
-// down to given token counts.
+// A fixed-layer pruning schedule (FastV, PDrop, SparseVLM, DART): prune at the end of given
+// layers down to given token counts.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace hap {
 
@@ -21,6 +22,16 @@ struct StageSchedule {
   absl::Status Validate(int n_layers, int n_visual_tokens) const;
   std::string ToString() const;  // "after 1 → 64; after 7 → 32"
 };
+
+// One stage for a target average (the convention of docs/design.md §4): layers [0, k_full) see
+// all V tokens, layers [k_full, L) keep = round((L·target − k_full·V) / (L − k_full)), i.e. prune
+// once at the end of layer k_full − 1, so Σ_l N_v(l) / L = target up to rounding keep (off by at
+// most (L − k_full) / (2L) tokens). target ≥ V, or keep rounding to V → no stage.
+// InvalidArgument naming `method` for k_full outside [1, L − 1], a non-finite or non-positive
+// target, or a target below the minimum reachable average (k_full·V + (L − k_full)) / L
+// (keep = 1), which the message names. (FastvSchedule clamps at keep = 1 instead.)
+absl::StatusOr<StageSchedule> OneStageSchedule(const std::string& method, int n_layers,
+                                               int n_visual_tokens, int k_full, double target);
 
 // A layer boundary given for a 32-layer model (LLaVA-1.5's decoder), scaled to n_layers:
 // round(b · L / 32), clamped to [lo, hi].

@@ -15,6 +15,8 @@ C++:
   hap       renormalised text→visual rows per head, PAQ, PAQ-softmax over heads then over the
             group's layers, scores = mean over text rows, top-k (ties → lower index)
   uniform   the same with weights 1/H and 1/|group|
+  hap-flat, uniform-flat  the same over HAP's groups with every pruned group at
+            round(Σ_{g≥1} n_g·N_v(g) / Σ_{g≥1} n_g) tokens (the pyramid's average)
   fastv     after layer K−1 = 1: head-mean attention of the last prompt token (no
             renormalisation), keep round((L·target − K·V)/(L − K))
   pdrop     the same scoring after layers 1, 7, 15 (first reduced layers 2, 8, 16) with
@@ -25,6 +27,10 @@ C++:
             heads, contextual tokens merged by cosine similarity of head-mean keys
   random    structure only: counts, uniqueness, ascending order, HAP's schedule, same subsets
             on a rerun with the same seed
+  dart      after layer K−1 = 1: pivots = the 4 visual and 4 query-text rows with the largest L1
+            norm of the layer's keys after RoPE; each pivot in turn takes its share of keep − 4
+            among the visual tokens not yet taken, lowest cosine of the layer's output hidden
+            states first; keep = round((L·target − K·V)/(L − K))
 
 Compared per case: the token schedule (layer_visual_tokens), the stage layers, each stage's kept
 set as a set of original token indices (when two scores tie within 1e-6 at the boundary, the
@@ -138,6 +144,15 @@ def hap_groups(L, V, target):
     return None
 
 
+def flat_groups(groups):
+    """HAP's groups with every pruned group at the pyramid's layer-weighted mean count."""
+    if len(groups) == 1:
+        return groups
+    pruned = groups[1:]
+    c = max(1, lround(sum(n * nv for _, n, nv in pruned) / sum(n for _, n, _ in pruned)))
+    return [groups[0]] + [(first, n, c) for first, n, _ in pruned]
+
+
 def layer_tokens_of_groups(groups):
     out = []
     for _, n, nv in groups:
@@ -150,6 +165,17 @@ def fastv_schedule(L, V, target):
         return []
     keep = min(max(lround((L * target - FASTV_K * V) / (L - FASTV_K)), 1), V)
     return [(FASTV_K - 1, keep)] if keep < V else []
+
+
+def dart_schedule(L, V, target):
+    """K = round(2L/32) ≥ 1 layers at all V, then keep; None below the reachable minimum."""
+    if target >= V:
+        return []
+    k_full = scale_layer(2, L, 1, L - 1)
+    if target < (k_full * V + L - k_full) / L * (1 - 1e-9):
+        return None
+    keep = min(max(lround((L * target - k_full * V) / (L - k_full)), 1), V)
+    return [(k_full - 1, keep)] if keep < V else []
 
 
 def pdrop_schedule(L, V, target):
@@ -317,6 +343,44 @@ class SparseVlmSelector:
         return rows.reshape(-1, nv).mean(0), self.stages[l]
 
 
+class DartSelector:
+    """DART: needs the layer's keys after RoPE and its output hidden states, which
+    reference_run hands over as `states` before each call (needs_states)."""
+    needs_states = True
+
+    def __init__(self, stages):
+        self.stages, self.states = dict(stages), None
+        self.visual_pivots = None
+
+    def __call__(self, l, P, vb, nv, n):
+        if l not in self.stages or self.stages[l] >= nv:
+            return None
+        keep = self.stages[l]
+        k, h = self.states                                      # [n, KVH·hd], [n, D] float64
+        norm1 = np.abs(k).sum(1)
+        vis = sorted(range(nv), key=lambda i: (-norm1[vb + i], i))[:min(4, keep)]
+        txt = sorted(range(n - vb - nv), key=lambda i: (-norm1[vb + nv + i], i))[:4]
+        unit = h / np.maximum(np.linalg.norm(h, axis=1, keepdims=True), 1e-300)
+        pivots = [vb + i for i in vis] + [vb + nv + i for i in txt]
+        kept, rest = set(vis), keep - len(vis)
+        for j, p in enumerate(pivots):
+            share = rest // len(pivots) + (1 if j < rest % len(pivots) else 0)
+            cand = sorted((float(unit[p] @ unit[vb + t]), t) for t in range(nv) if t not in kept)
+            kept.update(t for _, t in cand[:share])
+        self.visual_pivots = vis
+        scores = np.zeros(nv)                                   # the set, as 1/0 scores
+        scores[sorted(kept)] = 1.0
+        return scores, keep
+
+
+def rope_keys(attn, k_pre, cos, sin):
+    """The layer's keys after RoPE, float64 [n, KVH·hd] (the engine's row layout)."""
+    _, n, _ = k_pre.shape
+    k = k_pre.double().view(1, n, attn.kvh, attn.hd).transpose(1, 2)
+    k = LM.apply_rope(k, cos.double(), sin.double())
+    return k[0].transpose(0, 1).reshape(n, attn.kvh * attn.hd).numpy()
+
+
 class RandomSelector:
     """HAP's group ends; the kept subset is the C++'s (only its structure is checked)."""
 
@@ -430,6 +494,9 @@ def reference_run(model, emb, vb, nv, selector, cpp_stages, eos_ids,
             err = float(np.max(np.abs(P - probs[0].double().numpy())))
             if err > 1e-4:  # the float64 maps must be the layer's own probabilities
                 failures.append(f"layer {l}: float64 maps differ from the layer's by {err:.2g}")
+            if getattr(selector, "needs_states", False):
+                selector.states = (rope_keys(layer.self_attn, seen["k"], cos, sin),
+                                   x[0].double().numpy())
             decision = selector(l, P, vb, len(present), n)
             if decision is None:
                 continue
@@ -589,6 +656,9 @@ def main():
     # Retain targets (average visual tokens per layer, V = 64). SparseVLM also runs the
     # design's 128- and 64-of-576 schedules (docs/design.md §4) scaled to V.
     cases = ([(m, t) for m in ("hap", "uniform") for t in (32.0, 24.0, 16.0, 12.0, 8.0)] +
+             [(m, t) for m in ("hap-flat", "uniform-flat") for t in (24.0, 12.0, 8.0)] +
+             # DART keeps 30, 13 (selection) and 4 (the visual pivots only) after layer 1.
+             [("dart", t) for t in (32.0, 16.0, 8.0)] +
              [(m, t) for m in ("fastv", "pdrop", "random") for t in (32.0, 16.0, 8.0)] +
              [("sparsevlm", t) for t in (32.0, 128.0 * V / 576, 64.0 * V / 576)] +
              [("visionzip", t) for t in (48.0, 32.0, 16.0, 8.0)])
@@ -614,8 +684,10 @@ def main():
                 if cpp_stages:
                     failures.append(f"the LLM pruned ({len(cpp_stages)} stages)")
             else:
-                if method in ("hap", "uniform", "random"):
+                if method in ("hap", "uniform", "random", "hap-flat", "uniform-flat"):
                     groups = hap_groups(L, V, target)
+                    if method.endswith("-flat"):
+                        groups = flat_groups(groups)
                     want = layer_tokens_of_groups(groups)
                     if method == "random":
                         sel = RandomSelector(groups)
@@ -626,9 +698,14 @@ def main():
                                 [st["kept_tokens"] for st in cpp_stages]):
                             failures.append(f"seed {RANDOM_SEED} kept different tokens on a rerun")
                     else:
-                        sel = HapSelector(groups, uniform=(method == "uniform"))
-                        hap_schedules[target] = pr["layer_visual_tokens"]
+                        sel = HapSelector(groups, uniform=method.startswith("uniform"))
+                        if method in ("hap", "uniform"):
+                            hap_schedules[target] = pr["layer_visual_tokens"]
                     info = f"M={len(groups)}"
+                elif method == "dart":
+                    stages = dart_schedule(L, V, target)
+                    want, sel = stage_layer_tokens(L, V, stages), DartSelector(stages)
+                    info = f"stages {stages}"
                 elif method == "sparsevlm":
                     stages = sparsevlm_schedule(L, V, target)
                     want, sel = stage_layer_tokens(L, V, stages), SparseVlmSelector(stages, raters)

@@ -114,8 +114,9 @@ sdk::Client* PipelineTest::client_ = nullptr;
 sdk::Client* PipelineTest::decode_client_ = nullptr;
 
 TEST_F(PipelineTest, EveryMethodMatchesHapctlRun) {
-  for (const char* method :
-       {"none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip", "random"}) {
+  for (const char* method : {"none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip",
+                             "random", "divprune", "cdpruner-llm", "hap-flat", "uniform-flat",
+                             "dart"}) {
     Ask ask;
     ask.method = method;
     if (ask.method != "none") ask.retain = std::string("8");
@@ -447,12 +448,13 @@ TEST_F(PipelineTest, MalformedKvTransfersGetInvalidArgument) {
 }
 
 TEST_F(PipelineTest, SixteenConcurrentStreamsEqualSequentialRuns) {
-  const char* methods[] = {"none",      "hap",       "fastv",  "pdrop",
-                           "sparsevlm", "visionzip", "random", "uniform"};
+  const char* methods[] = {"none",      "hap",       "fastv",   "pdrop",    "sparsevlm",
+                           "visionzip", "random",    "uniform", "divprune", "cdpruner-llm",
+                           "hap-flat",  "uniform-flat", "dart"};
   std::vector<hap::v1::GenerateRequest> requests;
   for (int i = 0; i < 16; ++i) {
     Ask ask;
-    ask.method = methods[i % 8];
+    ask.method = methods[i % 13];
     ask.retain = ask.method == "none" ? "" : (i < 8 ? "8" : "50%");
     ask.temperature = i % 3 == 0 ? 0.f : 0.9f;
     ask.seed = 100 + i;

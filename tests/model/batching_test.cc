@@ -38,8 +38,8 @@ std::vector<Case> Cases() {
   const std::vector<std::pair<std::string, std::optional<double>>> methods = {
       {"none", std::nullopt}, {"hap", 16.0},     {"hap", 14.0},        {"uniform", 20.0},
       {"fastv", 16.0},        {"pdrop", 24.0},   {"sparsevlm", 16.0},  {"visionzip", 16.0},
-      {"random", 20.0},       {"hap", 32.0},     {"none", std::nullopt}, {"hap", 24.0},
-      {"fastv", 32.0},        {"uniform", 32.0}, {"pdrop", 16.0},      {"hap", 20.0}};
+      {"random", 20.0},       {"dart", 32.0},    {"none", std::nullopt}, {"hap-flat", 24.0},
+      {"cdpruner-llm", 24.0}, {"uniform-flat", 32.0}, {"pdrop", 16.0},  {"divprune", 20.0}};
   std::vector<Case> out;
   for (size_t i = 0; i < methods.size(); ++i) {
     Case c{methods[i].first, methods[i].second, prompts[i % prompts.size()], SamplingParams{}};

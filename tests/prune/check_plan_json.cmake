@@ -36,6 +36,20 @@ if(NOT avg STREQUAL "57.0625")
   message(FATAL_ERROR "retain 64: average_visual_tokens = ${avg}, want 57.0625")
 endif()
 
+# --schedule flat: HAP's 16 groups, group 0 at 576, every later group at round(22.47) = 22.
+run_plan(f64 --preset llava-1.5-7b --retain 64 --schedule flat)
+string(JSON sch GET "${f64}" schedule)
+string(JSON m GET "${f64}" M)
+string(JSON g0 GET "${f64}" groups 0 visual_tokens)
+string(JSON g1 GET "${f64}" groups 1 visual_tokens)
+string(JSON g15 GET "${f64}" groups 15 visual_tokens)
+string(JSON avg GET "${f64}" average_visual_tokens)
+if(NOT sch STREQUAL "flat" OR NOT m EQUAL 16 OR NOT g0 EQUAL 576 OR NOT g1 EQUAL 22
+   OR NOT g15 EQUAL 22 OR NOT avg STREQUAL "56.625")
+  message(FATAL_ERROR "retain 64 flat: schedule=${sch} M=${m} groups ${g0}/${g1}/${g15} "
+                      "average ${avg}")
+endif()
+
 run_plan(pct --preset llava-1.5-7b --retain 5.6%)
 string(JSON m GET "${pct}" M)
 if(NOT m EQUAL 32)

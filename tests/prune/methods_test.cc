@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/prune/dart_pruner.h"
 #include "runtime/prune/factory.h"
 #include "runtime/prune/hap_pruner.h"
 #include "runtime/prune/last_token_pruner.h"
@@ -55,16 +56,26 @@ std::vector<std::vector<double>> Renormalised(const LayerView& v, int h) {
 }
 
 // HAP / uniform straight from docs/design.md §3. Groups recomputed here from M: L/M layers each,
-// the first L % M groups one more; N_v(g) = max(1, round(V/(1+g)^2)).
+// the first L % M groups one more; N_v(g) = max(1, round(V/(1+g)^2)). flat (hap-flat /
+// uniform-flat, planner.h TokenSchedule::kFlat): groups 1..M−1 all keep the count that gives the
+// pyramid's average, round((L·average − |group 0|·V) / (L − |group 0|)).
 class HapReference {
  public:
-  HapReference(int L, int V, int M, bool uniform) : uniform_(uniform) {
+  HapReference(int L, int V, int M, bool uniform, bool flat = false) : uniform_(uniform) {
     int first = 0;
+    double sum = 0;
+    std::vector<int> sizes;
     for (int g = 0; g < M; ++g) {
       const int size = L / M + (g < L % M ? 1 : 0);
+      sizes.push_back(size);
       last_.push_back(first + size - 1);
       tokens_.push_back(std::max(1, int(std::round(V / ((1.0 + g) * (1.0 + g))))));
+      sum += double(size) * tokens_.back();
       first += size;
+    }
+    if (flat && M > 1) {
+      const int c = int(std::round((sum - double(sizes[0]) * V) / (L - sizes[0])));
+      for (int g = 1; g < M; ++g) tokens_[g] = c;
     }
   }
 
@@ -145,16 +156,25 @@ class HapReference {
 
 TEST(HapMethod, KeptSetsMatchDirectRecomputation) {
   const ModelDims dims = SmallDims();
+  struct Variant {
+    bool uniform, flat;
+  };
   for (int m : {1, 5, 8, 32}) {
-    for (bool uniform : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "M=" << m << (uniform ? " uniform" : " hap"));
-      absl::StatusOr<Plan> plan = PlanForGroups(dims, m);
-      ASSERT_TRUE(plan.ok());
+    for (const Variant& var :
+         {Variant{false, false}, Variant{true, false}, Variant{false, true}, Variant{true, true}}) {
+      const bool uniform = var.uniform, flat = var.flat;
+      const std::string name = std::string(uniform ? "uniform" : "hap") + (flat ? "-flat" : "");
+      SCOPED_TRACE(testing::Message() << "M=" << m << " " << name);
+      const absl::StatusOr<Plan> pyramid = PlanForGroups(dims, m);
+      ASSERT_TRUE(pyramid.ok());
+      const absl::StatusOr<Plan> plan = flat ? FlattenPlan(*pyramid) : pyramid;
+      ASSERT_TRUE(plan.ok()) << plan.status();
       HapPruner pruner(
           *plan, dims,
           uniform ? HapPruner::Weighting::kUniform : HapPruner::Weighting::kPaqSoftmax);
+      EXPECT_EQ(pruner.stats().method, name);
       testref::Sim sim(Spec(42));
-      HapReference ref(dims.n_layers, dims.n_visual_tokens, m, uniform);
+      HapReference ref(dims.n_layers, dims.n_visual_tokens, m, uniform, flat);
       int swaps = 0;
       const std::vector<int> per_layer = sim.Run(
           pruner, [&](const LayerView& v, const Pruner& p) { return ref(v, p); }, &swaps);
@@ -168,6 +188,15 @@ TEST(HapMethod, KeptSetsMatchDirectRecomputation) {
       if (!uniform && m > 1) {
         // PAQ weighting really deviates from 1/H here (head 0 is dispersed).
         EXPECT_GT(ref.head_weight_spread_, 0.05);
+      }
+      if (flat && m > 2) {
+        // Every pruned layer sees the same count (where the pyramid's differ), and the average
+        // is the pyramid's up to rounding that count.
+        EXPECT_EQ(per_layer[plan->groups[1].first_layer], per_layer.back());
+        EXPECT_NE(pyramid->groups[1].visual_tokens, pyramid->groups[m - 1].visual_tokens);
+        const int n0 = plan->groups[0].n_layers, L = dims.n_layers;
+        EXPECT_LE(std::abs(plan->average_visual_tokens - pyramid->average_visual_tokens),
+                  0.5 * (L - n0) / L);
       }
     }
   }
@@ -453,6 +482,183 @@ TEST(SparseVlmMethod, NeedsBegin) {
   EXPECT_EQ(pruner.AfterLayer(att).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// DART straight from its definition (dart_pruner.h), by full sorts: pivots = the 4 visual and
+// the 4 query-text rows with the largest ‖key‖₁ (all KV heads); each pivot in turn (visual by
+// norm, then text by norm) takes its share of keep − |visual pivots| among the visual tokens not
+// yet taken, lowest cosine of the hidden states first; ties → lower index.
+struct DartRef {
+  std::vector<int> kept, visual_pivots, text_pivots;
+};
+
+DartRef DartDirect(const LayerView& v, int keep, int kv_dim) {
+  const int n_text = v.n_tokens - v.text_begin;
+  auto norm1 = [&](int row) {
+    double s = 0;
+    for (int c = 0; c < kv_dim; ++c) s += std::fabs(double(v.k[size_t(row) * kv_dim + c]));
+    return s;
+  };
+  auto by_norm = [&](int first_row, int n, int count) {
+    std::vector<std::pair<double, int>> x;
+    for (int i = 0; i < n; ++i) x.push_back({-norm1(first_row + i), i});
+    std::sort(x.begin(), x.end());
+    std::vector<int> out;
+    for (int i = 0; i < std::min(count, n); ++i) out.push_back(x[i].second);
+    return out;
+  };
+  DartRef r;
+  r.visual_pivots = by_norm(v.vis_begin, v.n_vis, std::min(4, keep));
+  r.text_pivots = by_norm(v.text_begin, n_text, 4);
+  auto cosine = [&](int row_a, int row_b) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int c = 0; c < v.d_hidden; ++c) {
+      const double a = v.hidden[size_t(row_a) * v.d_hidden + c];
+      const double b = v.hidden[size_t(row_b) * v.d_hidden + c];
+      ab += a * b;
+      aa += a * a;
+      bb += b * b;
+    }
+    return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
+  };
+  std::vector<int> pivot_rows;
+  for (int p : r.visual_pivots) pivot_rows.push_back(v.vis_begin + p);
+  for (int p : r.text_pivots) pivot_rows.push_back(v.text_begin + p);
+  std::set<int> kept(r.visual_pivots.begin(), r.visual_pivots.end());
+  const int rest = keep - static_cast<int>(r.visual_pivots.size());
+  const int np = static_cast<int>(pivot_rows.size());
+  for (int i = 0; i < np && rest > 0; ++i) {
+    const int share = rest / np + (i < rest % np ? 1 : 0);
+    std::vector<std::pair<double, int>> cand;
+    for (int t = 0; t < v.n_vis; ++t) {
+      if (!kept.count(t)) cand.push_back({cosine(pivot_rows[i], v.vis_begin + t), t});
+    }
+    std::sort(cand.begin(), cand.end());
+    for (int j = 0; j < share; ++j) kept.insert(cand[j].second);
+  }
+  r.kept.assign(kept.begin(), kept.end());
+  return r;
+}
+
+TEST(DartMethod, KeptSetsMatchDirectRecomputation) {
+  const ModelDims dims = SmallDims();
+  const int kv_dim = dims.n_kv_heads * dims.head_dim;
+  // keep = round((32·t − 2·144) / 30): 1 (the minimum, 9.9375), 4 (pivots only), 5, 12 (one
+  // per pivot), 29 and 42 (uneven shares); with 7 and with 2 query-text tokens.
+  for (int text : {7, 2}) {
+    for (double target : {9.9375, 12.5, 14.0, 20.0, 36.0, 48.0}) {
+      SCOPED_TRACE(testing::Message() << "target " << target << ", " << text << " text tokens");
+      absl::StatusOr<StageSchedule> s = DartSchedule(dims, target);
+      ASSERT_TRUE(s.ok()) << s.status();
+      const int keep = static_cast<int>(std::lround((32 * target - 2 * 144) / 30.0));
+      ASSERT_EQ(s->after_layer, std::vector<int>({1}));
+      ASSERT_EQ(s->keep, std::vector<int>({keep}));
+      DartPruner pruner(dims, *s);
+      testref::SimSpec spec = Spec(17);
+      spec.text = text;
+      testref::Sim sim(spec);
+      int pruned = 0;
+      DartRef want;
+      const auto per_layer =
+          sim.Run(pruner, [&](const LayerView& v, const Pruner&) -> std::optional<RefPrune> {
+            if (v.layer != 1) return std::nullopt;
+            ++pruned;
+            want = DartDirect(v, keep, kv_dim);
+            // The harness compares sets: score the reference's kept tokens 1, the rest 0.
+            RefPrune r{std::vector<double>(v.n_vis, 0.0), keep};
+            for (int i : want.kept) r.scores[i] = 1.0;
+            return r;
+          });
+      EXPECT_EQ(pruned, 1);
+      EXPECT_EQ(pruner.visual_pivots(), want.visual_pivots);
+      EXPECT_EQ(pruner.text_pivots(), want.text_pivots);
+      EXPECT_EQ(static_cast<int>(pruner.text_pivots().size()), std::min(4, text));
+      EXPECT_EQ(per_layer[1], 144);
+      EXPECT_EQ(per_layer[2], keep);
+      EXPECT_EQ(pruner.stats().method, "dart");
+      EXPECT_NEAR(pruner.stats().achieved_average_visual_tokens(), (2 * 144 + 30.0 * keep) / 32,
+                  1e-12);
+    }
+  }
+}
+
+TEST(DartMethod, DuplicatesOfAPivotAreDropped) {
+  // One layer, one head, 10 visual tokens and 1 text token, keep 6. Keys: tokens 3, 6, 7, 8 have
+  // the largest norms (9, 8, 7, 6; the rest 1) and are the visual pivots, in that order; the
+  // text token is the text pivot. The 2 tokens left to choose go to the first two pivots, one
+  // each. Hidden states: 3 = (1,0,0), 6 = (0,1,0), 7 = 8 = (0,0,1); token 0 duplicates 3,
+  // 1 = −3, 2 = −6, 4 = (1,1,0), 5 = (0,0,1), 9 = (−1,−1,0). Pivot 3 takes token 1 (cosine −1),
+  // pivot 6 then token 2 (cosine −1); 3's duplicate 0 is dropped.
+  ModelDims d;
+  d.n_layers = 2;
+  d.n_heads = d.n_kv_heads = 1;
+  d.head_dim = 2;
+  d.n_visual_tokens = 10;
+  StageSchedule s;
+  s.after_layer = {0};
+  s.keep = {6};
+  DartPruner pruner(d, s);
+  const int n = 1 + 10 + 1, D = 3;
+  std::vector<float> q(n * 2, 0.f), k(n * 2, 0.f), lse(n, 0.f), h(n * D, 0.f);
+  for (int v = 0; v < 10; ++v) k[(1 + v) * 2 + 1] = 1.f;
+  k[(1 + 3) * 2 + 1] = 9.f;
+  k[(1 + 6) * 2 + 1] = -8.f;  // the L1 norm: the sign does not matter
+  k[(1 + 7) * 2 + 1] = 7.f;
+  k[(1 + 8) * 2 + 1] = 6.f;
+  k[11 * 2] = 1.f;
+  const float dirs[10][3] = {{2, 0, 0}, {-1, 0, 0}, {0, -1, 0}, {1, 0, 0}, {1, 1, 0},
+                             {0, 0, 1}, {0, 1, 0},  {0, 0, 1},  {0, 0, 1}, {-1, -1, 0}};
+  for (int v = 0; v < 10; ++v) std::copy_n(dirs[v], 3, h.begin() + (1 + v) * D);
+  h[11 * D] = 1.f;
+  LayerAttention att;
+  att.layer = 0;
+  att.n_tokens = n;
+  att.n_heads = att.n_kv_heads = 1;
+  att.head_dim = 2;
+  att.scale = 1.f;
+  att.q = q.data();
+  att.k = k.data();
+  att.lse = lse.data();
+  att.vis_begin = 1;
+  att.n_vis = 10;
+  att.hidden = h.data();
+  att.d_model = D;
+  auto got = pruner.AfterLayer(att);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ(**got, std::vector<int>({1, 2, 3, 6, 7, 8}));
+  EXPECT_EQ(pruner.visual_pivots(), std::vector<int>({3, 6, 7, 8}));
+  EXPECT_EQ(pruner.text_pivots(), std::vector<int>({0}));
+  // Without hidden states DART cannot measure duplication.
+  DartPruner blind(d, s);
+  att.hidden = nullptr;
+  EXPECT_EQ(blind.AfterLayer(att).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(DartMethod, ScheduleAndMinimum) {
+  const ModelDims d = ModelDims::Llava15_7B();
+  absl::StatusOr<StageSchedule> s = DartSchedule(d, 64);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->after_layer, std::vector<int>({1}));  // layers 0 and 1 see all 576
+  EXPECT_EQ(s->keep, std::vector<int>({30}));        // round((2048 − 1152) / 30) = round(29.87)
+  s = DartSchedule(d, 192);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->keep, std::vector<int>({166}));  // round((6144 − 1152) / 30) = round(166.4)
+  // Minimum (2·576 + 30·1) / 32 = 36.9375: reachable exactly, not below.
+  s = DartSchedule(d, 36.9375);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->keep, std::vector<int>({1}));
+  s = DartSchedule(d, 32);  // the paper's lowest setting, as an average per layer
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.status().message()).find("36.94"), std::string::npos) << s.status();
+  EXPECT_TRUE(DartSchedule(d, 576)->keep.empty());
+  EXPECT_TRUE(DartSchedule(d, 600)->keep.empty());
+  EXPECT_EQ(DartSchedule(d, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  // K scales with depth: 2 of 32 layers, 1 of 4 or 8 (at least one unpruned layer).
+  EXPECT_EQ(DartFullLayers(32), 2);
+  EXPECT_EQ(DartFullLayers(8), 1);
+  EXPECT_EQ(DartFullLayers(4), 1);
+  EXPECT_EQ(DartFullLayers(64), 4);
+}
+
 TEST(RandomMethod, SeededSubsetsAtHapSchedule) {
   const ModelDims dims = SmallDims();
   absl::StatusOr<Plan> plan = PlanForGroups(dims, 8);
@@ -504,7 +710,13 @@ TEST(Factory, MethodsAndBudgets) {
   };
   for (const Row& r : {Row{"hap", 57.0625}, Row{"uniform", 57.0625}, Row{"random", 57.0625},
                        Row{"fastv", (2 * 576 + 30 * 30) / 32.0}, Row{"sparsevlm", 2062 / 32.0},
-                       Row{"visionzip", 64.0}, Row{"none", 576.0}}) {
+                       Row{"visionzip", 64.0}, Row{"none", 576.0},
+                       // HAP's 16 groups with groups 1..15 at round(22.47) = 22 tokens.
+                       Row{"hap-flat", (2 * 576 + 30 * 22) / 32.0},
+                       Row{"uniform-flat", (2 * 576 + 30 * 22) / 32.0},
+                       Row{"dart", (2 * 576 + 30 * 30) / 32.0},
+                       // Before the LLM: every layer sees the 64 kept tokens.
+                       Row{"divprune", 64.0}, Row{"cdpruner-llm", 64.0}}) {
     PruneRequest req;
     req.method = r.method;
     req.retain = 64;
@@ -559,6 +771,14 @@ TEST(Factory, Errors) {
   p = MakePruner(r, d);
   ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(p.status().message()).find("29.1"), std::string::npos);
+  r.method = "hap-flat";  // the same groups as HAP, so the same minimum
+  p = MakePruner(r, d);
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(p.status().message()).find("29.1"), std::string::npos) << p.status();
+  r.method = "dart";  // 2 layers at all 576 tokens, then 1: at least 36.94
+  p = MakePruner(r, d);
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(p.status().message()).find("36.94"), std::string::npos) << p.status();
   r.method = "fastv";  // clamps to one token instead
   EXPECT_TRUE(MakePruner(r, d).ok());
   r.method = "none";

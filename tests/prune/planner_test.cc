@@ -207,6 +207,102 @@ TEST(Planner, RejectsNonsense) {
   EXPECT_FALSE(MakePlan(d, Budget::Retain(64), -1).ok());
 }
 
+// The flat schedule (hap-flat / uniform-flat): HAP's groups and group 0, every later group at
+// one count c chosen for HAP's average, c = round((L·average − n_0·V) / (L − n_0)); costs
+// recomputed here by the same direct loop.
+TEST(Planner, FlatScheduleKeepsHapGroupsAndAverage) {
+  struct Row {
+    Budget budget;
+    int c;  // hand check of the count (− 1: not checked)
+  };
+  // 192: (32·180.5625 − 7·576)/25 = 69.84 → 70; 128: (3520 − 2304)/28 = 43.4 → 43;
+  // 64: (1826 − 1152)/30 = 22.47 → 22; 32: (932 − 576)/31 = 11.48 → 11.
+  for (const Row& r :
+       {Row{Budget::Retain(192), 70}, Row{Budget::Retain(128), 43}, Row{Budget::Retain(64), 22},
+        Row{Budget::Retain(32), 11}, Row{Budget::Flops(0.5), -1}, Row{Budget::Flops(0.2), -1}}) {
+    SCOPED_TRACE(r.budget.ToString());
+    const Plan pyr = MustPlan(r.budget);
+    absl::StatusOr<Plan> flat =
+        MakePlan(ModelDims::Llava15_7B(), r.budget, kDefaultTextTokens, TokenSchedule::kFlat);
+    ASSERT_TRUE(flat.ok()) << flat.status();
+    EXPECT_EQ(flat->schedule, TokenSchedule::kFlat);
+    EXPECT_EQ(pyr.schedule, TokenSchedule::kPyramid);
+    ASSERT_EQ(flat->M, pyr.M);
+    ASSERT_GT(flat->M, 1);
+    const int n0 = pyr.groups[0].n_layers;
+    const int c =
+        static_cast<int>(std::round((kL * pyr.average_visual_tokens - n0 * kV) / (kL - n0)));
+    if (r.c >= 0) {
+      EXPECT_EQ(c, r.c);
+    }
+    Direct d;
+    for (int g = 0; g < flat->M; ++g) {
+      EXPECT_EQ(flat->groups[g].first_layer, pyr.groups[g].first_layer) << g;
+      EXPECT_EQ(flat->groups[g].n_layers, pyr.groups[g].n_layers) << g;
+      EXPECT_EQ(flat->groups[g].visual_tokens, g == 0 ? kV : c) << g;
+      for (int i = 0; i < pyr.groups[g].n_layers; ++i) d.per_layer.push_back(g == 0 ? kV : c);
+    }
+    EXPECT_EQ(flat->layer_visual_tokens, d.per_layer);
+    const int text = kDefaultTextTokens;
+    for (int n : d.per_layer) {
+      d.average += n / double(kL);
+      d.flops_paper += 4 * n * kD * kD + 2.0 * n * n * kD + 3 * n * kD * kF;
+      const double nf = n + text;
+      d.flops_full += 4 * nf * kD * kD + 2 * nf * nf * kD + 3 * nf * kD * kF;
+      d.kv += (text + n) / (double(kL) * (text + kV));
+    }
+    EXPECT_NEAR(flat->average_visual_tokens, d.average, 1e-9);
+    EXPECT_NEAR(flat->flops_paper, d.flops_paper, 1e-9 * d.flops_paper);
+    EXPECT_NEAR(flat->flops_full, d.flops_full, 1e-9 * d.flops_full);
+    EXPECT_NEAR(flat->kv_cache_fraction, d.kv, 1e-12);
+    EXPECT_DOUBLE_EQ(flat->unpruned_flops_full, pyr.unpruned_flops_full);
+    // The same average as HAP's plan up to rounding c, and so within the retain budget as HAP's
+    // is (up to that rounding).
+    EXPECT_LE(std::abs(flat->average_visual_tokens - pyr.average_visual_tokens),
+              0.5 * (kL - n0) / kL);
+    if (r.budget.kind == Budget::Kind::kRetain) {
+      EXPECT_LE(flat->average_visual_tokens, r.budget.value + 0.5);
+    }
+    // FLOPs: the linear terms dominate at these counts, so (nearly) the same average costs
+    // (nearly) the same: −0.7% to +0.02% here (+ when c rounds up, as at 192).
+    EXPECT_NEAR(flat->flops_full / pyr.flops_full, 1.0, 1e-2);
+  }
+  // Unpruned budgets stay unpruned; the minimum is HAP's; only a pyramid plan flattens.
+  absl::StatusOr<Plan> full = MakePlan(ModelDims::Llava15_7B(), Budget::Retain(576),
+                                       kDefaultTextTokens, TokenSchedule::kFlat);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->M, 1);
+  EXPECT_DOUBLE_EQ(full->average_visual_tokens, 576);
+  absl::StatusOr<Plan> low = MakePlan(ModelDims::Llava15_7B(), Budget::Retain(20),
+                                      kDefaultTextTokens, TokenSchedule::kFlat);
+  ASSERT_EQ(low.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(low.status().message()).find("29.1"), std::string::npos);
+  EXPECT_EQ(FlattenPlan(*full).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_STREQ(TokenScheduleName(TokenSchedule::kFlat), "flat");
+}
+
+// Small pyramids whose tail is already flat at 1 token (V = 16 over 8 groups): the flat count
+// is the pruned groups' layer-weighted mean, never below 1.
+TEST(Planner, FlatScheduleOnSmallModels) {
+  ModelDims d;
+  d.n_layers = 8;
+  d.n_visual_tokens = 16;
+  for (int m = 2; m <= 8; ++m) {
+    absl::StatusOr<Plan> pyr = PlanForGroups(d, m);
+    ASSERT_TRUE(pyr.ok());
+    absl::StatusOr<Plan> flat = FlattenPlan(*pyr);
+    ASSERT_TRUE(flat.ok());
+    double sum = 0, layers = 0;
+    for (int g = 1; g < m; ++g) {
+      sum += pyr->groups[g].n_layers * pyr->groups[g].visual_tokens;
+      layers += pyr->groups[g].n_layers;
+    }
+    const int c = std::max(1, static_cast<int>(std::round(sum / layers)));
+    for (int g = 1; g < m; ++g) EXPECT_EQ(flat->groups[g].visual_tokens, c) << m << " " << g;
+    EXPECT_EQ(flat->groups[0].visual_tokens, 16);
+  }
+}
+
 TEST(Planner, GroupOfLayer) {
   const Plan p = MustPlan(Budget::Retain(192));  // 7,7,6,6,6
   EXPECT_EQ(p.GroupOfLayer(0), 0);

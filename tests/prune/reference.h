@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -117,6 +118,90 @@ inline int ExpectKeptSet(const std::vector<int>& kept, const std::vector<double>
     }
   }
   return swaps;
+}
+
+// cos(a, b) of two d-float rows straight from the definition in F64; 0 when either is zero.
+inline double Cosine(const float* a, const float* b, int d) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int c = 0; c < d; ++c) {
+    ab += double{a[c]} * b[c];
+    aa += double{a[c]} * a[c];
+    bb += double{b[c]} * b[c];
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa) / std::sqrt(bb) : 0.0;
+}
+
+// DivPrune's greedy score of every token given the tokens already picked (rows: F32 [V, d]),
+// recomputed from the embeddings (O(V²·d) per step): with none picked, min over every other
+// token of the cosine distance 1 − cos; else min over the picked ones. Picked tokens: −inf.
+inline std::vector<double> MaxMinScores(const std::vector<float>& rows, int V, int d,
+                                        const std::vector<int>& picked) {
+  std::vector<double> score(V, std::numeric_limits<double>::infinity());
+  const std::set<int> in(picked.begin(), picked.end());
+  for (int i = 0; i < V; ++i) {
+    if (in.count(i)) {
+      score[i] = -std::numeric_limits<double>::infinity();
+      continue;
+    }
+    for (int j = 0; j < V; ++j) {
+      if (j == i || (!picked.empty() && !in.count(j))) continue;
+      score[i] = std::min(score[i], 1.0 - Cosine(&rows[size_t(i) * d], &rows[size_t(j) * d], d));
+    }
+  }
+  return score;
+}
+
+// det of a square matrix (n×n, row-major) by Gaussian elimination with partial pivoting in
+// long double; det of the empty matrix is 1.
+inline long double Det(std::vector<long double> a, int n) {
+  long double det = 1;
+  for (int c = 0; c < n; ++c) {
+    int p = c;
+    for (int r = c + 1; r < n; ++r)
+      if (std::fabs(a[size_t(r) * n + c]) > std::fabs(a[size_t(p) * n + c])) p = r;
+    if (a[size_t(p) * n + c] == 0) return 0;
+    if (p != c) {
+      for (int k = 0; k < n; ++k) std::swap(a[size_t(p) * n + k], a[size_t(c) * n + k]);
+      det = -det;
+    }
+    det *= a[size_t(c) * n + c];
+    for (int r = c + 1; r < n; ++r) {
+      const long double f = a[size_t(r) * n + c] / a[size_t(c) * n + c];
+      for (int k = c; k < n; ++k) a[size_t(r) * n + k] -= f * a[size_t(c) * n + k];
+    }
+  }
+  return det;
+}
+
+// The conditional DPP's greedy gain of every token given the picked ones, by determinants
+// computed from scratch: det L_{Y∪{i}} / det L_Y with L_ij = r_i cos(v_i, v_j) r_j (the
+// log-det increment is its log). rows: F32 [V, d]. Picked tokens: −inf.
+inline std::vector<double> DppGains(const std::vector<float>& rows, int V, int d,
+                                    const std::vector<double>& r, const std::vector<int>& picked) {
+  // S_ij = cos(v_i, v_j); S_ii = 1 (0 for a zero row, which has no direction).
+  auto sim = [&](int i, int j) {
+    const double c = Cosine(&rows[size_t(i) * d], &rows[size_t(j) * d], d);
+    return i == j ? (c > 0 ? 1.0 : 0.0) : c;
+  };
+  auto kernel = [&](const std::vector<int>& y) {
+    const int n = static_cast<int>(y.size());
+    std::vector<long double> l(size_t(n) * n);
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b)
+        l[size_t(a) * n + b] = (long double)r[y[a]] * sim(y[a], y[b]) * r[y[b]];
+    return l;
+  };
+  const int t = static_cast<int>(picked.size());
+  const long double base = Det(kernel(picked), t);
+  std::vector<double> gain(V, -std::numeric_limits<double>::infinity());
+  const std::set<int> in(picked.begin(), picked.end());
+  for (int i = 0; i < V; ++i) {
+    if (in.count(i)) continue;
+    std::vector<int> y = picked;
+    y.push_back(i);
+    gain[i] = static_cast<double>(Det(kernel(y), t + 1) / base);
+  }
+  return gain;
 }
 
 inline std::vector<float> RandomNormal(size_t n, uint64_t seed, float stddev = 1.f) {

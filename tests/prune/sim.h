@@ -20,6 +20,7 @@ struct SimSpec {
   int prefix = 5;  // text tokens before the image
   int text = 7;    // query text after the image
   int d_embed = 16;
+  int d_hidden = 24;  // width of the layers' output hidden states (LayerAttention::hidden)
   uint64_t seed = 1;
 };
 
@@ -29,6 +30,9 @@ struct LayerView {
   int n_tokens = 0, vis_begin = 0, n_vis = 0, text_begin = 0;
   std::vector<std::vector<std::vector<double>>> p;  // [H][n][n] causal softmax
   std::vector<int> present;                         // original visual ids present
+  std::vector<float> k;                             // F32 [n, KVH·hd] the layer's keys
+  std::vector<float> hidden;                        // F32 [n, d_hidden] its output states
+  int d_hidden = 0;
 };
 
 // The reference's verdict for a layer: nullopt = no pruning here; else the reference scores of
@@ -64,6 +68,20 @@ class Sim {
       }
     }
     embed_ = RandomNormal(size_t(n) * s.d_embed, s.seed * 7 + 3, 1.f);
+    // Output hidden states: random, except that every third visual token nearly duplicates the
+    // one before it (so DART's cosines have near-ties between the copies to order consistently).
+    h_.resize(d.n_layers);
+    for (int l = 0; l < d.n_layers; ++l) {
+      h_[l] = RandomNormal(size_t(n) * s.d_hidden, s.seed * 1000 + 500 + l, 1.f);
+      const std::vector<float> noise =
+          RandomNormal(size_t(n) * s.d_hidden, s.seed * 1000 + 700 + l, 0.05f);
+      for (int v = 1; v < d.n_visual_tokens; v += 3) {
+        const size_t row = size_t(s.prefix + v) * s.d_hidden;
+        for (int c = 0; c < s.d_hidden; ++c) {
+          h_[l][row + c] = 1.5f * h_[l][row - s.d_hidden + c] + noise[row + c];
+        }
+      }
+    }
   }
 
   const std::vector<float>& embeddings() const { return embed_; }
@@ -96,11 +114,14 @@ class Sim {
       for (int t = 0; t < s_.text; ++t) ids.push_back(s_.prefix + d.n_visual_tokens + t);
       const int n = static_cast<int>(ids.size());
       std::vector<float> q(size_t(n) * H * hd), k(size_t(n) * KVH * hd), lse(size_t(H) * n);
+      std::vector<float> hidden(size_t(n) * s_.d_hidden);
       for (int r = 0; r < n; ++r) {
         std::copy_n(q_[l].begin() + size_t(ids[r]) * H * hd, H * hd,
                     q.begin() + size_t(r) * H * hd);
         std::copy_n(k_[l].begin() + size_t(ids[r]) * KVH * hd, KVH * hd,
                     k.begin() + size_t(r) * KVH * hd);
+        std::copy_n(h_[l].begin() + size_t(ids[r]) * s_.d_hidden, s_.d_hidden,
+                    hidden.begin() + size_t(r) * s_.d_hidden);
       }
       LayerView view;
       view.layer = l;
@@ -109,6 +130,9 @@ class Sim {
       view.n_vis = static_cast<int>(present.size());
       view.text_begin = s_.prefix + view.n_vis;
       view.present = present;
+      view.k = k;
+      view.hidden = hidden;
+      view.d_hidden = s_.d_hidden;
       view.p.resize(H);
       const double scale = 1.0 / std::sqrt(double(hd));
       for (int h = 0; h < H; ++h) {
@@ -128,6 +152,8 @@ class Sim {
       att.lse = lse.data();
       att.vis_begin = s_.prefix;
       att.n_vis = view.n_vis;
+      att.hidden = hidden.data();
+      att.d_model = s_.d_hidden;
       per_layer.push_back(view.n_vis);
 
       auto got = pruner.AfterLayer(att);
@@ -153,6 +179,7 @@ class Sim {
  private:
   SimSpec s_;
   std::vector<std::vector<float>> q_, k_;  // [L] F32 [n_orig, H·hd] / [n_orig, KVH·hd]
+  std::vector<std::vector<float>> h_;      // [L] F32 [n_orig, d_hidden]
   std::vector<float> embed_;               // F32 [n_orig, d_embed]
 };
 

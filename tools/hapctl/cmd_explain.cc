@@ -1,10 +1,10 @@
-// hapctl explain: runs one request with HAP (or uniform) and writes what it kept and why —
-// explain.json (per layer: head PAQ and weights; per group: layer weights, token scores, kept
-// tokens) and PNGs: the image with the kept patches highlighted, and a heat map of each
-// group's token scores. explain.json also holds "head_stats": per layer and head, the
-// quantities behind the sink / dispersed / optimal head taxonomy (PAQ, mutual information,
-// spatial entropy, visual attention mass), measured on a second, unpruned prefill so every
-// layer sees all V visual tokens.
+// hapctl explain: runs one request with HAP (or uniform, or either over the flat schedule) and
+// writes what it kept and why — explain.json (per layer: head PAQ and weights; per group: layer
+// weights, token scores, kept tokens) and PNGs: the image with the kept patches highlighted, and
+// a heat map of each group's token scores. explain.json also holds "head_stats": per layer and
+// head, the quantities behind the sink / dispersed / optimal head taxonomy (PAQ, mutual
+// information, spatial entropy, visual attention mass), measured on a second, unpruned prefill
+// so every layer sees all V visual tokens.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -243,8 +243,10 @@ absl::Status Explain(const Flags& flags) {
   const LlavaConfig& cfg = model->config();
   HAP_ASSIGN_OR_RETURN(GenerateRequest req, ParseGenerateRequest(flags, cfg.num_visual_tokens()));
   if (req.prune.method == "none") req.prune.method = "hap";
-  if (req.prune.method != "hap" && req.prune.method != "uniform") {
-    return absl::InvalidArgumentError("explain supports --method hap or uniform");
+  if (req.prune.method != "hap" && req.prune.method != "uniform" &&
+      req.prune.method != "hap-flat" && req.prune.method != "uniform-flat") {
+    return absl::InvalidArgumentError(
+        "explain supports --method hap, uniform, hap-flat or uniform-flat");
   }
   if (!req.prune.retain && !req.prune.flops) {
     return absl::InvalidArgumentError("explain needs a budget: --retain K|P% or --flops F");

@@ -18,10 +18,12 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: hapctl plan (--model DIR | --preset llava-1.5-7b) (--retain K | --flops F) "
-    "[--text-tokens N] [--json]\n"
+    "[--text-tokens N] [--schedule pyramid|flat] [--json]\n"
     "  --retain  average visual tokens per decoder layer (64) or a percentage of them (5.6%)\n"
     "  --flops   fraction of the unpruned LLM prefill FLOPs, full convention (0.25)\n"
-    "  --text-tokens  prompt tokens besides the image (default 40) for the full convention";
+    "  --text-tokens  prompt tokens besides the image (default 40) for the full convention\n"
+    "  --schedule  pyramid (HAP, default) or flat: HAP's groups with every pruned group at one\n"
+    "              count for the same average (the hap-flat / uniform-flat ablation)";
 
 absl::StatusOr<ModelDims> DimsFromFlags(const Flags& flags) {
   const bool has_model = flags.Has("model"), has_preset = flags.Has("preset");
@@ -84,6 +86,7 @@ nlohmann::json ToJson(const Plan& p, const Budget& budget) {
       {"layers", p.n_layers},
       {"visual_tokens", p.n_visual_tokens},
       {"text_tokens", p.text_tokens},
+      {"schedule", TokenScheduleName(p.schedule)},
       {"M", p.M},
       {"groups", groups},
       {"per_layer_visual_tokens", p.layer_visual_tokens},
@@ -108,8 +111,9 @@ nlohmann::json ToJson(const Plan& p, const Budget& budget) {
 }
 
 void PrintTable(const Plan& p, const Budget& budget) {
-  std::printf("HAP plan for %s: L=%d layers, V=%d visual tokens, D=%d, d_ffn=%d\n",
-              budget.ToString().c_str(), p.n_layers, p.n_visual_tokens, p.d_model, p.d_ffn);
+  std::printf("HAP plan (%s schedule) for %s: L=%d layers, V=%d visual tokens, D=%d, d_ffn=%d\n",
+              TokenScheduleName(p.schedule), budget.ToString().c_str(), p.n_layers,
+              p.n_visual_tokens, p.d_model, p.d_ffn);
   std::printf("M = %d group%s\n\n", p.M, p.M == 1 ? " (no pruning)" : "s");
   std::printf("  group  layers    visual tokens\n");
   for (size_t g = 0; g < p.groups.size(); ++g) {
@@ -145,7 +149,14 @@ absl::Status Plan_(const Flags& flags) {
   if (text < 0 || text > (1 << 24)) {
     return absl::InvalidArgumentError(absl::StrCat("--text-tokens ", text, " out of range"));
   }
-  HAP_ASSIGN_OR_RETURN(Plan plan, MakePlan(dims, budget, static_cast<int>(text)));
+  const std::string schedule = flags.GetOr("schedule", "pyramid");
+  if (schedule != "pyramid" && schedule != "flat") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--schedule '", schedule, "': use pyramid or flat"));
+  }
+  HAP_ASSIGN_OR_RETURN(
+      Plan plan, MakePlan(dims, budget, static_cast<int>(text),
+                          schedule == "flat" ? TokenSchedule::kFlat : TokenSchedule::kPyramid));
   if (flags.Bool("json")) {
     std::printf("%s\n", ToJson(plan, budget).dump().c_str());
   } else {
@@ -159,7 +170,8 @@ int CmdPlan(const std::vector<std::string>& args) {
     std::printf("%s\n", kUsage);
     return 0;
   }
-  auto flags = Flags::Parse(args, {"model", "preset", "retain", "flops", "text-tokens"}, {"json"});
+  auto flags = Flags::Parse(args, {"model", "preset", "retain", "flops", "text-tokens", "schedule"},
+                            {"json"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", kUsage);
     return Fail("plan", flags.status());
