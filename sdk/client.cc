@@ -1,7 +1,10 @@
 #include "sdk/client.h"
 
+#include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -15,9 +18,56 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+// What an HTTP header and gRPC metadata can carry: printable ASCII without spaces.
+bool ValidToken(absl::string_view token) {
+  if (token.empty()) return false;
+  for (char c : token) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const std::string& client_id) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot read the token file '", path, "'"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  int line_no = 0;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const absl::string_view line =
+        absl::StripAsciiWhitespace(absl::string_view(text).substr(at, end - at));
+    at = end + 1;
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    absl::string_view token = line;
+    if (!client_id.empty()) {
+      const size_t colon = line.find(':');
+      if (colon == absl::string_view::npos ||
+          absl::StripAsciiWhitespace(line.substr(0, colon)) != client_id) {
+        continue;
+      }
+      token = absl::StripAsciiWhitespace(line.substr(colon + 1));
+    }
+    if (!ValidToken(token)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no,
+                       ": a token is printable ASCII without spaces (what an HTTP header "
+                       "carries)"));
+    }
+    return std::string(token);
+  }
+  if (!client_id.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(path, " has no line 'client-id:token' for client '", client_id, "'"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(path, " holds no token"));
+}
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
                                                            const ClientOptions& options) {
@@ -68,9 +118,19 @@ Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel, Clie
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
                                                         const ClientOptions& options) {
   if (address.empty()) return absl::InvalidArgumentError("server address is empty");
+  if (!options.bearer_token.empty() && !ValidToken(options.bearer_token)) {
+    return absl::InvalidArgumentError(
+        "the bearer token must be printable ASCII without spaces (what an HTTP header carries)");
+  }
   auto channel = MakeChannel(address, options);
   if (!channel.ok()) return channel.status();
   return std::unique_ptr<Client>(new Client(address, *channel, options));
+}
+
+void Client::Authorize(grpc::ClientContext* ctx) const {
+  if (!options_.bearer_token.empty()) {
+    ctx->AddMetadata("authorization", absl::StrCat("Bearer ", options_.bearer_token));
+  }
 }
 
 absl::Status Client::Attempt(const hap::v1::GenerateRequest& request, const StreamOptions& options,
@@ -78,6 +138,7 @@ absl::Status Client::Attempt(const hap::v1::GenerateRequest& request, const Stre
                              Clock::time_point t0, GenerateResult* result, bool* streamed) {
   grpc::ClientContext ctx;
   if (deadline) ctx.set_deadline(*deadline);
+  Authorize(&ctx);
   for (const auto& [key, value] : options.metadata) ctx.AddMetadata(key, value);
   if (options.cancel) options.cancel->Attach(&ctx);
   std::unique_ptr<grpc::ClientReader<hap::v1::GenerateResponse>> reader =
@@ -122,6 +183,7 @@ absl::Status Client::ExplainUnimplemented(
   grpc::ClientContext ctx;
   const auto soon = std::chrono::system_clock::now() + std::chrono::seconds(2);
   ctx.set_deadline(deadline ? std::min(*deadline, soon) : soon);
+  Authorize(&ctx);
   grpc::health::v1::HealthCheckRequest req;
   req.set_service(hap::v1::Generation::service_full_name());
   grpc::health::v1::HealthCheckResponse resp;
@@ -170,6 +232,7 @@ absl::StatusOr<hap::v1::ServerState> Client::GetState(std::chrono::milliseconds 
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   ctx.set_wait_for_ready(true);  // rides out a reconnect instead of failing at once
+  Authorize(&ctx);
   hap::v1::ServerState state;
   const grpc::Status st = debug_->GetState(&ctx, hap::v1::GetStateRequest(), &state);
   if (!st.ok()) return FromGrpc(st);
@@ -180,6 +243,7 @@ absl::StatusOr<bool> Client::IsServing(std::chrono::milliseconds timeout) {
   auto stub = grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  Authorize(&ctx);
   grpc::health::v1::HealthCheckRequest req;
   grpc::health::v1::HealthCheckResponse resp;
   const grpc::Status st = stub->Check(&ctx, req, &resp);

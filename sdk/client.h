@@ -1,6 +1,6 @@
 // The C++ client of HAP serve: streaming Generate with a callback per text delta, deadlines,
 // retries with exponential backoff (on UNAVAILABLE, and only before the first token arrived),
-// TLS or insecure channels, and the health and debug calls.
+// TLS or insecure channels, a bearer token, and the health and debug calls.
 #pragma once
 
 #include <chrono>
@@ -34,7 +34,18 @@ struct ClientOptions {
   TlsOptions tls;
   RetryPolicy retry;
   int max_receive_message_bytes = 64 << 20;
+  // A front door with authentication (services/README.md): sent as `authorization: Bearer
+  // <token>` metadata on every call. Over a plaintext channel anyone who can see the traffic can
+  // read it and use it: beyond loopback or a network you trust, use TLS. Empty = none.
+  std::string bearer_token;
 };
+
+// A bearer token from a file. Without `client_id` the file holds the token alone (the first line
+// that is neither blank nor a '#' comment, whitespace trimmed); with it, the file is a server's
+// tokens file (`client-id:token` lines) and the token is that client's. Errors name the file and
+// never hold a token.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
+                                          const std::string& client_id = "");
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
                                                            const ClientOptions& options);
@@ -110,6 +121,9 @@ class Client {
   ClientOptions options_;
   std::unique_ptr<hap::v1::Generation::Stub> generation_;
   std::unique_ptr<hap::v1::Debug::Stub> debug_;
+
+  // Adds the bearer token, if any, to a call.
+  void Authorize(grpc::ClientContext* ctx) const;
 };
 
 // Polls the health service until SERVING (DeadlineExceeded with the last status otherwise).

@@ -175,7 +175,7 @@ absl::Status ServiceHost::Start(const CommonOptions& options,
   if (name_ == "hap-decode") hosted.push_back(hap::v1::Decode::service_full_name());
   health_ = std::make_unique<HealthService>(std::move(hosted));
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  debug_service_ = std::make_unique<DebugService>(&state_);
+  debug_service_ = std::make_unique<DebugService>(&state_, debug_auth_);
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(options);

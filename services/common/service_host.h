@@ -17,6 +17,7 @@
 #include "services/common/health_service.h"
 #include "services/common/options.h"
 #include "services/common/server_state.h"
+#include "services/common/token_auth.h"
 #include "telemetry/http_server.h"
 #include "telemetry/tracing.h"
 
@@ -46,6 +47,9 @@ class ServiceHost {
   absl::Status Start(const CommonOptions& options, const std::vector<grpc::Service*>& services,
                      int max_receive_bytes);
   int port() const { return port_; }
+  // Before Start(): hap.v1.Debug then needs a bearer token `auth` accepts (the front door with
+  // authentication on). Health and reflection stay open: probes and tools need them.
+  void RequireTokenForDebug(const TokenAuth* auth) { debug_auth_ = auth; }
   // A channel to this process's own server (after Start), for an in-process front end.
   std::shared_ptr<grpc::Channel> InProcessChannel();
 
@@ -71,6 +75,7 @@ class ServiceHost {
   const std::string name_;
   ServerState state_;
   std::unique_ptr<grpc::Service> debug_service_;
+  const TokenAuth* debug_auth_ = nullptr;
   std::unique_ptr<HealthService> health_;  // declared before server_: outlives it
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -273,7 +273,9 @@ absl::Status RefuseUnsupported(const json& body) {
   }
   if (!Unset(body, "response_format")) {
     const json& f = body["response_format"];
-    if (!f.is_object() || f.value("type", "") != "text") {
+    // value("type", "") would throw for a "type" that is not a string (a 500, not a 400).
+    const auto type = f.find("type");  // end() for a non-object
+    if (type == f.end() || !type->is_string() || *type != "text") {
       return Invalid("response_format", "only {\"type\": \"text\"} is supported");
     }
   }
@@ -465,7 +467,16 @@ ApiError CallError(const absl::Status& status) {
       }
       e.http_status = 429;
       e.type = "rate_limit_error";
-      e.code = "server_full";
+      // One client over its own limit, or the whole server full.
+      e.code = absl::StrContains(e.message, "--auth-max-concurrent-per-client")
+                   ? "rate_limit_exceeded"
+                   : "server_full";
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      // OpenAI's answer to a missing or wrong API key.
+      e.http_status = 401;
+      e.type = "invalid_request_error";
+      e.code = "invalid_api_key";
       break;
     case absl::StatusCode::kUnavailable:
       e.http_status = 503;

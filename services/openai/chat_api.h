@@ -64,8 +64,10 @@ struct ApiError {
 
 // A ParseChatRequest error: 400, 404 (model_not_found) or 413 (image too large).
 ApiError RequestError(const absl::Status& status);
-// An error of the Generate call: 400 bad input, 429 a limit is full (RESOURCE_EXHAUSTED),
-// 503 a peer down or the server loading/draining, 504 deadline, 499 cancelled, else 500.
+// An error of the Generate call: 400 bad input, 401 invalid_api_key (UNAUTHENTICATED), 429 a
+// limit is full (RESOURCE_EXHAUSTED: server_full, or rate_limit_exceeded for one client's
+// --auth-max-concurrent-per-client), 503 a peer down or the server loading/draining, 504
+// deadline, 499 cancelled, else 500.
 ApiError CallError(const absl::Status& status);
 
 // "stop" (EOS or a stop string) or "length".

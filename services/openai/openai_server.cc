@@ -8,6 +8,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/common/status.h"
@@ -23,6 +24,7 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 void SendError(const ApiError& e, httplib::Response* res) {
   res->status = e.http_status;
+  if (e.http_status == 401) res->set_header("WWW-Authenticate", "Bearer");  // RFC 6750
   res->set_content(Dump(e.Body()), kJson);
 }
 
@@ -66,10 +68,10 @@ absl::Status OpenAiServer::Start() {
   http_->set_payload_max_length(static_cast<size_t>(options_.chat.max_image_bytes) / 3 * 4 +
                                 (1 << 20));
   http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleChat(req.body, req.get_header_value("traceparent"), req.get_header_value("tracestate"),
-               &res);
+    HandleChat(&req, &res);
   });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(&req, &res)) return;
     const json models = {
         {"object", "list"},
         {"data", json::array({{{"id", options_.chat.model_id},
@@ -117,16 +119,33 @@ void OpenAiServer::Stop() {
   http_.reset();
 }
 
-void OpenAiServer::HandleChat(const std::string& body, const std::string& traceparent,
-                              const std::string& tracestate, void* response) {
+bool OpenAiServer::Authorized(const void* request, void* response) const {
+  if (options_.auth == nullptr) return true;
+  const httplib::Request& req = *static_cast<const httplib::Request*>(request);
+  // Two Authorization headers are refused like a bad one (no guessing which counts).
+  const std::string value =
+      req.get_header_value_count("Authorization") == 1 ? req.get_header_value("Authorization") : "";
+  absl::StatusOr<std::string> client =
+      options_.auth->Authenticate(value, absl::StrCat("http:", req.remote_addr));
+  if (client.ok()) return true;
+  SendError(CallError(client.status()), static_cast<httplib::Response*>(response));
+  return false;
+}
+
+void OpenAiServer::HandleChat(const void* request, void* response) {
+  const httplib::Request& req = *static_cast<const httplib::Request*>(request);
   httplib::Response& res = *static_cast<httplib::Response*>(response);
-  absl::StatusOr<ChatRequest> parsed = ParseChatRequest(body, options_.chat);
+  // The token before the body is looked at: a caller without one learns nothing.
+  if (!Authorized(&req, &res)) return;
+  absl::StatusOr<ChatRequest> parsed = ParseChatRequest(req.body, options_.chat);
   if (!parsed.ok()) return SendError(RequestError(parsed.status()), &res);
   ChatRequest& chat = *parsed;
   const std::string id = NewCompletionId();
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   const std::string model = options_.chat.model_id;
   chat.generate.set_request_id(id);
+  const std::string traceparent = req.get_header_value("traceparent");
+  const std::string tracestate = req.get_header_value("tracestate");
 
   auto call = std::make_shared<Call>();
   if (chat.timeout_ms) {
@@ -136,6 +155,16 @@ void OpenAiServer::HandleChat(const std::string& body, const std::string& tracep
   // The caller's trace context: the front door's span joins the caller's trace.
   if (!traceparent.empty()) call->ctx.AddMetadata("traceparent", traceparent);
   if (!tracestate.empty()) call->ctx.AddMetadata("tracestate", tracestate);
+  // The front door checks the token again (it may have been revoked since) and counts the
+  // request against its client's limit: one check for both APIs.
+  if (options_.auth != nullptr) {
+    // Accepted above, so "<scheme> <token>": sent as "Bearer <token>", without the whitespace
+    // HTTP allows and gRPC metadata does not.
+    const std::string value = req.get_header_value("Authorization");
+    call->ctx.AddMetadata(
+        "authorization",
+        absl::StrCat("Bearer ", absl::StripAsciiWhitespace(absl::string_view(value).substr(7))));
+  }
   call->reader = stub_->Generate(&call->ctx, chat.generate);
 
   if (!chat.stream) {

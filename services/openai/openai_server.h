@@ -2,7 +2,10 @@
 // (streamed as Server-Sent Events or whole) and GET /v1/models, served with cpp-httplib. Each
 // request becomes one hap.v1.Generation/Generate call on `front_door` (the process's own server,
 // reached in process), so admission, limits, tracing, metrics and cancellation are the gRPC
-// API's; a client that disconnects cancels its call.
+// API's; a client that disconnects cancels its call. With authentication on, the request's
+// `Authorization` header goes along as the call's `authorization` metadata, so the front door's
+// own check (and its per-client limit) applies; GET /v1/models is checked here with the same
+// TokenAuth.
 #pragma once
 
 #include <memory>
@@ -12,6 +15,7 @@
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
 #include "hap/v1/generate.grpc.pb.h"
+#include "services/common/token_auth.h"
 #include "services/openai/chat_api.h"
 
 namespace httplib {
@@ -25,6 +29,7 @@ struct OpenAiServerOptions {
   int port = 0;                    // 0 = a free port (see port())
   int threads = 16;                // connections served at once (each stream holds one)
   ChatOptions chat;                // model id, image limit, template, defaults
+  const TokenAuth* auth = nullptr;  // non-null: every request needs a bearer token it accepts
 };
 
 class OpenAiServer {
@@ -41,8 +46,10 @@ class OpenAiServer {
   void Stop();
 
  private:
-  void HandleChat(const std::string& body, const std::string& traceparent,
-                  const std::string& tracestate, void* response);
+  // `request` and `response` are httplib's.
+  void HandleChat(const void* request, void* response);
+  // False (with the 401 written) when authentication is on and the request has no valid token.
+  bool Authorized(const void* request, void* response) const;
 
   OpenAiServerOptions options_;
   std::unique_ptr<hap::v1::Generation::Stub> stub_;

@@ -76,9 +76,21 @@ GenerateReactor::GenerateReactor(PrefillService* service, grpc::CallbackServerCo
     : service_(service), ctx_(ctx), request_(request), received_(Clock::now()) {
   StartRpc(*ctx, "hap.v1.Generation/Generate");
   guard_ = service->state()->Begin(request->request_id());
+  // The token first: a caller without one learns nothing about its request.
+  TokenAuth* auth = service->auth();
+  std::string client_id;
+  if (auth != nullptr) {
+    absl::StatusOr<std::string> client = auth->Authenticate(*ctx);
+    if (!client.ok()) {
+      End(client.status());
+      return;
+    }
+    client_id = std::move(*client);
+    mutable_rpc_span().SetAttribute("enduser.id", client_id);
+  }
   absl::StatusOr<GenerateJob> job = service->Check(*request);
   if (!job.ok()) {
-    Close(ToGrpc(job.status()));
+    End(job.status());
     return;
   }
   job_ = std::move(*job);
@@ -100,12 +112,26 @@ GenerateReactor::GenerateReactor(PrefillService* service, grpc::CallbackServerCo
         .SetAttribute("hap.budget", BudgetString(job_.prune))
         .SetAttribute("hap.image.bytes", request->image().size());
   }
+  // The client's own limit before the server's: one busy client cannot fill the queue.
+  if (auth != nullptr) {
+    absl::StatusOr<ClientSlot> slot = auth->Admit(client_id);
+    if (!slot.ok()) {
+      End(slot.status());
+      return;
+    }
+    client_slot_ = std::move(*slot);
+  }
   absl::StatusOr<WorkerPool::Ticket> ticket = service->pool()->Admit();
   if (!ticket.ok()) {
-    Close(ToGrpc(ticket.status()));
+    End(ticket.status());
     return;
   }
-  service->pool()->Run(std::move(*ticket), [this] { Close(ToGrpc(Execute())); });
+  service->pool()->Run(std::move(*ticket), [this] { End(Execute()); });
+}
+
+void GenerateReactor::End(const absl::Status& status) {
+  client_slot_.Release();
+  Close(ToGrpc(status));  // the last use of `this`
 }
 
 absl::Status GenerateReactor::CheckCancelled(const char* stage) const {

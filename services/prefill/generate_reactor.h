@@ -1,4 +1,5 @@
-// One Generate call on the front door. Checked on receipt (gRPC thread); then a worker runs
+// One Generate call on the front door. Checked on receipt (gRPC thread: the bearer token when
+// authentication is on, the request, the client's and the server's limits); then a worker runs
 // encode → prefill → KV transfer → relay of decode's tokens. Cancelling the call (or its
 // deadline) cancels the peer calls, which stops decode and frees the KV caches.
 #pragma once
@@ -39,6 +40,9 @@ class GenerateReactor final
   using Clock = std::chrono::steady_clock;
 
   void OnCancelled() override { children_.CancelAll(); }
+  // Every way the call ends: the client's slot is given back before the status can reach the
+  // client, so its next call is not refused for a request already answered.
+  void End(const absl::Status& status);
 
   absl::Status Execute();
   absl::StatusOr<EncodeResult> CallEncoder();
@@ -51,6 +55,7 @@ class GenerateReactor final
   const hap::v1::GenerateRequest* request_;
   GenerateJob job_;
   ServerState::RequestGuard guard_;
+  ClientSlot client_slot_;  // with authentication: this request counted for its client
   ChildCalls children_;
   Clock::time_point received_;
   hap::v1::StageTimings timings_;

@@ -1,15 +1,18 @@
 // hap-prefill: the front door (hap.v1.Generation). It calls hap-encoder for the embeddings, runs
 // the pruned prefill and hands the KV cache to hap-decode, relaying the tokens back.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/model/pipeline.h"
 #include "services/common/convert.h"
 #include "services/common/model_loader.h"
 #include "services/common/service_host.h"
 #include "services/common/status.h"
+#include "services/common/token_auth.h"
 #include "rpc/credentials.h"
 #include "services/openai/openai_server.h"
 #include "services/prefill/prefill_service.h"
@@ -62,6 +65,13 @@ std::vector<OptionSpec> Specs() {
                    "this port; 0 = a free port; empty = off"});
   specs.push_back({"served-model-name", "HAP_SERVED_MODEL_NAME", "",
                    "the model id of the OpenAI API (default: the model directory's name)"});
+  specs.push_back({"auth-tokens-file", "HAP_AUTH_TOKENS_FILE", "",
+                   "file of 'client-id:token' lines: every Generate call, the OpenAI API and "
+                   "Debug then need 'authorization: Bearer <token>' (health, reflection and "
+                   "/metrics stay open); re-read on SIGHUP and when it changes; unset = off"});
+  specs.push_back({"auth-max-concurrent-per-client", "HAP_AUTH_MAX_CONCURRENT_PER_CLIENT", "0",
+                   "requests one client (token file entry) may have in flight; beyond it "
+                   "RESOURCE_EXHAUSTED; 0 = no per-client limit"});
   return specs;
 }
 
@@ -83,10 +93,46 @@ absl::StatusOr<hap::v1::Pruning> DefaultPruning(const Options& options) {
   return p;
 }
 
+// Bearer tokens from --auth-tokens-file (null when not given). The tokens themselves are never
+// taken from the command line or the environment: both are visible to other processes and
+// neither can be changed without a restart, which revoking a token must not need.
+absl::StatusOr<std::unique_ptr<TokenAuth>> StartAuth(const Options& options,
+                                                     const std::string& program) {
+  if (const char* inline_tokens = std::getenv("HAP_AUTH_TOKENS");
+      inline_tokens != nullptr && *inline_tokens != '\0') {
+    return absl::InvalidArgumentError(
+        "HAP_AUTH_TOKENS is not supported: put the 'client-id:token' lines in a file (a mounted "
+        "secret) and name it in HAP_AUTH_TOKENS_FILE or --auth-tokens-file");
+  }
+  HAP_ASSIGN_OR_RETURN(int64_t per_client,
+                       options.Int("auth-max-concurrent-per-client", 0, 1 << 20));
+  if (options.Get("auth-tokens-file").empty()) {
+    if (per_client > 0) {
+      return absl::InvalidArgumentError(
+          "--auth-max-concurrent-per-client needs --auth-tokens-file: clients are known by "
+          "their tokens");
+    }
+    return nullptr;
+  }
+  TokenAuthOptions o;
+  o.tokens_file = options.Get("auth-tokens-file");
+  o.max_concurrent_per_client = static_cast<int>(per_client);
+  o.program = program;
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<TokenAuth> auth, TokenAuth::Start(o));
+  std::printf("%s auth on: %zu tokens from %s%s\n", program.c_str(), auth->token_count(),
+              o.tokens_file.c_str(),
+              per_client > 0
+                  ? absl::StrCat(", at most ", per_client, " requests in flight per client").c_str()
+                  : "");
+  std::fflush(stdout);
+  return auth;
+}
+
 // The OpenAI-compatible HTTP API over this process's own Generation service.
 absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartOpenAi(const Options& options,
                                                                   const CommonOptions& common,
                                                                   const LlavaModel& model,
+                                                                  const TokenAuth* auth,
                                                                   ServiceHost* host) {
   HAP_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::ForModelDir(model.dir()));
   HAP_ASSIGN_OR_RETURN(int64_t port, options.Int("openai-port", 0, 65535));
@@ -105,6 +151,7 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartOpenAi(const Options&
                                  end == std::string::npos ? 0 : end - (slash + 1) + 1);
   }
   o.chat.max_image_bytes = max_image;
+  o.auth = auth;
   o.chat.chat_template = std::make_shared<const ChatTemplate>(std::move(chat_template));
   HAP_ASSIGN_OR_RETURN(o.chat.defaults, openai::GenerationDefaults::ForModelDir(model.dir()));
   o.chat.bos_token = model.tokenizer().IdToPiece(model.tokenizer().bos_id());
@@ -163,11 +210,17 @@ int Main(int argc, char** argv) {
   }
   config.peer_server_name = options.Get("peer-tls-server-name");
 
+  // Before the server listens: a bad tokens file stops the start, naming the file and line.
+  auto auth = StartAuth(options, host.name());
+  if (!auth.ok()) return StartupFailure(host.name(), auth.status());
+
   std::unique_ptr<LlavaModel> model;
   WorkerPool pool(common.max_concurrent, common.queue_length);
   KvRegistry kv(*max_kv);
   host.state().Attach(&pool, &kv);
   PrefillService service(&host.state(), &pool, &kv, config);
+  service.SetAuth(auth->get());
+  host.RequireTokenForDebug(auth->get());
   const int max_receive = static_cast<int>(
       std::max<int64_t>(common.max_message_bytes, config.max_image_bytes + (64 << 10)));
   if (absl::Status s = host.Start(common, {&service}, max_receive); !s.ok()) {
@@ -188,7 +241,7 @@ int Main(int argc, char** argv) {
   service.SetModel(model.get());
   std::unique_ptr<openai::OpenAiServer> openai;
   if (!options.Get("openai-port").empty()) {
-    auto started = StartOpenAi(options, common, *model, &host);
+    auto started = StartOpenAi(options, common, *model, auth->get(), &host);
     if (!started.ok()) return host.Fail(started.status());
     openai = std::move(*started);
   }

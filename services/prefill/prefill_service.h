@@ -21,6 +21,7 @@
 #include "services/common/replica_set.h"
 #include "services/common/service_metrics.h"
 #include "services/common/server_state.h"
+#include "services/common/token_auth.h"
 #include "services/common/worker_pool.h"
 #include "services/prefill/decode_load.h"
 
@@ -58,6 +59,9 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   PrefillService(ServerState* state, WorkerPool* pool, KvRegistry* kv, const PrefillConfig& config);
 
   void SetModel(const LlavaModel* model) { model_ = model; }
+  // Before serving: every Generate call then needs a bearer token `auth` accepts, and counts
+  // against its client's limit. Null = no authentication.
+  void SetAuth(TokenAuth* auth) { auth_ = auth; }
 
   grpc::ServerWriteReactor<hap::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* ctx, const hap::v1::GenerateRequest* request) override;
@@ -69,6 +73,7 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   ServerState* state() { return state_; }
   WorkerPool* pool() { return pool_; }
   KvRegistry* kv() { return kv_; }
+  TokenAuth* auth() { return auth_; }
   const PrefillConfig& config() const { return config_; }
   const LlavaModel* model() const { return model_.load(); }
   ReplicaSet<hap::v1::Encoder>& encoders() { return *encoders_; }
@@ -78,6 +83,7 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   ServerState* state_;
   WorkerPool* pool_;
   KvRegistry* kv_;
+  TokenAuth* auth_ = nullptr;
   const PrefillConfig config_;
   std::atomic<const LlavaModel*> model_{nullptr};
   std::unique_ptr<ReplicaSet<hap::v1::Encoder>> encoders_;

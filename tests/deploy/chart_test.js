@@ -1,6 +1,6 @@
 // The Helm chart, rendered offline by tools/helm-render (Go text/template + sprig, as Helm):
-// the defaults, the GPU and CPU examples, a TLS case and the OpenAI HTTP API off and customised
-// render; every object validates against the Kubernetes OpenAPI schemas with no unknown field;
+// the defaults, the GPU and CPU examples, a TLS case, the OpenAI HTTP API off and customised, and
+// bearer-token authentication (tokens in a Secret the chart makes, or in an existing one) render; every object validates against the Kubernetes OpenAPI schemas with no unknown field;
 // the semantic checks hold; the merged values pass values.schema.json, bad values fail it with
 // the schema's message, and values the templates refuse fail the render with the chart's
 // message; every value is documented; the committed renderings under helm/hap/examples/rendered
@@ -119,6 +119,8 @@ const cases = [
   { name: "tls", files: [path.join(args.cases, "values-tls.yaml")] },
   { name: "openai-off", files: [], extra: ["--set", "openai.enabled=false"] },
   { name: "openai-custom", files: [path.join(args.cases, "values-openai-custom.yaml")] },
+  { name: "auth", files: [path.join(args.cases, "values-auth.yaml")] },
+  { name: "auth-existing", files: [path.join(args.cases, "values-auth-existing.yaml")] },
 ];
 
 const byKind = (objs, kind) => objs.filter((o) => o.kind === kind);
@@ -223,7 +225,81 @@ function openaiWiring(objs, r, { port, enabled = true, model = undefined }) {
   return errs;
 }
 
+// Bearer-token authentication at the front door: with auth.enabled, prefill alone gets
+// HAP_AUTH_TOKENS_FILE (in the mounted Secret) and HAP_AUTH_MAX_CONCURRENT_PER_CLIENT, the Secret
+// mounted read-only as a directory (a subPath would never see it change), the helm test reads its
+// client's token from the same Secret, NOTES.txt says how to call; the tokens appear in the Secret
+// the chart creates and nowhere else. Without it, none of these.
+function authWiring(objs, r, { enabled, secret, mountPath = "/etc/hap/auth", limit = 0, testClient, tokens = [] }) {
+  const errs = [];
+  for (const c of SERVICES) {
+    const d = named(objs, "Deployment", `${RELEASE}-${c}`);
+    const k = container(d);
+    const env = envOf(k);
+    const mount = (k.volumeMounts || []).find((m) => m.name === "auth");
+    const vol = (d.spec.template.spec.volumes || []).find((v) => v.name === "auth");
+    if (c !== "prefill" || !enabled) {
+      if (env.HAP_AUTH_TOKENS_FILE !== undefined || env.HAP_AUTH_MAX_CONCURRENT_PER_CLIENT !== undefined) errs.push(`${c}: HAP_AUTH_* set`);
+      if (mount || vol) errs.push(`${c}: an auth volume`);
+      continue;
+    }
+    if (env.HAP_AUTH_TOKENS_FILE !== `${mountPath}/tokens`) errs.push(`prefill: HAP_AUTH_TOKENS_FILE=${env.HAP_AUTH_TOKENS_FILE}`);
+    if (env.HAP_AUTH_MAX_CONCURRENT_PER_CLIENT !== String(limit)) errs.push(`prefill: HAP_AUTH_MAX_CONCURRENT_PER_CLIENT=${env.HAP_AUTH_MAX_CONCURRENT_PER_CLIENT}, want ${limit}`);
+    if (!mount || mount.mountPath !== mountPath || !mount.readOnly || mount.subPath) errs.push(`prefill: auth mount ${JSON.stringify(mount)}`);
+    if (!vol || !vol.secret || vol.secret.secretName !== secret ||
+        JSON.stringify(vol.secret.items) !== JSON.stringify([{ key: "tokens", path: "tokens" }])) {
+      errs.push(`prefill: auth volume ${JSON.stringify(vol)}`);
+    }
+  }
+  const test = byKind(objs, "Pod").find((p) => (p.metadata.annotations || {})["helm.sh/hook"] === "test");
+  const targs = test.spec.containers[0].args;
+  const tmount = (test.spec.containers[0].volumeMounts || []).find((m) => m.name === "auth");
+  const tvol = (test.spec.volumes || []).find((v) => v.name === "auth");
+  if (enabled) {
+    if (targs[targs.indexOf("--token-file") + 1] !== `${mountPath}/tokens` || targs[targs.indexOf("--token-client") + 1] !== testClient) {
+      errs.push(`helm test: ${targs.join(" ")}`);
+    }
+    if (!tmount || tmount.mountPath !== mountPath || !tmount.readOnly || !tvol || tvol.secret.secretName !== secret) {
+      errs.push("helm test: the tokens Secret is not mounted read-only");
+    }
+  } else if (targs.includes("--token-file") || tmount || tvol) {
+    errs.push("helm test: a token without auth.enabled");
+  }
+  const secrets = byKind(objs, "Secret");
+  const made = named(objs, "Secret", `${RELEASE}-auth`);
+  if (enabled && tokens.length > 0) {
+    if (!made || made.type !== "Opaque" || Object.keys(made.data).join() !== "tokens") errs.push(`no Secret ${RELEASE}-auth with the key tokens`);
+    else {
+      const lines = Buffer.from(made.data.tokens, "base64").toString("utf8").split("\n").filter((l) => l && !l.startsWith("#"));
+      const want = tokens.map((t) => `${t.client}:${t.token}`);
+      if (JSON.stringify(lines) !== JSON.stringify(want)) errs.push(`Secret tokens: ${JSON.stringify(lines)}`);
+    }
+    if (secret !== `${RELEASE}-auth`) errs.push(`prefill mounts ${secret}, the chart made ${RELEASE}-auth`);
+  } else if (secrets.length > 0) {
+    errs.push(`Secrets rendered: ${secrets.map((x) => x.metadata.name).join(",")}`);
+  }
+  for (const o of objs.filter((x) => x.kind !== "Secret")) {
+    for (const t of tokens) if (JSON.stringify(o).includes(t.token)) errs.push(`${o.kind}/${o.metadata.name} holds a token`);
+  }
+  for (const t of tokens) if (r.notes.includes(t.token)) errs.push("NOTES.txt shows a token");
+  const on = r.notes.includes("Authentication is on") && r.notes.includes(`Authorization: Bearer`) && r.notes.includes("--token-file");
+  if (on !== enabled) errs.push(`NOTES.txt ${on ? "says" : "does not say"} authentication is on`);
+  if (!enabled && !r.notes.includes("Authentication is off")) errs.push("NOTES.txt does not say authentication is off");
+  if (enabled && !r.notes.includes(secret)) errs.push("NOTES.txt does not name the tokens Secret");
+  return errs;
+}
+
 const specific = {
+  "auth"(objs, r) {
+    const tokens = yaml.load(fs.readFileSync(path.join(args.cases, "values-auth.yaml"), "utf8")).auth.tokens;
+    const errs = authWiring(objs, r, { enabled: true, secret: `${RELEASE}-auth`, limit: 2, testClient: "alice", tokens });
+    expect(r.notes.includes("Each client may have 2 requests in flight"), "NOTES.txt does not give the per-client limit");
+    expect(r.notes.includes("tokens cross the network in clear"), "NOTES.txt does not warn that tokens travel in clear without TLS");
+    return [...errs, ...openaiWiring(objs, r, { port: 8000 })];
+  },
+  "auth-existing"(objs, r) {
+    return authWiring(objs, r, { enabled: true, secret: "hap-front-door-tokens", mountPath: "/var/run/hap-auth", testClient: "helm-test" });
+  },
   default(objs, r) {
     const kinds = objs.map((o) => o.kind).sort().join(",");
     expect(kinds === "Deployment,Deployment,Deployment,NetworkPolicy,NetworkPolicy,NetworkPolicy,PersistentVolumeClaim," +
@@ -239,7 +315,7 @@ const specific = {
       expect(container(d).image === "hap-serve:0.1.0-cpu", `${d.metadata.name}: image ${container(d).image}`);
     }
     expect(r.notes.includes(`${RELEASE}-prefill.${NAMESPACE}.svc:50052`), "NOTES.txt does not name the front door");
-    const errs = openaiWiring(objs, r, { port: 8000 });
+    const errs = [...openaiWiring(objs, r, { port: 8000 }), ...authWiring(objs, r, { enabled: false })];
     expect(r.notes.includes(`port 8000, model\n"scenes-llava"`), "NOTES.txt does not give the model id (model.path's last element)");
     return errs;
   },

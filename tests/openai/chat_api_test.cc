@@ -201,6 +201,17 @@ TEST_F(ChatApiTest, MalformedBodiesAndUnknownModels) {
   EXPECT_TRUE(Parse(no_model).ok());
 }
 
+// Found by tests/fuzz/chat_request_fuzz: a response_format whose type was not a string threw
+// out of ParseChatRequest (the HTTP server answered 500) instead of being a 400.
+TEST_F(ChatApiTest, ResponseFormatOfTheWrongShapeIsABadRequest) {
+  for (const json& format : {json{{"type", nullptr}}, json{{"type", 3}}, json{{"type", {1}}},
+                             json::object(), json("text"), json{{"type", "json_object"}}}) {
+    ExpectError(Body("Hi?", {{"response_format", format}}), absl::StatusCode::kInvalidArgument,
+                "'response_format' only {\"type\": \"text\"} is supported");
+  }
+  EXPECT_TRUE(Parse(Body("Hi?", {{"response_format", {{"type", "text"}}}})).ok());
+}
+
 TEST_F(ChatApiTest, ErrorsMapToHttpStatusAndOpenAiShape) {
   EXPECT_EQ(RequestError(absl::InvalidArgumentError("x")).http_status, 400);
   const ApiError not_found = RequestError(absl::NotFoundError("The model 'm' does not exist"));
@@ -228,6 +239,17 @@ TEST_F(ChatApiTest, ErrorsMapToHttpStatusAndOpenAiShape) {
   EXPECT_EQ(body["error"]["code"], "server_full");
   EXPECT_TRUE(body["error"]["param"].is_null());
   EXPECT_TRUE(CallError(absl::InternalError("bug")).Body()["error"]["code"].is_null());
+
+  // Authentication (services/README.md): OpenAI's answer to a bad API key, and one client over
+  // its own limit told apart from a full server.
+  const ApiError unauthenticated = CallError(absl::UnauthenticatedError("missing or invalid"));
+  EXPECT_EQ(unauthenticated.http_status, 401);
+  EXPECT_EQ(unauthenticated.type, "invalid_request_error");
+  EXPECT_EQ(unauthenticated.code, "invalid_api_key");
+  const ApiError limited = CallError(absl::ResourceExhaustedError(
+      "client 'a' is at its limit of 1 requests in flight (--auth-max-concurrent-per-client)"));
+  EXPECT_EQ(limited.http_status, 429);
+  EXPECT_EQ(limited.code, "rate_limit_exceeded");
 }
 
 TEST_F(ChatApiTest, CompletionChunksAndUsage) {

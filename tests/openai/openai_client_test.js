@@ -1,5 +1,6 @@
 // The official openai npm client against the front door's OpenAI-compatible API, started by
-// `hapctl up` on a tiny checkpoint; answers are checked against `hapctl run` in process.
+// `hapctl up` on a tiny checkpoint; answers are checked against `hapctl run` in process. Then
+// `hapctl up --auth-tokens-file`: the client's apiKey is its bearer token.
 // usage: node openai_client_test.js HAPCTL BIN_DIR WORK_DIR IMAGE.png
 "use strict";
 
@@ -22,10 +23,10 @@ function hapctlRun(model, extra) {
 }
 
 // `hapctl up` with the OpenAI API on a free port; resolves to { proc, baseURL }.
-function startPipeline(model) {
+function startPipeline(model, extra = []) {
   return new Promise((resolve, reject) => {
     const proc = spawn(hapctl, ["up", "--model", model, "--bin-dir", binDir, "--quiet",
-      "--threads", "1", "--max-concurrent", "2", "--queue-length", "2"],
+      "--threads", "1", "--max-concurrent", "2", "--queue-length", "2", ...extra],
     { stdio: ["ignore", "pipe", "inherit"] });
     const timer = setTimeout(() => reject(new Error("hapctl up did not become ready")), 120000);
     proc.on("exit", (code) => reject(new Error(`hapctl up exited with ${code}`)));
@@ -142,16 +143,57 @@ async function main() {
     }
     const unknownModel = await errorOf(ask({ model: "no-such-model" }));
     assert.equal(unknownModel.code, "model_not_found");
-    console.log("openai client test: all checks passed");
   } catch (e) {
     failed = true;
     console.error(e);
   } finally {
-    proc.removeAllListeners("exit");
-    proc.kill("SIGINT");
-    await new Promise((resolve) => proc.on("exit", resolve));
+    await stop(proc);
   }
+  if (!failed) failed = !(await authChecks(model, modelId, dataUri, ref));
+  if (!failed) console.log("openai client test: all checks passed");
   process.exit(failed ? 1 : 0);
+}
+
+function stop(proc) {
+  proc.removeAllListeners("exit");
+  proc.kill("SIGINT");
+  return new Promise((resolve) => proc.on("exit", resolve));
+}
+
+// `hapctl up --auth-tokens-file`: the apiKey is the bearer token; a wrong or missing one gets
+// 401 invalid_api_key (the client's AuthenticationError), for /v1/models too. True if all hold.
+async function authChecks(model, modelId, dataUri, ref) {
+  const token = "openai-client-test-token-0123456789";
+  const tokens = path.join(workDir, "tokens");
+  fs.writeFileSync(tokens, `# client-id:token\nnode-client:${token}\n`);
+  const { proc, baseURL } = await startPipeline(model, ["--auth-tokens-file", tokens]);
+  try {
+    const withKey = (apiKey) => new OpenAI({ apiKey, baseURL, maxRetries: 0, timeout: 60000 });
+    const ask = (client) => client.chat.completions.create({
+      model: modelId, messages: userMessage(PROMPT, dataUri), max_tokens: MAX_TOKENS,
+      temperature: 0, hap: { method: "none" },
+    });
+    const good = withKey(token);
+    assert.equal((await ask(good)).choices[0].message.content, ref.text);
+    assert.deepEqual((await good.models.list()).data.map((m) => m.id), [modelId]);
+    for (const [name, client] of [["wrong key", withKey("unused")],
+      ["another token", withKey("openai-client-test-token-9876543210")]]) {
+      for (const call of [ask(client), client.models.list()]) {
+        const e = await errorOf(call);
+        assert.ok(e instanceof OpenAI.AuthenticationError, `${name}: ${e}`);
+        assert.equal(e.status, 401, name);
+        assert.equal(e.code, "invalid_api_key", name);
+        assert.ok(!e.message.includes(token), `${name}: the message holds the token`);
+      }
+    }
+    assert.equal((await ask(good)).choices[0].message.content, ref.text, "serving after 401s");
+    return true;
+  } catch (e) {
+    console.error(e);
+    return false;
+  } finally {
+    await stop(proc);
+  }
 }
 
 main().catch((e) => {

@@ -495,6 +495,40 @@ class SdkTest(unittest.TestCase):
             hap_serve.Client(address, tls=TlsOptions(root_certs_file=missing))
         self.assertIn(missing, str(cm.exception))
 
+    def test_bearer_token(self):
+        """A front door with --auth-tokens-file: Client(token=...) is served, no token and a
+        wrong one get UnauthenticatedError with the same message; health stays open."""
+        token = "sdk-test-token-0123456789abcdef"
+        path = os.path.join(WORKDIR, "tokens")
+        with open(path, "w") as f:
+            f.write(f"# client-id:token\npython-sdk:{token}\n")
+        auth_prefill = Service("hap-prefill", self.prefill_args() + ["--auth-tokens-file", path],
+                               "prefill-auth")
+        try:
+            address = auth_prefill.wait_listening()
+            with hap_serve.Client(address) as anonymous:
+                anonymous.wait_until_serving(timeout=30)  # health needs no token
+                messages = set()
+                for name, tok in (("no token", None), ("wrong token", "x" * 32)):
+                    with self.subTest(name), hap_serve.Client(address, token=tok) as c:
+                        with self.assertRaises(hap_serve.UnauthenticatedError) as cm:
+                            c.generate(self.image, PROMPT, max_new_tokens=2)
+                        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+                        self.assertEqual(cm.exception.attempts, 1, "not retried")
+                        messages.add(cm.exception.details)
+                        with self.assertRaises(hap_serve.UnauthenticatedError):
+                            c.get_state()
+                self.assertEqual(len(messages), 1, messages)
+            with hap_serve.Client(address, token=token) as c:
+                result = c.generate(self.image, PROMPT, method="hap", retain=8, max_new_tokens=4)
+                self.assertEqual(result.attempts, 1)
+                self.assertEqual(c.get_state().service, "hap-prefill")
+        finally:
+            self.assertEqual(auth_prefill.stop(), 0, auth_prefill.log_tail())
+        self.assertNotIn(token, auth_prefill.log_tail(200), "the token was logged")
+        with self.assertRaisesRegex(ValueError, "printable ASCII"):
+            hap_serve.Client(address, token="two words")
+
     def test_example_script(self):
         run = hapctl_run(self.model, method="hap", retain=8)
         env = dict(os.environ, PYTHONPATH=SDK_PATH, PYTHONIOENCODING="utf-8")

@@ -1,6 +1,7 @@
 // hapctl generate: ask a running HAP serve front door (hap-prefill) about an image and stream the
 // answer, printed like `hapctl run` (or as one JSON object with --json).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "nlohmann/json.hpp"
@@ -64,6 +65,16 @@ absl::StatusOr<sdk::ClientOptions> ClientOptionsFrom(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(int64_t retries, flags.Int("retries", 4));
   if (retries < 1) return absl::InvalidArgumentError("--retries must be >= 1");
   o.retry.max_attempts = static_cast<int>(retries);
+  // The bearer token of a front door with authentication: from a file (preferred), else
+  // $HAP_TOKEN. Never a flag: a command line is visible to every user of the machine.
+  if (auto file = flags.Get("token-file")) {
+    HAP_ASSIGN_OR_RETURN(o.bearer_token,
+                         sdk::ReadTokenFile(*file, flags.GetOr("token-client", "")));
+  } else if (flags.Has("token-client")) {
+    return absl::InvalidArgumentError("--token-client needs --token-file");
+  } else if (const char* env = std::getenv("HAP_TOKEN"); env != nullptr && *env != '\0') {
+    o.bearer_token = env;
+  }
   return o;
 }
 
@@ -133,10 +144,10 @@ void PrintSummary(const sdk::GenerateResult& r) {
 }
 
 int CmdGenerate(const std::vector<std::string>& args) {
-  std::set<std::string> value_flags = {"server",     "image",          "prompt", "deadline-ms",
-                                       "request-id", "retries",        "tls-ca", "tls-cert",
-                                       "tls-key",    "tls-server-name", "traceparent",
-                                       "tracestate"};
+  std::set<std::string> value_flags = {
+      "server",      "image",      "prompt",     "deadline-ms", "request-id",
+      "retries",     "tls-ca",     "tls-cert",   "tls-key",     "tls-server-name",
+      "traceparent", "tracestate", "token-file", "token-client"};
   AddGenerationFlags(&value_flags);
   auto flags = Flags::Parse(args, value_flags, {"json", "tls"});
   if (!flags.ok()) return Fail("generate", flags.status());

@@ -1,8 +1,10 @@
 // hapctl up: the whole pipeline on this machine — hap-encoder, hap-decode and hap-prefill as
 // child processes on loopback with free ports. Prints the front door's host:port and "ready",
 // then runs until SIGINT/SIGTERM and stops the three cleanly. The front door also serves the
-// OpenAI-compatible HTTP API (on a free port unless --openai-port; off with --no-openai).
+// OpenAI-compatible HTTP API (on a free port unless --openai-port; off with --no-openai). With
+// --auth-tokens-file the front door requires bearer tokens (services/README.md).
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -21,14 +23,16 @@ constexpr char kUsage[] =
     "usage: hapctl up [--model DIR] [--method M] [--retain K|P% | --flops F] [--threads N]\n"
     "          [--device cpu|cuda]\n"
     "                 [--max-concurrent N] [--queue-length N] [--decode-replicas N]\n"
-    "                 [--openai-port P | --no-openai] [--bin-dir DIR] [--quiet]";
+    "                 [--openai-port P | --no-openai] [--bin-dir DIR] [--quiet]\n"
+    "                 [--auth-tokens-file FILE [--auth-max-concurrent-per-client N]]";
 
 int CmdUp(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(args,
-                            {"model", "method", "retain", "flops", "threads", "device", "max-concurrent",
-                             "queue-length", "decode-replicas", "bin-dir", "host",
-                             "start-timeout-ms", "openai-port"},
-                            {"quiet", "no-openai"});
+  auto flags =
+      Flags::Parse(args,
+                   {"model", "method", "retain", "flops", "threads", "device", "max-concurrent",
+                    "queue-length", "decode-replicas", "bin-dir", "host", "start-timeout-ms",
+                    "openai-port", "auth-tokens-file", "auth-max-concurrent-per-client"},
+                   {"quiet", "no-openai"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", kUsage);
     return Fail("up", flags.status());
@@ -66,9 +70,16 @@ int CmdUp(const std::vector<std::string>& args) {
     if (auto v = flags->Get(f)) common.insert(common.end(), {absl::StrCat("--", f), *v});
   }
   o.encoder_args = o.decode_args = o.prefill_args = common;
-  for (const char* f : {"method", "retain", "flops"}) {
+  for (const char* f : {"method", "retain", "flops", "auth-max-concurrent-per-client"}) {
     if (auto v = flags->Get(f))
       o.prefill_args.insert(o.prefill_args.end(), {absl::StrCat("--", f), *v});
+  }
+  // hap-prefill reads (and re-reads) the file itself: only its path is passed on, made absolute
+  // so that it does not depend on the children's working directory.
+  if (auto file = flags->Get("auth-tokens-file")) {
+    std::error_code ec;
+    const std::string path = std::filesystem::absolute(*file, ec).string();
+    o.prefill_args.insert(o.prefill_args.end(), {"--auth-tokens-file", ec ? *file : path});
   }
 
   auto pipeline = sdk::LocalPipeline::Start(o);
@@ -82,6 +93,11 @@ int CmdUp(const std::vector<std::string>& args) {
   if (o.openai_port >= 0) {
     std::printf("hapctl up: OpenAI API at http://%s/v1 (POST /v1/chat/completions)\n",
                 (*pipeline)->openai_address().c_str());
+  }
+  if (auto file = flags->Get("auth-tokens-file")) {
+    std::printf("hapctl up: bearer tokens required (tokens from %s; hapctl generate "
+                "--token-file, api_key of OpenAI clients)\n",
+                file->c_str());
   }
   std::fflush(stdout);
 

@@ -129,6 +129,28 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
+{{/* The tokens file of the Secret the chart creates from auth.tokens. */}}
+{{- define "hap.authTokensFile" -}}
+# client-id:token (helm/hap values auth.tokens)
+{{ range .Values.auth.tokens -}}
+{{ .client }}:{{ .token }}
+{{ end -}}
+{{- end -}}
+
+{{/* The Secret holding the front door's tokens file (key `tokens`). */}}
+{{- define "hap.authSecretName" -}}
+{{- .Values.auth.existingSecret | default (include "hap.componentName" (dict "root" . "component" "auth")) -}}
+{{- end -}}
+
+{{/* The client the helm test authenticates as. */}}
+{{- define "hap.authTestClient" -}}
+{{- if .Values.auth.testClient -}}
+{{- .Values.auth.testClient -}}
+{{- else if .Values.auth.tokens -}}
+{{- (first .Values.auth.tokens).client -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Checks across values, run once by validate.yaml; each failure names the value to change. */}}
 {{- define "hap.validate" -}}
 {{- $v := .Values -}}
@@ -174,6 +196,34 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and $v.tls.enabled $v.tls.mutual -}}
 {{- fail "openai.enabled serves plain HTTP without client certificates, which would bypass tls.mutual: set openai.enabled=false" -}}
 {{- end -}}
+{{- end -}}
+{{- if $v.auth.enabled -}}
+{{- if and $v.auth.existingSecret $v.auth.tokens -}}
+{{- fail "auth: give auth.existingSecret or auth.tokens, not both" -}}
+{{- end -}}
+{{- if not (or $v.auth.existingSecret $v.auth.tokens) -}}
+{{- fail "auth.enabled needs auth.existingSecret (a Secret with the key `tokens`: one client-id:token per line) or auth.tokens" -}}
+{{- end -}}
+{{- if and $v.auth.existingSecret (not $v.auth.testClient) -}}
+{{- fail "auth.testClient is required with auth.existingSecret: the helm test authenticates as that client, with its token from the Secret" -}}
+{{- end -}}
+{{- if $v.auth.tokens -}}
+{{- $seen := dict -}}
+{{- $clients := list -}}
+{{- range $v.auth.tokens -}}
+{{- $clients = append $clients (toString .client) -}}
+{{- $token := toString .token -}}
+{{- if hasKey $seen $token -}}
+{{- fail (printf "auth.tokens: clients %q and %q have the same token; give every token to one client only" (get $seen $token) (toString .client)) -}}
+{{- end -}}
+{{- $_ := set $seen $token (toString .client) -}}
+{{- end -}}
+{{- if and $v.auth.testClient (not (has (toString $v.auth.testClient) $clients)) -}}
+{{- fail (printf "auth.testClient %q is not a client of auth.tokens" (toString $v.auth.testClient)) -}}
+{{- end -}}
+{{- end -}}
+{{- else if gt (int $v.auth.maxConcurrentPerClient) 0 -}}
+{{- fail "auth.maxConcurrentPerClient needs auth.enabled: clients are known by their tokens" -}}
 {{- end -}}
 {{- if and $v.metrics.serviceMonitor.enabled (not $v.metrics.enabled) -}}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled" -}}

@@ -13,8 +13,8 @@ from .client import Client, Stream, build_request
 from .datatypes import (Delta, Flops, GenerateResult, GenerateStats, PruneStage, RetryPolicy,
                         ServerState, StageTimings, TlsOptions)
 from .errors import (CancelledError, DeadlineExceededError, HapError, InvalidArgumentError,
-                     NotFrontDoorError, ResourceExhaustedError, UnavailableError,
-                     UnimplementedError)
+                     NotFrontDoorError, ResourceExhaustedError, UnauthenticatedError,
+                     UnavailableError, UnimplementedError)
 
 __version__ = "0.1.0"
 
@@ -23,5 +23,6 @@ __all__ = [
     "Delta", "Flops", "GenerateResult", "GenerateStats", "PruneStage", "RetryPolicy",
     "ServerState", "StageTimings", "TlsOptions",
     "HapError", "CancelledError", "DeadlineExceededError", "InvalidArgumentError",
-    "NotFrontDoorError", "ResourceExhaustedError", "UnavailableError", "UnimplementedError",
+    "NotFrontDoorError", "ResourceExhaustedError", "UnauthenticatedError", "UnavailableError",
+    "UnimplementedError",
 ]

@@ -1,6 +1,7 @@
 """The Python client of HAP serve, the counterpart of sdk/client.h: streaming Generate (iterate
 the deltas, then take the result), deadlines, retries with exponential backoff on UNAVAILABLE
-before the first token, TLS or plaintext channels, cancellation, and the health and debug calls."""
+before the first token, TLS or plaintext channels, a bearer token, cancellation, and the health and
+debug calls."""
 
 import threading
 import time
@@ -221,8 +222,9 @@ class Stream:
                         f"{self._attempts + 1}", address, max(self._attempts, 1))
             self._attempts += 1
             with self._lock:
-                call = self._client._generation.Generate(self._request, timeout=timeout,
-                                                         metadata=self._metadata)
+                call = self._client._generation.Generate(
+                    self._request, timeout=timeout,
+                    metadata=self._client._with_token(self._metadata))
                 self._call = call
             text, streamed, times, stats = [], [], [], None
             ttft_ms = 0.0
@@ -285,11 +287,22 @@ class Client:
     `with`) releases the channel.
 
     address: "host:port" (any gRPC target). tls: None = plaintext, or a TlsOptions.
-    retry: the RetryPolicy of generate()/stream()."""
+    retry: the RetryPolicy of generate()/stream().
+    token: the bearer token of a front door with authentication, sent as
+      `authorization: Bearer <token>` on every call (None = none). Over a plaintext channel
+      anyone who sees the traffic can read it: beyond loopback or a trusted network, use tls."""
 
-    def __init__(self, address, tls=None, retry=None, *, max_receive_message_bytes=64 << 20):
+    def __init__(self, address, tls=None, retry=None, *, token=None,
+                 max_receive_message_bytes=64 << 20):
         if not address:
             raise ValueError("server address is empty")
+        if token is not None:
+            if not isinstance(token, str):
+                raise TypeError(f"token: a str, got {type(token).__name__}")
+            # What an HTTP header and gRPC metadata carry; never echoed in the message.
+            if not token or any(not "\x21" <= c <= "\x7e" for c in token):
+                raise ValueError("token: printable ASCII without spaces")
+        self._auth = (("authorization", f"Bearer {token}"),) if token else ()
         self._retry = retry if retry is not None else RetryPolicy()
         if self._retry.max_attempts < 1:
             raise ValueError(f"retry.max_attempts = {self._retry.max_attempts} must be >= 1")
@@ -320,6 +333,11 @@ class Client:
     def close(self):
         self._channel.close()
 
+    def _with_token(self, metadata=None):
+        """`metadata` (a tuple of pairs or None) with the bearer token, if any."""
+        md = self._auth + tuple(metadata or ())
+        return md or None
+
     def __enter__(self):
         return self
 
@@ -344,8 +362,9 @@ class Client:
                  metadata=()):
         """Answers `prompt` about `image` (JPEG or PNG bytes) and returns a GenerateResult.
 
-        method: "none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip", "random";
-          None = the server's default. One budget: retain (average visual tokens per layer,
+        method: "none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip", "random",
+          "divprune", "cdpruner-llm", "hap-flat", "uniform-flat", "dart"; None = the server's
+          default. One budget: retain (average visual tokens per layer,
           8 / 57.5 / "11.1%") or flops (fraction of the unpruned prefill FLOPs); None = the
           server's default.
         max_new_tokens: 0 = the server's 64. temperature 0 = greedy; top_p, top_k, seed as in
@@ -365,7 +384,8 @@ class Client:
         server cannot be reached, unless wait_for_ready: then it waits up to `timeout`)."""
         try:
             resp = self._health.Check(health_pb2.HealthCheckRequest(service=service),
-                                      timeout=timeout, wait_for_ready=wait_for_ready)
+                                      timeout=timeout, wait_for_ready=wait_for_ready,
+                                      metadata=self._with_token())
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e, self._address) from None
         return resp.status == health_pb2.HealthCheckResponse.SERVING
@@ -375,7 +395,7 @@ class Client:
         so it rides out a reconnect)."""
         try:
             state = self._debug.GetState(debug_pb2.GetStateRequest(), timeout=timeout,
-                                         wait_for_ready=True)
+                                         wait_for_ready=True, metadata=self._with_token())
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e, self._address) from None
         return from_message(ServerState, state)
@@ -409,7 +429,7 @@ class Client:
         connection is such a call. (Not channel.subscribe(): its polling thread outlives
         unsubscribe() and raises when the channel is closed.)"""
         probe = self._health.Check.future(health_pb2.HealthCheckRequest(), timeout=seconds,
-                                          wait_for_ready=True)
+                                          wait_for_ready=True, metadata=self._with_token())
         try:
             return cancelled.wait(seconds)
         finally:

@@ -39,7 +39,8 @@ class Delta:
 
 @dataclass(frozen=True)
 class PruneStage:
-    """One pruning event: visual tokens dropped at the end of decoder layer after_layer."""
+    """One pruning event: visual tokens dropped at the end of decoder layer after_layer (-1:
+    before layer 0, for the methods that choose their visual tokens before the LLM)."""
     after_layer: int
     tokens_before: int
     tokens_kept: int

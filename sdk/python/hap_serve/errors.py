@@ -41,6 +41,11 @@ class CancelledError(HapError):
     """The call was cancelled (Stream.cancel(), or by the server)."""
 
 
+class UnauthenticatedError(HapError):
+    """The front door requires a bearer token and got none, or one it does not accept (the
+    message is the same for both)."""
+
+
 class UnimplementedError(HapError):
     """The server does not serve the method called."""
 
@@ -56,6 +61,7 @@ _BY_CODE = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.CANCELLED: CancelledError,
     grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
 }
 
 
