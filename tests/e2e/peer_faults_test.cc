@@ -1,0 +1,192 @@
+// Peers failing under a request, each with a deadline: the encoder killed while it holds a
+// request, the front door killed while decode streams a sequence, decode frozen past the client's
+// deadline. Each time the client gets the right code within its deadline, nothing stays held
+// (requests, KV caches, leases, pool blocks), health says so, and the pipeline serves again once
+// the peer is back.
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "sdk/client.h"
+#include "sdk/local_pipeline.h"
+#include "tests/e2e/e2e_util.h"
+
+namespace hap::e2e {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+class PeerFaultsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_dir_ = new std::string(MakeTinyModel("peer_faults_tiny8", 3));
+    ASSERT_FALSE(model_dir_->empty()) << "hapctl make-tiny failed";
+    image_ = new std::string(ReadBytes(TestImagePath()));
+    sdk::LocalPipelineOptions o;
+    o.model_dir = *model_dir_;
+    o.bin_dir = HAP_BIN_DIR;
+    o.echo_output = false;
+    o.encoder_args = o.prefill_args = o.decode_args = {"--threads", "1"};
+    auto p = sdk::LocalPipeline::Start(o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    pipeline_ = p->release();
+  }
+  static void TearDownTestSuite() {
+    if (pipeline_ != nullptr) pipeline_->Stop().IgnoreError();
+    delete pipeline_;
+    delete model_dir_;
+    delete image_;
+  }
+  void TearDown() override {
+    // Whatever a test froze or killed is back for the next one.
+    for (sdk::Service s : {sdk::Service::kEncoder, sdk::Service::kPrefill, sdk::Service::kDecode}) {
+      sdk::ChildProcess* c = pipeline_->process(s);
+      if (c != nullptr) c->Signal(SIGCONT);
+      if (c == nullptr || !c->running()) ASSERT_TRUE(pipeline_->Restart(s).ok());
+    }
+  }
+
+  static std::unique_ptr<sdk::Client> Connect(sdk::Service s) {
+    auto c = sdk::Client::Connect(pipeline_->address(s));
+    EXPECT_TRUE(c.ok());
+    return std::move(*c);
+  }
+
+  // Nothing in flight and no KV held.
+  static bool Idle(sdk::Service s) {
+    auto c = Connect(s);
+    auto st = c->GetState(milliseconds(1000));
+    return st.ok() && st->in_flight_requests() == 0 && st->kv_caches_held() == 0 &&
+           st->kv_leases() == 0 && st->kv_pool_blocks_in_use() == 0;
+  }
+
+  // A request that runs for hundreds of tokens unless stopped.
+  static Ask LongAsk() {
+    static const std::optional<Ask> ask = FindLongAsk(*model_dir_, 400);
+    EXPECT_TRUE(ask.has_value()) << "no long-running request found on this checkpoint";
+    return ask.value_or(Ask());
+  }
+
+  static void ExpectServesAgain() {
+    auto client = Connect(sdk::Service::kPrefill);
+    sdk::StreamOptions o;
+    o.timeout = milliseconds(20000);
+    auto again = client->Generate(ToRequest(Ask(), *image_), o);
+    EXPECT_TRUE(again.ok()) << again.status();
+  }
+
+  static std::string* model_dir_;
+  static std::string* image_;
+  static sdk::LocalPipeline* pipeline_;
+};
+std::string* PeerFaultsTest::model_dir_ = nullptr;
+std::string* PeerFaultsTest::image_ = nullptr;
+sdk::LocalPipeline* PeerFaultsTest::pipeline_ = nullptr;
+
+TEST_F(PeerFaultsTest, EncoderKilledHoldingTheRequestGivesUnavailable) {
+  // The encoder is frozen, so the request waits in it; then it dies.
+  pipeline_->process(sdk::Service::kEncoder)->Signal(SIGSTOP);
+  auto client = Connect(sdk::Service::kPrefill);
+  sdk::StreamOptions o;
+  o.timeout = milliseconds(10000);
+  absl::StatusOr<sdk::GenerateResult> got;
+  const auto t0 = Clock::now();
+  std::thread call([&] { got = client->Generate(ToRequest(Ask(), *image_), o); });
+  ASSERT_TRUE(WaitUntil(
+                  [&] {
+                    auto s = client->GetState();
+                    return s.ok() && s->in_flight_requests() == 1;
+                  },
+                  milliseconds(5000))
+                  .has_value());
+  std::this_thread::sleep_for(milliseconds(200));
+  pipeline_->Kill(sdk::Service::kEncoder);
+  call.join();
+  const double ms = MsSince(t0);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_NE(got.status().message().find("encoder"), std::string::npos) << got.status();
+  EXPECT_LT(ms, 10000);
+  std::printf("[ fault ] encoder killed: client saw %s after %.0f ms\n",
+              absl::StatusCodeToString(got.status().code()).c_str(), ms);
+  // The front door holds nothing and keeps reporting SERVING (it can serve once the encoder is
+  // back); decode never saw the request.
+  EXPECT_TRUE(
+      WaitUntil([] { return Idle(sdk::Service::kPrefill); }, milliseconds(3000)).has_value());
+  EXPECT_TRUE(Idle(sdk::Service::kDecode));
+  auto serving = client->IsServing();
+  ASSERT_TRUE(serving.ok());
+  EXPECT_TRUE(*serving);
+  ASSERT_TRUE(pipeline_->Restart(sdk::Service::kEncoder).ok());
+  ExpectServesAgain();
+}
+
+TEST_F(PeerFaultsTest, FrontDoorKilledWhileDecodeStreamsFreesTheSequence) {
+  auto client = Connect(sdk::Service::kPrefill);
+  sdk::StreamOptions o;
+  o.timeout = milliseconds(20000);
+  bool killed = false;
+  const hap::v1::GenerateRequest request = ToRequest(LongAsk(), *image_);
+  const auto t0 = Clock::now();
+  o.on_delta = [&](const hap::v1::TextDelta&) {
+    if (!killed) {
+      killed = true;
+      // Decode holds the sequence's KV blocks now, streaming tokens to the front door.
+      pipeline_->Kill(sdk::Service::kPrefill);
+    }
+    return true;
+  };
+  auto got = client->Generate(request, o);
+  const double ms = MsSince(t0);
+  ASSERT_TRUE(killed);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_LT(ms, 5000);
+  // Decode notices its caller is gone and frees the sequence's blocks.
+  const std::optional<double> freed =
+      WaitUntil([] { return Idle(sdk::Service::kDecode); }, milliseconds(5000));
+  ASSERT_TRUE(freed.has_value()) << "decode still holds the dead caller's sequence";
+  std::printf("[ fault ] front door killed: client saw UNAVAILABLE after %.0f ms; decode freed "
+              "the sequence %.0f ms later\n",
+              ms, *freed);
+  ASSERT_TRUE(pipeline_->Restart(sdk::Service::kPrefill).ok());
+  ExpectServesAgain();
+}
+
+TEST_F(PeerFaultsTest, DecodeFrozenPastTheDeadlineGivesDeadlineExceeded) {
+  pipeline_->process(sdk::Service::kDecode)->Signal(SIGSTOP);
+  auto client = Connect(sdk::Service::kPrefill);
+  sdk::StreamOptions o;
+  o.timeout = milliseconds(1500);
+  const hap::v1::GenerateRequest request = ToRequest(LongAsk(), *image_);
+  const auto t0 = Clock::now();
+  auto got = client->Generate(request, o);
+  const double ms = MsSince(t0);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  EXPECT_LT(ms, 1500 + 1000) << "the client waited well past its deadline";
+  std::printf("[ fault ] decode frozen: client saw DEADLINE_EXCEEDED after %.0f ms (deadline "
+              "1500)\n",
+              ms);
+  // The front door freed its side at the deadline (the KV lease ended with the cancelled call).
+  EXPECT_TRUE(
+      WaitUntil([] { return Idle(sdk::Service::kPrefill); }, milliseconds(3000)).has_value());
+  // Thawed, decode finds the call cancelled and frees whatever it took.
+  pipeline_->process(sdk::Service::kDecode)->Signal(SIGCONT);
+  EXPECT_TRUE(
+      WaitUntil([] { return Idle(sdk::Service::kDecode); }, milliseconds(5000)).has_value());
+  ExpectServesAgain();
+}
+
+}  // namespace
+}  // namespace hap::e2e
