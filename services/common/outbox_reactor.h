@@ -19,12 +19,23 @@ namespace hap::svc {
 template <class Base, class Response>
 class OutboxReactor : public Base {
  public:
-  // Thread-safe. False once the call is closing or the client is gone (the message is dropped).
+  // Messages waiting to be written at most: a client that stops reading its stream is cut off
+  // there (Send returns false, overflowed() is true) instead of growing the queue without end.
+  static constexpr size_t kMaxQueued = 4096;
+
+  // Thread-safe. False once the call is closing, the client is gone, or it stopped reading and
+  // kMaxQueued messages wait (the message is dropped).
   bool Send(Response message) {
     Action action;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closing_ || broken_) return false;
+      if (queue_.size() >= kMaxQueued) {
+        broken_ = true;
+        overflowed_ = true;
+        queue_.clear();
+        return false;
+      }
       queue_.push_back(std::move(message));
       action = NextLocked();
     }
@@ -51,6 +62,11 @@ class OutboxReactor : public Base {
   }
 
   bool cancelled() const { return cancelled_.load(); }
+  // Send gave up because the client did not read kMaxQueued messages.
+  bool overflowed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return overflowed_;
+  }
 
  protected:
   OutboxReactor() = default;
@@ -112,13 +128,14 @@ class OutboxReactor : public Base {
     }
   }
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::deque<Response> queue_;
   Response current_;  // the message being written
   bool writing_ = false;
   bool closing_ = false;
   bool finished_ = false;
   bool broken_ = false;
+  bool overflowed_ = false;
   std::atomic<bool> close_started_{false};  // the first Close() won
   grpc::Status final_status_;
   std::atomic<bool> cancelled_{false};

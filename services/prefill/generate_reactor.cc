@@ -358,6 +358,10 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
         "KV transfer to decode did not complete within the ", config.lease_ms, " ms lease"));
   }
   HAP_RETURN_IF_ERROR(CheckCancelled("while decoding"));
+  if (client_gone && overflowed()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the client stopped reading its stream: ", kMaxQueued, " messages were waiting"));
+  }
   if (client_gone) return absl::CancelledError("the client went away");
   if (!st.ok()) return PeerError("decode", decode.address(), st, /*client_input=*/false);
   if (!acked || !done) return absl::InternalError("decode ended the call without its results");

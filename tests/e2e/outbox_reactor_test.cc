@@ -75,7 +75,7 @@ class FakeWriteReactor {
   void StartWrite(const std::string* message) {
     EXPECT_FALSE(message->empty());
     ++outcome_->written;
-    executor_->Post([this] { OnWriteDone(true); });
+    if (executor_ != nullptr) executor_->Post([this] { OnWriteDone(true); });  // else: stalled
   }
   // gRPC may run OnDone (which deletes the reactor) as soon as Finish is called: here at once,
   // on the calling thread, which makes the race window as wide as it can be.
@@ -144,6 +144,34 @@ TEST(OutboxReactorTest, FirstCloseWinsAndQueuedMessagesAreWrittenFirst) {
   EXPECT_EQ(outcome.finishes.load(), 2000);
   EXPECT_EQ(outcome.written.load(), 4000);
   EXPECT_EQ(outcome.last_code.load(), grpc::StatusCode::ABORTED);
+}
+
+// A client that stops reading: writes never complete, so messages queue; at kMaxQueued the call
+// is cut off instead of the queue growing without end.
+TEST(OutboxReactorTest, AClientThatStopsReadingIsCutOffAtTheQueueBound) {
+  Outcome outcome;
+  class Stalled final : public OutboxReactor<FakeWriteReactor, std::string> {
+   public:
+    explicit Stalled(Outcome* outcome) { outcome_ = outcome; }
+    ~Stalled() override { ++outcome_->deletes; }
+    // The one write in flight, completed by the test.
+    void CompleteWrite(bool ok) { OnWriteDone(ok); }
+  };
+  // Without an executor the fake's writes never complete, as when the client's flow-control
+  // window is full.
+  auto* r = new Stalled(&outcome);
+  ASSERT_TRUE(r->Send("first"));  // written at once (in flight)
+  size_t accepted = 0;
+  while (r->Send("token")) ++accepted;
+  EXPECT_EQ(accepted, (OutboxReactor<FakeWriteReactor, std::string>::kMaxQueued));
+  EXPECT_TRUE(r->overflowed());
+  EXPECT_FALSE(r->Send("more"));
+  r->Close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "not reading"));
+  EXPECT_EQ(outcome.finishes.load(), 0);  // the write in flight must end first
+  r->CompleteWrite(false);                // the transport gives up on the stalled client
+  EXPECT_EQ(outcome.finishes.load(), 1);
+  EXPECT_EQ(outcome.deletes.load(), 1);
+  EXPECT_EQ(outcome.written.load(), 1);
 }
 
 }  // namespace
