@@ -96,7 +96,8 @@ class TcpProxy {
           return;
         }
       }
-      if (write(to, buf, n) != n) break;
+      // MSG_NOSIGNAL: the other direction may have reset `to` already (EPIPE, not SIGPIPE).
+      if (send(to, buf, n, MSG_NOSIGNAL) != n) break;
     }
     shutdown(to, SHUT_WR);
   }

@@ -178,8 +178,10 @@ async function authChecks(model, modelId, dataUri, ref) {
     assert.deepEqual((await good.models.list()).data.map((m) => m.id), [modelId]);
     for (const [name, client] of [["wrong key", withKey("unused")],
       ["another token", withKey("openai-client-test-token-9876543210")]]) {
-      for (const call of [ask(client), client.models.list()]) {
-        const e = await errorOf(call);
+      // One call at a time: a second promise rejected before it is awaited would be an
+      // unhandled rejection, which ends node (leaving `hapctl up` behind).
+      for (const call of [() => ask(client), () => client.models.list()]) {
+        const e = await errorOf(call());
         assert.ok(e instanceof OpenAI.AuthenticationError, `${name}: ${e}`);
         assert.equal(e.status, 401, name);
         assert.equal(e.code, "invalid_api_key", name);
