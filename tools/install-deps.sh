@@ -11,6 +11,8 @@ PACKAGES=(
   sentencepiece libsentencepiece-dev
   libjpeg-dev libpng-dev
   libcpp-httplib-dev
+  # tests/fuzz (make fuzz): clang with libFuzzer and the sanitizer runtimes
+  clang-14 libclang-rt-14-dev
   python3 python3-torch python3-numpy python3-sentencepiece python3-grpcio python3-protobuf python3-pil
   # sdk/python: setup.py build / pip install from the source tree
   python3-setuptools

@@ -19,11 +19,12 @@ namespace image_internal {
 
 absl::Status CheckPixelLimit(const char* format, int64_t width, int64_t height,
                              const ImageLimits& limits) {
-  const int64_t pixels = width * height;  // both < 2^32 from any header, so no overflow
-  if (pixels > limits.max_pixels) {
-    return absl::ResourceExhaustedError(absl::StrCat(format, " image is ", width, "x", height,
-                                                     " = ", pixels, " pixels; the limit is ",
-                                                     limits.max_pixels, " pixels"));
+  // A PNG header holds 32-bit sizes, so the product can pass 2^63: that is over any limit too.
+  int64_t pixels = 0;
+  if (__builtin_mul_overflow(width, height, &pixels) || pixels > limits.max_pixels) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        format, " image is ", width, "x", height, " = ", static_cast<uint64_t>(width) * height,
+        " pixels; the limit is ", limits.max_pixels, " pixels"));
   }
   return absl::OkStatus();
 }

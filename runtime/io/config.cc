@@ -23,6 +23,8 @@ namespace {
 
 using Json = nlohmann::json;
 
+constexpr int kMaxImageSize = 4096;  // ClipPreprocess's largest side
+
 using io_internal::Brief;
 using io_internal::FieldReader;
 using io_internal::ShortestDouble;
@@ -153,6 +155,12 @@ absl::Status Validate(const LlavaConfig& c, const std::string& source) {
     return absl::InvalidArgumentError(
         absl::StrCat(vw, "num_attention_heads (", v.num_attention_heads,
                      ") must divide hidden_size (", v.hidden_size, ")"));
+  }
+  // ClipPreprocess makes images of at most 4096 px a side; the bound also keeps
+  // (image_size / patch_size)^2 inside an int.
+  if (v.image_size > kMaxImageSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(vw, "image_size ", v.image_size, " is over ", kMaxImageSize, " pixels"));
   }
   if (v.image_size % v.patch_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(vw, "image_size (", v.image_size,
@@ -289,12 +297,15 @@ absl::StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
   HAP_RETURN_IF_ERROR(r.String("vision_feature_select_strategy", c.vision_feature_select_strategy));
   HAP_RETURN_IF_ERROR(r.String("projector_hidden_act", c.projector_hidden_act));
   HAP_RETURN_IF_ERROR(r.Bool("multimodal_projector_bias", c.projector_bias));
-  c.image_seq_length = c.num_visual_tokens();
+  // Absent, it follows the geometry, which is only known to be sane once validated (a
+  // patch_size of 0 would divide by zero).
+  const bool seq_given = r.Has("image_seq_length");
   HAP_RETURN_IF_ERROR(r.Int("image_seq_length", c.image_seq_length));
   // transformers 4.56 renamed torch_dtype to dtype; either may be present.
   HAP_RETURN_IF_ERROR(r.String("dtype", c.torch_dtype));
   HAP_RETURN_IF_ERROR(r.String("torch_dtype", c.torch_dtype));
   HAP_RETURN_IF_ERROR(Validate(c, source_name));
+  if (!seq_given) c.image_seq_length = c.num_visual_tokens();
   return c;
 }
 

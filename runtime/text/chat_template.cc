@@ -30,8 +30,19 @@ using Json = nlohmann::json;
 
 constexpr int kMaxNesting = 200;       // parser recursion and expression height
 constexpr int64_t kMaxRange = 100000;  // Jinja's sandbox MAX_RANGE
-constexpr int64_t kMaxIterations = 1 << 20;
-constexpr size_t kMaxOutputBytes = 64u << 20;
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+// The fuzz build (HAP_FUZZ) scales the render limits below down so that an input reaching one
+// stays quick under ASan; the checks are the same.
+constexpr int64_t kLimitScale = 1024;
+#else
+constexpr int64_t kLimitScale = 1;
+#endif
+constexpr int64_t kMaxIterations = (int64_t{1} << 20) / kLimitScale;
+constexpr size_t kMaxOutputBytes = (size_t{64} << 20) / kLimitScale;
+// JSON nodes (a string counts one per 64 bytes) the expressions of one render may make: bounds
+// the work the limits above leave open, such as slicing a long list in every loop iteration
+// (quadratic) or a list repeated to millions of items before a loop walks it.
+constexpr int64_t kMaxMadeNodes = (int64_t{1} << 22) / kLimitScale;
 
 // ------------------------------------------------------------------------------------------
 // Tokens and AST
@@ -1602,7 +1613,8 @@ absl::StatusOr<Value> Arith(const std::string& op, const Value& a, const Value& 
     const Json& seq = IsInt(a) ? y : x;
     const int64_t times = std::max<int64_t>(0, AsInt(IsInt(a) ? x : y));
     const size_t unit = seq.is_string() ? seq.get_ref<const std::string&>().size() : seq.size();
-    if (unit > 0 && static_cast<uint64_t>(times) > kMaxOutputBytes / unit) {
+    const uint64_t limit = seq.is_string() ? kMaxOutputBytes : kMaxMadeNodes;
+    if (unit > 0 && static_cast<uint64_t>(times) > limit / unit) {
       return Err("repetition result too large");
     }
     Json r = seq.is_string() ? Json("") : Json::array();
@@ -2147,6 +2159,26 @@ std::map<std::string, Value> Globals() {
 // Renderer: executes statements into out_, with a scope per loop iteration as Jinja has (a
 // `set` inside a loop body is gone after the iteration; one inside `if` is not scoped).
 
+// Nodes of `j` (see kMaxMadeNodes), counted up to just past `limit`; iterative, since a template
+// can nest lists deeper than the stack would allow.
+int64_t CountNodes(const Json& j, int64_t limit) {
+  if (j.is_string()) return 1 + static_cast<int64_t>(j.get_ref<const std::string&>().size() / 64);
+  if (!j.is_structured() || j.empty()) return 1;
+  int64_t n = 0;
+  std::vector<const Json*> todo = {&j};
+  while (!todo.empty() && n <= limit) {
+    const Json* node = todo.back();
+    todo.pop_back();
+    n += 1 + (node->is_string()
+                  ? static_cast<int64_t>(node->get_ref<const std::string&>().size() / 64)
+                  : 0);
+    if (node->is_structured()) {
+      for (const Json& child : *node) todo.push_back(&child);
+    }
+  }
+  return n;
+}
+
 class Renderer {
  public:
   explicit Renderer(const std::string& origin) : origin_(origin) { scopes_.push_back(Globals()); }
@@ -2337,7 +2369,25 @@ class Renderer {
     return Fail(e, absl::StrCat("'", TypeName(fn), "' object is not callable"));
   }
 
+  // EvalNode, with what an expression makes counted against kMaxMadeNodes: a value no one else
+  // holds was made here (names, constants, attributes and items share data made before; and/or
+  // and the inline if pass on a value their operand already counted).
   absl::StatusOr<Value> Eval(const Expr& e) {
+    HAP_ASSIGN_OR_RETURN(Value v, EvalNode(e));
+    const bool passes_on = e.kind == Expr::Kind::kAnd || e.kind == Expr::Kind::kOr ||
+                           e.kind == Expr::Kind::kCond || e.kind == Expr::Kind::kAttr ||
+                           e.kind == Expr::Kind::kItem;
+    if (!passes_on && v.is_data() && v.data.use_count() == 1) {
+      made_ += CountNodes(v.json(), kMaxMadeNodes - made_);
+      if (made_ > kMaxMadeNodes) {
+        return Fail(e, absl::StrCat("the template makes more than ", kMaxMadeNodes,
+                                    " values in one render"));
+      }
+    }
+    return v;
+  }
+
+  absl::StatusOr<Value> EvalNode(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kConst: {
         Value v;
@@ -2449,6 +2499,7 @@ class Renderer {
   std::string out_;
   Flow flow_ = Flow::kNormal;
   int64_t iterations_ = 0;
+  int64_t made_ = 0;  // JSON nodes expressions made (kMaxMadeNodes)
 };
 
 // LLaVA-1.5's conversation format: llava-hf's chat_template.json for llava-1.5 (the image

@@ -29,8 +29,9 @@
 //   - Values are JSON; Python semantics for truthiness, str() (None, True, 1.0, ['a']),
 //     arithmetic and comparison. Jinja's default Undefined: renders empty, is falsy, iterates as
 //     empty; an attribute or item of an undefined value is undefined too (Jinja would raise).
-//   - Limits as Jinja's sandbox: range() of at most 100000 items; also at most 1M loop iterations
-//     and 64 MiB of output per render, and 200 levels of nesting.
+//   - Limits as Jinja's sandbox: range() of at most 100000 items; also at most 1M loop iterations,
+//     64 MiB of output and 4M values made by expressions (list items, dict entries, 64-byte
+//     pieces of strings) per render, and 200 levels of nesting.
 // Not supported: macros, call/filter/raw blocks, include/import/extends, recursive loops,
 // loop.cycle, *args/**kwargs, string % formatting, str.format. Dicts keep JSON's sorted key order
 // (Python keeps insertion order), so iterating a dict or tojson of one lists keys sorted.

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "services/common/reaction_order.h"
+
 namespace hap::svc {
 
 using grpc::health::v1::HealthCheckRequest;
@@ -9,7 +11,8 @@ using grpc::health::v1::HealthCheckResponse;
 
 // One Watch stream. Only one write is in flight at a time; a status that changes meanwhile is
 // sent when it completes (intermediate flips collapse into the latest status, as the protocol
-// allows). Finish waits for an outstanding write and is issued when it completes.
+// allows). Finish waits for an outstanding write and is issued when it completes. The order gRPC
+// keeps between the calls is told to ThreadSanitizer (reaction_order.h).
 class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheckResponse> {
  public:
   Watcher(HealthService* owner, std::string service) : owner_(owner), service_(std::move(service)) {}
@@ -27,22 +30,29 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    if (!ok) {
-      RequestFinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "health watch write failed"));
-      return;
+    order_.After(ReactionOrder::kWrite);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) {
+        RequestFinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "health watch write failed"));
+      } else if (finish_requested_) {  // Shutdown or cancel came while the write was in flight.
+        RequestFinishLocked(finish_status_);
+      } else {
+        MaybeWriteLocked();
+      }
     }
-    if (finish_requested_) {  // Shutdown or cancel came while the write was in flight.
-      RequestFinishLocked(finish_status_);
-      return;
-    }
-    MaybeWriteLocked();
+    order_.Before(ReactionOrder::kDone);  // OnDone waits for this reaction to return
   }
 
-  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+  void OnCancel() override {
+    order_.After(ReactionOrder::kBound);
+    FinishOnce(grpc::Status::CANCELLED);
+    order_.Before(ReactionOrder::kDone);
+  }
 
   void OnDone() override {
+    order_.After(ReactionOrder::kDone);
     owner_->Remove(this);
     delete this;
   }
@@ -53,6 +63,8 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
     sent_ = latest_;
     response_.set_status(sent_);
     writing_ = true;
+    order_.Before(ReactionOrder::kWrite);
+    GrpcCode in_grpc;
     StartWrite(&response_);
   }
 
@@ -63,7 +75,10 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
     }
     if (!writing_ && !finished_) {
       finished_ = true;
-      Finish(finish_status_);
+      grpc::Status status = finish_status_;
+      order_.Before(ReactionOrder::kDone);
+      GrpcCode in_grpc;
+      Finish(std::move(status));
     }
   }
 
@@ -77,6 +92,7 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
   bool finish_requested_ = false;
   bool finished_ = false;
   grpc::Status finish_status_;
+  ReactionOrder order_;
 
   friend class HealthService;
 };
@@ -135,6 +151,7 @@ grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
   } else {
     w->Notify(StatusOf(request->service()));
   }
+  w->order_.Before(ReactionOrder::kBound);
   return w;
 }
 

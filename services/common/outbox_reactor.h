@@ -3,7 +3,8 @@
 // queue is written. The first Close() wins. Whoever closes must not touch the reactor after
 // Close() returns: gRPC may run OnDone (which deletes it) right away. The call's telemetry (the
 // SERVER span, the request counter and latency) is finished at the first Close(), before the
-// status is sent, so a client that saw the status also sees it counted.
+// status is sent, so a client that saw the status also sees it counted. The order gRPC keeps
+// between the calls is told to ThreadSanitizer (reaction_order.h).
 #pragma once
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <mutex>
 
 #include "grpcpp/grpcpp.h"
+#include "services/common/reaction_order.h"
 #include "telemetry/rpc.h"
 
 namespace hap::svc {
@@ -68,6 +70,13 @@ class OutboxReactor : public Base {
     return overflowed_;
   }
 
+  // The handler's return value: `return EncodeReactor::HandToGrpc(new EncodeReactor(...));`.
+  template <class Reactor>
+  static Reactor* HandToGrpc(Reactor* reactor) {
+    reactor->order_.Before(ReactionOrder::kBound);
+    return reactor;
+  }
+
  protected:
   OutboxReactor() = default;
   virtual ~OutboxReactor() = default;
@@ -80,8 +89,11 @@ class OutboxReactor : public Base {
   // The SERVER span: parent of the service's own spans. Its context stays valid after Close.
   const telemetry::Span& rpc_span() { return rpc_.span(); }
   telemetry::Span& mutable_rpc_span() { return rpc_.span(); }
+  // For a derived reactor's own reactions (OnReadDone) and StartRead calls.
+  ReactionOrder& order() { return order_; }
 
   void OnWriteDone(bool ok) override {
+    order_.After(ReactionOrder::kWrite);
     Action action;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -93,14 +105,20 @@ class OutboxReactor : public Base {
       action = NextLocked();
     }
     if (action != Action::kNone) Do(action);
+    order_.Before(ReactionOrder::kDone);  // OnDone waits for this reaction to return
   }
 
   void OnCancel() override {
+    order_.After(ReactionOrder::kBound);
     cancelled_ = true;
     OnCancelled();
+    order_.Before(ReactionOrder::kDone);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    order_.After(ReactionOrder::kDone);
+    delete this;
+  }
 
  private:
   enum class Action { kNone, kWrite, kFinish };
@@ -122,9 +140,14 @@ class OutboxReactor : public Base {
 
   void Do(Action action) {
     if (action == Action::kWrite) {
+      order_.Before(ReactionOrder::kWrite);
+      GrpcCode in_grpc;
       this->StartWrite(&current_);
     } else if (action == Action::kFinish) {
-      this->Finish(final_status_);  // the last use of `this`
+      grpc::Status status = final_status_;
+      order_.Before(ReactionOrder::kDone);
+      GrpcCode in_grpc;
+      this->Finish(std::move(status));  // the last use of `this`
     }
   }
 
@@ -140,6 +163,7 @@ class OutboxReactor : public Base {
   grpc::Status final_status_;
   std::atomic<bool> cancelled_{false};
   telemetry::ServerRpc rpc_;
+  ReactionOrder order_;
 };
 
 }  // namespace hap::svc

@@ -17,10 +17,12 @@ ServerState::RequestGuard& ServerState::RequestGuard::operator=(RequestGuard&& o
 void ServerState::RequestGuard::Reset() {
   if (state_ == nullptr) return;
   {
+    // Notified under the lock: once WaitIdle sees no request in flight, the state may be
+    // destroyed (the process shuts down), so idle_cv_ must not be touched after the unlock.
     std::lock_guard<std::mutex> lock(state_->mu_);
     state_->in_flight_.erase(key_);
+    state_->idle_cv_.notify_all();
   }
-  state_->idle_cv_.notify_all();
   state_ = nullptr;
 }
 

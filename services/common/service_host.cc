@@ -218,10 +218,10 @@ void ServiceHost::SetServing() {
 }
 
 void ServiceHost::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_requested_ = true;
-  }
+  // Notified under the lock: WaitAndDrain may return and the host be destroyed as soon as the
+  // flag is seen, so this (detached) thread must be done with cv_ by then.
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_requested_ = true;
   cv_.notify_all();
 }
 

@@ -49,6 +49,8 @@ class DecodeReactor final
     model_ = service->model_.load();
     // The rows land in the engine's KV blocks as they arrive, when it has them free.
     assembler_.emplace(ExpectationOf(*model_), service->engine_.load()->pool());
+    order().Before(ReactionOrder::kRead);
+    GrpcCode in_grpc;
     StartRead(&in_);
   }
 
@@ -58,6 +60,12 @@ class DecodeReactor final
   enum class Phase { kHeader, kChunks, kDecoding, kFailed };
 
   void OnReadDone(bool ok) override {
+    order().After(ReactionOrder::kRead);
+    ReadDone(ok);
+    order().Before(ReactionOrder::kDone);  // OnDone waits for this reaction to return
+  }
+
+  void ReadDone(bool ok) {
     if (!ok) {
       if (phase_ == Phase::kHeader || phase_ == Phase::kChunks) {
         Fail(absl::InvalidArgumentError(
@@ -76,6 +84,8 @@ class DecodeReactor final
       Fail(s);
       return;
     }
+    order().Before(ReactionOrder::kRead);
+    GrpcCode in_grpc;
     StartRead(&in_);
   }
 
@@ -259,7 +269,7 @@ class DecodeReactor final
 
 grpc::ServerBidiReactor<hap::v1::DecodeRequest, hap::v1::DecodeResponse>* DecodeService::Decode(
     grpc::CallbackServerContext* ctx) {
-  return new DecodeReactor(this, ctx);
+  return DecodeReactor::HandToGrpc(new DecodeReactor(this, ctx));
 }
 
 }  // namespace hap::svc

@@ -120,7 +120,7 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
 
 grpc::ServerWriteReactor<hap::v1::EncodeResponse>* EncoderService::Encode(
     grpc::CallbackServerContext* ctx, const hap::v1::EncodeRequest* request) {
-  return new EncodeReactor(this, ctx, request);
+  return EncodeReactor::HandToGrpc(new EncodeReactor(this, ctx, request));
 }
 
 }  // namespace hap::svc

@@ -83,7 +83,7 @@ absl::StatusOr<GenerateJob> PrefillService::Check(const hap::v1::GenerateRequest
 
 grpc::ServerWriteReactor<hap::v1::GenerateResponse>* PrefillService::Generate(
     grpc::CallbackServerContext* ctx, const hap::v1::GenerateRequest* request) {
-  return new GenerateReactor(this, ctx, request);
+  return GenerateReactor::HandToGrpc(new GenerateReactor(this, ctx, request));
 }
 
 }  // namespace hap::svc

@@ -215,6 +215,10 @@ TEST(DecodeImageTest, MaxPixels) {
 TEST(DecodeImageTest, MaxPixelsCheckedFromHeader) {
   ExpectError(DecodeImage(HeaderOnlyPng(100000, 100000), {}), absl::StatusCode::kResourceExhausted,
               {"PNG", "100000x100000", "40000000"});
+  // Found by tests/fuzz/image_fuzz: 32-bit sizes whose product passes 2^63 overflowed the check.
+  ExpectError(DecodeImage(HeaderOnlyPng(0xF1F1F1F1u, 0xF1F1F1F1u), {}),
+              absl::StatusCode::kResourceExhausted,
+              {"PNG", "4059165169x4059165169", "16476821869222798561 pixels"});
 
   std::string jpeg = EncodeJpeg(Pattern(16, 16));
   // Patch the SOF0 frame header: FFC0, length(2), precision(1), height(2), width(2).

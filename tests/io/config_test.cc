@@ -365,6 +365,20 @@ TEST(LlavaConfigErrorTest, InconsistentDimensions) {
               "eos_token_id = 40000 is outside [0, 32064)");
 }
 
+// Found by tests/fuzz/config_fuzz: the default image_seq_length was computed from the geometry
+// before it was validated, dividing by a zero patch_size and overflowing (image_size/patch)^2.
+TEST(LlavaConfigErrorTest, GeometryIsValidatedBeforeItIsUsed) {
+  ExpectError(ParsePatched(R"({"vision_config": {"patch_size": 0}})"),
+              "vision_config.patch_size = 0 must be positive");
+  ExpectError(ParsePatched(R"({"vision_config": {"patch_size": 0}, "image_seq_length": 9})"),
+              "vision_config.patch_size = 0 must be positive");
+  ExpectError(ParsePatched(R"({"vision_config": {"patch_size": 1, "image_size": 100000}})"),
+              "vision_config.image_size 100000 is over 4096 pixels");
+  auto largest = ParsePatched(R"({"vision_config": {"patch_size": 1, "image_size": 4096}})");
+  ASSERT_TRUE(largest.ok()) << largest.status();
+  EXPECT_EQ(largest->image_seq_length, 4096 * 4096);
+}
+
 TEST(LlavaConfigErrorTest, FeatureLayerAndStrategy) {
   ExpectError(ParsePatched(R"({"vision_feature_layer": -26})"),
               "vision_feature_layer = -26 is outside [-25, 24] for a vision tower of 24 layers");

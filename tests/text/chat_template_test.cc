@@ -410,6 +410,22 @@ TEST(ChatTemplateTest, LimitsAndBadArguments) {
   std::string chain = "{{ 1";
   for (int i = 0; i < 300; ++i) chain += " + 1";
   ExpectError((chain + " }}").c_str(), "nested too deeply");
+  // Found by tests/fuzz/chat_template_fuzz: work the loop and output limits leave open, such as
+  // slicing a long list in every iteration (quadratic) or repeating a list to millions of items,
+  // counts against the values one render may make.
+  ExpectError("{% set xs = range(3000)|list %}{% for x in xs %}{{ xs[::-1][0] }}{% endfor %}",
+              "makes more than 4194304 values in one render");
+  ExpectError("{{ ([0] * 5000000)|length }}", "repetition result too large");
+  auto within = ChatTemplate::Parse(
+      "{% set xs = range(1000)|list %}{% for x in xs %}{{ xs[::-1][0] }}{% endfor %}"
+      "|{{ ([0] * 3000000)|length }}",
+      "test");
+  ASSERT_TRUE(within.ok()) << within.status();
+  auto text = within->Render(Json::array(), false);
+  ASSERT_TRUE(text.ok()) << text.status();
+  std::string want;
+  for (int i = 0; i < 1000; ++i) want += "999";
+  EXPECT_EQ(*text, want + "|3000000");
   auto t = ChatTemplate::Parse("x", "test");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->Render(Json::array(), false, Json::array()).status().code(),

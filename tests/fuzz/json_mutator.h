@@ -1,0 +1,234 @@
+// A structure-aware mutator for the targets whose input is JSON (config.json,
+// preprocessor_config.json, the sharded index, OpenAI request bodies, safetensors headers).
+// Byte mutations alone rarely turn "patch_size": 14 into 0 or a huge value while keeping the
+// document valid; this edits one node of the parsed document instead (edge numbers, emptied or
+// retyped values, removed or duplicated members, a subtree copied elsewhere) and leaves the
+// other half of the mutations to libFuzzer's own byte mutators. A target opts in with
+// HAP_FUZZ_JSON_MUTATOR() (or HAP_FUZZ_SAFETENSORS_MUTATOR() for a whole safetensors file).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
+
+namespace hap::fuzz {
+
+using Rng = std::minstd_rand;
+
+inline size_t Pick(Rng& rng, size_t n) { return n == 0 ? 0 : rng() % n; }
+
+inline void CollectNodes(nlohmann::json& j, std::vector<nlohmann::json*>& out) {
+  out.push_back(&j);
+  if (j.is_structured()) {
+    for (auto& child : j) CollectNodes(child, out);
+  }
+}
+
+// Numbers at the edges parsers get wrong: zero, signs, powers of two, int/int64 limits,
+// denormals, huge doubles.
+inline nlohmann::json EdgeNumber(Rng& rng, const nlohmann::json& old) {
+  const double v = old.is_number() ? old.get<double>() : 1.0;
+  switch (Pick(rng, 21)) {
+    case 0:
+      return 0;
+    case 1:
+      return -1;
+    case 2:
+      return 1;
+    case 3:
+      return 2;
+    case 4:
+      return 3;
+    case 5:
+      return 4096;
+    case 6:
+      return 4097;
+    case 7:
+      return std::numeric_limits<int32_t>::max();
+    case 8:
+      return std::numeric_limits<int32_t>::min();
+    case 9:
+      return int64_t{1} << 31;
+    case 10:
+      return std::numeric_limits<int64_t>::max();
+    case 11:
+      return std::numeric_limits<uint64_t>::max();
+    case 12:
+      return std::numeric_limits<int64_t>::min();
+    case 13:
+      return 1e308;
+    case 14:
+      return -1e308;
+    case 15:
+      return 5e-324;
+    case 16:
+      return 0.5;
+    case 17:
+      return -0.0;
+    case 18:
+      return v * 2;
+    case 19:
+      return v / 2;
+    default: {  // one step up or down, wrapping at the 64-bit limits
+      if (!old.is_number_integer()) return v + 1;
+      const uint64_t bits = old.is_number_unsigned() ? old.get<uint64_t>()
+                                                     : static_cast<uint64_t>(old.get<int64_t>());
+      const uint64_t stepped = Pick(rng, 2) ? bits + 1 : bits - 1;
+      if (old.is_number_unsigned()) return stepped;
+      return static_cast<int64_t>(stepped);
+    }
+  }
+}
+
+inline nlohmann::json OtherType(Rng& rng) {
+  switch (Pick(rng, 7)) {
+    case 0:
+      return nullptr;
+    case 1:
+      return nlohmann::json::array();
+    case 2:
+      return nlohmann::json::object();
+    case 3:
+      return "";
+    case 4:
+      return 0;
+    case 5:
+      return true;
+    default:
+      return 1.5;
+  }
+}
+
+// Edits one node of `doc` in place.
+inline void MutateJsonDoc(nlohmann::json& doc, Rng& rng) {
+  std::vector<nlohmann::json*> nodes;
+  CollectNodes(doc, nodes);
+  nlohmann::json& node = *nodes[Pick(rng, nodes.size())];
+  switch (Pick(rng, 4)) {
+    case 0:  // a value of another type
+      node = OtherType(rng);
+      return;
+    case 1:  // a copy of another subtree
+      node = nlohmann::json(*nodes[Pick(rng, nodes.size())]);
+      return;
+    default:
+      break;
+  }
+  if (node.is_number()) {
+    node = EdgeNumber(rng, node);
+  } else if (node.is_boolean()) {
+    node = !node.get<bool>();
+  } else if (node.is_string()) {
+    std::string s = node.get<std::string>();
+    switch (Pick(rng, 5)) {
+      case 0:
+        s.clear();
+        break;
+      case 1:
+        s += s;
+        break;
+      case 2:
+        s = s.substr(0, Pick(rng, s.size() + 1));
+        break;
+      case 3:
+        s.insert(Pick(rng, s.size() + 1), 1, static_cast<char>(rng()));
+        break;
+      default: {
+        if (s.empty()) s.push_back(static_cast<char>(rng()));
+        s.resize(s.size() + 8);
+        s.resize(LLVMFuzzerMutate(reinterpret_cast<uint8_t*>(s.data()), s.size() - 8, s.size()));
+      }
+    }
+    node = s;  // invalid UTF-8 becomes U+FFFD when the document is written
+  } else if (node.is_object() && !node.empty()) {
+    auto it = node.begin();
+    std::advance(it, Pick(rng, node.size()));
+    if (Pick(rng, 2) == 0) {
+      node.erase(it);
+    } else {
+      node[it.key() + (Pick(rng, 2) ? "_" : "")] = OtherType(rng);
+    }
+  } else if (node.is_array() && !node.empty()) {
+    const size_t i = Pick(rng, node.size());
+    switch (Pick(rng, 3)) {
+      case 0:
+        node.erase(node.begin() + i);
+        break;
+      case 1:
+        node.push_back(nlohmann::json(node[i]));
+        break;
+      default:
+        node.push_back(EdgeNumber(rng, node[i]));
+    }
+  } else {
+    node = EdgeNumber(rng, node);
+  }
+}
+
+// Mutates `data` as a JSON document half the time (when it parses), else with libFuzzer's byte
+// mutators.
+inline size_t MutateJsonBytes(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
+  Rng rng(seed);
+  if (Pick(rng, 2) == 0) return LLVMFuzzerMutate(data, size, max_size);
+  nlohmann::json doc = nlohmann::json::parse(data, data + size, nullptr, false);
+  if (doc.is_discarded()) return LLVMFuzzerMutate(data, size, max_size);
+  for (size_t n = 1 + Pick(rng, 3); n > 0; --n) MutateJsonDoc(doc, rng);
+  const std::string text = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (text.size() > max_size) return LLVMFuzzerMutate(data, size, max_size);
+  std::memcpy(data, text.data(), text.size());
+  return text.size();
+}
+
+// A safetensors file: its JSON header mutated as above with the 8-byte length kept in step, the
+// data section kept, cut or extended now and then.
+inline size_t MutateSafetensorsBytes(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
+  Rng rng(seed);
+  uint64_t header_len = 0;
+  if (size >= 8) std::memcpy(&header_len, data, 8);
+  if (Pick(rng, 2) == 0 || size < 8 || header_len > size - 8) {
+    return LLVMFuzzerMutate(data, size, max_size);
+  }
+  nlohmann::json doc = nlohmann::json::parse(data + 8, data + 8 + header_len, nullptr, false);
+  if (doc.is_discarded()) return LLVMFuzzerMutate(data, size, max_size);
+  for (size_t n = 1 + Pick(rng, 3); n > 0; --n) MutateJsonDoc(doc, rng);
+  std::string header = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  header.append(Pick(rng, 8), ' ');
+  std::string body(reinterpret_cast<const char*>(data) + 8 + header_len, size - 8 - header_len);
+  switch (Pick(rng, 4)) {
+    case 0:
+      body.resize(Pick(rng, body.size() + 1));
+      break;
+    case 1:
+      body.append(Pick(rng, 64), '\x3f');
+      break;
+    default:
+      break;
+  }
+  const uint64_t new_len = header.size();
+  if (8 + header.size() + body.size() > max_size) return LLVMFuzzerMutate(data, size, max_size);
+  std::memcpy(data, &new_len, 8);
+  std::memcpy(data + 8, header.data(), header.size());
+  std::memcpy(data + 8 + header.size(), body.data(), body.size());
+  return 8 + header.size() + body.size();
+}
+
+}  // namespace hap::fuzz
+
+#define HAP_FUZZ_JSON_MUTATOR()                                                          \
+  extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, \
+                                            unsigned int seed) {                         \
+    return hap::fuzz::MutateJsonBytes(data, size, max_size, seed);                       \
+  }
+
+#define HAP_FUZZ_SAFETENSORS_MUTATOR()                                                   \
+  extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, \
+                                            unsigned int seed) {                         \
+    return hap::fuzz::MutateSafetensorsBytes(data, size, max_size, seed);                \
+  }
