@@ -25,6 +25,7 @@
 #include "bench/common/percentile.h"
 #include "runtime/io/model_dir.h"
 #include "sdk/client.h"
+#include "sdk/held_state.h"
 #include "sdk/local_pipeline.h"
 #include "services/common/options.h"
 
@@ -238,11 +239,8 @@ int Main(int argc, char** argv) {
         absl::StrAppend(&held, sdk::ServiceBinary(s), ": ", st.status().ToString(), "; ");
         continue;
       }
-      absl::StrAppend(&held, sdk::ServiceBinary(s), ": in flight ", st->in_flight_requests(),
-                      ", KV caches ", st->kv_caches_held(), ", leases ", st->kv_leases(),
-                      ", pool blocks in use ", st->kv_pool_blocks_in_use(), "; ");
-      clean = clean && st->in_flight_requests() == 0 && st->kv_caches_held() == 0 &&
-              st->kv_leases() == 0 && st->kv_pool_blocks_in_use() == 0;
+      absl::StrAppend(&held, sdk::ServiceBinary(s), ": ", sdk::HeldSummary(*st), "; ");
+      clean = clean && sdk::HoldsNothing(*st);
     }
     if (!clean) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdk/child_process.h"
+#include "sdk/client.h"
+#include "sdk/held_state.h"
 
 namespace hap::e2e {
 
@@ -108,6 +110,16 @@ hap::v1::GenerateRequest ToRequest(const Ask& ask, const std::string& image) {
   s->set_top_k(ask.top_k);
   s->set_seed(ask.seed);
   return req;
+}
+
+bool Idle(sdk::Client* client, std::chrono::milliseconds timeout) {
+  auto st = client->GetState(timeout);
+  return st.ok() && sdk::HoldsNothing(*st);
+}
+
+bool Idle(const std::string& address) {
+  auto c = sdk::Client::Connect(address);
+  return c.ok() && Idle(c->get(), std::chrono::milliseconds(1000));
 }
 
 std::optional<double> WaitUntil(const std::function<bool()>& done,

@@ -1,5 +1,5 @@
 // Helpers for the end-to-end tests: a tiny checkpoint from `hapctl make-tiny`, `hapctl run --json`
-// as the in-process reference, requests, and polling.
+// as the in-process reference, requests, the "nothing held" check, and polling.
 #pragma once
 
 #include <chrono>
@@ -10,6 +10,10 @@
 
 #include "hap/v1/generate.pb.h"
 #include "nlohmann/json.hpp"
+
+namespace hap::sdk {
+class Client;
+}  // namespace hap::sdk
 
 namespace hap::e2e {
 
@@ -48,6 +52,12 @@ nlohmann::json HapctlRun(const std::string& model_dir, const Ask& ask, std::stri
 std::optional<Ask> FindLongAsk(const std::string& model_dir, int min_tokens);
 
 hap::v1::GenerateRequest ToRequest(const Ask& ask, const std::string& image);
+
+// True when the service holds nothing (sdk::HoldsNothing: no request in flight, no KV cache,
+// lease or pool block); false when it does not answer GetState within `timeout`.
+bool Idle(sdk::Client* client, std::chrono::milliseconds timeout = std::chrono::seconds(2));
+// The same for the service at `address`, over a new connection, answering within a second.
+bool Idle(const std::string& address);
 
 // Polls `done` every 10 ms; the milliseconds it took, or nullopt at the timeout.
 std::optional<double> WaitUntil(const std::function<bool()>& done,

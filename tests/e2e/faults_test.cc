@@ -15,6 +15,7 @@
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/pipeline_fixture.h"
 
 namespace hap::e2e {
 namespace {
@@ -22,59 +23,19 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-class FaultsTest : public ::testing::Test {
+class FaultsTest : public PipelineSuite {
  protected:
   static void SetUpTestSuite() {
-    model_dir_ = new std::string(MakeTinyModel("faults_tiny8", 1));
-    ASSERT_FALSE(model_dir_->empty()) << "hapctl make-tiny failed";
-    image_ = new std::string(ReadBytes(TestImagePath()));
     sdk::LocalPipelineOptions o;
-    o.model_dir = *model_dir_;
-    o.bin_dir = HAP_BIN_DIR;
-    o.echo_output = false;
     const std::vector<std::string> tight = {"--max-concurrent",    "1",   "--queue-length", "0",
                                             "--max-message-bytes", "4096"};
     o.encoder_args = {"--max-message-bytes", "4096"};
     o.prefill_args = tight;
     o.decode_args = tight;
     o.decode_args.insert(o.decode_args.end(), {"--kv-lease-ms", "1500"});
-    auto p = sdk::LocalPipeline::Start(o);
-    ASSERT_TRUE(p.ok()) << p.status();
-    pipeline_ = p->release();
+    StartPipeline("faults_tiny8", 1, std::move(o));
   }
-  static void TearDownTestSuite() {
-    if (pipeline_ != nullptr) pipeline_->Stop().IgnoreError();
-    delete pipeline_;
-    delete model_dir_;
-    delete image_;
-  }
-
-  static std::unique_ptr<sdk::Client> Connect(sdk::Service s) {
-    auto c = sdk::Client::Connect(pipeline_->address(s));
-    EXPECT_TRUE(c.ok());
-    return std::move(*c);
-  }
-
-  static bool Idle(sdk::Client* c) {
-    auto s = c->GetState();
-    return s.ok() && s->in_flight_requests() == 0 && s->kv_caches_held() == 0 &&
-           s->kv_pool_blocks_in_use() == 0;
-  }
-
-  // A request that runs for hundreds of tokens unless stopped.
-  static Ask LongAsk() {
-    static const std::optional<Ask> ask = FindLongAsk(*model_dir_, 400);
-    EXPECT_TRUE(ask.has_value()) << "no long-running request found on this checkpoint";
-    return ask.value_or(Ask());
-  }
-
-  static std::string* model_dir_;
-  static std::string* image_;
-  static sdk::LocalPipeline* pipeline_;
 };
-std::string* FaultsTest::model_dir_ = nullptr;
-std::string* FaultsTest::image_ = nullptr;
-sdk::LocalPipeline* FaultsTest::pipeline_ = nullptr;
 
 // A valid KV header for this model announcing 4 rows per layer, one chunk per layer.
 hap::v1::DecodeRequest SmallKvHeader(const LlavaConfig& cfg) {

@@ -120,14 +120,6 @@ class TcpProxy {
   std::thread accept_thread_;
 };
 
-bool Idle(const std::string& address) {
-  auto c = sdk::Client::Connect(address);
-  if (!c.ok()) return false;
-  auto st = (*c)->GetState(milliseconds(1000));
-  return st.ok() && st->in_flight_requests() == 0 && st->kv_caches_held() == 0 &&
-         st->kv_leases() == 0 && st->kv_pool_blocks_in_use() == 0;
-}
-
 TEST(KvCutTest, TransferCutHalfwayFreesBothSides) {
   const std::string model = MakeTinyModel("kv_cut_tiny8", 6);
   ASSERT_FALSE(model.empty());

@@ -15,6 +15,7 @@
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/pipeline_fixture.h"
 
 namespace hap::e2e {
 namespace {
@@ -26,26 +27,12 @@ double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-class PeerFaultsTest : public ::testing::Test {
+class PeerFaultsTest : public PipelineSuite {
  protected:
   static void SetUpTestSuite() {
-    model_dir_ = new std::string(MakeTinyModel("peer_faults_tiny8", 3));
-    ASSERT_FALSE(model_dir_->empty()) << "hapctl make-tiny failed";
-    image_ = new std::string(ReadBytes(TestImagePath()));
     sdk::LocalPipelineOptions o;
-    o.model_dir = *model_dir_;
-    o.bin_dir = HAP_BIN_DIR;
-    o.echo_output = false;
     o.encoder_args = o.prefill_args = o.decode_args = {"--threads", "1"};
-    auto p = sdk::LocalPipeline::Start(o);
-    ASSERT_TRUE(p.ok()) << p.status();
-    pipeline_ = p->release();
-  }
-  static void TearDownTestSuite() {
-    if (pipeline_ != nullptr) pipeline_->Stop().IgnoreError();
-    delete pipeline_;
-    delete model_dir_;
-    delete image_;
+    StartPipeline("peer_faults_tiny8", 3, std::move(o));
   }
   void TearDown() override {
     // Whatever a test froze or killed is back for the next one.
@@ -56,26 +43,8 @@ class PeerFaultsTest : public ::testing::Test {
     }
   }
 
-  static std::unique_ptr<sdk::Client> Connect(sdk::Service s) {
-    auto c = sdk::Client::Connect(pipeline_->address(s));
-    EXPECT_TRUE(c.ok());
-    return std::move(*c);
-  }
-
-  // Nothing in flight and no KV held.
-  static bool Idle(sdk::Service s) {
-    auto c = Connect(s);
-    auto st = c->GetState(milliseconds(1000));
-    return st.ok() && st->in_flight_requests() == 0 && st->kv_caches_held() == 0 &&
-           st->kv_leases() == 0 && st->kv_pool_blocks_in_use() == 0;
-  }
-
-  // A request that runs for hundreds of tokens unless stopped.
-  static Ask LongAsk() {
-    static const std::optional<Ask> ask = FindLongAsk(*model_dir_, 400);
-    EXPECT_TRUE(ask.has_value()) << "no long-running request found on this checkpoint";
-    return ask.value_or(Ask());
-  }
+  // Nothing held by service `s` (Idle in e2e_util.h).
+  static bool Idle(sdk::Service s) { return e2e::Idle(pipeline_->address(s)); }
 
   static void ExpectServesAgain() {
     auto client = Connect(sdk::Service::kPrefill);
@@ -84,14 +53,7 @@ class PeerFaultsTest : public ::testing::Test {
     auto again = client->Generate(ToRequest(Ask(), *image_), o);
     EXPECT_TRUE(again.ok()) << again.status();
   }
-
-  static std::string* model_dir_;
-  static std::string* image_;
-  static sdk::LocalPipeline* pipeline_;
 };
-std::string* PeerFaultsTest::model_dir_ = nullptr;
-std::string* PeerFaultsTest::image_ = nullptr;
-sdk::LocalPipeline* PeerFaultsTest::pipeline_ = nullptr;
 
 TEST_F(PeerFaultsTest, EncoderKilledHoldingTheRequestGivesUnavailable) {
   // The encoder is frozen, so the request waits in it; then it dies.

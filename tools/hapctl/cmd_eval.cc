@@ -386,20 +386,8 @@ absl::Status EvalLlavaFiles(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(int64_t limit, flags.Int("limit", 0));
   HAP_ASSIGN_OR_RETURN(int64_t num_chunks, flags.Int("num-chunks", 1));
   HAP_ASSIGN_OR_RETURN(int64_t chunk_idx, flags.Int("chunk-idx", 0));
-  HAP_ASSIGN_OR_RETURN(int64_t max_new, flags.Int("max-new-tokens", 128));
-  if (max_new < 1 || max_new > 1 << 20) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max-new-tokens must be in [1, 1048576], got ", max_new));
-  }
-  o.stop.max_new_tokens = static_cast<int>(max_new);
-  HAP_ASSIGN_OR_RETURN(double temperature, flags.Double("temperature", 0.0));
-  HAP_ASSIGN_OR_RETURN(double top_p, flags.Double("top-p", 1.0));
-  HAP_ASSIGN_OR_RETURN(int64_t top_k, flags.Int("top-k", 0));
-  HAP_ASSIGN_OR_RETURN(o.sampling.seed, flags.Uint64("seed", 0));
-  o.sampling.temperature = static_cast<float>(temperature);
-  o.sampling.top_p = static_cast<float>(top_p);
-  o.sampling.top_k = static_cast<int>(top_k);
-  HAP_RETURN_IF_ERROR(ValidateSamplingParams(o.sampling));
+  HAP_ASSIGN_OR_RETURN(o.stop.max_new_tokens, ParseMaxNewTokens(flags, 128));
+  HAP_ASSIGN_OR_RETURN(o.sampling, ParseSamplingFlags(flags));
 
   // Questions first: a bad file fails before the model loads.
   HAP_ASSIGN_OR_RETURN(std::vector<LlavaQuestion> questions,

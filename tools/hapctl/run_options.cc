@@ -48,26 +48,36 @@ absl::StatusOr<PruneRequest> ParsePruneFlags(const Flags& flags, int n_visual_to
   return req;
 }
 
+absl::StatusOr<int> ParseMaxNewTokens(const Flags& flags, int default_value) {
+  HAP_ASSIGN_OR_RETURN(int64_t max_new, flags.Int("max-new-tokens", default_value));
+  if (max_new < 1 || max_new > 1 << 20) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-new-tokens must be in [1, 1048576], got ", max_new));
+  }
+  return static_cast<int>(max_new);
+}
+
+absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags) {
+  SamplingParams sampling;
+  HAP_ASSIGN_OR_RETURN(double temperature, flags.Double("temperature", 0.0));
+  HAP_ASSIGN_OR_RETURN(double top_p, flags.Double("top-p", 1.0));
+  HAP_ASSIGN_OR_RETURN(int64_t top_k, flags.Int("top-k", 0));
+  HAP_ASSIGN_OR_RETURN(sampling.seed, flags.Uint64("seed", 0));
+  sampling.temperature = static_cast<float>(temperature);
+  sampling.top_p = static_cast<float>(top_p);
+  sampling.top_k = static_cast<int>(top_k);
+  HAP_RETURN_IF_ERROR(ValidateSamplingParams(sampling));
+  return sampling;
+}
+
 absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags, int n_visual_tokens) {
   GenerateRequest req;
   HAP_ASSIGN_OR_RETURN(req.prune, ParsePruneFlags(flags, n_visual_tokens));
   HAP_ASSIGN_OR_RETURN(std::string image_path, flags.Required("image"));
   HAP_ASSIGN_OR_RETURN(req.prompt, flags.Required("prompt"));
   HAP_ASSIGN_OR_RETURN(req.image_bytes, ReadFile(image_path));
-  HAP_ASSIGN_OR_RETURN(int64_t max_new, flags.Int("max-new-tokens", 64));
-  if (max_new < 1 || max_new > 1 << 20) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max-new-tokens must be in [1, 1048576], got ", max_new));
-  }
-  req.stop.max_new_tokens = static_cast<int>(max_new);
-  HAP_ASSIGN_OR_RETURN(double temperature, flags.Double("temperature", 0.0));
-  HAP_ASSIGN_OR_RETURN(double top_p, flags.Double("top-p", 1.0));
-  HAP_ASSIGN_OR_RETURN(int64_t top_k, flags.Int("top-k", 0));
-  HAP_ASSIGN_OR_RETURN(req.sampling.seed, flags.Uint64("seed", 0));
-  req.sampling.temperature = static_cast<float>(temperature);
-  req.sampling.top_p = static_cast<float>(top_p);
-  req.sampling.top_k = static_cast<int>(top_k);
-  HAP_RETURN_IF_ERROR(ValidateSamplingParams(req.sampling));
+  HAP_ASSIGN_OR_RETURN(req.stop.max_new_tokens, ParseMaxNewTokens(flags, 64));
+  HAP_ASSIGN_OR_RETURN(req.sampling, ParseSamplingFlags(flags));
   if (auto stop = flags.Get("stop")) req.stop.stop_strings.push_back(*stop);
   return req;
 }

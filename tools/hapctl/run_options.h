@@ -19,6 +19,12 @@ void AddGenerationFlags(std::set<std::string>* value_flags);
 // `n_visual_tokens` (V of the model) resolves a "--retain 5.6%" percentage.
 absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags, int n_visual_tokens);
 
+// --max-new-tokens (`default_value` when absent), checked to be in [1, 1048576].
+absl::StatusOr<int> ParseMaxNewTokens(const Flags& flags, int default_value);
+
+// The sampling flags --temperature --top-p --top-k --seed, checked (ValidateSamplingParams).
+absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags);
+
 // Just the pruning flags: --method (default "none", or "hap" when a budget is given) and
 // --retain K|P% / --flops F.
 absl::StatusOr<PruneRequest> ParsePruneFlags(const Flags& flags, int n_visual_tokens);
