@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "grpcpp/impl/server_builder_option.h"
+
 #include "services/common/reaction_order.h"
 
 namespace hap::svc {
@@ -125,20 +127,64 @@ void HealthService::Remove(Watcher* w) {
   watchers_.erase(w);
 }
 
+grpc::Status HealthService::Answer(const std::string& service,
+                                   HealthCheckResponse* response) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const HealthCheckResponse::ServingStatus status = StatusOf(service);
+  if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service '" + service + "'");
+  }
+  response->set_status(status);
+  return grpc::Status::OK;
+}
+
 grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* ctx,
                                                const HealthCheckRequest* request,
                                                HealthCheckResponse* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  std::lock_guard<std::mutex> lock(mu_);
-  const HealthCheckResponse::ServingStatus status = StatusOf(request->service());
-  if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                 "unknown service '" + request->service() + "'"));
-    return reactor;
-  }
-  response->set_status(status);
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(Answer(request->service(), response));
   return reactor;
+}
+
+grpc::ServerUnaryReactor* HealthCheckOnly::Check(grpc::CallbackServerContext* ctx,
+                                                 const HealthCheckRequest* request,
+                                                 HealthCheckResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(health_->Answer(request->service(), response));
+  return reactor;
+}
+
+namespace {
+
+// Drops the builder's plugins: grpc++_reflection registers its plugin for every ServerBuilder
+// of the process at static initialisation, and a health-only port must not serve reflection.
+class WithoutPlugins final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->clear();
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartHealthCheckServer(const std::string& address,
+                                                                     HealthCheckOnly* service,
+                                                                     int* port) {
+  grpc::ServerBuilder builder;
+  builder.SetOption(std::make_unique<WithoutPlugins>());
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  // A Check request is a service name: nothing bigger comes in.
+  builder.SetMaxReceiveMessageSize(4096);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 4);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 30 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, 60 * 1000);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) {
+    return absl::UnavailableError("cannot listen for health checks on " + address);
+  }
+  return server;
 }
 
 grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(

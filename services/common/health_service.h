@@ -2,7 +2,9 @@
 // SERVING from the moment the server starts (before the model is loaded). This one starts
 // NOT_SERVING and only changes when told: Check answers for "" (the whole server) and for each
 // registered service name (NOT_FOUND for others, as the protocol says); Watch streams the status
-// and every change until the client cancels or the server shuts down.
+// and every change until the client cancels or the server shuts down. HealthCheckOnly and
+// StartHealthCheckServer serve the same answers, Check alone, on a plaintext port of its own for
+// probes that cannot speak TLS (the kubelet's gRPC probe).
 #pragma once
 
 #include <memory>
@@ -11,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 
 namespace hap::svc {
 
@@ -25,6 +29,9 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   void SetServing(bool serving);
   // Ends every Watch stream (call before Server::Shutdown so shutdown does not wait on them).
   void Shutdown();
+  // Check's answer for `service`: OK with the status, or NOT_FOUND for a service not hosted.
+  grpc::Status Answer(const std::string& service,
+                      grpc::health::v1::HealthCheckResponse* response) const;
 
   grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* ctx,
                                   const grpc::health::v1::HealthCheckRequest* request,
@@ -45,5 +52,26 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   bool shut_down_ = false;
   std::set<Watcher*> watchers_;
 };
+
+// grpc.health.v1.Health/Check answered by `health` (which must outlive it); Watch is left
+// UNIMPLEMENTED, so an unauthenticated port serving this holds no stream open.
+class HealthCheckOnly final : public grpc::health::v1::Health::CallbackService {
+ public:
+  explicit HealthCheckOnly(const HealthService* health) : health_(health) {}
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* ctx,
+                                  const grpc::health::v1::HealthCheckRequest* request,
+                                  grpc::health::v1::HealthCheckResponse* response) override;
+
+ private:
+  const HealthService* health_;
+};
+
+// A plaintext gRPC server on `address` ("host:port"; port 0 = a free one, written to *port)
+// with `service` and nothing else: the server reflection that gRPC adds to every server is taken
+// out, and connections are kept small and short (a few streams, tiny messages, closed when idle).
+// It tells whether the process is serving, which is all an unauthenticated caller can learn.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartHealthCheckServer(const std::string& address,
+                                                                     HealthCheckOnly* service,
+                                                                     int* port);
 
 }  // namespace hap::svc

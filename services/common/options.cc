@@ -124,6 +124,10 @@ std::vector<OptionSpec> CommonOptionSpecs() {
        "PEM roots: require client certificates they signed (mutual TLS)"},
       {"metrics-port", "HAP_METRICS_PORT", "",
        "serve Prometheus /metrics over HTTP on this port (0 = a free one, printed); unset = off"},
+      {"health-port", "HAP_HEALTH_PORT", "",
+       "also answer grpc.health.v1 Check, and nothing else, in plaintext on this port, for "
+       "probes that cannot speak TLS (the kubelet's gRPC probe); 0 = a free one, printed; unset "
+       "= off"},
       {"otlp-endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", "",
        "OTLP collector: host:port for grpc, base URL for http/protobuf; unset = tracing off"},
       {"otlp-protocol", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc",
@@ -169,6 +173,14 @@ absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options) {
   if (!options.Get("metrics-port").empty()) {
     HAP_ASSIGN_OR_RETURN(int64_t metrics_port, options.Int("metrics-port", 0, 65535));
     c.metrics_port = static_cast<int>(metrics_port);
+  }
+  if (!options.Get("health-port").empty()) {
+    HAP_ASSIGN_OR_RETURN(int64_t health_port, options.Int("health-port", 0, 65535));
+    c.health_port = static_cast<int>(health_port);
+    if (c.health_port != 0 && c.health_port == c.port) {
+      return absl::InvalidArgumentError(
+          "--health-port must differ from --port: it serves health checks in plaintext");
+    }
   }
   // Only what was given as a flag: the environment is read by the tracer itself, which also
   // knows the OTEL_* variables that have no flag (and their precedence).

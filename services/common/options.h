@@ -63,6 +63,9 @@ struct CommonOptions {
   // it; "" = not given. Metrics: Prometheus /metrics on this port (0 = a free one), -1 = off.
   std::string otlp_endpoint, otlp_protocol, service_name, traces_sampler, traces_sampler_arg;
   int metrics_port = -1;
+  // grpc.health.v1 Check alone, plaintext, on this port too (0 = a free one), for probes that
+  // cannot speak TLS; -1 = off.
+  int health_port = -1;
 };
 absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options);
 

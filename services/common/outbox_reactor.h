@@ -8,9 +8,11 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <deque>
 #include <mutex>
 
+#include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
 #include "services/common/reaction_order.h"
 #include "telemetry/rpc.h"
@@ -21,18 +23,19 @@ namespace hap::svc {
 template <class Base, class Response>
 class OutboxReactor : public Base {
  public:
-  // Messages waiting to be written at most: a client that stops reading its stream is cut off
-  // there (Send returns false, overflowed() is true) instead of growing the queue without end.
-  static constexpr size_t kMaxQueued = 4096;
+  // Messages waiting to be written at most, unless the derived reactor sets another bound: a
+  // client that stops reading its stream is cut off there (Send returns false, overflowed() is
+  // true) instead of growing the queue without end.
+  static constexpr size_t kDefaultMaxQueued = 4096;
 
   // Thread-safe. False once the call is closing, the client is gone, or it stopped reading and
-  // kMaxQueued messages wait (the message is dropped).
+  // max_queued() messages wait (the message is dropped).
   bool Send(Response message) {
     Action action;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closing_ || broken_) return false;
-      if (queue_.size() >= kMaxQueued) {
+      if (queue_.size() >= max_queued_) {
         broken_ = true;
         overflowed_ = true;
         queue_.clear();
@@ -45,14 +48,34 @@ class OutboxReactor : public Base {
     return true;
   }
 
-  // Thread-safe; only the first call counts.
-  void Close(const grpc::Status& status) {
+  // Thread-safe; only the first call counts. After an overflow the write in flight waits on a
+  // client that does not read, and the status would wait behind it (holding the call until the
+  // client reads, cancels or its deadline passes): the call is cancelled with `status` instead,
+  // which gRPC sends as trailers (not flow-controlled) and which ends the stalled write at once.
+  void Close(const grpc::Status& given) {
     if (close_started_.exchange(true)) return;
+    bool overflowed, cut_off;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      overflowed = overflowed_;
+      cut_off = overflowed_ && writing_;
+    }
+    // Whatever the handler says, a call whose messages were dropped did not succeed.
+    const grpc::Status status = overflowed && given.ok()
+                                    ? grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                                   "the client stopped reading its stream")
+                                    : given;
     // Before closing_ is set, nothing can finish the call: the telemetry is complete before the
     // status can reach the client. Once closing_ is set and the lock released, a write completing
     // on a gRPC thread may finish the call and delete this reactor, so nothing of `this` is
     // touched after the lock unless this call owns the next action.
     rpc_.Finish(status);
+    // Outside the lock: the cancel may run OnWriteDone(false) on this thread before it returns.
+    if (cut_off && call_ != nullptr) {
+      GrpcCode in_grpc;
+      grpc_call_cancel_with_status(call_, static_cast<grpc_status_code>(status.error_code()),
+                                   status.error_message().c_str(), nullptr);
+    }
     Action action;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -64,7 +87,8 @@ class OutboxReactor : public Base {
   }
 
   bool cancelled() const { return cancelled_.load(); }
-  // Send gave up because the client did not read kMaxQueued messages.
+  size_t max_queued() const { return max_queued_; }
+  // Send gave up because the client did not read max_queued() messages.
   bool overflowed() const {
     std::lock_guard<std::mutex> lock(mu_);
     return overflowed_;
@@ -79,13 +103,18 @@ class OutboxReactor : public Base {
 
  protected:
   OutboxReactor() = default;
+  explicit OutboxReactor(size_t max_queued) : max_queued_(max_queued > 0 ? max_queued : 1) {}
   virtual ~OutboxReactor() = default;
 
   // Runs on a gRPC thread when the client cancels or the deadline passes.
   virtual void OnCancelled() {}
 
   // Starts the call's telemetry; derived constructors call it first ("hap.v1.Encoder/Encode").
-  void StartRpc(const grpc::ServerContextBase& ctx, const char* method) { rpc_.Start(ctx, method); }
+  // The call is kept to cut off a client that stopped reading (Close).
+  void StartRpc(grpc::ServerContextBase& ctx, const char* method) {
+    rpc_.Start(ctx, method);
+    call_ = ctx.c_call();
+  }
   // The SERVER span: parent of the service's own spans. Its context stays valid after Close.
   const telemetry::Span& rpc_span() { return rpc_.span(); }
   telemetry::Span& mutable_rpc_span() { return rpc_.span(); }
@@ -151,6 +180,8 @@ class OutboxReactor : public Base {
     }
   }
 
+  const size_t max_queued_ = kDefaultMaxQueued;
+  grpc_call* call_ = nullptr;  // null without StartRpc (the unit tests' fake reactors)
   mutable std::mutex mu_;
   std::deque<Response> queue_;
   Response current_;  // the message being written

@@ -64,6 +64,7 @@ ServiceHost::ServiceHost(std::string name) : name_(std::move(name)), state_(name
 ServiceHost::~ServiceHost() {
   if (health_ != nullptr) health_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+  if (health_server_ != nullptr) health_server_->Shutdown(std::chrono::system_clock::now());
   StopTelemetry();
 }
 
@@ -143,6 +144,7 @@ int ServiceHost::Fail(const absl::Status& status) {
     server_->Wait();
     server_.reset();
   }
+  StopHealthServer();
   return StartupFailure(name_, status);
 }
 
@@ -197,7 +199,24 @@ absl::Status ServiceHost::Start(const CommonOptions& options,
   SetHealth(false);
   std::printf("%s listening on %s:%d\n", name_.c_str(), options.host.c_str(), port_);
   std::fflush(stdout);
+  if (options.health_port >= 0) {
+    health_check_ = std::make_unique<HealthCheckOnly>(health_.get());
+    int health_port = 0;
+    HAP_ASSIGN_OR_RETURN(
+        health_server_, StartHealthCheckServer(absl::StrCat(options.host, ":", options.health_port),
+                                               health_check_.get(), &health_port));
+    std::printf("%s health checks on %s:%d (plaintext, grpc.health.v1 Check only)\n", name_.c_str(),
+                options.host.c_str(), health_port);
+    std::fflush(stdout);
+  }
   return absl::OkStatus();
+}
+
+void ServiceHost::StopHealthServer() {
+  if (health_server_ == nullptr) return;
+  health_server_->Shutdown(std::chrono::system_clock::now());
+  health_server_->Wait();
+  health_server_.reset();
 }
 
 std::shared_ptr<grpc::Channel> ServiceHost::InProcessChannel() {
@@ -244,6 +263,7 @@ int ServiceHost::WaitAndDrain(int64_t drain_timeout_ms) {
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   server_.reset();
+  StopHealthServer();
   StopTelemetry();
   std::fprintf(stderr, "%s: stopped\n", name_.c_str());
   return 0;

@@ -43,7 +43,8 @@ class ServiceHost {
   // is InvalidArgument) and the /metrics server ("<name> metrics on HOST:PORT" on stdout), then
   // listens on options.host:options.port (0 = a free port) with `services` plus health,
   // reflection and Debug, reports NOT_SERVING, and prints "<name> listening on HOST:PORT" on
-  // stdout. `max_receive_bytes` bounds incoming messages.
+  // stdout. `max_receive_bytes` bounds incoming messages. With options.health_port, a second,
+  // plaintext server answers health checks alone there ("<name> health checks on HOST:PORT").
   absl::Status Start(const CommonOptions& options, const std::vector<grpc::Service*>& services,
                      int max_receive_bytes);
   int port() const { return port_; }
@@ -69,6 +70,7 @@ class ServiceHost {
 
  private:
   void SetHealth(bool serving);
+  void StopHealthServer();
   absl::Status StartTelemetry(const CommonOptions& options);
   void StopTelemetry();
 
@@ -79,6 +81,9 @@ class ServiceHost {
   std::unique_ptr<HealthService> health_;  // declared before server_: outlives it
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // --health-port: Check alone, in plaintext (after health_, which answers it).
+  std::unique_ptr<HealthCheckOnly> health_check_;
+  std::unique_ptr<grpc::Server> health_server_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_requested_ = false;

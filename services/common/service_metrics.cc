@@ -58,6 +58,9 @@ PrefillMetrics& PrefillMetrics::Get() {
                              "Prefill FLOPs the same requests would have cost unpruned.");
     x.kv_transfer_bytes = Total("hap_kv_transfer_bytes_total",
                                 "KV cache bytes transferred to decode (acknowledged).");
+    x.slow_client_cutoffs = Total("hap_slow_client_cutoffs_total",
+                                  "Generate calls cut off because the client stopped reading its "
+                                  "stream (--max-stream-queue messages were waiting).");
     return x;
   }();
   return m;

@@ -26,6 +26,7 @@ struct PrefillMetrics {
   telemetry::Counter* flops_saved;            // unpruned − pruned prefill FLOPs (full convention)
   telemetry::Counter* flops_unpruned;         // unpruned prefill FLOPs (full convention)
   telemetry::Counter* kv_transfer_bytes;      // KV cache bytes decode acknowledged
+  telemetry::Counter* slow_client_cutoffs;    // Generate calls cut off: the client stopped reading
   static PrefillMetrics& Get();
 };
 

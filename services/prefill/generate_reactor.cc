@@ -1,7 +1,10 @@
 #include "services/prefill/generate_reactor.h"
 
+#include <cstdio>
+
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/compute_gate.h"
@@ -73,7 +76,11 @@ void ChildCalls::CancelAll() {
 
 GenerateReactor::GenerateReactor(PrefillService* service, grpc::CallbackServerContext* ctx,
                                  const hap::v1::GenerateRequest* request)
-    : service_(service), ctx_(ctx), request_(request), received_(Clock::now()) {
+    : OutboxReactor(service->config().max_stream_queue),
+      service_(service),
+      ctx_(ctx),
+      request_(request),
+      received_(Clock::now()) {
   StartRpc(*ctx, "hap.v1.Generation/Generate");
   guard_ = service->state()->Begin(request->request_id());
   // The token first: a caller without one learns nothing about its request.
@@ -359,8 +366,16 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   }
   HAP_RETURN_IF_ERROR(CheckCancelled("while decoding"));
   if (client_gone && overflowed()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the client stopped reading its stream: ", kMaxQueued, " messages were waiting"));
+    // Close cancels the call with this status: the client sees it as soon as it reads again
+    // (or never), and nothing of the request is held meanwhile.
+    metrics.slow_client_cutoffs->Inc();
+    std::fprintf(stderr,
+                 "hap-prefill: request '%s' cut off after %d tokens: the client stopped reading "
+                 "its stream (--max-stream-queue %zu)\n",
+                 absl::CHexEscape(job_.request_id).c_str(), relayed_tokens, max_queued());
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the client stopped reading its stream: ", max_queued(),
+                     " messages were waiting (--max-stream-queue)"));
   }
   if (client_gone) return absl::CancelledError("the client went away");
   if (!st.ok()) return PeerError("decode", decode.address(), st, /*client_input=*/false);

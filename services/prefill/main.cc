@@ -58,6 +58,9 @@ std::vector<OptionSpec> Specs() {
                    "name the peers' certificates carry, when it differs from their addresses"});
   specs.push_back({"kv-lease-ms", "HAP_KV_LEASE_MS", "30000",
                    "a KV cache waiting for its transfer to decode is freed after this"});
+  specs.push_back({"max-stream-queue", "HAP_MAX_STREAM_QUEUE", "4096",
+                   "Generate messages (tokens) waiting for a client that stopped reading, at "
+                   "most; beyond it the call is cut off with RESOURCE_EXHAUSTED"});
   specs.push_back({"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
                    "KV cache bytes held at once; 0 = unlimited (RESOURCE_EXHAUSTED above)"});
   specs.push_back({"openai-port", "HAP_OPENAI_PORT", "",
@@ -189,14 +192,17 @@ int Main(int argc, char** argv) {
   auto lease = options.Int("kv-lease-ms", 1, 3600 * 1000);
   auto max_kv = options.Int("max-kv-bytes", 0, int64_t{1} << 50);
   auto poll = options.Int("decode-poll-ms", 0, 3600 * 1000);
+  auto max_stream_queue = options.Int("max-stream-queue", 1, 1 << 24);
   auto pruning = DefaultPruning(options);
-  for (const absl::Status& s : {max_image.status(), max_prompt.status(), lease.status(),
-                                max_kv.status(), poll.status(), pruning.status()}) {
+  for (const absl::Status& s :
+       {max_image.status(), max_prompt.status(), lease.status(), max_kv.status(), poll.status(),
+        max_stream_queue.status(), pruning.status()}) {
     if (!s.ok()) return StartupFailure(host.name(), s);
   }
   config.max_image_bytes = *max_image;
   config.lease_ms = *lease;
   config.decode_poll_ms = *poll;
+  config.max_stream_queue = static_cast<size_t>(*max_stream_queue);
   config.default_pruning = *pruning;
   rpc::TlsOptions peer_tls;
   peer_tls.root_certs_file = options.Get("peer-tls-ca");

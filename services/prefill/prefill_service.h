@@ -35,6 +35,9 @@ struct PrefillConfig {
   int64_t max_image_bytes = 16 << 20;
   hap::v1::Pruning default_pruning;  // method + budget for requests that leave them out
   int64_t lease_ms = 30000;          // the KV transfer to decode must finish within this
+  // Generate messages waiting for a client that stopped reading, at most; beyond it the call is
+  // cut off with RESOURCE_EXHAUSTED (OutboxReactor).
+  size_t max_stream_queue = 4096;
   // Ask each decode replica for its free KV memory this often and pick the one with the most
   // (DecodeLoadPoller, KvReports); 0 = off, decode replicas by fewest calls in flight only.
   // Nothing is polled for a single address.

@@ -187,7 +187,7 @@ function wiring(objs, values) {
 // The OpenAI-compatible HTTP API of the front door: with openai.enabled, prefill alone gets
 // HAP_OPENAI_PORT, a container port `openai` and the same port on its Service (targeted by name),
 // admitted by its NetworkPolicy beside gRPC, and NOTES.txt shows a curl call; the probes stay
-// gRPC. Without it, none of them. Returns the prefill Deployment's env.
+// gRPC health checks. Without it, none of them. Returns the prefill Deployment's env.
 function openaiWiring(objs, r, { port, enabled = true, model = undefined }) {
   const errs = [];
   for (const c of SERVICES) {
@@ -207,10 +207,11 @@ function openaiWiring(objs, r, { port, enabled = true, model = undefined }) {
     if (!sport || sport.port !== port || sport.targetPort !== "openai" || sport.appProtocol !== "http") {
       errs.push(`prefill Service: port openai ${JSON.stringify(sport)}`);
     }
+    // grpc.health.v1 on the gRPC port, or with TLS on the plaintext health-check port.
+    const healthAt = r.values.tls.enabled ? r.values.probes.healthPort : r.values.prefill.port;
     for (const p of ["startupProbe", "readinessProbe", "livenessProbe"]) {
       const probe = k[p];
-      if (probe.httpGet || (probe.grpc && probe.grpc.port !== r.values.prefill.port) ||
-          (probe.tcpSocket && probe.tcpSocket.port !== "grpc")) errs.push(`prefill ${p} no longer checks the gRPC port`);
+      if (!probe.grpc || probe.grpc.port !== healthAt) errs.push(`prefill ${p} no longer checks gRPC health on port ${healthAt}`);
     }
   }
   const np = named(objs, "NetworkPolicy", `${RELEASE}-prefill`);
@@ -312,6 +313,11 @@ const specific = {
       expect(container(d).volumeMounts.find((m) => m.name === "model").readOnly, `${d.metadata.name}: model mount not read-only`);
       expect(container(d).startupProbe.grpc && container(d).readinessProbe.grpc && container(d).livenessProbe.grpc,
         `${d.metadata.name}: probes are not native gRPC`);
+      // Without TLS the probes ask the gRPC port itself: no plaintext health port is opened.
+      expect(["startupProbe", "readinessProbe", "livenessProbe"].every((p) => container(d)[p].grpc.port === container(d).ports[0].containerPort),
+        `${d.metadata.name}: without TLS the probes must check the gRPC port`);
+      expect(!(container(d).ports || []).some((p) => p.name === "health") && envOf(container(d)).HAP_HEALTH_PORT === undefined,
+        `${d.metadata.name}: a plaintext health port without TLS`);
       expect(container(d).image === "hap-serve:0.1.0-cpu", `${d.metadata.name}: image ${container(d).image}`);
     }
     expect(r.notes.includes(`${RELEASE}-prefill.${NAMESPACE}.svc:50052`), "NOTES.txt does not name the front door");
@@ -372,8 +378,26 @@ const specific = {
       const env = envOf(k);
       expect(env.HAP_TLS_CERT === "/etc/hap/tls/tls.crt" && env.HAP_TLS_KEY === "/etc/hap/tls/tls.key" &&
         env.HAP_TLS_CLIENT_CA === "/etc/hap/tls/ca.crt", `${c}: TLS variables`);
-      expect(k.startupProbe.tcpSocket && k.startupProbe.tcpSocket.port === "grpc" && !k.readinessProbe.grpc,
-        `${c}: with TLS the probes must be tcpSocket (the kubelet's gRPC probe has no TLS)`);
+      // The kubelet's gRPC probe has no TLS: the probes ask the plaintext health-check port,
+      // which the container opens, no Service exposes and no NetworkPolicy rule admits.
+      const health = r.values.probes.healthPort;
+      expect(env.HAP_HEALTH_PORT === String(health), `${c}: HAP_HEALTH_PORT=${env.HAP_HEALTH_PORT}, want "${health}"`);
+      const hport = (k.ports || []).find((p) => p.name === "health");
+      expect(hport && hport.containerPort === health && hport.protocol === "TCP", `${c}: container port health ${JSON.stringify(hport)}`);
+      for (const p of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+        expect(k[p].grpc && k[p].grpc.port === health && !k[p].tcpSocket,
+          `${c} ${p}: not a native gRPC probe of the health port ${health}: ${JSON.stringify(k[p])}`);
+      }
+      for (const svc of byKind(objs, "Service")) {
+        expect(!svc.spec.ports.some((p) => p.port === health || p.targetPort === "health" || p.targetPort === health),
+          `Service/${svc.metadata.name} exposes the plaintext health port`);
+      }
+      for (const np of byKind(objs, "NetworkPolicy")) {
+        for (const rule of np.spec.ingress || []) {
+          expect((rule.ports || []).length > 0 && !rule.ports.some((p) => p.port === "health" || p.port === health),
+            `NetworkPolicy/${np.metadata.name} admits the plaintext health port`);
+        }
+      }
       const vol = d.spec.template.spec.volumes.find((v) => v.name === "tls");
       expect(vol && vol.secret.secretName === `hap-${c}-tls`, `${c}: TLS secret volume`);
     }
@@ -381,6 +405,8 @@ const specific = {
     expect(env.HAP_PEER_TLS_CA && env.HAP_PEER_TLS_CERT, "prefill has no peer TLS settings");
     const test = byKind(objs, "Pod")[0].spec.containers[0].args;
     expect(test.includes("--tls-ca") && test.includes("--tls-cert"), "helm test does not use TLS");
+    expect(r.notes.includes(`in plaintext on port ${r.values.probes.healthPort} (probes.healthPort)`),
+      "NOTES.txt does not say where the plaintext health checks are");
     return openaiWiring(objs, r, { enabled: false });
   },
 };

@@ -121,8 +121,6 @@ TEST(SdkTest, RetriesUnavailableWithBackoffWithinTheDeadline) {
   EXPECT_LT(ms, 1000) << "retries must stop at the deadline";
 }
 
-// A service serving mutual TLS; the SDK connects with the CA, a client certificate and key, and
-// is refused without them.
 // A self-signed certificate for "localhost" (used as CA, server and client certificate) in
 // <build>/tests/e2e/<name>; false when openssl cannot make one.
 bool MakeTestCertificate(const std::string& name, std::string* cert, std::string* key) {
@@ -146,6 +144,9 @@ sdk::ClientOptions MutualTls(const std::string& cert, const std::string& key) {
   return tls;
 }
 
+// A service serving mutual TLS; the SDK connects with the CA, a client certificate and key, and
+// is refused without them. Its --health-port answers health checks in plaintext, for the
+// kubelet's probes, and nothing else.
 TEST(TlsTest, SdkTalksMutualTlsToAService) {
   std::string cert, key;
   if (!MakeTestCertificate("tls", &cert, &key)) {
@@ -155,16 +156,29 @@ TEST(TlsTest, SdkTalksMutualTlsToAService) {
   ASSERT_FALSE(model.empty());
   auto decode = sdk::ChildProcess::Spawn(
       {std::string(HAP_BIN_DIR) + "/hap-decode", "--host", "127.0.0.1", "--port", "0", "--model",
-       model, "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", cert},
+       model, "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", cert, "--health-port", "0"},
       "");
   ASSERT_TRUE(decode.ok()) << decode.status();
   auto line = (*decode)->WaitForLine(
       [](const std::string& l) { return sdk::ParseListeningPort(l) > 0; }, milliseconds(30000));
   ASSERT_TRUE(line.ok()) << line.status();
   const std::string address = "127.0.0.1:" + std::to_string(sdk::ParseListeningPort(*line));
+  auto health_line = (*decode)->WaitForLine(
+      [](const std::string& l) { return l.find("hap-decode health checks on ") == 0; },
+      milliseconds(30000));
+  ASSERT_TRUE(health_line.ok()) << health_line.status();
+  const std::string health_at = health_line->substr(28, health_line->find(' ', 28) - 28);
 
   sdk::ClientOptions tls = MutualTls(cert, key);
   ASSERT_TRUE(sdk::WaitUntilServing(address, milliseconds(30000), tls).ok());
+  // The probe port: SERVING in plaintext, without a certificate; Debug is not served there.
+  auto probe = sdk::Client::Connect(health_at);
+  ASSERT_TRUE(probe.ok());
+  auto serving = (*probe)->IsServing(milliseconds(2000));
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_TRUE(*serving);
+  EXPECT_EQ((*probe)->GetState(milliseconds(2000)).status().code(),
+            absl::StatusCode::kUnimplemented);
   auto client = sdk::Client::Connect(address, tls);
   ASSERT_TRUE(client.ok());
   auto state = (*client)->GetState();

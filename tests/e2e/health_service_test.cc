@@ -3,9 +3,13 @@
 #include "services/common/health_service.h"
 
 #include <chrono>
+#include <future>
 #include <memory>
+#include <string>
 #include <thread>
 
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
@@ -145,6 +149,85 @@ TEST_F(HealthServiceTest, ClientCancelEndsItsWatch) {
   HealthCheckResponse now;
   ASSERT_TRUE(Check("", &now).ok());
   EXPECT_EQ(now.status(), HealthCheckResponse::SERVING);
+}
+
+// A unary call to `method` with an empty message, whatever the method's kind: its status.
+grpc::Status CallRaw(const std::shared_ptr<grpc::Channel>& channel, const std::string& method) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1), response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status st) { done.set_value(std::move(st)); });
+  return done.get_future().get();
+}
+
+// The plaintext port for probes that cannot speak TLS (--health-port): Check, answered from the
+// process's health service, and nothing else, not even the reflection gRPC adds to every server
+// of a process that links it (as the services do).
+TEST(HealthCheckServerTest, AnswersCheckAndNothingElse) {
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  const std::string reflection = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+  HealthService health({"hap.v1.Generation"});
+  HealthCheckOnly only(&health);
+  int port = 0;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      StartHealthCheckServer("127.0.0.1:0", &only, &port);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT(port, 0);
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  auto stub = Health::NewStub(channel);
+  auto check = [&](const std::string& service, HealthCheckResponse* out) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    HealthCheckRequest req;
+    req.set_service(service);
+    return stub->Check(&ctx, req, out);
+  };
+  HealthCheckResponse r;
+  ASSERT_TRUE(check("", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+  health.SetServing(true);
+  ASSERT_TRUE(check("", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  ASSERT_TRUE(check("hap.v1.Generation", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  EXPECT_EQ(check("hap.v1.Debug", &r).error_code(), grpc::StatusCode::NOT_FOUND);
+  health.SetServing(false);  // draining
+  ASSERT_TRUE(check("", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+
+  // No Watch (no stream held open by an unauthenticated caller), no reflection, nothing else.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    auto reader = stub->Watch(&ctx, HealthCheckRequest());
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  }
+  for (const std::string& method : {reflection, std::string("/hap.v1.Debug/GetState"),
+                                    std::string("/hap.v1.Generation/Generate")}) {
+    EXPECT_EQ(CallRaw(channel, method).error_code(), grpc::StatusCode::UNIMPLEMENTED) << method;
+  }
+  // The check above means something: an ordinary server of this process serves reflection.
+  {
+    grpc::ServerBuilder builder;
+    int plain_port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &plain_port);
+    builder.RegisterService(&health);
+    std::unique_ptr<grpc::Server> plain = builder.BuildAndStart();
+    ASSERT_NE(plain, nullptr);
+    auto plain_channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(plain_port),
+                                             grpc::InsecureChannelCredentials());
+    EXPECT_NE(CallRaw(plain_channel, reflection).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    health.Shutdown();
+    plain->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
 }  // namespace

@@ -146,32 +146,54 @@ TEST(OutboxReactorTest, FirstCloseWinsAndQueuedMessagesAreWrittenFirst) {
   EXPECT_EQ(outcome.last_code.load(), grpc::StatusCode::ABORTED);
 }
 
-// A client that stops reading: writes never complete, so messages queue; at kMaxQueued the call
-// is cut off instead of the queue growing without end.
+// Writes that never complete, as when the client's flow-control window is full (no executor);
+// the test completes the one in flight.
+class Stalled final : public OutboxReactor<FakeWriteReactor, std::string> {
+ public:
+  explicit Stalled(Outcome* outcome) { outcome_ = outcome; }
+  Stalled(Outcome* outcome, size_t max_queued) : OutboxReactor(max_queued) { outcome_ = outcome; }
+  ~Stalled() override { ++outcome_->deletes; }
+  void CompleteWrite(bool ok) { OnWriteDone(ok); }
+};
+
+// A client that stops reading: writes never complete, so messages queue; at the bound the call
+// is cut off instead of the queue growing without end. The fake has no gRPC call, so here the
+// transport ends the stalled write; with a real call Close cancels the call with its status,
+// which ends the write at once (tests/e2e/slow_client_test.cc).
 TEST(OutboxReactorTest, AClientThatStopsReadingIsCutOffAtTheQueueBound) {
   Outcome outcome;
-  class Stalled final : public OutboxReactor<FakeWriteReactor, std::string> {
-   public:
-    explicit Stalled(Outcome* outcome) { outcome_ = outcome; }
-    ~Stalled() override { ++outcome_->deletes; }
-    // The one write in flight, completed by the test.
-    void CompleteWrite(bool ok) { OnWriteDone(ok); }
-  };
-  // Without an executor the fake's writes never complete, as when the client's flow-control
-  // window is full.
   auto* r = new Stalled(&outcome);
   ASSERT_TRUE(r->Send("first"));  // written at once (in flight)
   size_t accepted = 0;
   while (r->Send("token")) ++accepted;
-  EXPECT_EQ(accepted, (OutboxReactor<FakeWriteReactor, std::string>::kMaxQueued));
+  EXPECT_EQ(accepted, (OutboxReactor<FakeWriteReactor, std::string>::kDefaultMaxQueued));
   EXPECT_TRUE(r->overflowed());
   EXPECT_FALSE(r->Send("more"));
   r->Close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "not reading"));
   EXPECT_EQ(outcome.finishes.load(), 0);  // the write in flight must end first
   r->CompleteWrite(false);                // the transport gives up on the stalled client
   EXPECT_EQ(outcome.finishes.load(), 1);
+  EXPECT_EQ(outcome.last_code.load(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(outcome.deletes.load(), 1);
   EXPECT_EQ(outcome.written.load(), 1);
+}
+
+// The derived reactor sets the bound (hap-prefill's --max-stream-queue); a call whose messages
+// were dropped never ends OK, whatever the handler closes it with.
+TEST(OutboxReactorTest, TheBoundIsTheReactorsAndAnOverflowedCallIsNeverOk) {
+  Outcome outcome;
+  auto* r = new Stalled(&outcome, 3);
+  EXPECT_EQ(r->max_queued(), 3u);
+  ASSERT_TRUE(r->Send("first"));
+  size_t accepted = 0;
+  while (r->Send("token")) ++accepted;
+  EXPECT_EQ(accepted, 3u);
+  EXPECT_TRUE(r->overflowed());
+  r->Close(grpc::Status::OK);
+  r->CompleteWrite(false);
+  EXPECT_EQ(outcome.finishes.load(), 1);
+  EXPECT_EQ(outcome.last_code.load(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(outcome.deletes.load(), 1);
 }
 
 }  // namespace

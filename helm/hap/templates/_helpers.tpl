@@ -185,6 +185,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- fail (printf "tls.enabled needs tls.secrets.%s: the name of a kubernetes.io/tls secret with tls.crt, tls.key and ca.crt" $c) -}}
 {{- end -}}
 {{- end -}}
+{{- if $v.tls.enabled -}}
+{{- $health := int $v.probes.healthPort -}}
+{{- range $c := list "encoder" "prefill" "decode" -}}
+{{- if eq $health (int (index $v $c).port) -}}
+{{- fail (printf "probes.healthPort %d is %s.port too: the plaintext health checks need a port of their own" $health $c) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.metrics.enabled (eq $health (int $v.metrics.port)) -}}
+{{- fail (printf "probes.healthPort %d is metrics.port too: the plaintext health checks need a port of their own" $health) -}}
+{{- end -}}
+{{- if and $v.openai.enabled (eq $health (int $v.openai.port)) -}}
+{{- fail (printf "probes.healthPort %d is openai.port too: the plaintext health checks need a port of their own" $health) -}}
+{{- end -}}
+{{- end -}}
 {{- if $v.openai.enabled -}}
 {{- $port := int $v.openai.port -}}
 {{- if eq $port (int $v.prefill.port) -}}
