@@ -6,9 +6,11 @@
 // the CPU backend; device memory for a GPU backend) and the op is ordered after earlier ops on
 // the same backend (a GPU backend runs them on one stream per calling thread). Weights arrive
 // as TensorViews whose device names where they live. Results that decide control flow on the
-// host are host pointers, and are the only points where a GPU backend waits for its stream:
-// StableTopK's kept indices (once per pruning stage) and the per-head/per-layer PAQ scalars
-// the statistics report; the logits the sampler reads are copied out by the caller.
+// host are host pointers, and are the only points inside the ops where a GPU backend waits for
+// its stream: StableTopK's kept indices (once per pruning stage), the sampling ops' token ids
+// and candidates (once per decode step), VisionZipMerge's optional counts. PAQ values and
+// PAQ-softmax weights stay in the backend's memory (the caller copies out what it reports when
+// it next waits anyway). docs/design.md §6 lists every device→host copy of a prefill and a step.
 #pragma once
 
 #include <cstddef>
@@ -93,15 +95,19 @@ class Backend {
 
   // --- Pruning ops (kernels/prune/*.h) ---
   virtual absl::Status TextVisualAttention(const kernels::TextVisualAttentionArgs& args) const = 0;
-  // paq: host, one value per map.
+  // paq: one value per map, in the backend's memory. A map that is not a distribution over the
+  // visual tokens is InvalidArgument on the CPU backend; a device backend, which does not wait
+  // to look, writes NaN for it instead, which PaqSoftmaxWeights carries on into the weights (the
+  // caller checks the values it copies out).
   virtual absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis,
                            float* paq) const = 0;
   virtual absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy,
                                            int n_maps, int n_text, int n_vis,
                                            float* paq) const = 0;
-  // paq and weights: host (n is heads or layers).
+  // n is heads or layers. A non-finite PAQ: InvalidArgument on the CPU backend, NaN weights on a
+  // device backend (see Paq).
   virtual absl::Status PaqSoftmaxWeights(const float* paq, int n, float* weights) const = 0;
-  // weights: host. maps: a host array of n_maps map pointers.
+  // maps: a host array of n_maps map pointers (each in the backend's memory).
   virtual absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
                                        int64_t size, float* out) const = 0;
   virtual absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
@@ -117,6 +123,13 @@ class Backend {
   // the explain record's counts, a sync point on a GPU) are host; k, hidden and out are in the
   // backend's memory. VisionZip's CLS attention is TextVisualAttention + WeightedSumContiguous.
   virtual absl::Status VisionZipMerge(const kernels::VisionZipMergeArgs& args) const = 0;
+
+  // --- Sampling ops (kernels/cpu/sampling.h): what a decode step's sampler needs of its rows
+  // of logits F32 [rows, n], so that a device sends back that rather than the rows ---
+  // ids: host [rows], std::max_element's choice in each row (the greedy token).
+  virtual absl::Status ArgMaxRows(const float* logits, int rows, int n, int32_t* ids) const = 0;
+  // args.temperature, values, ids and row_sum: host (kernels/op_args.h).
+  virtual absl::Status TopLogits(const TopLogitsArgs& args) const = 0;
 };
 
 // A buffer in a backend's memory, freed when it goes out of scope. Move-only.

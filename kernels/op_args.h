@@ -1,5 +1,6 @@
-// Argument structs of the attention ops, shared by every backend (kernels/backend.h): the
-// pointers are in the memory of the backend that runs the op (host memory for the CPU backend).
+// Argument structs of the attention and sampling ops, shared by every backend (kernels/backend.h):
+// the pointers are in the memory of the backend that runs the op (host memory for the CPU
+// backend) unless a comment says "host".
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,30 @@ struct DecodeAttentionArgs {
   int n_kv_heads = 0;  // query head h reads kv head h / (n_heads / n_kv_heads)
   int head_dim = 0;
   float scale = 0.f;
+};
+
+// The most candidates TopLogits returns per row: what a device sends back instead of a row of
+// logits (2 KiB a row against 128 KiB for a 32000-token vocabulary).
+inline constexpr int kMaxTopLogits = 256;
+
+// A sampler's candidates (kernels/cpu/sampling.h): for each row of logits its k largest values
+// with their ids, in the order the sampler sorts them, and the row's softmax denominator.
+struct TopLogitsArgs {
+  const float* logits = nullptr;  // F32 [rows, n]
+  int rows = 0;
+  int n = 0;
+  int k = 0;  // candidates per row, 1 ≤ k ≤ min(n, kMaxTopLogits)
+  // host, optional F32 [rows]: row r's temperature; where it is > 0, row_sum[r] is filled.
+  const float* temperature = nullptr;
+  // host F32 [rows, k]: row r's k largest logits, descending; among equal values (−0 and +0
+  // included) the lower id first — Sampler's order. A row holding a NaN has no such order: its
+  // ids are all −1 (and its values and row_sum NaN).
+  float* values = nullptr;
+  int32_t* ids = nullptr;  // host I32 [rows, k]: the ids of `values`
+  // host F64 [rows] (with temperature): Σ_i exp((x_i − max_r) / T_r) over the whole row, in F64
+  // with (x_i − max_r) / T_r taken as Sampler does; in no particular order of summation (the
+  // caller bounds the rounding difference). 0 where T_r ≤ 0.
+  double* row_sum = nullptr;
 };
 
 }  // namespace hap

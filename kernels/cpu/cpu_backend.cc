@@ -10,6 +10,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cpu/sampling.h"
 #include "kernels/prune/gather_rows.h"
 #include "kernels/prune/paq.h"
 #include "kernels/prune/paq_softmax.h"
@@ -162,6 +163,10 @@ class Cpu final : public Backend {
   absl::Status VisionZipMerge(const kernels::VisionZipMergeArgs& args) const override {
     return kernels::VisionZipMerge(args);
   }
+  absl::Status ArgMaxRows(const float* logits, int rows, int n, int32_t* ids) const override {
+    return cpu::ArgMaxRows(logits, rows, n, ids);
+  }
+  absl::Status TopLogits(const TopLogitsArgs& args) const override { return cpu::TopLogits(args); }
 };
 
 }  // namespace

@@ -39,7 +39,8 @@ __global__ void ArgMaxRowsKernel(const float* logits, int n, int* out) {
   v = has ? warp_v[lane] : -INFINITY;
   i = has ? warp_i[lane] : kNoIndex;
   WarpArgMax(v, i);
-  if (lane == 0) out[blockIdx.x] = i == kNoIndex ? 0 : i;
+  // std::max_element never replaces a NaN first element (every comparison with it is false).
+  if (lane == 0) out[blockIdx.x] = (i == kNoIndex || x[0] != x[0]) ? 0 : i;
 }
 
 }  // namespace

@@ -7,9 +7,10 @@
 
 namespace hap::cuda {
 
-// out[r] = the index of the largest logits[r, :], ties to the lower index (the sampler's
-// std::max_element). NaN never wins; a row of NaNs only gives 0. One block per row: strided
-// per-thread maxima, then warp and block reductions of (value, index) pairs.
+// out[r] = the index std::max_element picks in logits[r, :] (the greedy sampler's rule): the
+// first largest value, a NaN skipped — except a NaN at index 0, which std::max_element never
+// replaces, so such a row (and a row of NaNs) gives 0. One block per row: strided per-thread
+// maxima, then warp and block reductions of (value, index) pairs.
 //   logits: F32 [rows, n] (device)   out: I32 [rows] (device)
 // Errors: null pointers, rows < 0, n ≤ 0.
 KernelStatus ArgMaxRows(const float* logits, int rows, int n, int* out, Stream stream);

@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/add.h"
+#include "kernels/cuda/argmax.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/decode_attention.h"
@@ -21,14 +22,15 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/paq.h"
+#include "kernels/cuda/paq_softmax.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/text_visual_attention.h"
 #include "kernels/cuda/token_scores.h"
+#include "kernels/cuda/top_logits.h"
 #include "kernels/cuda/topk.h"
 #include "kernels/cuda/visionzip_merge.h"
 #include "kernels/cuda/weighted_sum.h"
-#include "kernels/prune/paq_softmax.h"
 
 namespace hap {
 namespace {
@@ -314,15 +316,14 @@ class CudaBackendImpl final : public Backend {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::TextVisualAttention(a, c->stream()));
   }
+  // The PAQ values stay on the device: a map that is not a distribution gets NaN there
+  // (kernels/cuda/paq.h), which the caller finds when it copies the values out.
   absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis,
                    float* paq) const override {
     HAP_RETURN_IF_ERROR(CheckDevice(maps, sizeof(float) * n_maps * n_text * n_vis, "Paq", "maps"));
+    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n_maps, "Paq", "paq"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_paq, c->TakeOnly(sizeof(float) * n_maps));
-    HAP_CUDA_RETURN_IF_ERROR(
-        cuda::Paq(maps, n_maps, n_text, n_vis, static_cast<float*>(d_paq), c->stream()));
-    HAP_RETURN_IF_ERROR(CopyToHost(paq, d_paq, sizeof(float) * n_maps));
-    return CheckPaq(paq, n_maps, "Paq");
+    return ToStatus(cuda::Paq(maps, n_maps, n_text, n_vis, paq, c->stream()));
   }
   absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy, int n_maps,
                                    int n_text, int n_vis, float* paq) const override {
@@ -330,42 +331,39 @@ class CudaBackendImpl final : public Backend {
                                     "PaqFromRowEntropies", "maps"));
     HAP_RETURN_IF_ERROR(CheckDevice(row_entropy, sizeof(double) * n_maps * n_text,
                                     "PaqFromRowEntropies", "row_entropy"));
+    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n_maps, "PaqFromRowEntropies", "paq"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_paq, c->TakeOnly(sizeof(float) * n_maps));
-    HAP_CUDA_RETURN_IF_ERROR(cuda::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis,
-                                                       static_cast<float*>(d_paq), c->stream()));
-    HAP_RETURN_IF_ERROR(CopyToHost(paq, d_paq, sizeof(float) * n_maps));
-    return CheckPaq(paq, n_maps, "PaqFromRowEntropies");
+    return ToStatus(
+        cuda::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis, paq, c->stream()));
   }
-  // A softmax over a layer's heads or a group's layers (at most a few dozen host scalars):
-  // computed on the host, where the PAQ values already are.
   absl::Status PaqSoftmaxWeights(const float* paq, int n, float* weights) const override {
-    return kernels::PaqSoftmaxWeights(paq, n, weights);
+    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n, "PaqSoftmaxWeights", "paq"));
+    HAP_RETURN_IF_ERROR(CheckDevice(weights, sizeof(float) * n, "PaqSoftmaxWeights", "weights"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::PaqSoftmaxWeights(paq, n, weights, c->stream()));
   }
   absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
                                int64_t size, float* out) const override {
     for (int i = 0; i < n_maps; ++i) {
       HAP_RETURN_IF_ERROR(CheckDevice(maps[i], sizeof(float) * size, "WeightedSumMaps", "a map"));
     }
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(weights, sizeof(float) * n_maps, "WeightedSumMaps", "weights"));
     HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, "WeightedSumMaps", "out"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(sizeof(float*) * n_maps) +
-                                   ThreadContext::Padded(sizeof(float) * n_maps)));
-    HAP_ASSIGN_OR_RETURN(void* d_maps, c->Upload(maps, sizeof(float*) * n_maps));
-    HAP_ASSIGN_OR_RETURN(void* d_weights, c->Upload(weights, sizeof(float) * n_maps));
-    return ToStatus(cuda::WeightedSumMaps(static_cast<const float* const*>(d_maps),
-                                          static_cast<const float*>(d_weights), n_maps, size,
-                                          out, c->stream()));
+    HAP_ASSIGN_OR_RETURN(void* d_maps, c->UploadOnly(maps, sizeof(float*) * n_maps));
+    return ToStatus(cuda::WeightedSumMaps(static_cast<const float* const*>(d_maps), weights,
+                                          n_maps, size, out, c->stream()));
   }
   absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
                                      int64_t size, float* out) const override {
     HAP_RETURN_IF_ERROR(
         CheckDevice(maps, sizeof(float) * n_maps * size, "WeightedSumContiguous", "maps"));
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(weights, sizeof(float) * n_maps, "WeightedSumContiguous", "weights"));
     HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, "WeightedSumContiguous", "out"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_weights, c->UploadOnly(weights, sizeof(float) * n_maps));
-    return ToStatus(cuda::WeightedSumContiguous(maps, static_cast<const float*>(d_weights),
-                                                n_maps, size, out, c->stream()));
+    return ToStatus(cuda::WeightedSumContiguous(maps, weights, n_maps, size, out, c->stream()));
   }
   absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
                            float* scores) const override {
@@ -450,19 +448,62 @@ class CudaBackendImpl final : public Backend {
     return CopyToHost(a.merged_count, d.merged_count, target_bytes);
   }
 
- private:
-  // The PAQ kernels flag a map that is not a distribution (a negative or non-finite entry, a
-  // row not summing to 1) by NaN; the CPU op answers InvalidArgument for the same maps.
-  static absl::Status CheckPaq(const float* paq, int n_maps, const char* op) {
-    for (int i = 0; i < n_maps; ++i) {
-      if (std::isnan(paq[i])) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: map %d is not a distribution over the visual tokens (a negative or non-finite "
-            "entry, or a row that does not sum to 1)", op, i));
-      }
+  // Greedy decoding: one id per row comes back (the step's one sync), not the row.
+  absl::Status ArgMaxRows(const float* logits, int rows, int n, int32_t* ids) const override {
+    if (ids == nullptr || rows < 0 || n <= 0) {
+      return absl::InvalidArgumentError("ArgMaxRows: null ids or bad shape");
+    }
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(logits, sizeof(float) * static_cast<size_t>(rows) * n, "ArgMaxRows", "logits"));
+    if (rows == 0) return absl::OkStatus();
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_ASSIGN_OR_RETURN(void* d_ids, c->TakeOnly(sizeof(int32_t) * rows));
+    HAP_CUDA_RETURN_IF_ERROR(
+        cuda::ArgMaxRows(logits, rows, n, static_cast<int*>(d_ids), c->stream()));
+    return CopyToHost(ids, d_ids, sizeof(int32_t) * rows);
+  }
+  // Top-k / top-p decoding: each row's candidates and softmax denominator come back in one copy
+  // (the step's one sync): values F32 [rows, k], ids I32 [rows, k], sums F64 [rows], back to back.
+  absl::Status TopLogits(const TopLogitsArgs& a) const override {
+    if (a.values == nullptr || a.ids == nullptr || a.rows < 0 || a.n <= 0 || a.k < 1 ||
+        a.k > std::min(a.n, kMaxTopLogits) || (a.temperature != nullptr && a.row_sum == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "TopLogits: null pointer or bad shape (rows %d, n %d, k %d of at most %d)", a.rows, a.n,
+          a.k, kMaxTopLogits));
+    }
+    HAP_RETURN_IF_ERROR(CheckDevice(a.logits, sizeof(float) * static_cast<size_t>(a.rows) * a.n,
+                                    "TopLogits", "logits"));
+    if (a.rows == 0) return absl::OkStatus();
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    const size_t pairs = static_cast<size_t>(a.rows) * a.k;
+    const size_t out_bytes = 2 * sizeof(float) * pairs + sizeof(double) * a.rows;  // F64 aligned
+    const size_t temp_bytes = a.temperature != nullptr ? sizeof(float) * a.rows : 0;
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(out_bytes) +
+                                   ThreadContext::Padded(temp_bytes)));
+    HAP_ASSIGN_OR_RETURN(void* d_out, c->Take(out_bytes));
+    const float* d_temp = nullptr;
+    if (a.temperature != nullptr) {
+      HAP_ASSIGN_OR_RETURN(void* t, c->Upload(a.temperature, temp_bytes));
+      d_temp = static_cast<const float*>(t);
+    }
+    char* base = static_cast<char*>(d_out);
+    float* d_values = reinterpret_cast<float*>(base);
+    int* d_ids = reinterpret_cast<int*>(base + sizeof(float) * pairs);
+    double* d_sums = reinterpret_cast<double*>(base + 2 * sizeof(float) * pairs);
+    HAP_CUDA_RETURN_IF_ERROR(cuda::TopLogits(a.logits, a.rows, a.n, a.k, d_temp, d_values, d_ids,
+                                             d_temp != nullptr ? d_sums : nullptr, c->stream()));
+    const size_t copied = d_temp != nullptr ? out_bytes : 2 * sizeof(float) * pairs;
+    std::vector<char> host(copied);
+    HAP_RETURN_IF_ERROR(CopyToHost(host.data(), d_out, copied));
+    std::memcpy(a.values, host.data(), sizeof(float) * pairs);
+    std::memcpy(a.ids, host.data() + sizeof(float) * pairs, sizeof(int32_t) * pairs);
+    if (d_temp != nullptr) {
+      std::memcpy(a.row_sum, host.data() + 2 * sizeof(float) * pairs, sizeof(double) * a.rows);
     }
     return absl::OkStatus();
   }
+
+ private:
   static absl::Status CheckWeight(const TensorView& w, const char* op) {
     if (w.device != Device::kCuda || w.shape.size() != 2) {
       return absl::InvalidArgumentError(absl::StrFormat(

@@ -19,6 +19,7 @@ std::unordered_map<const void*, size_t>& Sizes() {
   return *sizes;
 }
 std::atomic<int64_t> g_in_use{0};
+std::atomic<int64_t> g_to_host{0};
 
 KernelStatus FromCuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return KernelStatus::Ok();
@@ -58,6 +59,7 @@ KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Strea
                            : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
                                                              : cudaMemcpyDeviceToDevice;
   auto s = static_cast<cudaStream_t>(stream);
+  if (kind == CopyKind::kDeviceToHost) ++g_to_host;
   KernelStatus st = FromCuda(cudaMemcpyAsync(dst, src, bytes, k, s), "cudaMemcpyAsync");
   if (!st.ok || kind != CopyKind::kDeviceToHost) return st;
   return FromCuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -86,6 +88,7 @@ KernelStatus DestroyStream(Stream stream) {
 }
 
 int64_t DeviceBytesInUse() { return g_in_use.load(); }
+int64_t DeviceToHostCopies() { return g_to_host.load(); }
 
 KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes) {
   int device = 0;

@@ -17,6 +17,7 @@ std::map<uintptr_t, size_t>& Allocations() {
   return *allocations;
 }
 std::atomic<int64_t> g_in_use{0};
+std::atomic<int64_t> g_to_host{0};
 
 }  // namespace
 
@@ -53,6 +54,7 @@ bool IsDeviceRange(const void* ptr, size_t bytes) {
 
 KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream) {
   if (bytes == 0) return KernelStatus::Ok();
+  if (kind == CopyKind::kDeviceToHost) ++g_to_host;
   const bool dst_device = kind != CopyKind::kDeviceToHost;
   const bool src_device = kind != CopyKind::kHostToDevice;
   if (dst_device && !IsDeviceRange(dst, bytes)) {
@@ -79,6 +81,7 @@ KernelStatus CreateStream(Stream* stream) {
 }
 KernelStatus DestroyStream(Stream) { return KernelStatus::Ok(); }
 int64_t DeviceBytesInUse() { return g_in_use.load(); }
+int64_t DeviceToHostCopies() { return g_to_host.load(); }
 
 KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes) {
   if (name_bytes > 0) {

@@ -9,23 +9,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr double kRowSumTolerance = 1e-3;  // kernels::kPaqRowSumTolerance
 
-__device__ __forceinline__ double WarpSumF64(double v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
-
-// Every thread gets the block's sum; scratch: 32 doubles of shared memory, free again on return.
-__device__ __forceinline__ double BlockSumF64(double v, double* scratch) {
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  v = WarpSumF64(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = WarpSumF64(lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0.0);
-  __syncthreads();
-  return v;
-}
-
 // One block per map (blockIdx.x); blockDim.x a multiple of 32. row_entropy null: the
 // definition (Paq); else F64 [n_maps, n_text] (PaqFromRowEntropies).
 __global__ void PaqKernel(const float* maps, const double* row_entropy, int n_text, int n_vis,

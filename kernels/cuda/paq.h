@@ -1,6 +1,6 @@
 // PAQ on the GPU (kernels/prune/paq.h, docs/design.md §3): the uncertainty coefficient
-// I(V;T)/H(V) of each text→visual attention map, into a device array whose few scalars the
-// backend copies back to the host.
+// I(V;T)/H(V) of each text→visual attention map, into a device array that the PAQ-softmax
+// (kernels/cuda/paq_softmax.h) reads where it is.
 #pragma once
 
 #include "kernels/cuda/device_types.h"
@@ -15,8 +15,9 @@ namespace hap::cuda {
 //   maps: F32 [n_maps, n_text, n_vis] (device)   paq: F32 [n_maps] (device)
 // A map the reference rejects (a negative or non-finite entry, or a row whose F64 sum is off 1
 // by more than kernels::kPaqRowSumTolerance = 1e-3) gets paq = NaN rather than an error: the
-// check runs on the device, and the backend, which copies the scalars back anyway, turns a NaN
-// into InvalidArgument. Errors here are bad sizes and null pointers only.
+// check runs on the device, where nothing waits for it; the NaN goes on through the PAQ-softmax
+// and the caller reports it when it copies the values out (HapPruner, at its stage's sync).
+// Errors here are bad sizes and null pointers only.
 // Work: 2 reads and one F64 logarithm per element, plus one read for the row sums.
 KernelStatus Paq(const float* maps, int n_maps, int n_text, int n_vis, float* paq, Stream stream);
 

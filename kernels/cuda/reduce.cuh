@@ -1,4 +1,4 @@
-// Warp and block reductions shared by the kernels (sums, maxima, arg-maxima).
+// Warp and block reductions shared by the kernels (sums in F32 and F64, maxima, arg-maxima).
 #pragma once
 
 #include "kernels/cuda/device.cuh"
@@ -44,6 +44,24 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
 }
 __device__ __forceinline__ float BlockMax(float v, float* scratch) {
   return BlockReduce(v, scratch, -INFINITY, MaxOp{});
+}
+
+__device__ __forceinline__ double WarpSumF64(double v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+// Every thread gets the block's F64 sum; scratch: 32 doubles of shared memory, free again on
+// return. blockDim.x a multiple of 32.
+__device__ __forceinline__ double BlockSumF64(double v, double* scratch) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  v = WarpSumF64(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = WarpSumF64(lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0.0);
+  __syncthreads();
+  return v;
 }
 
 // The larger of two (value, index) pairs; equal values go to the lower index. NaN loses.

@@ -14,7 +14,7 @@ namespace hap::cuda {
 // element per thread; the weights and the map list are a few hundred bytes every thread reads
 // (cached broadcasts).
 //   maps:    device array of n_maps device pointers, each F32 [size]
-//   weights: F32 [n_maps] (device; the backend uploads the host PAQ-softmax weights)
+//   weights: F32 [n_maps] (device: the PAQ-softmax weights, kernels/cuda/paq_softmax.h)
 //   out:     F32 [size] (device), may not alias a map
 // Errors: null pointers, non-positive sizes (a null pointer inside the device array cannot be
 // seen from here: the backend checks its host copy).

@@ -106,7 +106,6 @@ bool DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
 
 void DecodeEngine::Loop() {
   std::vector<Sequence> active;
-  const int vocab = model_.config().text.vocab_size;
   bool waiting_for_blocks = false;
   for (;;) {
     bool stopping;
@@ -152,26 +151,28 @@ void DecodeEngine::Loop() {
 
     std::vector<int32_t> tokens;
     std::vector<KvStore*> caches;
+    std::vector<Sampler*> samplers;
     for (Sequence& seq : active) {
       tokens.push_back(seq.stream->last_token());
       caches.push_back(seq.store());
+      samplers.push_back(seq.stream->mutable_sampler());
     }
-    absl::StatusOr<std::vector<float>> logits = model_.DecodeBatch(tokens, caches);
+    // Each sequence's next token, drawn by its own sampler where the logits are (on a device,
+    // only ids or a few candidates per sequence come back).
+    absl::StatusOr<std::vector<int32_t>> next = model_.DecodeBatchSampled(tokens, caches, samplers);
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.steps;
       stats_.sequence_steps += static_cast<int64_t>(active.size());
       stats_.max_batch_seen = std::max(stats_.max_batch_seen, static_cast<int>(active.size()));
     }
-    if (!logits.ok()) {
+    if (!next.ok()) {
       // A failed step leaves every cache of the batch unusable: the batch ends with the error.
-      for (Sequence& seq : active) Retire(seq, logits.status());
+      for (Sequence& seq : active) Retire(seq, next.status());
       active.clear();
       continue;
     }
-    for (size_t i = 0; i < active.size(); ++i) {
-      active[i].stream->SampleAndAccept(logits->data() + i * static_cast<size_t>(vocab), vocab);
-    }
+    for (size_t i = 0; i < active.size(); ++i) active[i].stream->Accept((*next)[i]);
   }
 }
 

@@ -104,10 +104,6 @@ bool TokenStream::Accept(int32_t token) {
   return false;
 }
 
-bool TokenStream::SampleAndAccept(const float* logits, int vocab) {
-  return Accept(sampler_.Sample(std::vector<float>(logits, logits + vocab)));
-}
-
 void TokenStream::Cancel() {
   if (done_) return;
   result_.finish = FinishReason::kCancelled;
@@ -145,8 +141,11 @@ absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvCache
   }
   bool more = stream.Accept(first_token);
   while (more) {
-    HAP_ASSIGN_OR_RETURN(std::vector<float> logits, model.DecodeStep(stream.last_token(), store));
-    more = stream.SampleAndAccept(logits.data(), static_cast<int>(logits.size()));
+    // On a device only the token (greedy) or a few candidate logits come back per step.
+    HAP_ASSIGN_OR_RETURN(std::vector<int32_t> next,
+                         model.DecodeBatchSampled({stream.last_token()}, {store},
+                                                  {stream.mutable_sampler()}));
+    more = stream.Accept(next[0]);
   }
   sampler = stream.sampler();
   return stream.Finish();

@@ -73,12 +73,13 @@ class TokenStream {
   // Records `token` (already sampled), emits its text and decides whether the answer goes on.
   // Returns true while another decode step with `token` as input is wanted.
   bool Accept(int32_t token);
-  // Samples the next token from the logits F32 [vocab] of the last decode step and accepts it.
-  bool SampleAndAccept(const float* logits, int vocab);
   bool done() const { return done_; }
   int32_t last_token() const { return result_.tokens.back(); }
   int generated() const { return static_cast<int>(result_.tokens.size()); }
   const Sampler& sampler() const { return sampler_; }
+  // The stream's sampler, for a decode step that samples where the logits are
+  // (LlavaModel::DecodeBatchSampled); its token then goes to Accept().
+  Sampler* mutable_sampler() { return &sampler_; }
   // Ends the answer early (cancelled by the caller, deadline passed).
   void Cancel();
   // Flushes held-back text through the sink and returns the result. Call once, when done().

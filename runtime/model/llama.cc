@@ -169,13 +169,20 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions_dev,
   return backend_.Add(x, h, static_cast<int64_t>(n) * d_);
 }
 
-absl::StatusOr<std::vector<float>> LlamaDecoder::Logits(const float* rows, int n) const {
-  BackendArray<float> h(backend_), logits(backend_);  // F32 [n, hidden], [n, vocab]
+absl::Status LlamaDecoder::LogitsInto(const float* rows, int n,
+                                      BackendArray<float>* logits) const {
+  BackendArray<float> h(backend_);  // F32 [n, hidden]
   HAP_RETURN_IF_ERROR(h.Resize(static_cast<size_t>(n) * d_));
-  HAP_RETURN_IF_ERROR(logits.Resize(static_cast<size_t>(n) * vocab_));
+  logits->Rebind(backend_);
+  HAP_RETURN_IF_ERROR(logits->Resize(static_cast<size_t>(n) * vocab_));  // F32 [n, vocab]
   HAP_RETURN_IF_ERROR(backend_.RmsNorm(rows, w_.norm.f32(), h.data(), n, d_, eps_));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h.data(), w_.lm_head, nullptr, logits.data(), n,
-                                      LinearRows::kIndependent));
+  return backend_.Linear(h.data(), w_.lm_head, nullptr, logits->data(), n,
+                         LinearRows::kIndependent);
+}
+
+absl::StatusOr<std::vector<float>> LlamaDecoder::Logits(const float* rows, int n) const {
+  BackendArray<float> logits(backend_);  // F32 [n, vocab]
+  HAP_RETURN_IF_ERROR(LogitsInto(rows, n, &logits));
   std::vector<float> out(logits.size());
   HAP_RETURN_IF_ERROR(logits.CopyTo(out.data()));
   return out;
@@ -306,6 +313,16 @@ absl::Status LlamaDecoder::CheckCanDecode(const KvStore& cache) const {
 
 absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(
     const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches) const {
+  BackendArray<float> logits(backend_);  // F32 [b, vocab]
+  HAP_RETURN_IF_ERROR(DecodeBatchInto(tokens, caches, &logits));
+  std::vector<float> out(logits.size());
+  HAP_RETURN_IF_ERROR(logits.CopyTo(out.data()));
+  return out;
+}
+
+absl::Status LlamaDecoder::DecodeBatchInto(const std::vector<int32_t>& tokens,
+                                           const std::vector<KvStore*>& caches,
+                                           BackendArray<float>* logits) const {
   const int b = static_cast<int>(tokens.size());
   if (b == 0 || caches.size() != tokens.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -331,7 +348,7 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(
                               act, nullptr));
   }
   for (KvStore* cache : caches) ++cache->next_position;
-  return Logits(x.data(), b);
+  return LogitsInto(x.data(), b, logits);
 }
 
 }  // namespace hap

@@ -49,6 +49,11 @@ class LlamaDecoder {
   // full) leave every cache untouched; an error inside a layer leaves the caches unusable.
   absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
                                                  const std::vector<KvStore*>& caches) const;
+  // DecodeBatch with the logits F32 [b, vocab] left in the backend's memory (`logits`, on the
+  // decoder's backend), for a sampler that reads them there (runtime/model/row_sampling.h).
+  absl::Status DecodeBatchInto(const std::vector<int32_t>& tokens,
+                               const std::vector<KvStore*>& caches,
+                               BackendArray<float>* logits) const;
   // Whether `cache` can take another decode step: FailedPrecondition without a prefill,
   // OutOfRange once its next position reaches the context. DecodeBatch checks every cache.
   absl::Status CheckCanDecode(const KvStore& cache) const;
@@ -87,6 +92,8 @@ class LlamaDecoder {
   absl::Status CheckTokenIds(const std::vector<int32_t>& ids) const;
   // Final norm and LM head over rows F32 [n, hidden] (backend memory) → host F32 [n, vocab].
   absl::StatusOr<std::vector<float>> Logits(const float* rows, int n) const;
+  // The same into `logits` F32 [n, vocab] in the backend's memory.
+  absl::Status LogitsInto(const float* rows, int n, BackendArray<float>* logits) const;
 
   const Backend& backend_;
   const LlavaConfig& cfg_;

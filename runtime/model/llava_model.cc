@@ -1,6 +1,7 @@
 #include "runtime/image/clip_preprocess.h"
 #include "runtime/model/llava_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -62,6 +63,31 @@ absl::StatusOr<std::vector<float>> LlavaModel::DecodeBatch(
     const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
   return decoder_->DecodeBatch(tokens, caches);
+}
+
+absl::StatusOr<std::vector<int32_t>> LlavaModel::DecodeBatchSampled(
+    const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches,
+    const std::vector<Sampler*>& samplers, RowSamplingCounts* counts) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
+  if (samplers.size() != tokens.size() ||
+      std::find(samplers.begin(), samplers.end(), nullptr) != samplers.end()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "decode batch: %d tokens for %d samplers (none may be null)", tokens.size(),
+        samplers.size()));
+  }
+  BackendArray<float> logits(backend());  // F32 [b, vocab]
+  HAP_RETURN_IF_ERROR(decoder_->DecodeBatchInto(tokens, caches, &logits));
+  const int b = static_cast<int>(tokens.size());
+  const int vocab = static_cast<int>(logits.size() / tokens.size());
+  if (counts != nullptr) *counts = RowSamplingCounts{};
+  if (backend().device() != Device::kCpu) {
+    return SampleRows(backend(), logits.data(), b, vocab, samplers, counts);
+  }
+  std::vector<int32_t> next(b);
+  for (int i = 0; i < b; ++i) {
+    next[i] = samplers[i]->Sample(logits.data() + static_cast<int64_t>(i) * vocab, vocab);
+  }
+  return next;
 }
 
 absl::Status LlavaModel::CheckCanDecode(const KvStore& cache) const {

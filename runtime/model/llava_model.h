@@ -17,6 +17,8 @@
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/placed_weights.h"
+#include "runtime/model/row_sampling.h"
+#include "runtime/model/sampler.h"
 #include "runtime/model/vision_tower.h"
 #include "runtime/prune/pruner.h"
 #include "runtime/text/llava_prompt.h"
@@ -103,6 +105,14 @@ class LlavaModel {
   // One step for several sequences (LlamaDecoder::DecodeBatch): F32 [b, vocab].
   absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
                                                  const std::vector<KvStore*>& caches) const;
+  // One step for several sequences that returns each one's next token, drawn by samplers[i]
+  // exactly as samplers[i]->Sample(its row of logits) would. The logits stay where the backend
+  // made them: on a device only the greedy rows' ids or the other rows' top candidates come back
+  // (SampleRows, runtime/model/row_sampling.h; `counts` says which); the CPU backend samples its
+  // host logits in place (`counts` stays zero). Errors as DecodeBatch.
+  absl::StatusOr<std::vector<int32_t>> DecodeBatchSampled(
+      const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches,
+      const std::vector<Sampler*>& samplers, RowSamplingCounts* counts = nullptr) const;
   // LlamaDecoder::CheckCanDecode (FailedPrecondition too when the language part is not loaded).
   absl::Status CheckCanDecode(const KvStore& cache) const;
 

@@ -1,9 +1,11 @@
 // HapPruner: layer aggregation every layer of a pruning group, group aggregation + top-k at its
-// last layer.
+// last layer. PAQs, weights and token scores stay in the backend's memory; the group's pruning
+// step brings back its kept indices, then its scalars for the explain record.
 #include "runtime/prune/hap_pruner.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -23,7 +25,6 @@ HapPruner::HapPruner(const Plan& plan, const ModelDims& dims, Weighting weightin
 
 PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   HAP_ASSIGN_OR_RETURN(bool has_image, StartLayer(att));
-  if (att.layer == 0) group_paq_.clear();
   const int g = plan_.GroupOfLayer(att.layer);
   // The last group never prunes, so its layers need no maps.
   if (!has_image || g < 0 || g >= plan_.M - 1) return std::optional<std::vector<int>>();
@@ -36,76 +37,116 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
                                                    "to score them"));
   }
   const int64_t map_size = int64_t{n_text} * n_vis;
+  const Backend& b = *att.backend;
+  const PlanGroup& pg = plan_.groups[g];
+  // The group's layers run in order (StartLayer checks it) and n_vis is constant within it.
+  const int slot = att.layer - pg.first_layer;
+  const ScalarLayout at{pg.n_layers, H, n_vis};
+  if (slot == 0) {
+    scalars_.Rebind(b);
+    HAP_RETURN_IF_ERROR(scalars_.Resize(at.size()));
+  } else if (scalars_.size() != at.size()) {
+    return absl::InternalError(absl::StrCat(stats_.method, ": layer ", att.layer, " of group ", g,
+                                            " does not match the group's first layer's shape"));
+  }
+  float* scalars = scalars_.data();
 
   // Â_h for every head: F32 [H, n_text, n_vis], rows renormalised over the visual tokens, and
   // the entropy of each row, which gives PAQ(Â_h) without a logarithm per element.
   HAP_RETURN_IF_ERROR(RowsAttention(att, TextBegin(att), n_text, /*renormalize=*/true,
                                     &head_maps_, &head_entropy_));
-  HapLayerExplain lx;
-  lx.layer = att.layer;
-  lx.n_vis = n_vis;
-  lx.head_paq.resize(H);
-  lx.head_weights.resize(H);
-  HAP_RETURN_IF_ERROR(att.backend->PaqFromRowEntropies(head_maps_.data(), head_entropy_.data(), H,
-                                                   n_text, n_vis, lx.head_paq.data()));
+  float* head_paq = scalars + at.head_paq(slot);          // F32 [H]
+  float* head_weights = scalars + at.head_weights(slot);  // F32 [H]
+  HAP_RETURN_IF_ERROR(b.PaqFromRowEntropies(head_maps_.data(), head_entropy_.data(), H, n_text,
+                                            n_vis, head_paq));
   if (weighting_ == Weighting::kUniform) {
-    std::fill(lx.head_weights.begin(), lx.head_weights.end(), 1.f / H);
+    const std::vector<float> uniform(H, 1.f / H);
+    HAP_RETURN_IF_ERROR(b.CopyToBackend(head_weights, uniform.data(), sizeof(float) * H));
   } else {
-    HAP_RETURN_IF_ERROR(att.backend->PaqSoftmaxWeights(lx.head_paq.data(), H, lx.head_weights.data()));
+    HAP_RETURN_IF_ERROR(b.PaqSoftmaxWeights(head_paq, H, head_weights));
   }
   // A_l = Σ_h w_h Â_h: F32 [n_text, n_vis], into the group's next buffer.
-  const size_t slot = group_paq_.size();
-  if (group_maps_.size() <= slot) group_maps_.resize(slot + 1);
+  if (static_cast<int>(group_maps_.size()) <= slot) group_maps_.resize(slot + 1);
   BackendArray<float>& layer_map = group_maps_[slot];
-  layer_map.Rebind(*att.backend);
+  layer_map.Rebind(b);
   HAP_RETURN_IF_ERROR(layer_map.Resize(map_size));
-  HAP_RETURN_IF_ERROR(att.backend->WeightedSumContiguous(head_maps_.data(), lx.head_weights.data(), H,
-                                                     map_size, layer_map.data()));
-  HAP_RETURN_IF_ERROR(att.backend->Paq(layer_map.data(), 1, n_text, n_vis, &lx.layer_paq));
-  group_paq_.push_back(lx.layer_paq);
-  stats_.hap_layers.push_back(std::move(lx));
-
-  const PlanGroup& pg = plan_.groups[g];
+  HAP_RETURN_IF_ERROR(
+      b.WeightedSumContiguous(head_maps_.data(), head_weights, H, map_size, layer_map.data()));
+  HAP_RETURN_IF_ERROR(
+      b.Paq(layer_map.data(), 1, n_text, n_vis, scalars + at.layer_paq() + slot));
   if (att.layer != pg.last_layer()) {
     AddTime(Since(start));
     return std::optional<std::vector<int>>();
   }
 
   // End of group g: A_g = Σ_l w_l A_l over its layers, s_i = mean_j A_g(j,i), keep top N_v(g+1).
-  HapGroupExplain gx;
-  gx.group = g;
-  gx.first_layer = pg.first_layer;
-  gx.n_layers = pg.n_layers;
-  gx.layer_paq = group_paq_;
-  const int n_maps = static_cast<int>(group_paq_.size());
-  gx.layer_weights.resize(n_maps);
+  const int n_maps = pg.n_layers;
+  float* layer_weights = scalars + at.layer_weights();  // F32 [n_maps]
   if (weighting_ == Weighting::kUniform) {
-    std::fill(gx.layer_weights.begin(), gx.layer_weights.end(), 1.f / n_maps);
+    const std::vector<float> uniform(n_maps, 1.f / n_maps);
+    HAP_RETURN_IF_ERROR(b.CopyToBackend(layer_weights, uniform.data(), sizeof(float) * n_maps));
   } else {
-    HAP_RETURN_IF_ERROR(
-        att.backend->PaqSoftmaxWeights(group_paq_.data(), n_maps, gx.layer_weights.data()));
+    HAP_RETURN_IF_ERROR(b.PaqSoftmaxWeights(scalars + at.layer_paq(), n_maps, layer_weights));
   }
   std::vector<const float*> maps(n_maps);
   for (int i = 0; i < n_maps; ++i) maps[i] = group_maps_[i].data();
-  group_map_.Rebind(*att.backend);
-  token_scores_.Rebind(*att.backend);
+  group_map_.Rebind(b);
   HAP_RETURN_IF_ERROR(group_map_.Resize(map_size));
-  HAP_RETURN_IF_ERROR(token_scores_.Resize(n_vis));
-  HAP_RETURN_IF_ERROR(att.backend->WeightedSumMaps(maps.data(), gx.layer_weights.data(), n_maps,
-                                               map_size, group_map_.data()));
   HAP_RETURN_IF_ERROR(
-      att.backend->TokenScores(group_map_.data(), n_text, n_vis, token_scores_.data()));
+      b.WeightedSumMaps(maps.data(), layer_weights, n_maps, map_size, group_map_.data()));
+  float* token_scores = scalars + at.token_scores();  // F32 [n_vis]
+  HAP_RETURN_IF_ERROR(b.TokenScores(group_map_.data(), n_text, n_vis, token_scores));
   const int keep = std::min(plan_.groups[g + 1].visual_tokens, n_vis);
   std::vector<int> kept(keep);
-  HAP_RETURN_IF_ERROR(att.backend->StableTopK(token_scores_.data(), n_vis, keep, kept.data()));
-  gx.token_scores.resize(n_vis);  // for the explain record
-  HAP_RETURN_IF_ERROR(token_scores_.CopyTo(gx.token_scores.data()));
-  group_paq_.clear();
+  // The stage's one wait for the device: the kept indices. The scalars follow in one copy (the
+  // stream is idle by then); a NaN PAQ found there is the better error than the NaN scores
+  // StableTopK refuses.
+  const absl::Status selected = b.StableTopK(token_scores, n_vis, keep, kept.data());
+  std::vector<float> host(at.size());
+  HAP_RETURN_IF_ERROR(scalars_.CopyTo(host.data()));
+  HapGroupExplain gx;
+  HAP_RETURN_IF_ERROR(RecordGroup(g, at, host, &gx));
+  HAP_RETURN_IF_ERROR(selected);
   gx.kept = kept;
   gx.kept_original.resize(keep);
   for (int r = 0; r < keep; ++r) gx.kept_original[r] = present()[kept[r]];
   stats_.hap_groups.push_back(std::move(gx));
   return Commit(att, std::move(kept), Since(start));
+}
+
+absl::Status HapPruner::RecordGroup(int g, const ScalarLayout& at, const std::vector<float>& host,
+                                    HapGroupExplain* gx) {
+  const PlanGroup& pg = plan_.groups[g];
+  for (int slot = 0; slot < at.G; ++slot) {
+    HapLayerExplain lx;
+    lx.layer = pg.first_layer + slot;
+    lx.n_vis = at.n_vis;
+    lx.head_paq.assign(host.begin() + at.head_paq(slot), host.begin() + at.head_paq(slot + 1));
+    lx.head_weights.assign(host.begin() + at.head_weights(slot),
+                           host.begin() + at.head_weights(slot + 1));
+    lx.layer_paq = host[at.layer_paq() + slot];
+    for (int h = 0; h < at.H; ++h) {
+      if (std::isnan(lx.head_paq[h])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            stats_.method, ": layer ", lx.layer, " head ", h,
+            ": PAQ is NaN: its text→visual map is not a distribution over the visual tokens (a "
+            "negative or non-finite entry, or a row that does not sum to 1)"));
+      }
+    }
+    if (std::isnan(lx.layer_paq)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          stats_.method, ": layer ", lx.layer,
+          ": the PAQ of the layer's map is NaN: it is not a distribution over the visual tokens"));
+    }
+    stats_.hap_layers.push_back(std::move(lx));
+  }
+  gx->group = g;
+  gx->first_layer = pg.first_layer;
+  gx->n_layers = pg.n_layers;
+  gx->layer_paq.assign(host.begin() + at.layer_paq(), host.begin() + at.layer_weights());
+  gx->layer_weights.assign(host.begin() + at.layer_weights(), host.begin() + at.head_paq(0));
+  gx->token_scores.assign(host.begin() + at.token_scores(), host.end());
+  return absl::OkStatus();
 }
 
 }  // namespace hap

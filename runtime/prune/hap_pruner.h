@@ -21,8 +21,9 @@ class HapPruner : public PrunerBase {
 
   // The plan must be for dims (same L and V); its schedule names the method (MethodName).
   // stats() gains one HapLayerExplain per layer of groups 0..M−2 and one HapGroupExplain per
-  // pruning step; layers of the last group are not scored (nothing is pruned after them), so
-  // M = 1 costs nothing.
+  // pruning step, both when the group's pruning step runs (its layers' PAQs and weights stay in
+  // the backend's memory until then); layers of the last group are not scored (nothing is
+  // pruned after them), so M = 1 costs nothing.
   HapPruner(const Plan& plan, const ModelDims& dims, Weighting weighting);
 
   KeepResult AfterLayer(const LayerAttention& att) override;
@@ -30,18 +31,33 @@ class HapPruner : public PrunerBase {
   const Plan& plan() const { return plan_; }
 
  private:
+  // Where a group's scalars lie in scalars_ (F32 offsets), for G layers, H heads, n_vis tokens:
+  // [G] PAQ_l, [G] w_l, [G, H] PAQ of each head, [G, H] head weights, [n_vis] token scores.
+  struct ScalarLayout {
+    int G, H, n_vis;
+    size_t layer_paq() const { return 0; }
+    size_t layer_weights() const { return static_cast<size_t>(G); }
+    size_t head_paq(int slot) const { return 2 * static_cast<size_t>(G) + size_t(slot) * H; }
+    size_t head_weights(int slot) const { return head_paq(G) + size_t(slot) * H; }
+    size_t token_scores() const { return head_weights(G); }
+    size_t size() const { return token_scores() + n_vis; }
+  };
+  // Fills the explain records of group g from its scalars, copied to the host (`host`, laid out
+  // as `at` says) once its pruning step has synchronised. InvalidArgument naming the layer and
+  // head when a PAQ is NaN: a device backend flags a map that is not a distribution that way.
+  absl::Status RecordGroup(int g, const ScalarLayout& at, const std::vector<float>& host,
+                           HapGroupExplain* gx);
+
   Plan plan_;
   Weighting weighting_;
-  // Layers of the current group so far: the first group_paq_.size() entries of group_maps_ are
-  // their maps A_l, each F32 [n_text, n_vis], and group_paq_ their PAQ_l. group_maps_ keeps its
-  // buffers across groups and requests so a layer allocates nothing.
-  std::vector<BackendArray<float>> group_maps_;  // F32 [n_text, n_vis]: A_l of the group's layers
-  std::vector<float> group_paq_;
+  // A_l of the current group's layers so far, each F32 [n_text, n_vis] in the backend's memory;
+  // the buffers are kept across groups and requests so a layer allocates nothing.
+  std::vector<BackendArray<float>> group_maps_;
   // In the backend's memory:
   BackendArray<float> head_maps_;      // F32 [H, n_text, n_vis]: Â_h of the current layer
   BackendArray<double> head_entropy_;  // F64 [H, n_text]: entropy of each row of Â_h
   BackendArray<float> group_map_;      // F32 [n_text, n_vis]: A_g at the end of a group
-  BackendArray<float> token_scores_;   // F32 [n_vis]: s_i = mean_j A_g(j,i)
+  BackendArray<float> scalars_;        // the current group's scalars (ScalarLayout)
 };
 
 }  // namespace hap

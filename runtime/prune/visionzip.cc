@@ -58,7 +58,10 @@ absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,
     rows.out = cls_heads.data();
     HAP_RETURN_IF_ERROR(b.TextVisualAttention(rows));
     const std::vector<float> ones(H, 1.f);
-    HAP_RETURN_IF_ERROR(b.WeightedSumContiguous(cls_heads.data(), ones.data(), H, n, cls.data()));
+    BackendArray<float> weights(b);  // F32 [H] of 1, in the backend's memory as the op takes it
+    HAP_RETURN_IF_ERROR(weights.Assign(ones.data(), ones.size()));
+    HAP_RETURN_IF_ERROR(
+        b.WeightedSumContiguous(cls_heads.data(), weights.data(), H, n, cls.data()));
   }
 
   // Dominant: CLS + top (dominant − 1) patches (patch p is token p + 1).

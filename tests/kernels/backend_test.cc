@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/prune/paq.h"
+#include "kernels/prune/paq_softmax.h"
 #include "kernels/prune/visionzip_merge.h"
 
 namespace hap {
@@ -290,24 +292,30 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
   ASSERT_TRUE(kernels::TextVisualAttentionReference(t).ok());
   EXPECT_LT(MaxRelDiff(maps, ref), 1e-5);
 
-  std::vector<float> paq(heads), paq_ref(heads), paq_e(heads);
-  ASSERT_TRUE(b().Paq(d_maps.p(), heads, n_text, n_vis, paq.data()).ok());
+  // PAQ values and PAQ-softmax weights stay in the backend's memory.
+  std::vector<float> paq_ref(heads);
+  On<float> d_paq(b(), heads), d_paq_e(b(), heads), d_wts(b(), heads);
+  ASSERT_TRUE(b().Paq(d_maps.p(), heads, n_text, n_vis, d_paq.p()).ok());
   ASSERT_TRUE(kernels::PaqReference(maps.data(), heads, n_text, n_vis, paq_ref.data()).ok());
   ASSERT_TRUE(b().PaqFromRowEntropies(d_maps.p(), d_entropy.p(), heads, n_text, n_vis,
-                                      paq_e.data()).ok());
+                                      d_paq_e.p()).ok());
+  const std::vector<float> paq = d_paq.Host();
   EXPECT_LT(MaxRelDiff(paq, paq_ref), 1e-5);
-  EXPECT_LT(MaxRelDiff(paq_e, paq_ref), 1e-4);
+  EXPECT_LT(MaxRelDiff(d_paq_e.Host(), paq_ref), 1e-4);
 
-  std::vector<float> wts(heads);
-  ASSERT_TRUE(b().PaqSoftmaxWeights(paq.data(), heads, wts.data()).ok());
+  ASSERT_TRUE(b().PaqSoftmaxWeights(d_paq.p(), heads, d_wts.p()).ok());
+  const std::vector<float> wts = d_wts.Host();
+  std::vector<float> wts_ref(heads);
+  ASSERT_TRUE(kernels::PaqSoftmaxWeights(paq.data(), heads, wts_ref.data()).ok());
+  EXPECT_EQ(wts, wts_ref);  // the reference's arithmetic in its order
   EXPECT_NEAR(wts[0] + wts[1], 1.f, 1e-6);
   EXPECT_EQ(wts[0] > wts[1], paq[0] > paq[1]);
 
   const int64_t size = int64_t{n_text} * n_vis;
   On<float> d_layer(b(), size), d_layer2(b(), size);
-  ASSERT_TRUE(b().WeightedSumContiguous(d_maps.p(), wts.data(), heads, size, d_layer.p()).ok());
+  ASSERT_TRUE(b().WeightedSumContiguous(d_maps.p(), d_wts.p(), heads, size, d_layer.p()).ok());
   const float* ptrs[] = {d_maps.p(), d_maps.p() + size};
-  ASSERT_TRUE(b().WeightedSumMaps(ptrs, wts.data(), heads, size, d_layer2.p()).ok());
+  ASSERT_TRUE(b().WeightedSumMaps(ptrs, d_wts.p(), heads, size, d_layer2.p()).ok());
   const std::vector<float> layer = d_layer.Host(), layer2 = d_layer2.Host();
   for (int64_t i = 0; i < size; ++i) {
     EXPECT_NEAR(layer[i], wts[0] * maps[i] + wts[1] * maps[size + i], 1e-6);
@@ -355,8 +363,8 @@ TEST_P(BackendTest, VisionZipOpsAgreeWithTheirDefinitions) {
   t.scale = 1.f / std::sqrt(static_cast<float>(hd));
   t.out = d_heads.p();
   ASSERT_TRUE(b().TextVisualAttention(t).ok());
-  const std::vector<float> ones(heads, 1.f);
-  ASSERT_TRUE(b().WeightedSumContiguous(d_heads.p(), ones.data(), heads, n, d_cls.p()).ok());
+  On<float> ones(b(), std::vector<float>(heads, 1.f));
+  ASSERT_TRUE(b().WeightedSumContiguous(d_heads.p(), ones.p(), heads, n, d_cls.p()).ok());
   const std::vector<float> cls = d_cls.Host();
   for (int i = 0; i < n; ++i) {
     double want = 0;
@@ -418,6 +426,97 @@ TEST_P(BackendTest, VisionZipOpsAgreeWithTheirDefinitions) {
   for (int c = 0; c < 3; ++c) {
     for (int e = 0; e < d; ++e) EXPECT_EQ(own[c * d + e], hid[targets[c] * d + e]);
   }
+}
+
+// A map that is not a distribution: the CPU backend's Paq refuses it; a device backend writes
+// NaN (it does not wait to look), and the PAQ-softmax carries the NaN into every weight, so the
+// caller that copies the scalars out sees it.
+TEST_P(BackendTest, AMapThatIsNoDistributionIsRefusedOrFlaggedNaN) {
+  const int n_text = 2, n_vis = 3;
+  std::vector<float> maps = {0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.8f,    // map 0: rows sum to 1
+                             0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.3f};   // map 1: row 1 sums to 0.5
+  On<float> d_maps(b(), maps), d_paq(b(), 2), d_wts(b(), 2);
+  const absl::Status paq = b().Paq(d_maps.p(), 2, n_text, n_vis, d_paq.p());
+  if (b().device() == Device::kCpu) {
+    EXPECT_EQ(paq.code(), absl::StatusCode::kInvalidArgument) << paq;
+    return;
+  }
+  ASSERT_TRUE(paq.ok()) << paq;
+  const std::vector<float> got = d_paq.Host();
+  EXPECT_TRUE(std::isfinite(got[0]));
+  EXPECT_TRUE(std::isnan(got[1]));
+  ASSERT_TRUE(b().PaqSoftmaxWeights(d_paq.p(), 2, d_wts.p()).ok());
+  for (float w : d_wts.Host()) EXPECT_TRUE(std::isnan(w));
+}
+
+// The sampling ops: the greedy argmax is std::max_element (ties to the lower id, a NaN at
+// element 0 kept), the candidates are the sampler's partial sort with the F64 denominator, a NaN
+// row is marked by ids of −1, and only host pointers come back.
+TEST_P(BackendTest, SamplingOpsAgreeWithTheSamplersOrder) {
+  const int rows = 4, n = 300, k = 20;
+  std::vector<float> x = Random(rows * n, 41, 6.f);
+  for (int i = 0; i < n; ++i) x[n + i] = std::floor(x[n + i]);  // row 1: 13 levels, many ties
+  x[n + 17] = x[n + 250] = 9.f;                                   // row 1: a tied maximum
+  x[2 * n + 0] = NAN;                                             // row 2: NaN first
+  x[3 * n + 5] = -0.f;                                            // row 3: −0 among others
+  x[3 * n + 3] = 0.f;
+  for (int i = 0; i < n; ++i) {
+    if (i != 3 && i != 5) x[3 * n + i] = -1.f - (i % 7);
+  }
+  On<float> d_x(b(), x);
+  std::vector<int32_t> ids(rows);
+  ASSERT_TRUE(b().ArgMaxRows(d_x.p(), rows, n, ids.data()).ok());
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x.data() + r * n;
+    EXPECT_EQ(ids[r], std::max_element(row, row + n) - row) << "row " << r;
+  }
+  EXPECT_EQ(ids[1], 17);
+  EXPECT_EQ(ids[2], 0);
+  EXPECT_EQ(ids[3], 3);  // +0 at 3 and −0 at 5 are one value: the lower id
+
+  const std::vector<float> temperature = {0.7f, 1.f, 1.f, 0.f};
+  std::vector<float> values(rows * k);
+  std::vector<int32_t> top(rows * k);
+  std::vector<double> sums(rows);
+  TopLogitsArgs a;
+  a.logits = d_x.p();
+  a.rows = rows;
+  a.n = n;
+  a.k = k;
+  a.temperature = temperature.data();
+  a.values = values.data();
+  a.ids = top.data();
+  a.row_sum = sums.data();
+  ASSERT_TRUE(b().TopLogits(a).ok());
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x.data() + r * n;
+    if (r == 2) {  // the NaN row
+      for (int c = 0; c < k; ++c) EXPECT_EQ(top[r * k + c], -1);
+      EXPECT_TRUE(std::isnan(sums[r]));
+      continue;
+    }
+    std::vector<int> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int i, int j) { return row[i] > row[j]; });
+    double sum = 0;
+    for (int i = 0; i < n; ++i) sum += std::exp((row[i] - double{row[order[0]]}) / temperature[r]);
+    for (int c = 0; c < k; ++c) {
+      EXPECT_EQ(top[r * k + c], order[c]) << "row " << r << " rank " << c;
+      EXPECT_EQ(values[r * k + c], row[order[c]]);
+    }
+    if (temperature[r] > 0) {
+      EXPECT_NEAR(sums[r], sum, 1e-12 * sum) << "row " << r;
+    } else {
+      EXPECT_EQ(sums[r], 0.0);
+    }
+  }
+  // Bad shapes are refused before anything runs.
+  TopLogitsArgs bad = a;
+  bad.k = kMaxTopLogits + 1;
+  EXPECT_EQ(b().TopLogits(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = a;
+  bad.row_sum = nullptr;
+  EXPECT_EQ(b().TopLogits(bad).code(), absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BackendTest, ::testing::ValuesIn(Backends()),

@@ -2,8 +2,6 @@
 // that counts and forwards to the CPU one gives bit-identical results, and a decode step makes
 // exactly the calls its layers need — no op reaches a kernel around the interface (VisionZip's
 // compression included).
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -11,83 +9,12 @@
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/model/tiny_model.h"
+#include "tests/model/counting_backend.h"
 
 namespace hap {
 namespace {
 
-class CountingBackend final : public Backend {
- public:
-  Device device() const override { return cpu_.device(); }
-  std::string_view name() const override { return "counting"; }
-  int count(const std::string& op) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = counts_.find(op);
-    return it == counts_.end() ? 0 : it->second;
-  }
-  void Reset() {
-    std::lock_guard<std::mutex> lock(mu_);
-    counts_.clear();
-  }
-
-#define HAP_FORWARD(op, params, args) \
-  absl::Status op params const override { \
-    Count(#op);                          \
-    return cpu_.op args;                 \
-  }
-  absl::StatusOr<void*> Allocate(size_t bytes) const override { return cpu_.Allocate(bytes); }
-  void Free(void* p) const override { cpu_.Free(p); }
-  HAP_FORWARD(CopyToBackend, (void* d, const void* s, size_t n), (d, s, n))
-  HAP_FORWARD(CopyToHost, (void* d, const void* s, size_t n), (d, s, n))
-  HAP_FORWARD(Copy, (void* d, const void* s, size_t n), (d, s, n))
-  HAP_FORWARD(Synchronize, (), ())
-  absl::StatusOr<TensorView> PlaceWeight(const TensorView& h, BackendBuffer* s) const override {
-    return cpu_.PlaceWeight(h, s);
-  }
-  int64_t DeviceBytesInUse() const override { return cpu_.DeviceBytesInUse(); }
-  HAP_FORWARD(StoreF32As, (DType t, const float* s, void* d, int64_t n), (t, s, d, n))
-  HAP_FORWARD(Embedding, (const TensorView& t, const int32_t* ids, int n, float* o),
-              (t, ids, n, o))
-  HAP_FORWARD(Linear,
-              (const float* x, const TensorView& w, const float* b, float* y, int m, LinearRows r),
-              (x, w, b, y, m, r))
-  HAP_FORWARD(RmsNorm, (const float* x, const float* w, float* y, int r, int d, float e),
-              (x, w, y, r, d, e))
-  HAP_FORWARD(LayerNorm,
-              (const float* x, const float* w, const float* b, float* y, int r, int d, float e),
-              (x, w, b, y, r, d, e))
-  HAP_FORWARD(Rope, (float* x, const int32_t* p, int r, int h, int hd, float t), (x, p, r, h, hd, t))
-  HAP_FORWARD(Activate, (Activation k, float* x, int64_t n), (k, x, n))
-  HAP_FORWARD(SiluMul, (float* g, const float* u, int64_t n), (g, u, n))
-  HAP_FORWARD(Add, (float* y, const float* x, int64_t n), (y, x, n))
-  HAP_FORWARD(Attention, (const AttentionArgs& a), (a))
-  HAP_FORWARD(DecodeAttention, (const DecodeAttentionArgs& a), (a))
-  HAP_FORWARD(GatherRows, (const void* s, int64_t n, size_t rb, const int* i, int64_t ni, void* d),
-              (s, n, rb, i, ni, d))
-  HAP_FORWARD(TextVisualAttention, (const kernels::TextVisualAttentionArgs& a), (a))
-  HAP_FORWARD(Paq, (const float* m, int n, int t, int v, float* p), (m, n, t, v, p))
-  HAP_FORWARD(PaqFromRowEntropies,
-              (const float* m, const double* e, int n, int t, int v, float* p), (m, e, n, t, v, p))
-  HAP_FORWARD(PaqSoftmaxWeights, (const float* p, int n, float* w), (p, n, w))
-  HAP_FORWARD(WeightedSumMaps, (const float* const* m, const float* w, int n, int64_t s, float* o),
-              (m, w, n, s, o))
-  HAP_FORWARD(WeightedSumContiguous, (const float* m, const float* w, int n, int64_t s, float* o),
-              (m, w, n, s, o))
-  HAP_FORWARD(TokenScores, (const float* m, int64_t r, int v, float* s), (m, r, v, s))
-  HAP_FORWARD(TokenScoresOfRows, (const float* m, int64_t r, int v, const int* rs, int n, float* s),
-              (m, r, v, rs, n, s))
-  HAP_FORWARD(StableTopK, (const float* s, int n, int k, int* kept), (s, n, k, kept))
-  HAP_FORWARD(VisionZipMerge, (const kernels::VisionZipMergeArgs& a), (a))
-#undef HAP_FORWARD
-
- private:
-  void Count(const char* op) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counts_[op];
-  }
-  const Backend& cpu_ = CpuBackend();
-  mutable std::mutex mu_;
-  mutable std::map<std::string, int> counts_;
-};
+using testing_support::CountingBackend;
 
 TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
   const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/backend_routing";

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/engine/paged_kv.h"
 #include "runtime/model/pipeline.h"
+#include "runtime/model/row_sampling.h"
 #include "runtime/model/tiny_model.h"
 #include "runtime/prune/factory.h"
 
@@ -223,6 +225,132 @@ TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
     gpu_pool->reset();
     EXPECT_LT(cuda->DeviceBytesInUse(), held);
   }
+}
+
+// What comes back to the host. A prefill: the token embeddings once (they are spliced with the
+// image's on the host), K and V of every layer (the host cache), the last row's logits, and per
+// pruning stage its kept indices — for HAP also one copy of the stage's PAQs, weights and token
+// scores, and no PAQ scalar per layer. A decode step that samples on the device: the greedy
+// rows' ids and the other rows' candidates (one copy each), and a row of logits only for a row
+// counted in full_rows; each row's token is exactly Sampler::Sample's on the same backend's
+// logits, with the same seed, batched or not, and a seeded answer equals the CPU backend's.
+TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_syncs";
+  TinyModelOptions o;
+  o.seed = 23;
+  o.layers = 4;
+  o.image_size = 112;
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  auto cpu_model = LlavaModel::Load(dir, {});
+  auto gpu_model = LlavaModel::Load(dir, on_cuda);
+  ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
+  const LlavaModel& cpu = **cpu_model;
+  const LlavaModel& gpu = **gpu_model;
+  const std::string png = Png();
+  const std::string prompt = "What is in the picture?";
+
+  PrefillResult prefill;
+  for (const char* method : {"none", "fastv", "hap", "uniform"}) {
+    SCOPED_TRACE(method);
+    PruneRequest prune;
+    prune.method = method;
+    if (prune.method != "none") prune.retain = 24;
+    auto enc = EncodeImage(gpu, png, prune);
+    ASSERT_TRUE(enc.ok()) << enc.status();
+    Sampler sampler{SamplingParams{}};
+    const int64_t before = cuda::DeviceToHostCopies();
+    auto pre = RunPrefill(gpu, prompt, *enc, prune, &sampler);
+    const int64_t copies = cuda::DeviceToHostCopies() - before;
+    ASSERT_TRUE(pre.ok()) << pre.status();
+    const int stages = static_cast<int>(pre->stats.prune.stages.size());
+    const bool hap = prune.method == "hap" || prune.method == "uniform";
+    if (prune.method != "none") {
+      EXPECT_GT(stages, 0);
+    }
+    if (hap) {
+      EXPECT_EQ(static_cast<int>(pre->stats.prune.hap_groups.size()), stages);
+    }
+    EXPECT_EQ(copies, 1 + 2 * o.layers + 1 + (hap ? 2 : 1) * stages);
+    if (prune.method == "hap") prefill = std::move(*pre);
+  }
+
+  const int vocab = cpu.config().text.vocab_size;
+  ASSERT_GT(vocab, kMaxTopLogits + 44);  // so that top_k 300 is between the bound and vocab
+  // Greedy, top-k, top-p (no top-k), the full distribution, top-k above the candidate bound.
+  const std::vector<SamplingParams> params = {{0.f, 1.f, 0, 0},      {0.8f, 1.f, 40, 11},
+                                              {1.f, 0.9f, 0, 12},    {0.7f, 1.f, 0, 13},
+                                              {1.2f, 0.95f, 300, 14}, {0.5f, 0.5f, 3, 15}};
+  // Batches: greedy only, candidates only, every kind at once.
+  const std::vector<std::vector<int>> batches = {{0}, {1, 2, 3, 5}, {0, 1, 2, 3, 4, 5}};
+  for (const std::vector<int>& batch : batches) {
+    SCOPED_TRACE("batch of " + std::to_string(batch.size()));
+    // Each sequence twice from the prefill's cache: one decoded by DecodeBatch with the logits
+    // copied out and sampled on the host, the other by DecodeBatchSampled.
+    std::vector<std::unique_ptr<DeviceKv>> host_kv, device_kv;
+    std::vector<KvStore*> host_stores, device_stores;
+    std::vector<Sampler> host_samplers, device_samplers;
+    for (int i : batch) {
+      for (auto* kv : {&host_kv, &device_kv}) {
+        auto copy = DeviceKv::FromCache(gpu.backend(), prefill.cache, 4);
+        ASSERT_TRUE(copy.ok()) << copy.status();
+        kv->push_back(std::move(*copy));
+      }
+      host_stores.push_back(host_kv.back().get());
+      device_stores.push_back(device_kv.back().get());
+      host_samplers.emplace_back(params[i]);
+      device_samplers.emplace_back(params[i]);
+    }
+    std::vector<Sampler*> device_pointers;
+    for (Sampler& s : device_samplers) device_pointers.push_back(&s);
+    const int n = static_cast<int>(batch.size());
+    bool greedy = false, top = false;
+    for (const Sampler& s : device_samplers) {
+      greedy |= s.Needs(vocab) == Sampler::Need::kArgMax;
+      top |= s.Needs(vocab) == Sampler::Need::kTop;
+    }
+    std::vector<int32_t> tokens(n, prefill.first_token);
+    for (int step = 0; step < 3; ++step) {
+      auto logits = gpu.DecodeBatch(tokens, host_stores);
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      std::vector<int32_t> want(n);
+      for (int i = 0; i < n; ++i) {
+        want[i] = host_samplers[i].Sample(logits->data() + int64_t{i} * vocab, vocab);
+      }
+      RowSamplingCounts counts;
+      const int64_t before = cuda::DeviceToHostCopies();
+      auto got = gpu.DecodeBatchSampled(tokens, device_stores, device_pointers, &counts);
+      const int64_t copies = cuda::DeviceToHostCopies() - before;
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(*got, want) << "step " << step;
+      EXPECT_EQ(copies, int{greedy} + int{top} + counts.full_rows) << "step " << step;
+      int row_bound = 0;  // top_k 300: no bounded candidate set, the row comes back
+      for (int i : batch) row_bound += params[i].top_k == 300;
+      EXPECT_GE(counts.full_rows, row_bound);
+      std::printf("batch of %d, step %d: %d argmax, %d by candidates, %d rows copied\n", n, step,
+                  counts.argmax, counts.top, counts.full_rows);
+      if (batch.size() == 1) {
+        EXPECT_EQ(copies, 1);  // greedy: the token id alone
+      }
+      tokens = want;
+    }
+  }
+
+  // A seeded answer with top-p sampling: on the device as on the CPU.
+  GenerateRequest req;
+  req.image_bytes = png;
+  req.prompt = prompt;
+  req.prune.method = "hap";
+  req.prune.retain = 24;
+  req.sampling = {0.8f, 0.9f, 0, 42};
+  req.stop.max_new_tokens = 8;
+  auto gen_cpu = Generate(cpu, req, nullptr);
+  auto gen_gpu = Generate(gpu, req, nullptr);
+  ASSERT_TRUE(gen_cpu.ok()) << gen_cpu.status();
+  ASSERT_TRUE(gen_gpu.ok()) << gen_gpu.status();
+  EXPECT_EQ(gen_gpu->decode.tokens, gen_cpu->decode.tokens);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaModelTest, ::testing::Values(DType::kF32, DType::kBF16),

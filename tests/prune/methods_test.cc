@@ -98,24 +98,39 @@ class HapReference {
         for (int i = 0; i < v.n_vis; ++i) layer[j][i] += w[h] * heads[h][j][i];
     const double layer_paq = testref::Paq(layer);
 
-    // The explain record of this layer.
-    const PruneStats& st = pruner.stats();
-    EXPECT_FALSE(st.hap_layers.empty());
-    if (!st.hap_layers.empty()) {
-      const HapLayerExplain& x = st.hap_layers.back();
-      EXPECT_EQ(x.layer, v.layer);
-      for (int h = 0; h < H; ++h) {
-        EXPECT_NEAR(x.head_paq[h], paq[h], 2e-5) << "layer " << v.layer << " head " << h;
-        EXPECT_NEAR(x.head_weights[h], w[h], 1e-5) << "layer " << v.layer << " head " << h;
-      }
-      EXPECT_NEAR(x.layer_paq, layer_paq, 2e-5) << "layer " << v.layer;
-      head_weight_spread_ =
-          std::max(head_weight_spread_,
-                   *std::max_element(w.begin(), w.end()) - *std::min_element(w.begin(), w.end()));
-    }
+    head_weight_spread_ =
+        std::max(head_weight_spread_,
+                 *std::max_element(w.begin(), w.end()) - *std::min_element(w.begin(), w.end()));
     maps_.push_back(layer);
     layer_paq_.push_back(layer_paq);
-    if (v.layer != last_[g]) return std::nullopt;
+    expected_layers_.push_back({v.layer, paq, w, layer_paq});
+    // The explain records of a group's layers appear with its pruning step (a device backend
+    // keeps the PAQs and weights until that step's sync): none before.
+    const PruneStats& st = pruner.stats();
+    if (v.layer != last_[g]) {
+      EXPECT_EQ(st.hap_layers.size(), layers_recorded_) << "layer " << v.layer;
+      return std::nullopt;
+    }
+
+    // The explain record of each layer of the group, now complete.
+    EXPECT_EQ(st.hap_layers.size(), layers_recorded_ + expected_layers_.size());
+    for (size_t i = 0; i < expected_layers_.size() && layers_recorded_ + i < st.hap_layers.size();
+         ++i) {
+      const ExpectedLayer& e = expected_layers_[i];
+      const HapLayerExplain& x = st.hap_layers[layers_recorded_ + i];
+      EXPECT_EQ(x.layer, e.layer);
+      EXPECT_EQ(x.n_vis, v.n_vis);
+      EXPECT_EQ(x.head_paq.size(), e.paq.size());
+      EXPECT_EQ(x.head_weights.size(), e.w.size());
+      if (x.head_paq.size() != e.paq.size() || x.head_weights.size() != e.w.size()) continue;
+      for (int h = 0; h < H; ++h) {
+        EXPECT_NEAR(x.head_paq[h], e.paq[h], 2e-5) << "layer " << e.layer << " head " << h;
+        EXPECT_NEAR(x.head_weights[h], e.w[h], 1e-5) << "layer " << e.layer << " head " << h;
+      }
+      EXPECT_NEAR(x.layer_paq, e.layer_paq, 2e-5) << "layer " << e.layer;
+    }
+    layers_recorded_ = st.hap_layers.size();
+    expected_layers_.clear();
 
     const std::vector<double> lw = uniform_ ? std::vector<double>(maps_.size(), 1.0 / maps_.size())
                                             : testref::SoftmaxCentered(layer_paq_);
@@ -148,10 +163,17 @@ class HapReference {
   std::vector<std::vector<int>> group_kept_;
 
  private:
+  struct ExpectedLayer {
+    int layer;
+    std::vector<double> paq, w;
+    double layer_paq;
+  };
   bool uniform_;
   std::vector<int> last_, tokens_;
   std::vector<std::vector<std::vector<double>>> maps_;
   std::vector<double> layer_paq_;
+  std::vector<ExpectedLayer> expected_layers_;  // the current group's layers so far
+  size_t layers_recorded_ = 0;                  // hap_layers entries checked
 };
 
 TEST(HapMethod, KeptSetsMatchDirectRecomputation) {

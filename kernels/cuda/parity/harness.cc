@@ -104,6 +104,7 @@ std::vector<Case> AllCases() {
   AddPruneCases(cases);
   AddGemmCases(cases);
   AddVisionZipCases(cases);
+  AddSamplingCases(cases);
   return cases;
 }
 

@@ -15,5 +15,6 @@ void AddAttentionCases(std::vector<Case>& cases);    // rows_attention.cc
 void AddPruneCases(std::vector<Case>& cases);        // rows_prune.cc
 void AddGemmCases(std::vector<Case>& cases);         // rows_gemm.cc
 void AddVisionZipCases(std::vector<Case>& cases);    // rows_visionzip.cc
+void AddSamplingCases(std::vector<Case>& cases);     // rows_sampling.cc
 
 }  // namespace hap::cuda::parity

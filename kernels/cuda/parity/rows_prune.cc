@@ -1,6 +1,6 @@
-// Parity rows: the pruning kernels (text→visual attention rows, PAQ, weighted sums of maps, token
-// scores, stable top-k, row gathers) against kernels/prune, and the greedy argmax against the
-// sampler's rule. Index outputs are compared exactly; F32 outputs with kF32Tol.
+// Parity rows: the pruning kernels (text→visual attention rows, PAQ, PAQ-softmax weights,
+// weighted sums of maps, token scores, stable top-k, row gathers) against kernels/prune. Index
+// outputs are compared exactly; F32 outputs with kF32Tol.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,9 +10,9 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/cuda/argmax.h"
 #include "kernels/cuda/gather_rows.h"
 #include "kernels/cuda/paq.h"
+#include "kernels/cuda/paq_softmax.h"
 #include "kernels/cuda/parity/rows.h"
 #include "kernels/cuda/text_visual_attention.h"
 #include "kernels/cuda/token_scores.h"
@@ -320,12 +320,66 @@ CaseResult PaqRejectsCase(bool from_entropies) {
   return c.Result(ms);
 }
 
+// ------------------------------------------------------------------ PAQ-softmax
+
+// The kernel runs the reference's F64 arithmetic in its order; only a GPU's exp may differ, by
+// 1 ulp in F64, which moves the F32 weight by at most 1 ulp (6e-8 relative).
+constexpr Tolerance kPaqSoftmaxTol{1e-7, 1e-6};
+
+// PAQ values as the pruner has them (in [0, 1]), all equal (uniform weights), or spread wide (the
+// op takes any finite scores; the max subtraction keeps exp in range).
+enum class PaqValues { kUnit, kEqual, kWide };
+
+CaseResult PaqSoftmaxCase(int n, PaqValues kind) {
+  std::vector<float> paq = RandomFloats(n, 1300 + n, 0.f, 1.f);
+  if (kind == PaqValues::kEqual) std::fill(paq.begin(), paq.end(), 0.375f);
+  if (kind == PaqValues::kWide) paq = RandomFloats(n, 1400 + n, -300.f, 300.f);
+  std::vector<float> want(n);
+  Checker c;
+  if (!kernels::PaqSoftmaxWeights(paq.data(), n, want.data()).ok()) {
+    c.Fail("the reference rejected the case");
+  }
+  DeviceBuffer dpaq = DeviceBuffer::Of(paq), dw(n * sizeof(float));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] { return PaqSoftmaxWeights(dpaq.as<float>(), n, dw.as<float>(), nullptr); }, &st);
+  c.Status(st);
+  c.Output("weights", dw, want, kPaqSoftmaxTol);
+  c.Unchanged("paq", dpaq, paq.data());
+  return c.Result(ms);
+}
+
+// A non-finite PAQ (NaN: a map that was not a distribution; ±inf) is InvalidArgument for the
+// reference; the kernel makes every weight NaN, so the NaN reaches the stage's sync.
+CaseResult PaqSoftmaxRejectsCase(float bad, int at) {
+  const int n = 9;
+  std::vector<float> paq = RandomFloats(n, 1500, 0.f, 1.f);
+  paq[at] = bad;
+  std::vector<float> unused(n);
+  Checker c;
+  if (kernels::PaqSoftmaxWeights(paq.data(), n, unused.data()).ok()) {
+    c.Fail("the reference accepted a non-finite PAQ");
+  }
+  DeviceBuffer dpaq = DeviceBuffer::Of(paq), dw(n * sizeof(float));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] { return PaqSoftmaxWeights(dpaq.as<float>(), n, dw.as<float>(), nullptr); }, &st);
+  c.Status(st);
+  c.Guards("weights", dw);
+  for (float w : dw.Download<float>()) {
+    if (!std::isnan(w)) c.Fail("a weight is " + std::to_string(w) + ", want NaN throughout");
+  }
+  c.Unchanged("paq", dpaq, paq.data());
+  return c.Result(ms);
+}
+
 // ------------------------------------------------------------------ Weighted sums
 
 CaseResult WeightedSumCase(int n_maps, int64_t size, bool pointer_list) {
   const uint64_t seed = 500 + n_maps + size;
   const std::vector<float> maps = RandomFloats(n_maps * size, seed, 0.f, 1.f);
-  // Realistic weights: the PAQ-softmax of random PAQs (computed on the host, as the backend does).
+  // Realistic weights: the PAQ-softmax of random PAQs (the reference's, so that only the sum is
+  // under test here; the PAQ-softmax kernel has rows of its own).
   const std::vector<float> paq = RandomFloats(n_maps, seed + 1, 0.f, 1.f);
   std::vector<float> weights(n_maps);
   (void)kernels::PaqSoftmaxWeights(paq.data(), n_maps, weights.data());
@@ -509,39 +563,6 @@ CaseResult GatherCase(int64_t n_rows, size_t row_bytes, const std::vector<int>& 
   return c.Result(ms);
 }
 
-// ------------------------------------------------------------------ Argmax
-
-enum class Logits { kRandom, kTies, kNan };
-
-CaseResult ArgMaxCase(int rows, int n, Logits kind) {
-  std::vector<float> x = RandomFloats(int64_t{rows} * n, 1100 + rows + n, -8.f, 8.f);
-  for (int64_t e = 0; e < static_cast<int64_t>(x.size()); ++e) {
-    if (kind == Logits::kTies) x[e] = std::floor(x[e] / 4.f);  // 4 levels: many equal maxima
-    if (kind == Logits::kNan && e % 7 == 3) x[e] = NAN;
-    if (kind == Logits::kNan && e % 7 == 5) x[e] = -INFINITY;
-  }
-  if (kind == Logits::kNan) {  // the last row: nothing but NaN and −inf
-    for (int i = 0; i < n; ++i) x[int64_t{rows - 1} * n + i] = i % 2 ? NAN : -INFINITY;
-  }
-  // The sampler's greedy choice: the first largest (std::max_element), NaN skipped.
-  std::vector<int> want(rows, 0);
-  for (int r = 0; r < rows; ++r) {
-    const float* row = x.data() + int64_t{r} * n;
-    for (int i = 0; i < n; ++i) {
-      if (!std::isnan(row[i]) && (std::isnan(row[want[r]]) || row[i] > row[want[r]])) want[r] = i;
-    }
-  }
-  Checker c;
-  DeviceBuffer dx = DeviceBuffer::Of(x), dout(rows * sizeof(int));
-  KernelStatus st;
-  const double ms =
-      TimedMs([&] { return ArgMaxRows(dx.as<float>(), rows, n, dout.as<int>(), nullptr); }, &st);
-  c.Status(st);
-  OutputBytes(c, "out", dout, want.data());
-  c.Unchanged("logits", dx, x.data());
-  return c.Result(ms);
-}
-
 // The entry points' argument checks: each call below must fail before it launches anything.
 CaseResult RejectsBadArgumentsCase() {
   DeviceBuffer buf(4096);
@@ -584,7 +605,8 @@ CaseResult RejectsBadArgumentsCase() {
   expect_error("StableTopK k < 0", StableTopK(f, 4, -1, i, nullptr));
   expect_error("GatherRows n_idx < 0", GatherRows(f, 4, i, -1, f + 512, nullptr));
   expect_error("GatherRows src inside dst", GatherRows(f + 4, 4, i, 8, f, nullptr));
-  expect_error("ArgMaxRows n 0", ArgMaxRows(f, 1, 0, i, nullptr));
+  expect_error("PaqSoftmaxWeights n 0", PaqSoftmaxWeights(f, 0, f + 8, nullptr));
+  expect_error("PaqSoftmaxWeights null weights", PaqSoftmaxWeights(f, 3, nullptr, nullptr));
   return c.Result(0);
 }
 
@@ -628,6 +650,26 @@ void AddPruneCases(std::vector<Case>& cases) {
     }
     cases.push_back(
         {op + "invalid maps give NaN", {"PaqKernel"}, [=] { return PaqRejectsCase(from_h); }});
+  }
+
+  const char* paq_kinds[] = {"unit", "equal", "wide"};
+  for (auto [n, kind] : {std::tuple{1, PaqValues::kUnit},
+                         {2, PaqValues::kUnit},
+                         {7, PaqValues::kUnit},
+                         {32, PaqValues::kUnit},
+                         {33, PaqValues::kWide},
+                         {100, PaqValues::kUnit},
+                         {28, PaqValues::kEqual}}) {
+    cases.push_back({"PaqSoftmaxWeights n" + Str(n) + " " + paq_kinds[static_cast<int>(kind)],
+                     {"PaqSoftmaxKernel"},
+                     [=] { return PaqSoftmaxCase(n, kind); }});
+  }
+  for (auto [bad, at, what] : {std::tuple{NAN, 0, "NaN first"},
+                               {INFINITY, 8, "inf last"},
+                               {-INFINITY, 4, "-inf"}}) {
+    cases.push_back({std::string("PaqSoftmaxWeights ") + what + " gives NaN weights",
+                     {"PaqSoftmaxKernel"},
+                     [=] { return PaqSoftmaxRejectsCase(bad, at); }});
   }
 
   for (auto [n_maps, size, list] : {std::tuple{8, int64_t{33 * 577}, false},
@@ -685,15 +727,6 @@ void AddPruneCases(std::vector<Case>& cases) {
         {"GatherRows " + Str(n_rows) + "x" + Str(row_bytes) + "B idx " + Str(idx.size()),
          {"GatherRowsKernel"},
          [=] { return GatherCase(n_rows, row_bytes, idx); }});
-  }
-
-  for (auto [rows, n, kind, what] : {std::tuple{3, 32000, Logits::kRandom, "random"},
-                                     {5, 7, Logits::kTies, "ties"},
-                                     {2, 1000, Logits::kTies, "ties"},
-                                     {3, 1001, Logits::kNan, "NaN and -inf"}}) {
-    cases.push_back({"ArgMaxRows " + Str(rows) + "x" + Str(n) + " " + what,
-                     {"ArgMaxRowsKernel"},
-                     [=] { return ArgMaxCase(rows, n, kind); }});
   }
 }
 

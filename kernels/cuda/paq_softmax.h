@@ -1,0 +1,21 @@
+// PAQ-softmax weights on the GPU (kernels/prune/paq_softmax.h): a layer's head weights and a
+// group's layer weights are made where the PAQ values are, so neither comes back to the host.
+#pragma once
+
+#include "kernels/cuda/device_types.h"
+#include "kernels/cuda/kernel_status.h"
+
+namespace hap::cuda {
+
+// weights[c] = exp(s_c − max s) / Σ exp(s − max s), s_c = paq[c] − mean(paq): the reference's
+// arithmetic in its order — F64, sequential in c — so the weights equal kernels::
+// PaqSoftmaxWeights' up to the last bit of the device's exp. n is a head or layer count (at
+// most a few hundred scalars): one thread does it, which is what keeps that order.
+// A non-finite PAQ (a map that was not a distribution: kernels/cuda/paq.h) makes every weight
+// NaN rather than an error: nothing here waits for the device, so the NaN travels through the
+// weighted sums and token scores to the stage's sync, where the caller reports it.
+//   paq: F32 [n] (device)   weights: F32 [n] (device), may not alias paq
+// Errors: null pointers, n ≤ 0.
+KernelStatus PaqSoftmaxWeights(const float* paq, int n, float* weights, Stream stream);
+
+}  // namespace hap::cuda
