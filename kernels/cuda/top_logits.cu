@@ -10,14 +10,12 @@ namespace hap::cuda {
 namespace {
 
 constexpr int kMaxThreads = 1024;
-constexpr int kRadixBits = 8;
-constexpr int kBuckets = 1 << kRadixBits;
 
 // One block per row (blockIdx.x); blockDim.x a multiple of 32; 1 ≤ k ≤ min(n, kTopLogitsMaxK).
 __global__ void TopLogitsKernel(const float* logits, int n, int k, const float* temperature,
                                 float* values, int* ids, double* row_sum) {
-  HAP_SHARED(unsigned, hist, kBuckets);
-  HAP_SHARED(unsigned, chosen, 2);  // [0] the key prefix chosen so far, [1] how many to keep in it
+  HAP_SHARED(unsigned, hist, kSelectBuckets);
+  HAP_SHARED(unsigned, chosen, 2);  // BlockRadixSelect's state
   HAP_SHARED(int, has_nan, 1);
   HAP_SHARED(unsigned long long, scan_scratch, 32);
   HAP_SHARED(float, cand_value, kTopLogitsMaxK);  // the candidates in id order
@@ -29,11 +27,7 @@ __global__ void TopLogitsKernel(const float* logits, int n, int k, const float* 
   float* out_value = values + r * k;  // F32 [k]
   int* out_id = ids + r * k;          // I32 [k]
 
-  if (threadIdx.x == 0) {
-    has_nan[0] = 0;
-    chosen[0] = 0u;
-    chosen[1] = static_cast<unsigned>(k);
-  }
+  if (threadIdx.x == 0) has_nan[0] = 0;
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     if (x[i] != x[i]) has_nan[0] = 1;  // every writer stores the same value
@@ -48,47 +42,21 @@ __global__ void TopLogitsKernel(const float* logits, int n, int k, const float* 
     return;
   }
 
-  // Radix select of the k-th largest key, most significant digit first. The histograms do not
-  // depend on which thread counts which value: strided loads.
-  unsigned prefix = 0u, prefix_mask = 0u;
-  for (int shift = 32 - kRadixBits; shift >= 0; shift -= kRadixBits) {
-    for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) hist[b] = 0u;
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const unsigned key = OrderedKey(x[i]);
-      if ((key & prefix_mask) == prefix) atomicAdd(&hist[(key >> shift) & (kBuckets - 1)], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      // The bucket holding the remaining rank-th largest of the candidates.
-      unsigned rank = chosen[1];
-      int b = kBuckets - 1;
-      while (hist[b] < rank) rank -= hist[b--];
-      chosen[0] = prefix | (static_cast<unsigned>(b) << shift);
-      chosen[1] = rank;
-    }
-    __syncthreads();
-    prefix = chosen[0];
-    prefix_mask |= static_cast<unsigned>(kBuckets - 1) << shift;
-  }
-  const unsigned threshold = prefix;      // the k-th largest key
-  const unsigned keep_equal = chosen[1];  // how many values with that key are kept (lowest ids)
+  // Radix select of the k-th largest key (the threshold) and of how many values with that key
+  // are kept (those with the lowest ids); the histograms take strided loads.
+  const SelectedKey kth =
+      BlockRadixSelect(x, threadIdx.x, n, blockDim.x, static_cast<unsigned>(k), hist, chosen);
+  const unsigned threshold = kth.key;
+  const unsigned keep_equal = kth.keep_equal;
 
   // Which values with the threshold key are kept depends on id order: contiguous slices, each
   // with its output offset from the counts of the slices before it.
   const int slice = (n + blockDim.x - 1) / blockDim.x;
   const int begin = min(n, static_cast<int>(threadIdx.x) * slice);
   const int end = min(n, begin + slice);
-  unsigned above = 0u, equal = 0u;
-  for (int i = begin; i < end; ++i) {
-    const unsigned key = OrderedKey(x[i]);
-    above += key > threshold;
-    equal += key == threshold;
-  }
-  const unsigned long long before =
-      BlockExclusiveScan((static_cast<unsigned long long>(above) << 32) | equal, scan_scratch);
-  unsigned equal_seen = static_cast<unsigned>(before & 0xffffffffull);
-  int out = static_cast<int>(before >> 32) + static_cast<int>(min(equal_seen, keep_equal));
+  const SliceOffset at = SliceOutputOffset(x, begin, end, kth, scan_scratch);
+  unsigned equal_seen = at.equal_seen;
+  int out = at.out;
   for (int i = begin; i < end; ++i) {
     const unsigned key = OrderedKey(x[i]);
     const bool keep = key > threshold || (key == threshold && equal_seen < keep_equal);

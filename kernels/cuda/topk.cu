@@ -9,24 +9,18 @@ namespace hap::cuda {
 namespace {
 
 constexpr int kMaxThreads = 1024;
-constexpr int kRadixBits = 8;
-constexpr int kBuckets = 1 << kRadixBits;
 
 // One block; k ≥ 1.
 __global__ void StableTopKKernel(const float* scores, int n, int k, int* kept) {
-  HAP_SHARED(unsigned, hist, kBuckets);
-  HAP_SHARED(unsigned, chosen, 2);  // [0] the key prefix chosen so far, [1] how many to keep in it
+  HAP_SHARED(unsigned, hist, kSelectBuckets);
+  HAP_SHARED(unsigned, chosen, 2);  // BlockRadixSelect's state
   HAP_SHARED(int, has_nan, 1);
   HAP_SHARED(unsigned long long, scan_scratch, 32);
   const int slice = (n + blockDim.x - 1) / blockDim.x;
   const int begin = min(n, static_cast<int>(threadIdx.x) * slice);
   const int end = min(n, begin + slice);
 
-  if (threadIdx.x == 0) {
-    has_nan[0] = 0;
-    chosen[0] = 0u;
-    chosen[1] = static_cast<unsigned>(k);
-  }
+  if (threadIdx.x == 0) has_nan[0] = 0;
   __syncthreads();
   for (int i = begin; i < end; ++i) {
     if (scores[i] != scores[i]) has_nan[0] = 1;  // every writer stores the same value
@@ -37,43 +31,17 @@ __global__ void StableTopKKernel(const float* scores, int n, int k, int* kept) {
     return;
   }
 
-  // Radix select of the k-th largest key, most significant digit first.
-  unsigned prefix = 0u, prefix_mask = 0u;
-  for (int shift = 32 - kRadixBits; shift >= 0; shift -= kRadixBits) {
-    for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) hist[b] = 0u;
-    __syncthreads();
-    for (int i = begin; i < end; ++i) {
-      const unsigned key = OrderedKey(scores[i]);
-      if ((key & prefix_mask) == prefix) atomicAdd(&hist[(key >> shift) & (kBuckets - 1)], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      // The bucket holding the remaining rank-th largest of the candidates (rank ≥ 1 and at most
-      // their count, so the walk stops at a bucket ≥ 0).
-      unsigned rank = chosen[1];
-      int b = kBuckets - 1;
-      while (hist[b] < rank) rank -= hist[b--];
-      chosen[0] = prefix | (static_cast<unsigned>(b) << shift);
-      chosen[1] = rank;
-    }
-    __syncthreads();
-    prefix = chosen[0];
-    prefix_mask |= static_cast<unsigned>(kBuckets - 1) << shift;
-  }
-  const unsigned threshold = prefix;      // the k-th largest key
-  const unsigned keep_equal = chosen[1];  // how many scores with that key are kept, lowest first
+  // Radix select of the k-th largest key (the threshold) and of how many scores with that key
+  // are kept, lowest index first.
+  const SelectedKey kth =
+      BlockRadixSelect(scores, begin, end, 1, static_cast<unsigned>(k), hist, chosen);
+  const unsigned threshold = kth.key;
+  const unsigned keep_equal = kth.keep_equal;
 
   // Output offsets: (count above, count equal) of the slices before this one.
-  unsigned above = 0u, equal = 0u;
-  for (int i = begin; i < end; ++i) {
-    const unsigned key = OrderedKey(scores[i]);
-    above += key > threshold;
-    equal += key == threshold;
-  }
-  const unsigned long long before =
-      BlockExclusiveScan((static_cast<unsigned long long>(above) << 32) | equal, scan_scratch);
-  unsigned equal_seen = static_cast<unsigned>(before & 0xffffffffull);
-  int out = static_cast<int>(before >> 32) + static_cast<int>(min(equal_seen, keep_equal));
+  const SliceOffset at = SliceOutputOffset(scores, begin, end, kth, scan_scratch);
+  unsigned equal_seen = at.equal_seen;
+  int out = at.out;
   for (int i = begin; i < end; ++i) {
     const unsigned key = OrderedKey(scores[i]);
     if (key > threshold) {

@@ -15,7 +15,6 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "sdk/client.h"
@@ -80,19 +79,16 @@ class AuthTest : public ::testing::Test {
     unsetenv("OTEL_BSP_SCHEDULE_DELAY");
     ASSERT_TRUE(p.ok()) << p.status();
     pipeline_ = p->release();
-    auto metrics = pipeline_->process(sdk::Service::kPrefill)
-                       ->WaitForLine(
-                           [](const std::string& l) {
-                             return l.find("hap-prefill metrics on ") != std::string::npos;
-                           },
-                           milliseconds(100));
+    absl::StatusOr<int> metrics = PrefillMetricsPort(pipeline_);
     ASSERT_TRUE(metrics.ok()) << metrics.status();
-    ASSERT_TRUE(absl::SimpleAtoi(metrics->substr(metrics->rfind(':') + 1), &metrics_port_));
+    metrics_port_ = *metrics;
     const std::string http = pipeline_->openai_address();
     http_port_ = std::stoi(http.substr(http.rfind(':') + 1));
   }
   static void TearDownTestSuite() {
-    if (pipeline_ != nullptr) EXPECT_TRUE(pipeline_->Stop().ok());
+    if (pipeline_ != nullptr) {
+      EXPECT_TRUE(pipeline_->Stop().ok());
+    }
     delete pipeline_;
     delete model_dir_;
     delete image_;
@@ -146,15 +142,7 @@ class AuthTest : public ::testing::Test {
 
   // One sample of prefill's /metrics, e.g. hap_client_requests_total{client="bob"}; -1 if absent.
   static double Metric(const std::string& series) {
-    httplib::Client http("127.0.0.1", metrics_port_);
-    auto r = http.Get("/metrics");
-    if (!r || r->status != 200) return -1;
-    const size_t at = r->body.find("\n" + series + " ");
-    if (at == std::string::npos) return -1;
-    const size_t begin = at + series.size() + 2;
-    double v = -1;
-    if (!absl::SimpleAtod(r->body.substr(begin, r->body.find('\n', begin) - begin), &v)) return -1;
-    return v;
+    return ScrapeMetric(metrics_port_, series, /*absent=*/-1);
   }
 
   static std::string* model_dir_;

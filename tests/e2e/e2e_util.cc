@@ -5,11 +5,14 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdk/child_process.h"
 #include "sdk/client.h"
 #include "sdk/held_state.h"
+#include "sdk/local_pipeline.h"
+#include "telemetry/http_client.h"
 
 namespace hap::e2e {
 
@@ -120,6 +123,32 @@ bool Idle(sdk::Client* client, std::chrono::milliseconds timeout) {
 bool Idle(const std::string& address) {
   auto c = sdk::Client::Connect(address);
   return c.ok() && Idle(c->get(), std::chrono::milliseconds(1000));
+}
+
+absl::StatusOr<int> PrefillMetricsPort(sdk::LocalPipeline* pipeline) {
+  const auto port_line = [](const std::string& l) {
+    return l.find("hap-prefill metrics on ") != std::string::npos;
+  };
+  absl::StatusOr<std::string> line = pipeline->process(sdk::Service::kPrefill)
+                                         ->WaitForLine(port_line, std::chrono::milliseconds(100));
+  if (!line.ok()) return line.status();
+  int port = 0;
+  if (!absl::SimpleAtoi(line->substr(line->rfind(':') + 1), &port)) {
+    return absl::InternalError(absl::StrCat("no port in \"", *line, "\""));
+  }
+  return port;
+}
+
+double ScrapeMetric(int port, const std::string& series, double absent) {
+  absl::StatusOr<telemetry::HttpResult> r =
+      telemetry::HttpGet({"127.0.0.1", port, "/metrics"}, std::chrono::seconds(10));
+  if (!r.ok() || r->status != 200) return -1;
+  const size_t at = r->body.find("\n" + series + " ");
+  if (at == std::string::npos) return absent;
+  const size_t begin = at + series.size() + 2;
+  double v = -1;
+  if (!absl::SimpleAtod(r->body.substr(begin, r->body.find('\n', begin) - begin), &v)) return -1;
+  return v;
 }
 
 std::optional<double> WaitUntil(const std::function<bool()>& done,

@@ -1,5 +1,6 @@
 // Helpers for the end-to-end tests: a tiny checkpoint from `hapctl make-tiny`, `hapctl run --json`
-// as the in-process reference, requests, the "nothing held" check, and polling.
+// as the in-process reference, requests, the "nothing held" check, prefill's /metrics, and
+// polling.
 #pragma once
 
 #include <chrono>
@@ -8,11 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "hap/v1/generate.pb.h"
 #include "nlohmann/json.hpp"
 
 namespace hap::sdk {
 class Client;
+class LocalPipeline;
 }  // namespace hap::sdk
 
 namespace hap::e2e {
@@ -58,6 +61,14 @@ hap::v1::GenerateRequest ToRequest(const Ask& ask, const std::string& image);
 bool Idle(sdk::Client* client, std::chrono::milliseconds timeout = std::chrono::seconds(2));
 // The same for the service at `address`, over a new connection, answering within a second.
 bool Idle(const std::string& address);
+
+// The port of prefill's /metrics on a pipeline whose prefill has --metrics-port 0, from the
+// "hap-prefill metrics on HOST:PORT" line it printed at start-up.
+absl::StatusOr<int> PrefillMetricsPort(sdk::LocalPipeline* pipeline);
+// One sample of the /metrics at 127.0.0.1:`port`, e.g. hap_client_requests_total{client="bob"}:
+// `absent` when the series has no sample, -1 when /metrics does not answer 200 or the value does
+// not parse.
+double ScrapeMetric(int port, const std::string& series, double absent);
 
 // Polls `done` every 10 ms; the milliseconds it took, or nullopt at the timeout.
 std::optional<double> WaitUntil(const std::function<bool()>& done,

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "base/timer.h"
 #include "gtest/gtest.h"
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
@@ -21,11 +22,6 @@ namespace hap::e2e {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
-
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 class PeerFaultsTest : public PipelineSuite {
  protected:
@@ -39,7 +35,9 @@ class PeerFaultsTest : public PipelineSuite {
     for (sdk::Service s : {sdk::Service::kEncoder, sdk::Service::kPrefill, sdk::Service::kDecode}) {
       sdk::ChildProcess* c = pipeline_->process(s);
       if (c != nullptr) c->Signal(SIGCONT);
-      if (c == nullptr || !c->running()) ASSERT_TRUE(pipeline_->Restart(s).ok());
+      if (c == nullptr || !c->running()) {
+        ASSERT_TRUE(pipeline_->Restart(s).ok());
+      }
     }
   }
 

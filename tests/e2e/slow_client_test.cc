@@ -11,8 +11,6 @@
 // - other clients, on their own connections and on the stalled client's connection, are served
 //   with their `hapctl run` answers and their usual latency meanwhile;
 // - health stays SERVING and the pipeline serves again.
-#include <httplib.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,23 +18,24 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include "base/timer.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "hap/v1/generate.grpc.pb.h"
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/pipeline_fixture.h"
 
 namespace hap::e2e {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 // Low enough that the stalled stream overflows long before its answer ends (its window holds
 // about 70 token messages, so it is cut off near 140 tokens of a 400+ token answer); higher
@@ -46,46 +45,23 @@ constexpr int kMaxStreamQueue = 64;
 // The stalled client's HTTP/2 stream window: what its transport accepts before the app reads.
 constexpr int kWindowBytes = 1024;
 
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-class SlowClientTest : public ::testing::Test {
+class SlowClientTest : public PipelineSuite {
  protected:
   static void SetUpTestSuite() {
-    model_dir_ = new std::string(MakeTinyModel("slow_client_tiny8", 5));
-    ASSERT_FALSE(model_dir_->empty()) << "hapctl make-tiny failed";
-    image_ = new std::string(ReadBytes(TestImagePath()));
     sdk::LocalPipelineOptions o;
-    o.model_dir = *model_dir_;
-    o.bin_dir = HAP_BIN_DIR;
-    o.echo_output = false;
     o.prefill_args = {"--max-stream-queue", std::to_string(kMaxStreamQueue), "--metrics-port", "0"};
-    auto p = sdk::LocalPipeline::Start(o);
-    ASSERT_TRUE(p.ok()) << p.status();
-    pipeline_ = p->release();
-    auto metrics = pipeline_->process(sdk::Service::kPrefill)
-                       ->WaitForLine(
-                           [](const std::string& l) {
-                             return l.find("hap-prefill metrics on ") != std::string::npos;
-                           },
-                           milliseconds(100));
-    ASSERT_TRUE(metrics.ok()) << metrics.status();
-    ASSERT_TRUE(absl::SimpleAtoi(metrics->substr(metrics->rfind(':') + 1), &metrics_port_));
+    StartPipeline("slow_client_tiny8", 5, std::move(o));
+    if (HasFatalFailure()) return;
+    absl::StatusOr<int> port = PrefillMetricsPort(pipeline_);
+    ASSERT_TRUE(port.ok()) << port.status();
+    metrics_port_ = *port;
   }
   static void TearDownTestSuite() {
+    // The services exit cleanly after a client was cut off.
     if (pipeline_ != nullptr) {
       EXPECT_TRUE(pipeline_->Stop().ok());
     }
-    delete pipeline_;
-    delete model_dir_;
-    delete image_;
-  }
-
-  static std::unique_ptr<sdk::Client> Connect(sdk::Service s) {
-    auto c = sdk::Client::Connect(pipeline_->address(s));
-    EXPECT_TRUE(c.ok());
-    return std::move(*c);
+    PipelineSuite::TearDownTestSuite();
   }
 
   // Nothing in flight and no KV cache, lease or pool block held (e2e_util's check).
@@ -100,25 +76,11 @@ class SlowClientTest : public ::testing::Test {
 
   // One sample of prefill's /metrics; 0 when the series has no sample yet, -1 on failure.
   static double Metric(const std::string& series) {
-    httplib::Client http("127.0.0.1", metrics_port_);
-    auto r = http.Get("/metrics");
-    if (!r || r->status != 200) return -1;
-    const size_t at = r->body.find("\n" + series + " ");
-    if (at == std::string::npos) return 0;
-    const size_t begin = at + series.size() + 2;
-    double v = -1;
-    if (!absl::SimpleAtod(r->body.substr(begin, r->body.find('\n', begin) - begin), &v)) return -1;
-    return v;
+    return ScrapeMetric(metrics_port_, series, /*absent=*/0);
   }
 
-  static std::string* model_dir_;
-  static std::string* image_;
-  static sdk::LocalPipeline* pipeline_;
   static int metrics_port_;
 };
-std::string* SlowClientTest::model_dir_ = nullptr;
-std::string* SlowClientTest::image_ = nullptr;
-sdk::LocalPipeline* SlowClientTest::pipeline_ = nullptr;
 int SlowClientTest::metrics_port_ = 0;
 
 const char kCutoffs[] = "hap_slow_client_cutoffs_total";
@@ -127,10 +89,9 @@ const char kExhausted[] =
 
 TEST_F(SlowClientTest, AClientThatStopsReadingIsCutOffAndOthersAreServed) {
   // The stalled client's request: sampled, 400+ tokens unless stopped; its answer from hapctl run.
-  const std::optional<Ask> long_ask = FindLongAsk(*model_dir_, 400);
-  ASSERT_TRUE(long_ask.has_value()) << "no long-running request found on this checkpoint";
+  const Ask long_ask = LongAsk();
   std::string error;
-  const nlohmann::json long_run = HapctlRun(*model_dir_, *long_ask, &error);
+  const nlohmann::json long_run = HapctlRun(*model_dir_, long_ask, &error);
   ASSERT_TRUE(error.empty()) << error;
   const std::vector<int32_t> long_ids = long_run["token_ids"].get<std::vector<int32_t>>();
   ASSERT_GE(long_ids.size(), 400u);
@@ -222,7 +183,7 @@ TEST_F(SlowClientTest, AClientThatStopsReadingIsCutOffAndOthersAreServed) {
     }
   });
 
-  hap::v1::GenerateRequest slow_request = ToRequest(*long_ask, *image_);
+  hap::v1::GenerateRequest slow_request = ToRequest(long_ask, *image_);
   slow_request.set_request_id("slow-reader");
   grpc::ClientContext slow_ctx;
   slow_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
