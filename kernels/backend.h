@@ -104,9 +104,11 @@ class Backend {
   virtual absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy,
                                            int n_maps, int n_text, int n_vis,
                                            float* paq) const = 0;
-  // n is heads or layers. A non-finite PAQ: InvalidArgument on the CPU backend, NaN weights on a
-  // device backend (see Paq).
-  virtual absl::Status PaqSoftmaxWeights(const float* paq, int n, float* weights) const = 0;
+  // n is heads or layers; temperature τ > 0 and finite divides the centred PAQs (1 = the paper's
+  // PAQ-softmax, bit for bit; InvalidArgument otherwise, on every backend). A non-finite PAQ:
+  // InvalidArgument on the CPU backend, NaN weights on a device backend (see Paq).
+  virtual absl::Status PaqSoftmaxWeights(const float* paq, int n, double temperature,
+                                         float* weights) const = 0;
   // maps: a host array of n_maps map pointers (each in the backend's memory).
   virtual absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
                                        int64_t size, float* out) const = 0;

@@ -138,8 +138,9 @@ class Cpu final : public Backend {
                                    int n_text, int n_vis, float* paq) const override {
     return kernels::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis, paq);
   }
-  absl::Status PaqSoftmaxWeights(const float* paq, int n, float* weights) const override {
-    return kernels::PaqSoftmaxWeights(paq, n, weights);
+  absl::Status PaqSoftmaxWeights(const float* paq, int n, double temperature,
+                                 float* weights) const override {
+    return kernels::PaqSoftmaxWeights(paq, n, temperature, weights);
   }
   absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
                                int64_t size, float* out) const override {

@@ -336,11 +336,16 @@ class CudaBackendImpl final : public Backend {
     return ToStatus(
         cuda::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis, paq, c->stream()));
   }
-  absl::Status PaqSoftmaxWeights(const float* paq, int n, float* weights) const override {
+  absl::Status PaqSoftmaxWeights(const float* paq, int n, double temperature,
+                                 float* weights) const override {
     HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n, "PaqSoftmaxWeights", "paq"));
     HAP_RETURN_IF_ERROR(CheckDevice(weights, sizeof(float) * n, "PaqSoftmaxWeights", "weights"));
+    if (!std::isfinite(temperature) || !(temperature > 0)) {  // as the CPU backend
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "PaqSoftmaxWeights: temperature %g is not a finite positive number", temperature));
+    }
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    return ToStatus(cuda::PaqSoftmaxWeights(paq, n, weights, c->stream()));
+    return ToStatus(cuda::PaqSoftmaxWeights(paq, n, temperature, weights, c->stream()));
   }
   absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
                                int64_t size, float* out) const override {

@@ -26,6 +26,27 @@ const std::vector<std::string>& PruneMethods() {
   return *methods;
 }
 
+bool UsesPaqSoftmax(const std::string& method) {
+  return method == "hap" || method == "hap-flat";
+}
+
+absl::Status ValidatePaqTemperature(const std::string& method, double temperature,
+                                    const std::string& field) {
+  if (!(temperature >= kMinPaqTemperature && temperature <= kMaxPaqTemperature)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " ", temperature, " is out of range: ",
+                                                   "the PAQ-softmax temperature must lie in [",
+                                                   kMinPaqTemperature, ", ", kMaxPaqTemperature,
+                                                   "] (1 = the paper's definition)"));
+  }
+  if (temperature != 1.0 && !UsesPaqSoftmax(method)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " ", temperature, ": method '", method,
+        "' does not weight by PAQ-softmax; only 'hap' and 'hap-flat' take a temperature other "
+        "than 1"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Budget> RequestBudget(const PruneRequest& req) {
   if (req.retain.has_value() == req.flops.has_value()) {
     return absl::InvalidArgumentError(
@@ -63,6 +84,7 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req, cons
   if (req.text_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("text tokens ", req.text_tokens, " < 0"));
   }
+  HAP_RETURN_IF_ERROR(ValidatePaqTemperature(m, req.paq_temperature));
   if (m == "none") return std::make_unique<KeepAllPruner>("none", dims);
   if (m == "hap" || m == "uniform" || m == "random") {
     HAP_ASSIGN_OR_RETURN(Budget b, RequestBudget(req));
@@ -70,14 +92,16 @@ absl::StatusOr<std::unique_ptr<Pruner>> MakePruner(const PruneRequest& req, cons
     if (m == "random") return std::make_unique<RandomPruner>(plan, dims, req.seed);
     return std::make_unique<HapPruner>(
         plan, dims,
-        m == "hap" ? HapPruner::Weighting::kPaqSoftmax : HapPruner::Weighting::kUniform);
+        m == "hap" ? HapPruner::Weighting::kPaqSoftmax : HapPruner::Weighting::kUniform,
+        req.paq_temperature);
   }
   if (m == "hap-flat" || m == "uniform-flat") {
     HAP_ASSIGN_OR_RETURN(Budget b, RequestBudget(req));
     HAP_ASSIGN_OR_RETURN(Plan plan, MakePlan(dims, b, req.text_tokens, TokenSchedule::kFlat));
     return std::make_unique<HapPruner>(
         plan, dims,
-        m == "hap-flat" ? HapPruner::Weighting::kPaqSoftmax : HapPruner::Weighting::kUniform);
+        m == "hap-flat" ? HapPruner::Weighting::kPaqSoftmax : HapPruner::Weighting::kUniform,
+        req.paq_temperature);
   }
   HAP_ASSIGN_OR_RETURN(double target, TargetAverageTokens(req, dims));
   if (m == "fastv") {

@@ -18,10 +18,14 @@ const char* HapPruner::MethodName(Weighting weighting, TokenSchedule schedule) {
   return flat ? "hap-flat" : "hap";
 }
 
-HapPruner::HapPruner(const Plan& plan, const ModelDims& dims, Weighting weighting)
+HapPruner::HapPruner(const Plan& plan, const ModelDims& dims, Weighting weighting,
+                     double paq_temperature)
     : PrunerBase(MethodName(weighting, plan.schedule), dims, plan.layer_visual_tokens),
       plan_(plan),
-      weighting_(weighting) {}
+      weighting_(weighting),
+      paq_temperature_(paq_temperature) {
+  stats_.paq_temperature = paq_temperature;
+}
 
 PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   HAP_ASSIGN_OR_RETURN(bool has_image, StartLayer(att));
@@ -63,7 +67,7 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
     const std::vector<float> uniform(H, 1.f / H);
     HAP_RETURN_IF_ERROR(b.CopyToBackend(head_weights, uniform.data(), sizeof(float) * H));
   } else {
-    HAP_RETURN_IF_ERROR(b.PaqSoftmaxWeights(head_paq, H, head_weights));
+    HAP_RETURN_IF_ERROR(b.PaqSoftmaxWeights(head_paq, H, paq_temperature_, head_weights));
   }
   // A_l = Σ_h w_h Â_h: F32 [n_text, n_vis], into the group's next buffer.
   if (static_cast<int>(group_maps_.size()) <= slot) group_maps_.resize(slot + 1);
@@ -86,7 +90,8 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
     const std::vector<float> uniform(n_maps, 1.f / n_maps);
     HAP_RETURN_IF_ERROR(b.CopyToBackend(layer_weights, uniform.data(), sizeof(float) * n_maps));
   } else {
-    HAP_RETURN_IF_ERROR(b.PaqSoftmaxWeights(scalars + at.layer_paq(), n_maps, layer_weights));
+    HAP_RETURN_IF_ERROR(
+        b.PaqSoftmaxWeights(scalars + at.layer_paq(), n_maps, paq_temperature_, layer_weights));
   }
   std::vector<const float*> maps(n_maps);
   for (int i = 0; i < n_maps; ++i) maps[i] = group_maps_[i].data();

@@ -24,7 +24,12 @@ class HapPruner : public PrunerBase {
   // pruning step, both when the group's pruning step runs (its layers' PAQs and weights stay in
   // the backend's memory until then); layers of the last group are not scored (nothing is
   // pruned after them), so M = 1 costs nothing.
-  HapPruner(const Plan& plan, const ModelDims& dims, Weighting weighting);
+  // paq_temperature τ (kPaqSoftmax only; > 0, finite) divides the centred PAQs at both the head
+  // and the layer level: w_c = softmax((PAQ_c − mean PAQ) / τ). τ = 1 is the paper's definition
+  // (docs/design.md §3), bit for bit; τ < 1 concentrates the weights. MakePruner checks requests
+  // against [kMinPaqTemperature, kMaxPaqTemperature]; the uniform weighting takes only τ = 1.
+  HapPruner(const Plan& plan, const ModelDims& dims, Weighting weighting,
+            double paq_temperature = 1.0);
 
   KeepResult AfterLayer(const LayerAttention& att) override;
 
@@ -50,6 +55,7 @@ class HapPruner : public PrunerBase {
 
   Plan plan_;
   Weighting weighting_;
+  double paq_temperature_;
   // A_l of the current group's layers so far, each F32 [n_text, n_vis] in the backend's memory;
   // the buffers are kept across groups and requests so a layer allocates nothing.
   std::vector<BackendArray<float>> group_maps_;

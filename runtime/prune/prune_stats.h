@@ -58,6 +58,9 @@ struct PruneStats {
 
   std::vector<HapLayerExplain> hap_layers;  // HAP/uniform only
   std::vector<HapGroupExplain> hap_groups;  // HAP/uniform only
+  // The PAQ-softmax temperature τ HAP's head and layer weights used (1 = the paper's; 1 for
+  // every other method).
+  double paq_temperature = 1.0;
 
   // Σ layer_tokens / n_layers: the achieved "average visual tokens per layer" once every layer
   // has run (0 before any layer ran).

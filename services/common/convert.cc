@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "runtime/prune/factory.h"
 #include "runtime/prune/planner.h"
 
 namespace hap::svc {
@@ -55,6 +56,8 @@ absl::StatusOr<PruneRequest> PruneFromProto(const hap::v1::Pruning& request,
   p.method = request.method().empty() ? defaults.method() : request.method();
   if (p.method.empty()) p.method = "none";
   p.seed = request.seed();
+  if (request.has_paq_temperature()) p.paq_temperature = request.paq_temperature();
+  HAP_RETURN_IF_ERROR(ValidatePaqTemperature(p.method, p.paq_temperature));
   if (p.method == "none") return p;
   const hap::v1::Pruning& budget =
       request.budget_case() != hap::v1::Pruning::BUDGET_NOT_SET ? request : defaults;

@@ -23,6 +23,8 @@ absl::StatusOr<StopCriteria> StopFromProto(
 // The request's pruning over the server's defaults (an empty method or an unset budget takes
 // the default's); a "retain" percentage is of `n_visual_tokens`. Method "none" takes no budget.
 // Errors (InvalidArgument) name the field; MakePruner's own checks run later (ValidateRequest).
+// An unset paq_temperature is 1; a set one must pass ValidatePaqTemperature (in [0.01, 100], and
+// 1 unless the resolved method is "hap" or "hap-flat").
 absl::StatusOr<PruneRequest> PruneFromProto(const hap::v1::Pruning& request,
                                             const hap::v1::Pruning& defaults, int n_visual_tokens);
 // "retain 64" / "flops 0.25" / "" for display.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "runtime/prune/factory.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace hap::svc::openai {
@@ -211,13 +212,24 @@ absl::Status ParseHapField(const json& hap, ChatRequest* out) {
     } else if (it.key() == "seed") {
       HAP_ASSIGN_OR_RETURN(int64_t s, Integer(v, field));
       p->set_seed(static_cast<uint64_t>(s));
+    } else if (it.key() == "paq_temperature") {
+      HAP_ASSIGN_OR_RETURN(double t, Number(v, field));
+      p->set_paq_temperature(t);
     } else if (it.key() == "timeout_ms") {
       HAP_ASSIGN_OR_RETURN(int64_t t, Integer(v, field));
       if (t < 1) return Invalid(field, "must be >= 1");
       out->timeout_ms = t;
     } else {
-      return Invalid(field, "is not a known field (method, retain, flops, seed, timeout_ms)");
+      return Invalid(field,
+                     "is not a known field (method, retain, flops, seed, paq_temperature, "
+                     "timeout_ms)");
     }
+  }
+  // The range here, and the method when the request names one (without one, the front door
+  // checks it against its default method: PruneFromProto).
+  if (p->has_paq_temperature()) {
+    HAP_RETURN_IF_ERROR(ValidatePaqTemperature(p->method().empty() ? "hap" : p->method(),
+                                               p->paq_temperature(), "hap.paq_temperature"));
   }
   return absl::OkStatus();
 }

@@ -28,6 +28,7 @@ hap::v1::Pruning ResolvedPruning(const PruneRequest& prune) {
   hap::v1::Pruning p;
   p.set_method(prune.method);
   p.set_seed(prune.seed);
+  if (prune.paq_temperature != 1.0) p.set_paq_temperature(prune.paq_temperature);
   if (prune.retain) p.set_retain(absl::StrFormat("%.17g", *prune.retain));
   if (prune.flops) p.set_flops(*prune.flops);
   return p;

@@ -303,11 +303,28 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
   EXPECT_LT(MaxRelDiff(paq, paq_ref), 1e-5);
   EXPECT_LT(MaxRelDiff(d_paq_e.Host(), paq_ref), 1e-4);
 
-  ASSERT_TRUE(b().PaqSoftmaxWeights(d_paq.p(), heads, d_wts.p()).ok());
+  ASSERT_TRUE(b().PaqSoftmaxWeights(d_paq.p(), heads, 1.0, d_wts.p()).ok());
   const std::vector<float> wts = d_wts.Host();
   std::vector<float> wts_ref(heads);
   ASSERT_TRUE(kernels::PaqSoftmaxWeights(paq.data(), heads, wts_ref.data()).ok());
   EXPECT_EQ(wts, wts_ref);  // the reference's arithmetic in its order
+  // Other PAQ-softmax temperatures, on an odd count of candidates with spread PAQs.
+  {
+    const std::vector<float> many = {0.03f, 0.91f, 0.42f, 0.77f, 0.05f, 0.66f, 0.2f};
+    const int n = static_cast<int>(many.size());
+    On<float> d_many(b(), many), d_w(b(), n);
+    for (double tau : {0.01, 0.05, 0.7, 3.0, 100.0}) {
+      ASSERT_TRUE(b().PaqSoftmaxWeights(d_many.p(), n, tau, d_w.p()).ok()) << tau;
+      std::vector<float> want(n);
+      ASSERT_TRUE(kernels::PaqSoftmaxWeights(many.data(), n, tau, want.data()).ok());
+      EXPECT_EQ(d_w.Host(), want) << "tau " << tau;
+    }
+    for (double tau : {0.0, -2.0, double(NAN), double(INFINITY)}) {
+      EXPECT_EQ(b().PaqSoftmaxWeights(d_many.p(), n, tau, d_w.p()).code(),
+                absl::StatusCode::kInvalidArgument)
+          << tau;
+    }
+  }
   EXPECT_NEAR(wts[0] + wts[1], 1.f, 1e-6);
   EXPECT_EQ(wts[0] > wts[1], paq[0] > paq[1]);
 
@@ -445,7 +462,7 @@ TEST_P(BackendTest, AMapThatIsNoDistributionIsRefusedOrFlaggedNaN) {
   const std::vector<float> got = d_paq.Host();
   EXPECT_TRUE(std::isfinite(got[0]));
   EXPECT_TRUE(std::isnan(got[1]));
-  ASSERT_TRUE(b().PaqSoftmaxWeights(d_paq.p(), 2, d_wts.p()).ok());
+  ASSERT_TRUE(b().PaqSoftmaxWeights(d_paq.p(), 2, 1.0, d_wts.p()).ok());
   for (float w : d_wts.Host()) EXPECT_TRUE(std::isnan(w));
 }
 

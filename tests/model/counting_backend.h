@@ -65,7 +65,7 @@ class CountingBackend final : public Backend {
   HAP_FORWARD(Paq, (const float* m, int n, int t, int v, float* p), (m, n, t, v, p))
   HAP_FORWARD(PaqFromRowEntropies,
               (const float* m, const double* e, int n, int t, int v, float* p), (m, e, n, t, v, p))
-  HAP_FORWARD(PaqSoftmaxWeights, (const float* p, int n, float* w), (p, n, w))
+  HAP_FORWARD(PaqSoftmaxWeights, (const float* p, int n, double t, float* w), (p, n, t, w))
   HAP_FORWARD(WeightedSumMaps, (const float* const* m, const float* w, int n, int64_t s, float* o),
               (m, w, n, s, o))
   HAP_FORWARD(WeightedSumContiguous, (const float* m, const float* w, int n, int64_t s, float* o),

@@ -83,13 +83,16 @@ TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
   const std::string prompt = "What is in the picture?";
   int cases = 0;
   for (const std::string& method : PruneMethods()) {
-    for (double retain : {40.0, 24.0}) {
+    for (auto [retain, tau] : {std::pair{40.0, 1.0}, {24.0, 1.0}, {24.0, 0.05}}) {
       if (method == "none" && retain != 40.0) continue;
-      SCOPED_TRACE(method + " retain " + std::to_string(retain));
+      // A concentrated PAQ-softmax (τ = 0.05) for the methods that take one.
+      if (tau != 1.0 && !UsesPaqSoftmax(method)) continue;
+      SCOPED_TRACE(method + " retain " + std::to_string(retain) + " tau " + std::to_string(tau));
       PruneRequest prune;
       prune.method = method;
       if (method != "none") prune.retain = retain;
       prune.seed = 3;
+      prune.paq_temperature = tau;
       auto enc_cpu = EncodeImage(cpu, png, prune);
       auto enc_gpu = EncodeImage(gpu, png, prune);
       ASSERT_TRUE(enc_cpu.ok()) << enc_cpu.status();
@@ -104,6 +107,19 @@ TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
       ASSERT_TRUE(pre_cpu.ok()) << pre_cpu.status();
       ASSERT_TRUE(pre_gpu.ok()) << pre_gpu.status();
       EXPECT_EQ(pre_gpu->stats.prune.kept_original, pre_cpu->stats.prune.kept_original);
+      EXPECT_EQ(pre_gpu->stats.prune.paq_temperature, pre_cpu->stats.prune.paq_temperature);
+      // HAP's head and layer weights themselves (the reference's F64 arithmetic on the device).
+      ASSERT_EQ(pre_gpu->stats.prune.hap_layers.size(), pre_cpu->stats.prune.hap_layers.size());
+      // (F32 only: BF16's drift in the maps moves the PAQs, which 1/τ amplifies.)
+      for (size_t i = 0; dtype == DType::kF32 && i < pre_cpu->stats.prune.hap_layers.size();
+           ++i) {
+        const auto& g = pre_gpu->stats.prune.hap_layers[i].head_weights;
+        const auto& c = pre_cpu->stats.prune.hap_layers[i].head_weights;
+        ASSERT_EQ(g.size(), c.size());
+        for (size_t h = 0; h < c.size(); ++h) {
+          EXPECT_NEAR(g[h], c[h], 1e-3 + 1e-2 * c[h]) << "layer record " << i << " head " << h;
+        }
+      }
       EXPECT_EQ(pre_gpu->stats.layer_visual_tokens, pre_cpu->stats.layer_visual_tokens);
       EXPECT_EQ(pre_gpu->first_token, pre_cpu->first_token);
       ASSERT_EQ(pre_gpu->cache.n_layers(), pre_cpu->cache.n_layers());
@@ -146,12 +162,14 @@ TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
       EXPECT_EQ(gen_gpu->decode.tokens, gen_cpu->decode.tokens);
       std::printf("%s %-9s retain %2.0f: worst of tolerance: embeddings %.3f, KV %.3f, logits "
                   "%.3f; kept %zu tokens\n", std::string(DTypeName(dtype)).c_str(),
-                  method.c_str(), retain, worst_embeds, worst_kv, worst_logits,
+                  (method + (tau != 1.0 ? " tau 0.05" : "")).c_str(), retain, worst_embeds,
+                  worst_kv, worst_logits,
                   pre_gpu->stats.prune.kept_original.size());
       ++cases;
     }
   }
-  EXPECT_EQ(cases, 2 * static_cast<int>(PruneMethods().size()) - 1);
+  // Each method at two budgets ("none" once), hap and hap-flat once more at τ = 0.05.
+  EXPECT_EQ(cases, 2 * static_cast<int>(PruneMethods().size()) - 1 + 2);
 }
 
 // The decode service's path on a device: a KV block pool in the backend's memory (F32 and BF16

@@ -182,6 +182,39 @@ TEST_F(ChatApiTest, PruningAndTimeoutInTheHapField) {
               "'hap' must be an object");
 }
 
+TEST_F(ChatApiTest, PaqTemperatureInTheHapField) {
+  // Unset: the proto field stays unset (the server's τ = 1).
+  absl::StatusOr<ChatRequest> r = Parse(Body("Hi?", {{"hap", {{"method", "hap"}, {"retain", 8}}}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->generate.pruning().has_paq_temperature());
+  r = Parse(Body("Hi?", {{"hap", {{"method", "hap"}, {"retain", 8}, {"paq_temperature", 0.05}}}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->generate.pruning().has_paq_temperature());
+  EXPECT_DOUBLE_EQ(r->generate.pruning().paq_temperature(), 0.05);
+  r = Parse(Body("Hi?", {{"hap", {{"method", "hap-flat"}, {"paq_temperature", 100}}}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->generate.pruning().paq_temperature(), 100);
+  // No method: the range is checked here, the method by the front door against its default.
+  r = Parse(Body("Hi?", {{"hap", {{"paq_temperature", 0.5}}}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  // τ = 1 is every method's default, so any method takes it.
+  r = Parse(Body("Hi?", {{"hap", {{"method", "fastv"}, {"paq_temperature", 1}}}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (double bad : {0.0, 0.005, -1.0, 101.0}) {
+    ExpectError(Body("Hi?", {{"hap", {{"method", "hap"}, {"paq_temperature", bad}}}}),
+                absl::StatusCode::kInvalidArgument,
+                "hap.paq_temperature");
+    ExpectError(Body("Hi?", {{"hap", {{"paq_temperature", bad}}}}),
+                absl::StatusCode::kInvalidArgument, "must lie in [0.01, 100]");
+  }
+  ExpectError(Body("Hi?", {{"hap", {{"method", "hap"}, {"paq_temperature", "0.5"}}}}),
+              absl::StatusCode::kInvalidArgument, "'hap.paq_temperature' must be a number");
+  ExpectError(Body("Hi?", {{"hap", {{"method", "fastv"}, {"paq_temperature", 0.5}}}}),
+              absl::StatusCode::kInvalidArgument, "only 'hap' and 'hap-flat'");
+  ExpectError(Body("Hi?", {{"hap", {{"method", "uniform"}, {"paq_temperature", 0.5}}}}),
+              absl::StatusCode::kInvalidArgument, "hap.paq_temperature 0.5: method 'uniform'");
+}
+
 TEST_F(ChatApiTest, MalformedBodiesAndUnknownModels) {
   absl::StatusOr<ChatRequest> r = ParseChatRequest("{not json", options_);
   ASSERT_FALSE(r.ok());

@@ -58,10 +58,12 @@ std::vector<std::vector<double>> Renormalised(const LayerView& v, int h) {
 // HAP / uniform straight from docs/design.md §3. Groups recomputed here from M: L/M layers each,
 // the first L % M groups one more; N_v(g) = max(1, round(V/(1+g)^2)). flat (hap-flat /
 // uniform-flat, planner.h TokenSchedule::kFlat): groups 1..M−1 all keep the count that gives the
-// pyramid's average, round((L·average − |group 0|·V) / (L − |group 0|)).
+// pyramid's average, round((L·average − |group 0|·V) / (L − |group 0|)). tau: the PAQ-softmax
+// temperature of the head and layer weights, w ∝ exp((PAQ − mean) / τ).
 class HapReference {
  public:
-  HapReference(int L, int V, int M, bool uniform, bool flat = false) : uniform_(uniform) {
+  HapReference(int L, int V, int M, bool uniform, bool flat = false, double tau = 1.0)
+      : uniform_(uniform), tau_(tau) {
     int first = 0;
     double sum = 0;
     std::vector<int> sizes;
@@ -91,7 +93,7 @@ class HapReference {
       paq[h] = testref::Paq(heads[h]);
     }
     const std::vector<double> w =
-        uniform_ ? std::vector<double>(H, 1.0 / H) : testref::SoftmaxCentered(paq);
+        uniform_ ? std::vector<double>(H, 1.0 / H) : testref::SoftmaxCentered(paq, tau_);
     std::vector<std::vector<double>> layer(heads[0].size(), std::vector<double>(v.n_vis, 0.0));
     for (int h = 0; h < H; ++h)
       for (size_t j = 0; j < layer.size(); ++j)
@@ -133,7 +135,7 @@ class HapReference {
     expected_layers_.clear();
 
     const std::vector<double> lw = uniform_ ? std::vector<double>(maps_.size(), 1.0 / maps_.size())
-                                            : testref::SoftmaxCentered(layer_paq_);
+                                            : testref::SoftmaxCentered(layer_paq_, tau_);
     RefPrune out;
     out.scores.assign(v.n_vis, 0.0);
     const int nt = static_cast<int>(layer.size());
@@ -169,6 +171,7 @@ class HapReference {
     double layer_paq;
   };
   bool uniform_;
+  double tau_;
   std::vector<int> last_, tokens_;
   std::vector<std::vector<std::vector<double>>> maps_;
   std::vector<double> layer_paq_;
@@ -180,23 +183,26 @@ TEST(HapMethod, KeptSetsMatchDirectRecomputation) {
   const ModelDims dims = SmallDims();
   struct Variant {
     bool uniform, flat;
+    double tau = 1.0;  // PAQ-softmax temperature (hap, hap-flat)
   };
   for (int m : {1, 5, 8, 32}) {
     for (const Variant& var :
-         {Variant{false, false}, Variant{true, false}, Variant{false, true}, Variant{true, true}}) {
+         {Variant{false, false}, Variant{true, false}, Variant{false, true}, Variant{true, true},
+          Variant{false, false, 0.05}, Variant{false, true, 0.05}}) {
       const bool uniform = var.uniform, flat = var.flat;
       const std::string name = std::string(uniform ? "uniform" : "hap") + (flat ? "-flat" : "");
-      SCOPED_TRACE(testing::Message() << "M=" << m << " " << name);
+      SCOPED_TRACE(testing::Message() << "M=" << m << " " << name << " tau " << var.tau);
       const absl::StatusOr<Plan> pyramid = PlanForGroups(dims, m);
       ASSERT_TRUE(pyramid.ok());
       const absl::StatusOr<Plan> plan = flat ? FlattenPlan(*pyramid) : pyramid;
       ASSERT_TRUE(plan.ok()) << plan.status();
       HapPruner pruner(
           *plan, dims,
-          uniform ? HapPruner::Weighting::kUniform : HapPruner::Weighting::kPaqSoftmax);
+          uniform ? HapPruner::Weighting::kUniform : HapPruner::Weighting::kPaqSoftmax, var.tau);
       EXPECT_EQ(pruner.stats().method, name);
+      EXPECT_EQ(pruner.stats().paq_temperature, var.tau);
       testref::Sim sim(Spec(42));
-      HapReference ref(dims.n_layers, dims.n_visual_tokens, m, uniform, flat);
+      HapReference ref(dims.n_layers, dims.n_visual_tokens, m, uniform, flat, var.tau);
       int swaps = 0;
       const std::vector<int> per_layer = sim.Run(
           pruner, [&](const LayerView& v, const Pruner& p) { return ref(v, p); }, &swaps);
@@ -239,6 +245,60 @@ TEST(HapMethod, PaqWeightingChangesTheKeptSet) {
     first_group.push_back(ref.group_kept_[0]);
   }
   EXPECT_NE(first_group[0], first_group[1]);
+}
+
+// A low PAQ-softmax temperature concentrates the head weights and changes what HAP keeps (so
+// the τ = 0.05 rows of KeptSetsMatchDirectRecomputation test something τ = 1 does not).
+TEST(HapMethod, LowTemperatureConcentratesWeightsAndChangesTheKeptSet) {
+  const ModelDims dims = SmallDims();
+  absl::StatusOr<Plan> plan = PlanForGroups(dims, 8);
+  ASSERT_TRUE(plan.ok());
+  std::vector<std::vector<std::vector<int>>> kept;
+  std::vector<double> spread;
+  for (double tau : {1.0, 0.05}) {
+    HapPruner pruner(*plan, dims, HapPruner::Weighting::kPaqSoftmax, tau);
+    testref::Sim sim(Spec(42));
+    HapReference ref(dims.n_layers, dims.n_visual_tokens, 8, false, false, tau);
+    sim.Run(pruner, [&](const LayerView& v, const Pruner& p) { return ref(v, p); });
+    ASSERT_FALSE(ref.group_kept_.empty());
+    kept.push_back(ref.group_kept_);
+    spread.push_back(ref.head_weight_spread_);
+  }
+  EXPECT_NE(kept[0], kept[1]);
+  EXPECT_GT(spread[1], spread[0]);
+}
+
+TEST(HapMethod, MakePrunerChecksThePaqTemperature) {
+  const ModelDims dims = SmallDims();
+  PruneRequest req;
+  req.retain = dims.n_visual_tokens / 4.0;
+  for (const char* m : {"hap", "hap-flat"}) {
+    req.method = m;
+    for (double tau : {0.01, 0.05, 1.0, 100.0}) {
+      req.paq_temperature = tau;
+      absl::StatusOr<std::unique_ptr<Pruner>> p = MakePruner(req, dims);
+      ASSERT_TRUE(p.ok()) << m << " " << tau << ": " << p.status();
+      EXPECT_EQ((*p)->stats().paq_temperature, tau);
+    }
+    for (double tau : {0.0, 0.009, -1.0, 100.5, double(NAN), double(INFINITY)}) {
+      req.paq_temperature = tau;
+      const absl::Status s = MakePruner(req, dims).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << m << " " << tau;
+      EXPECT_NE(s.message().find("paq_temperature"), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find("[0.01, 100]"), std::string::npos) << s.message();
+    }
+  }
+  // Methods without PAQ-softmax take only the default.
+  for (const std::string& m : PruneMethods()) {
+    if (m == "hap" || m == "hap-flat") continue;
+    req.method = m;
+    req.paq_temperature = 1.0;
+    EXPECT_TRUE(MakePruner(req, dims).ok()) << m;
+    req.paq_temperature = 0.5;
+    const absl::Status s = MakePruner(req, dims).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << m;
+    EXPECT_NE(s.message().find("only 'hap' and 'hap-flat'"), std::string::npos) << s.message();
+  }
 }
 
 TEST(HapMethod, QueryDependentHeadGetsTheLargerWeight) {

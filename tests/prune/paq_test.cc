@@ -2,7 +2,9 @@
 // the definition.
 #include "kernels/prune/paq.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -136,6 +138,133 @@ TEST(PaqSoftmax, CentredSoftmax) {
   EXPECT_NEAR(w[1], std::exp(0.4) / z, 1e-7);
   EXPECT_NEAR(w[2], std::exp(-0.1) / z, 1e-7);
   EXPECT_NEAR(w[0] + w[1] + w[2], 1.0, 1e-7);
+}
+
+// The paper's PAQ-softmax exactly as the op computed it before it took a temperature: F64,
+// centred, max subtracted, sequential sums. τ = 1 must reproduce it bit for bit.
+std::vector<float> PaperPaqSoftmax(const std::vector<float>& paq) {
+  const int n = static_cast<int>(paq.size());
+  double mean = 0.0;
+  for (float p : paq) mean += p;
+  mean /= n;
+  double mx = -1e300;
+  for (float p : paq) mx = std::max(mx, p - mean);
+  std::vector<double> e(n);
+  double sum = 0.0;
+  for (int c = 0; c < n; ++c) sum += (e[c] = std::exp((paq[c] - mean) - mx));
+  std::vector<float> w(n);
+  for (int c = 0; c < n; ++c) w[c] = static_cast<float>(e[c] / sum);
+  return w;
+}
+
+std::vector<float> RandomPaq(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  std::vector<float> paq(n);
+  for (float& p : paq) p = u(rng);
+  return paq;
+}
+
+TEST(PaqSoftmax, TemperatureOneIsBitIdenticalToThePapersOp) {
+  for (int n : {1, 2, 3, 7, 32, 33, 100}) {
+    const std::vector<float> paq = RandomPaq(n, 70 + n);
+    std::vector<float> plain(n), tau1(n);
+    ASSERT_TRUE(kernels::PaqSoftmaxWeights(paq.data(), n, plain.data()).ok());
+    ASSERT_TRUE(kernels::PaqSoftmaxWeights(paq.data(), n, 1.0, tau1.data()).ok());
+    const std::vector<float> paper = PaperPaqSoftmax(paq);
+    for (int c = 0; c < n; ++c) {
+      // Bit for bit, not merely close.
+      EXPECT_EQ(std::memcmp(&tau1[c], &plain[c], sizeof(float)), 0) << "n " << n << " c " << c;
+      EXPECT_EQ(std::memcmp(&tau1[c], &paper[c], sizeof(float)), 0) << "n " << n << " c " << c;
+    }
+  }
+}
+
+TEST(PaqSoftmax, TemperatureMatchesDirectRecomputation) {
+  for (double tau : {0.01, 0.05, 0.3, 2.5, 100.0}) {
+    for (int n : {1, 3, 8, 32, 33}) {
+      const std::vector<float> paq = RandomPaq(n, 90 + n);
+      std::vector<float> w(n);
+      ASSERT_TRUE(kernels::PaqSoftmaxWeights(paq.data(), n, tau, w.data()).ok());
+      // Direct: w_c = exp((p_c − mean)/τ) / Σ exp(...), in long double with its own max shift.
+      long double mean = 0;
+      for (float p : paq) mean += p;
+      mean /= n;
+      long double mx = -1e300L;
+      for (float p : paq) mx = std::max(mx, (p - mean) / tau);
+      long double z = 0;
+      for (float p : paq) z += std::exp((p - mean) / tau - mx);
+      double total = 0;
+      for (int c = 0; c < n; ++c) {
+        const double want = static_cast<double>(std::exp((paq[c] - mean) / tau - mx) / z);
+        EXPECT_NEAR(w[c], want, 1e-7 + 1e-6 * want) << "tau " << tau << " n " << n << " c " << c;
+        total += w[c];
+      }
+      EXPECT_NEAR(total, 1.0, 1e-6);
+    }
+  }
+  // A hand case: PAQ [0.2, 0.9, 0.4] at τ = 0.1: s = [−3, 4, −1].
+  const std::vector<float> paq = {0.2f, 0.9f, 0.4f};
+  std::vector<float> w(3);
+  ASSERT_TRUE(kernels::PaqSoftmaxWeights(paq.data(), 3, 0.1, w.data()).ok());
+  const double z = std::exp(-3.0) + std::exp(4.0) + std::exp(-1.0);
+  EXPECT_NEAR(w[0], std::exp(-3.0) / z, 1e-6);
+  EXPECT_NEAR(w[1], std::exp(4.0) / z, 1e-6);
+  EXPECT_NEAR(w[2], std::exp(-1.0) / z, 1e-6);
+}
+
+TEST(PaqSoftmax, RejectsABadTemperature) {
+  const std::vector<float> paq = {0.2f, 0.9f, 0.4f};
+  std::vector<float> w(3);
+  for (double tau : {0.0, -1.0, double(NAN), double(INFINITY), -double(INFINITY)}) {
+    const absl::Status s = kernels::PaqSoftmaxWeights(paq.data(), 3, tau, w.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << tau;
+    EXPECT_NE(s.message().find("temperature"), std::string::npos) << s.message();
+  }
+}
+
+// With PAQ ∈ [0, 1] at τ = 1 weights differ by at most a factor e, so N_eff = 1/Σw² stays
+// ≥ 25.2 of 32 heads whatever the model; lowering τ concentrates the weights.
+TEST(PaqSoftmax, EffectiveHeadsFallAsTemperatureFalls) {
+  const int H = 32;
+  // A synthetic layer: spread PAQs, the extreme case (half the heads at 0, half at 1) included.
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    std::vector<float> paq = RandomPaq(H, seed);
+    if (seed == 3) {
+      for (int h = 0; h < H; ++h) paq[h] = h < H / 2 ? 0.f : 1.f;
+    }
+    double prev_neff = H + 1.0, prev_kl = -1.0;
+    for (double tau : {100.0, 10.0, 1.0, 0.3, 0.1, 0.05, 0.01}) {
+      std::vector<float> w(H);
+      ASSERT_TRUE(kernels::PaqSoftmaxWeights(paq.data(), H, tau, w.data()).ok());
+      double w2 = 0, kl = 0;
+      for (float x : w) {
+        w2 += double(x) * x;
+        if (x > 0) kl += x * std::log(double(x) * H);
+      }
+      const double neff = 1.0 / w2;
+      // Strictly while the F32 weights can still tell (the 0/1 layer saturates at 16 heads by
+      // τ = 0.05), never up.
+      if (tau >= 0.1) {
+        EXPECT_LT(neff, prev_neff) << "seed " << seed << " tau " << tau;
+        EXPECT_GT(kl, prev_kl) << "seed " << seed << " tau " << tau;
+      } else {
+        EXPECT_LE(neff, prev_neff * (1 + 1e-9)) << "seed " << seed << " tau " << tau;
+        EXPECT_GE(kl, prev_kl - 1e-9) << "seed " << seed << " tau " << tau;
+      }
+      if (tau == 1.0) {
+        EXPECT_GE(neff, 25.2) << "the τ = 1 bound";
+        EXPECT_LE(kl, 0.123) << "the τ = 1 bound";
+      }
+      if (tau == 0.05) {
+        EXPECT_LT(neff, 25.2) << "seed " << seed << ": τ = 0.05 goes below the τ = 1 bound";
+        EXPECT_GT(kl, 0.123) << "seed " << seed;
+      }
+      prev_neff = neff;
+      prev_kl = kl;
+    }
+    EXPECT_LT(prev_neff, 17.0) << "τ = 0.01 leaves about the top-PAQ heads";
+  }
 }
 
 TEST(PaqSoftmax, QueryDependentHeadOutweighsSinkInATwoHeadLayer) {

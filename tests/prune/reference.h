@@ -61,13 +61,14 @@ inline double Paq(const std::vector<std::vector<double>>& a) {
 }
 
 // w = softmax(paq − mean(paq)).
-inline std::vector<double> SoftmaxCentered(const std::vector<double>& paq) {
+// tau: the PAQ-softmax temperature, w_c ∝ exp((PAQ_c − mean) / τ) (1 = the paper's).
+inline std::vector<double> SoftmaxCentered(const std::vector<double>& paq, double tau = 1.0) {
   double mean = 0;
   for (double x : paq) mean += x;
   mean /= paq.size();
   std::vector<double> w(paq.size());
   double z = 0;
-  for (size_t c = 0; c < paq.size(); ++c) z += (w[c] = std::exp(paq[c] - mean));
+  for (size_t c = 0; c < paq.size(); ++c) z += (w[c] = std::exp((paq[c] - mean) / tau));
   for (double& x : w) x /= z;
   return w;
 }

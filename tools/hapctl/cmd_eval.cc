@@ -235,6 +235,7 @@ absl::Status EvalFolder(const Flags& flags) {
       Evaluate(*model, data, questions, prune, static_cast<int>(max_new), prune.method.c_str()));
   nlohmann::json out = SummaryJson(pruned);
   out["method"] = prune.method;
+  out["paq_temperature"] = prune.paq_temperature;
   if (prune.retain) out["retain"] = *prune.retain;
   if (prune.flops) out["flops_budget"] = *prune.flops;
   if (prune.method != "none" && !flags.Bool("no-baseline")) {
@@ -309,7 +310,11 @@ std::string RunKey(const LlavaEvalOptions& o, const PruneRequest& prune) {
   return absl::StrCat(o.model_id, "|", prune.method, "|", prune.retain ? *prune.retain : -1, "|",
                       prune.flops ? *prune.flops : -1, "|", prune.seed, "|", ConvModeName(o.conv),
                       "|", o.sampling.temperature, "|", o.sampling.top_p, "|", o.sampling.top_k,
-                      "|", o.sampling.seed, "|", o.stop.max_new_tokens);
+                      "|", o.sampling.seed, "|", o.stop.max_new_tokens,
+                      // Only a non-default τ joins the key, so τ = 1 keeps the earlier ids.
+                      prune.paq_temperature != 1.0
+                          ? absl::StrCat("|tau", prune.paq_temperature)
+                          : std::string());
 }
 
 // The question's prompt: its text for the llava-hf template, or the whole vicuna_v1 prompt
@@ -482,7 +487,8 @@ int CmdEval(const std::vector<std::string>& args) {
       args, {"model",       "data",          "method",         "retain",       "flops",
              "seed",        "limit",         "max-new-tokens", "predictions",  "threads",
              "device",      "question-file", "image-folder",   "answers-file", "conv-mode",
-             "temperature", "top-p",         "top-k",          "num-chunks",   "chunk-idx"},
+             "temperature", "top-p",         "top-k",          "num-chunks",   "chunk-idx",
+             "paq-temperature"},
       {"json", "no-baseline", "help"});
   if (!flags.ok()) return Fail("eval", flags.status());
   if (flags->Bool("help")) {

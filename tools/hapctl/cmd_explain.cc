@@ -111,14 +111,17 @@ struct HeadStatsLayer {
   std::vector<double> max_token_mass;   // [H] max_v p_h(v)
   std::vector<int> argmax_token;        // [H] argmax_v p_h(v), index into the V tokens
   std::vector<double> visual_mass;      // [H] mean_j Σ_v α_jv (un-renormalised softmax mass)
-  std::vector<float> weights;           // [H] PAQ-softmax weights of the heads
+  std::vector<float> weights;           // [H] PAQ-softmax weights of the heads (at the request's τ)
   float layer_paq = 0;                  // PAQ(Σ_h w_h Â_h)
 };
 
 // A pruner that never prunes: after each layer it computes HeadStatsLayer from Q, K and the
-// log-sum-exp the engine passes, so the statistics come from the unpruned model.
+// log-sum-exp the engine passes, so the statistics come from the unpruned model. The head
+// weights use the request's PAQ-softmax temperature, as the pruner does.
 class HeadStatsObserver : public Pruner {
  public:
+  explicit HeadStatsObserver(double paq_temperature) : paq_temperature_(paq_temperature) {}
+
   absl::StatusOr<std::optional<std::vector<int>>> AfterLayer(const LayerAttention& att) override {
     const int text_begin = att.vis_begin + att.n_vis;
     const int n_text = att.n_tokens - text_begin, n_vis = att.n_vis, H = att.n_heads;
@@ -153,7 +156,8 @@ class HeadStatsObserver : public Pruner {
     s.paq.resize(H);
     s.weights.resize(H);
     HAP_RETURN_IF_ERROR(kernels::Paq(maps.data(), H, n_text, n_vis, s.paq.data()));
-    HAP_RETURN_IF_ERROR(kernels::PaqSoftmaxWeights(s.paq.data(), H, s.weights.data()));
+    HAP_RETURN_IF_ERROR(
+        kernels::PaqSoftmaxWeights(s.paq.data(), H, paq_temperature_, s.weights.data()));
     std::vector<double> pv(n_vis);
     for (int h = 0; h < H; ++h) {
       const float* m = maps.data() + h * map_size;
@@ -192,6 +196,7 @@ class HeadStatsObserver : public Pruner {
   const std::vector<HeadStatsLayer>& layers() const { return layers_; }
 
  private:
+  double paq_temperature_;
   std::vector<HeadStatsLayer> layers_;
 };
 
@@ -201,7 +206,7 @@ absl::StatusOr<nlohmann::json> HeadStatsJson(const LlavaModel& model, const Gene
   none.method = "none";
   HAP_ASSIGN_OR_RETURN(EncodeResult encoded, EncodeImage(model, req.image_bytes, none));
   HAP_ASSIGN_OR_RETURN(PromptTokens tokens, model.Tokenize(req.prompt, encoded.n_vis));
-  HeadStatsObserver observer;
+  HeadStatsObserver observer(req.prune.paq_temperature);
   HAP_RETURN_IF_ERROR(model.Prefill(tokens, encoded.embeds, &observer).status());
   nlohmann::json layers = nlohmann::json::array();
   for (const HeadStatsLayer& s : observer.layers()) {
@@ -231,6 +236,7 @@ absl::StatusOr<nlohmann::json> HeadStatsJson(const LlavaModel& model, const Gene
                       {"layer_paq", s.layer_paq}});
   }
   return nlohmann::json{{"pass", "unpruned"},
+                        {"paq_temperature", req.prune.paq_temperature},
                         {"text_tokens", static_cast<int>(tokens.ids.size()) - tokens.vis_begin -
                                             tokens.n_vis},
                         {"visual_tokens", encoded.n_vis},
@@ -265,6 +271,8 @@ absl::Status Explain(const Flags& flags) {
   j["prompt"] = req.prompt;
   j["answer"] = result.decode.text;
   j["method"] = req.prune.method;
+  // The PAQ-softmax temperature of the head and layer weights below (1 = the paper's).
+  j["paq_temperature"] = ps.paq_temperature;
   j["pruning"] = PrefillStatsJson(result.stats);
   nlohmann::json layers = nlohmann::json::array();
   for (const HapLayerExplain& l : ps.hap_layers) {

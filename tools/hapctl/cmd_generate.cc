@@ -31,7 +31,8 @@ std::string FinishName(hap::v1::FinishReason r) {
 
 // The flags of `hapctl run`, parsed the same way. The budget travels as given: a "--retain 5.6%"
 // percentage is resolved by the server, which knows the model's visual tokens. Without --method
-// a budget means "hap" (as for run); with neither, the server's default pruning applies.
+// a budget or --paq-temperature means "hap" (as for run); with neither, the server's default
+// pruning applies.
 absl::StatusOr<hap::v1::GenerateRequest> BuildRequest(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(GenerateRequest local, ParseGenerateRequest(flags, /*n_visual_tokens=*/1));
   hap::v1::GenerateRequest req;
@@ -48,10 +49,11 @@ absl::StatusOr<hap::v1::GenerateRequest> BuildRequest(const Flags& flags) {
   hap::v1::Pruning* p = req.mutable_pruning();
   const auto retain = flags.Get("retain");
   const bool budget = retain.has_value() || flags.Has("flops");
-  p->set_method(flags.GetOr("method", budget ? "hap" : ""));
+  p->set_method(flags.GetOr("method", (budget || flags.Has("paq-temperature")) ? "hap" : ""));
   if (retain) p->set_retain(*retain);
   if (local.prune.flops) p->set_flops(*local.prune.flops);
   p->set_seed(local.prune.seed);
+  if (flags.Has("paq-temperature")) p->set_paq_temperature(local.prune.paq_temperature);
   return req;
 }
 

@@ -1,5 +1,6 @@
 // hapctl plan: shows the HAP schedule (groups, visual tokens per layer, FLOPs in the paper's and
 // the full convention, the paper's closed form, KV-cache size) for a budget and a model.
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 #include "runtime/io/config.h"
+#include "runtime/prune/factory.h"
 #include "runtime/prune/model_dims.h"
 #include "runtime/prune/planner.h"
 #include "tools/hapctl/command.h"
@@ -18,12 +20,14 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: hapctl plan (--model DIR | --preset llava-1.5-7b) (--retain K | --flops F) "
-    "[--text-tokens N] [--schedule pyramid|flat] [--json]\n"
+    "[--text-tokens N] [--schedule pyramid|flat] [--paq-temperature T] [--json]\n"
     "  --retain  average visual tokens per decoder layer (64) or a percentage of them (5.6%)\n"
     "  --flops   fraction of the unpruned LLM prefill FLOPs, full convention (0.25)\n"
     "  --text-tokens  prompt tokens besides the image (default 40) for the full convention\n"
     "  --schedule  pyramid (HAP, default) or flat: HAP's groups with every pruned group at one\n"
-    "              count for the same average (the hap-flat / uniform-flat ablation)";
+    "              count for the same average (the hap-flat / uniform-flat ablation)\n"
+    "  --paq-temperature  PAQ-softmax temperature of hap / hap-flat, in [0.01, 100] (default 1,\n"
+    "              the paper's): checked and reported; it changes the weights, not the plan";
 
 absl::StatusOr<ModelDims> DimsFromFlags(const Flags& flags) {
   const bool has_model = flags.Has("model"), has_preset = flags.Has("preset");
@@ -72,7 +76,7 @@ void PrintFlopsRow(const std::string& label, double pruned, double unpruned,
               Flops(unpruned, unpruned).c_str(), 100.0 * pruned / unpruned, note);
 }
 
-nlohmann::json ToJson(const Plan& p, const Budget& budget) {
+nlohmann::json ToJson(const Plan& p, const Budget& budget, double paq_temperature) {
   nlohmann::json groups = nlohmann::json::array();
   for (const PlanGroup& g : p.groups) {
     groups.push_back({{"layers", {g.first_layer, g.last_layer()}},
@@ -87,6 +91,9 @@ nlohmann::json ToJson(const Plan& p, const Budget& budget) {
       {"visual_tokens", p.n_visual_tokens},
       {"text_tokens", p.text_tokens},
       {"schedule", TokenScheduleName(p.schedule)},
+      {"paq_temperature", paq_temperature},
+      // PAQ ∈ [0, 1]: two weights differ by at most a factor e^(1/τ).
+      {"max_weight_ratio", std::exp(1.0 / paq_temperature)},
       {"M", p.M},
       {"groups", groups},
       {"per_layer_visual_tokens", p.layer_visual_tokens},
@@ -110,11 +117,13 @@ nlohmann::json ToJson(const Plan& p, const Budget& budget) {
   };
 }
 
-void PrintTable(const Plan& p, const Budget& budget) {
+void PrintTable(const Plan& p, const Budget& budget, double paq_temperature) {
   std::printf("HAP plan (%s schedule) for %s: L=%d layers, V=%d visual tokens, D=%d, d_ffn=%d\n",
               TokenScheduleName(p.schedule), budget.ToString().c_str(), p.n_layers,
               p.n_visual_tokens, p.d_model, p.d_ffn);
-  std::printf("M = %d group%s\n\n", p.M, p.M == 1 ? " (no pruning)" : "s");
+  std::printf("M = %d group%s\n", p.M, p.M == 1 ? " (no pruning)" : "s");
+  std::printf("PAQ-softmax temperature %g: weights differ by at most a factor e^(1/%g) = %.4g\n\n",
+              paq_temperature, paq_temperature, std::exp(1.0 / paq_temperature));
   std::printf("  group  layers    visual tokens\n");
   for (size_t g = 0; g < p.groups.size(); ++g) {
     const PlanGroup& pg = p.groups[g];
@@ -154,13 +163,16 @@ absl::Status Plan_(const Flags& flags) {
     return absl::InvalidArgumentError(
         absl::StrCat("--schedule '", schedule, "': use pyramid or flat"));
   }
+  HAP_ASSIGN_OR_RETURN(double paq_temperature, flags.Double("paq-temperature", 1.0));
+  HAP_RETURN_IF_ERROR(ValidatePaqTemperature(schedule == "flat" ? "hap-flat" : "hap",
+                                             paq_temperature, "--paq-temperature"));
   HAP_ASSIGN_OR_RETURN(
       Plan plan, MakePlan(dims, budget, static_cast<int>(text),
                           schedule == "flat" ? TokenSchedule::kFlat : TokenSchedule::kPyramid));
   if (flags.Bool("json")) {
-    std::printf("%s\n", ToJson(plan, budget).dump().c_str());
+    std::printf("%s\n", ToJson(plan, budget, paq_temperature).dump().c_str());
   } else {
-    PrintTable(plan, budget);
+    PrintTable(plan, budget, paq_temperature);
   }
   return absl::OkStatus();
 }
@@ -170,7 +182,8 @@ int CmdPlan(const std::vector<std::string>& args) {
     std::printf("%s\n", kUsage);
     return 0;
   }
-  auto flags = Flags::Parse(args, {"model", "preset", "retain", "flops", "text-tokens", "schedule"},
+  auto flags = Flags::Parse(args, {"model", "preset", "retain", "flops", "text-tokens", "schedule",
+                                   "paq-temperature"},
                             {"json"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", kUsage);

@@ -158,6 +158,7 @@ nlohmann::ordered_json AnswerLine(const LlavaQuestion& q, const std::string& ans
   meta["method"] = run.prune->method;
   if (run.prune->retain) meta["retain"] = *run.prune->retain;
   if (run.prune->flops) meta["flops_budget"] = *run.prune->flops;
+  if (run.prune->paq_temperature != 1.0) meta["paq_temperature"] = run.prune->paq_temperature;
   meta["conv_mode"] = std::string(ConvModeName(run.conv));
   meta["image_visual_tokens"] = s.image_visual_tokens;
   meta["visual_tokens"] = s.visual_tokens;

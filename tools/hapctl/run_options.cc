@@ -5,7 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "runtime/prune/planner.h"
 
@@ -13,7 +15,7 @@ namespace hap::cli {
 
 void AddGenerationFlags(std::set<std::string>* value_flags) {
   value_flags->insert({"max-new-tokens", "temperature", "top-p", "top-k", "seed", "stop",
-                       "method", "retain", "flops"});
+                       "method", "retain", "flops", "paq-temperature"});
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -32,7 +34,9 @@ absl::StatusOr<PruneRequest> ParsePruneFlags(const Flags& flags, int n_visual_to
   PruneRequest req;
   auto retain = flags.Get("retain");
   auto flops = flags.Get("flops");
-  req.method = flags.GetOr("method", (retain || flops) ? "hap" : "none");
+  // A budget or a PAQ-softmax temperature without --method means HAP.
+  req.method =
+      flags.GetOr("method", (retain || flops || flags.Has("paq-temperature")) ? "hap" : "none");
   if (retain && flops) return absl::InvalidArgumentError("give --retain or --flops, not both");
   if (retain) {
     HAP_ASSIGN_OR_RETURN(Budget b, ParseRetain(*retain, n_visual_tokens));
@@ -44,6 +48,12 @@ absl::StatusOr<PruneRequest> ParsePruneFlags(const Flags& flags, int n_visual_to
   }
   if (auto seed = flags.Get("seed")) {
     HAP_ASSIGN_OR_RETURN(req.seed, flags.Uint64("seed", 0));
+  }
+  HAP_ASSIGN_OR_RETURN(req.paq_temperature, flags.Double("paq-temperature", 1.0));
+  // `eval` takes a comma list of methods: every one of them must take the temperature.
+  for (absl::string_view m : absl::StrSplit(req.method, ',', absl::SkipWhitespace())) {
+    HAP_RETURN_IF_ERROR(ValidatePaqTemperature(std::string(absl::StripAsciiWhitespace(m)),
+                                               req.paq_temperature, "--paq-temperature"));
   }
   return req;
 }

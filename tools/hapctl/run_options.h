@@ -25,8 +25,9 @@ absl::StatusOr<int> ParseMaxNewTokens(const Flags& flags, int default_value);
 // The sampling flags --temperature --top-p --top-k --seed, checked (ValidateSamplingParams).
 absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags);
 
-// Just the pruning flags: --method (default "none", or "hap" when a budget is given) and
-// --retain K|P% / --flops F.
+// Just the pruning flags: --method (default "none", or "hap" when a budget is given),
+// --retain K|P% / --flops F, and --paq-temperature T (default 1; hap and hap-flat only, in
+// [0.01, 100]: ValidatePaqTemperature).
 absl::StatusOr<PruneRequest> ParsePruneFlags(const Flags& flags, int n_visual_tokens);
 
 // Per-request pruning stats as JSON (kept tokens per stage, averages, FLOPs, KV bytes, timing).

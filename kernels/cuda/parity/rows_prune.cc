@@ -42,6 +42,12 @@ struct Extra {
 };
 
 std::string Str(int64_t v) { return std::to_string(v); }
+// 0.05 → "0.05" (%g).
+std::string StrG(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
 
 // got (F64, device) against want with tol; folds the worst error into extra.
 void OutputF64(Checker& c, Extra& extra, const std::string& what, const DeviceBuffer& got,
@@ -330,19 +336,24 @@ constexpr Tolerance kPaqSoftmaxTol{1e-7, 1e-6};
 // op takes any finite scores; the max subtraction keeps exp in range).
 enum class PaqValues { kUnit, kEqual, kWide };
 
-CaseResult PaqSoftmaxCase(int n, PaqValues kind) {
+// temperature τ divides the centred PAQs (1 = the paper's PAQ-softmax; small τ concentrates the
+// weights on the top PAQs, large τ flattens them).
+CaseResult PaqSoftmaxCase(int n, PaqValues kind, double temperature) {
   std::vector<float> paq = RandomFloats(n, 1300 + n, 0.f, 1.f);
   if (kind == PaqValues::kEqual) std::fill(paq.begin(), paq.end(), 0.375f);
   if (kind == PaqValues::kWide) paq = RandomFloats(n, 1400 + n, -300.f, 300.f);
   std::vector<float> want(n);
   Checker c;
-  if (!kernels::PaqSoftmaxWeights(paq.data(), n, want.data()).ok()) {
+  if (!kernels::PaqSoftmaxWeights(paq.data(), n, temperature, want.data()).ok()) {
     c.Fail("the reference rejected the case");
   }
   DeviceBuffer dpaq = DeviceBuffer::Of(paq), dw(n * sizeof(float));
   KernelStatus st;
   const double ms = TimedMs(
-      [&] { return PaqSoftmaxWeights(dpaq.as<float>(), n, dw.as<float>(), nullptr); }, &st);
+      [&] {
+        return PaqSoftmaxWeights(dpaq.as<float>(), n, temperature, dw.as<float>(), nullptr);
+      },
+      &st);
   c.Status(st);
   c.Output("weights", dw, want, kPaqSoftmaxTol);
   c.Unchanged("paq", dpaq, paq.data());
@@ -357,13 +368,13 @@ CaseResult PaqSoftmaxRejectsCase(float bad, int at) {
   paq[at] = bad;
   std::vector<float> unused(n);
   Checker c;
-  if (kernels::PaqSoftmaxWeights(paq.data(), n, unused.data()).ok()) {
+  if (kernels::PaqSoftmaxWeights(paq.data(), n, 1.0, unused.data()).ok()) {
     c.Fail("the reference accepted a non-finite PAQ");
   }
   DeviceBuffer dpaq = DeviceBuffer::Of(paq), dw(n * sizeof(float));
   KernelStatus st;
   const double ms = TimedMs(
-      [&] { return PaqSoftmaxWeights(dpaq.as<float>(), n, dw.as<float>(), nullptr); }, &st);
+      [&] { return PaqSoftmaxWeights(dpaq.as<float>(), n, 1.0, dw.as<float>(), nullptr); }, &st);
   c.Status(st);
   c.Guards("weights", dw);
   for (float w : dw.Download<float>()) {
@@ -605,8 +616,13 @@ CaseResult RejectsBadArgumentsCase() {
   expect_error("StableTopK k < 0", StableTopK(f, 4, -1, i, nullptr));
   expect_error("GatherRows n_idx < 0", GatherRows(f, 4, i, -1, f + 512, nullptr));
   expect_error("GatherRows src inside dst", GatherRows(f + 4, 4, i, 8, f, nullptr));
-  expect_error("PaqSoftmaxWeights n 0", PaqSoftmaxWeights(f, 0, f + 8, nullptr));
-  expect_error("PaqSoftmaxWeights null weights", PaqSoftmaxWeights(f, 3, nullptr, nullptr));
+  expect_error("PaqSoftmaxWeights n 0", PaqSoftmaxWeights(f, 0, 1.0, f + 8, nullptr));
+  expect_error("PaqSoftmaxWeights null weights", PaqSoftmaxWeights(f, 3, 1.0, nullptr, nullptr));
+  expect_error("PaqSoftmaxWeights temperature 0", PaqSoftmaxWeights(f, 3, 0.0, f + 8, nullptr));
+  expect_error("PaqSoftmaxWeights temperature -1", PaqSoftmaxWeights(f, 3, -1.0, f + 8, nullptr));
+  expect_error("PaqSoftmaxWeights temperature NaN", PaqSoftmaxWeights(f, 3, NAN, f + 8, nullptr));
+  expect_error("PaqSoftmaxWeights temperature inf",
+               PaqSoftmaxWeights(f, 3, INFINITY, f + 8, nullptr));
   return c.Result(0);
 }
 
@@ -653,16 +669,29 @@ void AddPruneCases(std::vector<Case>& cases) {
   }
 
   const char* paq_kinds[] = {"unit", "equal", "wide"};
-  for (auto [n, kind] : {std::tuple{1, PaqValues::kUnit},
-                         {2, PaqValues::kUnit},
-                         {7, PaqValues::kUnit},
-                         {32, PaqValues::kUnit},
-                         {33, PaqValues::kWide},
-                         {100, PaqValues::kUnit},
-                         {28, PaqValues::kEqual}}) {
-    cases.push_back({"PaqSoftmaxWeights n" + Str(n) + " " + paq_kinds[static_cast<int>(kind)],
+  // τ = 1 (the paper's) and τ ≠ 1 at both ends of the request range [0.01, 100] and between,
+  // on odd candidate counts too.
+  for (auto [n, kind, tau] : {std::tuple{1, PaqValues::kUnit, 1.0},
+                              {2, PaqValues::kUnit, 1.0},
+                              {7, PaqValues::kUnit, 1.0},
+                              {32, PaqValues::kUnit, 1.0},
+                              {33, PaqValues::kWide, 1.0},
+                              {100, PaqValues::kUnit, 1.0},
+                              {28, PaqValues::kEqual, 1.0},
+                              {1, PaqValues::kUnit, 0.05},
+                              {3, PaqValues::kUnit, 0.05},
+                              {7, PaqValues::kUnit, 0.01},
+                              {32, PaqValues::kUnit, 0.05},
+                              {33, PaqValues::kUnit, 0.3},
+                              {97, PaqValues::kUnit, 0.01},
+                              {5, PaqValues::kUnit, 100.0},
+                              {33, PaqValues::kWide, 0.01},
+                              {17, PaqValues::kWide, 2.5},
+                              {9, PaqValues::kEqual, 0.01}}) {
+    cases.push_back({"PaqSoftmaxWeights n" + Str(n) + " " + paq_kinds[static_cast<int>(kind)] +
+                         (tau == 1.0 ? std::string() : " tau " + StrG(tau)),
                      {"PaqSoftmaxKernel"},
-                     [=] { return PaqSoftmaxCase(n, kind); }});
+                     [=] { return PaqSoftmaxCase(n, kind, tau); }});
   }
   for (auto [bad, at, what] : {std::tuple{NAN, 0, "NaN first"},
                                {INFINITY, 8, "inf last"},

@@ -68,7 +68,8 @@ def _budget_text(retain):
 
 
 def build_request(image, prompt, *, method=None, retain=None, flops=None, max_new_tokens=0,
-                  temperature=0, top_p=1, top_k=0, seed=0, stop=(), request_id=""):
+                  temperature=0, top_p=1, top_k=0, seed=0, stop=(), request_id="",
+                  paq_temperature=None):
     """The hap.v1.GenerateRequest that Client.generate()/stream() send (see generate())."""
     if not isinstance(image, (bytes, bytearray, memoryview)):
         raise TypeError(f"image: the JPEG or PNG file's bytes, got {type(image).__name__}")
@@ -91,6 +92,11 @@ def build_request(image, prompt, *, method=None, retain=None, flops=None, max_ne
         req.pruning.retain = _budget_text(retain)
     if flops is not None:
         _assign(req.pruning, "flops", flops)
+    if paq_temperature is not None:
+        # hap / hap-flat only, in [0.01, 100]; the server checks (None = 1, the paper's).
+        if isinstance(paq_temperature, bool) or not isinstance(paq_temperature, (int, float)):
+            raise TypeError(f"paq_temperature: a number, got {paq_temperature!r}")
+        _assign(req.pruning, "paq_temperature", float(paq_temperature))
     # One seed for the sampler and for method "random"'s subset, as `hapctl run --seed`.
     _assign(req.pruning, "seed", seed)
     _assign(req.sampling, "temperature", temperature)
@@ -347,11 +353,12 @@ class Client:
 
     def stream(self, image, prompt, *, method=None, retain=None, flops=None, max_new_tokens=0,
                temperature=0, top_p=1, top_k=0, seed=0, stop=(), timeout=None, request_id="",
-               metadata=()):
+               metadata=(), paq_temperature=None):
         """Generate as a Stream of Delta (arguments as generate())."""
         req = build_request(image, prompt, method=method, retain=retain, flops=flops,
                             max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                            top_k=top_k, seed=seed, stop=stop, request_id=request_id)
+                            top_k=top_k, seed=seed, stop=stop, request_id=request_id,
+                            paq_temperature=paq_temperature)
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout = {timeout} s must be >= 0")
         md = tuple(metadata.items()) if isinstance(metadata, dict) else tuple(metadata)
@@ -359,14 +366,15 @@ class Client:
 
     def generate(self, image, prompt, *, method=None, retain=None, flops=None, max_new_tokens=0,
                  temperature=0, top_p=1, top_k=0, seed=0, stop=(), timeout=None, request_id="",
-                 metadata=()):
+                 metadata=(), paq_temperature=None):
         """Answers `prompt` about `image` (JPEG or PNG bytes) and returns a GenerateResult.
 
         method: "none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip", "random",
           "divprune", "cdpruner-llm", "hap-flat", "uniform-flat", "dart"; None = the server's
           default. One budget: retain (average visual tokens per layer,
           8 / 57.5 / "11.1%") or flops (fraction of the unpruned prefill FLOPs); None = the
-          server's default.
+          server's default. paq_temperature: PAQ-softmax temperature of "hap" / "hap-flat"
+          (an extension beyond the paper), in [0.01, 100]; None = 1, the paper's weights.
         max_new_tokens: 0 = the server's 64. temperature 0 = greedy; top_p, top_k, seed as in
           hap.v1.Sampling (seed also seeds method "random"). stop: strings that end generation.
         timeout: seconds for the whole call, retries included (None = no deadline).
@@ -376,7 +384,8 @@ class Client:
         return self.stream(image, prompt, method=method, retain=retain, flops=flops,
                            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                            top_k=top_k, seed=seed, stop=stop, timeout=timeout,
-                           request_id=request_id, metadata=metadata).result()
+                           request_id=request_id, metadata=metadata,
+                           paq_temperature=paq_temperature).result()
 
     def health(self, timeout=2.0, service="", wait_for_ready=False):
         """grpc.health.v1.Health/Check: True when `service` ("" = the whole server) is SERVING,
