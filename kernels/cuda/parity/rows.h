@@ -3,6 +3,8 @@
 // tests/kernels/cuda/coverage_test.cc.
 #pragma once
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/cuda/parity/harness.h"
@@ -16,5 +18,16 @@ void AddPruneCases(std::vector<Case>& cases);        // rows_prune.cc
 void AddGemmCases(std::vector<Case>& cases);         // rows_gemm.cc
 void AddVisionZipCases(std::vector<Case>& cases);    // rows_visionzip.cc
 void AddSamplingCases(std::vector<Case>& cases);     // rows_sampling.cc
+
+// Values ranking code gets wrong: ±0 (equal under ==), ±inf, the smallest subnormals and the
+// largest finite floats. Shared by the top-k and sampling rows.
+inline constexpr float kSpecialFloats[8] = {0.f,
+                                            -0.f,
+                                            INFINITY,
+                                            -INFINITY,
+                                            std::numeric_limits<float>::denorm_min(),
+                                            -std::numeric_limits<float>::denorm_min(),
+                                            std::numeric_limits<float>::max(),
+                                            -std::numeric_limits<float>::max()};
 
 }  // namespace hap::cuda::parity

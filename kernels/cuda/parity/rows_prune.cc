@@ -487,15 +487,7 @@ std::vector<float> TopKScores(int n, Scores kind, uint64_t seed) {
         s[i] = 0.5f;
         break;
       case Scores::kSpecial: {
-        const float specials[] = {0.f,
-                                  -0.f,
-                                  INFINITY,
-                                  -INFINITY,
-                                  std::numeric_limits<float>::denorm_min(),
-                                  -std::numeric_limits<float>::denorm_min(),
-                                  std::numeric_limits<float>::max(),
-                                  -std::numeric_limits<float>::max()};
-        s[i] = i % 5 == 0 ? specials[(i / 5) % 8] : std::floor(s[i] * 32.f) / 32.f;
+        s[i] = i % 5 == 0 ? kSpecialFloats[(i / 5) % 8] : std::floor(s[i] * 32.f) / 32.f;
         break;
       }
     }

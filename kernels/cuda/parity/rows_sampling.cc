@@ -33,14 +33,6 @@ const char* kLogitNames[] = {"random", "ties", "all equal", "special", "NaN"};
 // rest are random; kRandom, kAllEqual as named.
 std::vector<float> MakeLogits(int rows, int n, Logits kind, uint64_t seed) {
   std::vector<float> x = RandomFloats(int64_t{rows} * n, seed, -8.f, 8.f);
-  const float specials[] = {0.f,
-                            -0.f,
-                            INFINITY,
-                            -INFINITY,
-                            std::numeric_limits<float>::denorm_min(),
-                            -std::numeric_limits<float>::denorm_min(),
-                            std::numeric_limits<float>::max(),
-                            -std::numeric_limits<float>::max()};
   for (int64_t e = 0; e < static_cast<int64_t>(x.size()); ++e) {
     const int i = static_cast<int>(e % n);
     const int r = static_cast<int>(e / n);
@@ -54,7 +46,7 @@ std::vector<float> MakeLogits(int rows, int n, Logits kind, uint64_t seed) {
         x[e] = 0.5f;
         break;
       case Logits::kSpecial:
-        x[e] = i % 5 == 0 ? specials[(i / 5 + r) % 8] : std::floor(x[e] * 2.f) / 2.f;
+        x[e] = i % 5 == 0 ? kSpecialFloats[(i / 5 + r) % 8] : std::floor(x[e] * 2.f) / 2.f;
         break;
       case Logits::kNan:
         if (r % 2 == 0 && (i == 0 || i == n - 1 || i % 97 == 13)) x[e] = NAN;
