@@ -50,18 +50,24 @@ struct Tolerance {
   double atol, rtol;
 };
 
+// The checkpoint these tests share: 4 decoder layers, 112 px (64 visual tokens).
+TinyModelOptions SmallModel(uint64_t seed, DType dtype = DType::kF32) {
+  TinyModelOptions o;
+  o.seed = seed;
+  o.layers = 4;
+  o.image_size = 112;
+  o.dtype = dtype;
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  return o;
+}
+
 class CudaModelTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
   const DType dtype = GetParam();
   const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_" +
                           std::string(DTypeName(dtype));
-  TinyModelOptions o;
-  o.seed = 21;
-  o.layers = 4;
-  o.image_size = 112;  // 64 visual tokens
-  o.dtype = dtype;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const TinyModelOptions o = SmallModel(21, dtype);
   ASSERT_TRUE(WriteTinyModel(o, dir).ok());
   absl::StatusOr<const Backend*> cuda = GetCudaBackend();
   ASSERT_TRUE(cuda.ok()) << cuda.status();
@@ -176,11 +182,7 @@ TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
 // blocks), prefill caches admitted into it, batched steps of sequences with different pruning.
 TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
   const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_pool";
-  TinyModelOptions o;
-  o.seed = 22;
-  o.layers = 4;
-  o.image_size = 112;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const TinyModelOptions o = SmallModel(22);
   ASSERT_TRUE(WriteTinyModel(o, dir).ok());
   const Backend* cuda = *GetCudaBackend();
   ModelOptions on_cuda;
@@ -254,11 +256,7 @@ TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
 // logits, with the same seed, batched or not, and a seeded answer equals the CPU backend's.
 TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
   const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_syncs";
-  TinyModelOptions o;
-  o.seed = 23;
-  o.layers = 4;
-  o.image_size = 112;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const TinyModelOptions o = SmallModel(23);
   ASSERT_TRUE(WriteTinyModel(o, dir).ok());
   ModelOptions on_cuda;
   on_cuda.backend = *GetCudaBackend();
