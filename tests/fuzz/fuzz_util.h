@@ -6,11 +6,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace hap::fuzz {
+
+// The structure-aware mutators' generator, seeded by libFuzzer, and a pick in [0, n).
+using Rng = std::minstd_rand;
+inline size_t Pick(Rng& rng, size_t n) { return n == 0 ? 0 : rng() % n; }
 
 // A broken invariant is a crash: print it and abort so libFuzzer saves the input.
 #define HAP_FUZZ_CHECK(cond, ...)                                                   \

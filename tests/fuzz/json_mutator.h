@@ -10,19 +10,15 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tests/fuzz/fuzz_util.h"
 
 extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
 namespace hap::fuzz {
-
-using Rng = std::minstd_rand;
-
-inline size_t Pick(Rng& rng, size_t n) { return n == 0 ? 0 : rng() % n; }
 
 inline void CollectNodes(nlohmann::json& j, std::vector<nlohmann::json*>& out) {
   out.push_back(&j);

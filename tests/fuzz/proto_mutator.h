@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -28,9 +27,6 @@ namespace proto_internal {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
-using Rng = std::minstd_rand;
-
-inline size_t Pick(Rng& rng, size_t n) { return n == 0 ? 0 : rng() % n; }
 
 inline int64_t EdgeInt(Rng& rng, int64_t old) {
   switch (Pick(rng, 14)) {
@@ -217,12 +213,12 @@ inline void MutateMessage(Message& root, Rng& rng) {
 // One message of type M.
 template <typename M>
 size_t MutateProtoBytes(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
-  proto_internal::Rng rng(seed);
+  Rng rng(seed);
   M message;
-  if (proto_internal::Pick(rng, 2) == 0 || !message.ParseFromArray(data, static_cast<int>(size))) {
+  if (Pick(rng, 2) == 0 || !message.ParseFromArray(data, static_cast<int>(size))) {
     return LLVMFuzzerMutate(data, size, max_size);
   }
-  for (size_t n = 1 + proto_internal::Pick(rng, 3); n > 0; --n) {
+  for (size_t n = 1 + Pick(rng, 3); n > 0; --n) {
     proto_internal::MutateMessage(message, rng);
   }
   const std::string out = message.SerializeAsString();
@@ -234,15 +230,15 @@ size_t MutateProtoBytes(uint8_t* data, size_t size, size_t max_size, unsigned se
 // A flags byte and a stream of M records.
 template <typename M>
 size_t MutateProtoStream(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
-  proto_internal::Rng rng(seed);
-  if (size == 0 || proto_internal::Pick(rng, 2) == 0) {
+  Rng rng(seed);
+  if (size == 0 || Pick(rng, 2) == 0) {
     return LLVMFuzzerMutate(data, size, max_size);
   }
   std::vector<std::string> records;
   for (std::string_view r : SplitStream(data + 1, size - 1)) records.emplace_back(r);
   if (records.empty()) return LLVMFuzzerMutate(data, size, max_size);
-  const size_t i = proto_internal::Pick(rng, records.size());
-  switch (proto_internal::Pick(rng, 6)) {
+  const size_t i = Pick(rng, records.size());
+  switch (Pick(rng, 6)) {
     case 0:
       records.erase(records.begin() + i);
       break;
@@ -250,7 +246,7 @@ size_t MutateProtoStream(uint8_t* data, size_t size, size_t max_size, unsigned s
       records.insert(records.begin() + i, records[i]);
       break;
     case 2:
-      std::swap(records[i], records[proto_internal::Pick(rng, records.size())]);
+      std::swap(records[i], records[Pick(rng, records.size())]);
       break;
     default: {
       M message;
