@@ -95,6 +95,9 @@ std::vector<std::string> LocalPipeline::Argv(Service service, int port, int repl
   } else if (service == Service::kDecode) {
     extra = &options_.decode_args;
   }
+  if (!options_.kv_dtype.empty() && service != Service::kEncoder) {
+    argv.insert(argv.end(), {"--kv-dtype", options_.kv_dtype});
+  }
   argv.insert(argv.end(), extra->begin(), extra->end());
   if (service == Service::kDecode &&
       replica < static_cast<int>(options_.decode_replica_args.size())) {

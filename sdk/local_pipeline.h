@@ -31,6 +31,9 @@ struct LocalPipelineOptions {
   // that spins long takes them from the others (16 concurrent streams on 2 cores: 12 µs did
   // 10-20% better in aggregate than the services' 50 µs default).
   int pool_spin_us = 12;
+  // --kv-dtype for hap-prefill and every hap-decode alike (what the prefill's cache holds and
+  // sends, what decode's pool holds): "f32" or "bf16"; empty = the services' default (f32).
+  std::string kv_dtype;
   // The front door's OpenAI-compatible HTTP API: -1 = off, 0 = a free port (openai_address()).
   int openai_port = -1;
   std::chrono::milliseconds start_timeout{120000};

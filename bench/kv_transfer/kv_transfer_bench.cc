@@ -47,11 +47,13 @@ std::vector<svc::OptionSpec> Specs() {
       {"max-message-bytes", "HAP_MAX_MESSAGE_BYTES", "4194304", "gRPC message limit (chunk size)"},
       {"threads", "HAP_THREADS", "0", "model threads per service"},
       {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
+      {"kv-dtype", "HAP_KV_DTYPE", "f32",
+       "KV cache dtype of the transfer and of prefill and decode: f32 or bf16"},
   };
 }
 
-// A cache shaped like the unpruned prompt of this model (values are arbitrary).
-KvCache SyntheticCache(const LlavaConfig& cfg, int text_tokens) {
+// A cache shaped like the unpruned prompt of this model (values are arbitrary), in `dtype`.
+KvCache SyntheticCache(const LlavaConfig& cfg, int text_tokens, DType dtype) {
   KvCache c;
   c.kv_dim = cfg.text.num_key_value_heads * cfg.text.head_dim;
   const int rows = cfg.num_visual_tokens() + text_tokens;
@@ -67,7 +69,20 @@ KvCache SyntheticCache(const LlavaConfig& cfg, int text_tokens) {
     layer.positions.resize(rows);
     std::iota(layer.positions.begin(), layer.positions.end(), 0);
   }
-  return c;
+  if (dtype == DType::kF32) return c;
+  KvCache narrow;
+  narrow.SetDType(dtype).IgnoreError();  // F32 or BF16, checked by the caller
+  narrow.kv_dim = c.kv_dim;
+  narrow.next_position = c.next_position;
+  narrow.layers.resize(c.layers.size());
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    const LayerKv& src = c.layers[l];
+    narrow
+        .Append(CpuBackend(), static_cast<int>(l), src.k.data(), src.v.data(), src.positions.data(),
+                src.len())
+        .IgnoreError();
+  }
+  return narrow;
 }
 
 // One transfer to decode; seconds from the header write to decode's acknowledgement.
@@ -153,22 +168,24 @@ absl::StatusOr<CodecCost> CodecOnly(const KvCache& cache, const LlavaConfig& cfg
 }
 
 int TransferBench(const sdk::LocalPipeline& pipeline, const LlavaConfig& cfg, int text_tokens,
-                  int iters, int max_message_bytes) {
-  const KvCache cache = SyntheticCache(cfg, text_tokens);
+                  int iters, int max_message_bytes, DType dtype) {
+  const KvCache cache = SyntheticCache(cfg, text_tokens, dtype);
   const double gb = cache.bytes() / 1e9;
   auto channel = sdk::MakeChannel(pipeline.address(sdk::Service::kDecode), sdk::ClientOptions());
   if (!channel.ok()) return 1;
   auto stub = hap::v1::Decode::NewStub(*channel);
   auto chunker = svc::KvChunker::Create(&cache, max_message_bytes);
   std::printf(
-      "== KV transfer: %d layers x %d rows x kv_dim %d = %.1f MB (K+V, F32), %d chunks of "
+      "== KV transfer: %d layers x %d rows x kv_dim %d = %.1f MB (K+V, %s), %d chunks of "
       "<= %d bytes ==\n",
       cfg.text.num_hidden_layers, cache.layers[0].len(), cache.kv_dim, cache.bytes() / 1e6,
-      chunker.ok() ? chunker->n_chunks() : 0, max_message_bytes);
+      std::string(DTypeName(dtype)).c_str(), chunker.ok() ? chunker->n_chunks() : 0,
+      max_message_bytes);
   std::vector<std::string_view> parts;
-  for (const LayerKv& l : cache.layers) {
-    parts.emplace_back(reinterpret_cast<const char*>(l.k.data()), l.k.size() * sizeof(float));
-    parts.emplace_back(reinterpret_cast<const char*>(l.v.data()), l.v.size() * sizeof(float));
+  for (int l = 0; l < cache.n_layers(); ++l) {
+    const size_t bytes = static_cast<size_t>(cache.len(l)) * cache.row_bytes();
+    parts.emplace_back(reinterpret_cast<const char*>(cache.k_bytes(l)), bytes);
+    parts.emplace_back(reinterpret_cast<const char*>(cache.v_bytes(l)), bytes);
   }
   std::vector<double> grpc_s, tcp_s, send_s, receive_s;
   if (auto warm = TransferOnce(stub.get(), cache, cfg, max_message_bytes); !warm.ok()) {
@@ -296,9 +313,16 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "kv_transfer_bench: %s\n", std::string(cfg.status().message()).c_str());
     return 1;
   }
+  const std::string kv_dtype = o->Get("kv-dtype");
+  if (kv_dtype != "f32" && kv_dtype != "bf16") {
+    std::fprintf(stderr, "kv_transfer_bench: --kv-dtype '%s' is not f32 or bf16\n",
+                 kv_dtype.c_str());
+    return 2;
+  }
   std::ifstream f(o->Get("image"), std::ios::binary);
   const std::string image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   sdk::LocalPipelineOptions po;
+  po.kv_dtype = kv_dtype;
   po.model_dir = model;
   po.bin_dir = o->Get("bin-dir");
   po.echo_output = false;
@@ -314,7 +338,8 @@ int Main(int argc, char** argv) {
               cfg->text.num_hidden_layers, cfg->text.hidden_size,
               cfg->text.num_key_value_heads * cfg->text.head_dim, cfg->num_visual_tokens());
   if (int rc = TransferBench(**pipeline, *cfg, static_cast<int>(*text_tokens),
-                             static_cast<int>(*iters), static_cast<int>(*max_msg));
+                             static_cast<int>(*iters), static_cast<int>(*max_msg),
+                             kv_dtype == "bf16" ? DType::kBF16 : DType::kF32);
       rc != 0) {
     return rc;
   }

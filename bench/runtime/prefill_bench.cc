@@ -3,7 +3,7 @@
 // next to the FLOPs ratio and the share of prefill time spent computing PAQ and selecting.
 //
 //   prefill_bench --model DIR --image FILE [--prompt TEXT] [--decode-tokens N] [--repeats R]
-//                 [--retain 192,128,64,32] [--method hap]
+//                 [--retain 192,128,64,32] [--method hap] [--kv-dtype f32|bf16]
 // --retain takes counts relative to LLaVA-1.5's 576 visual tokens (the paper's 192/128/64/32)
 // and scales them to the model's V.
 #include <cblas.h>
@@ -81,6 +81,7 @@ struct Args {
   int decode_tokens = 16, repeats = 2;
   std::string method = "hap";
   std::vector<double> retain;
+  DType kv_dtype = DType::kF32;
 };
 
 // Memory read bandwidth in GB/s: the best of three passes summing a 1 GiB buffer as 64-bit
@@ -136,7 +137,9 @@ int Main(int argc, char** argv) {
     else if (k == "--decode-tokens") a.decode_tokens = std::stoi(v);
     else if (k == "--repeats") a.repeats = std::stoi(v);
     else if (k == "--method") a.method = v;
-    else if (k == "--retain") {
+    else if (k == "--kv-dtype" && (v == "f32" || v == "bf16")) {
+      a.kv_dtype = v == "bf16" ? DType::kBF16 : DType::kF32;
+    } else if (k == "--retain") {
       for (auto part : absl::StrSplit(v, ',')) {
         double x;
         if (absl::SimpleAtod(part, &x)) a.retain.push_back(x);
@@ -147,14 +150,18 @@ int Main(int argc, char** argv) {
     }
   }
   if (a.model.empty() || a.image.empty()) {
-    std::fprintf(stderr, "usage: prefill_bench --model DIR --image FILE [--retain 192,128,64,32]\n");
+    std::fprintf(stderr,
+                 "usage: prefill_bench --model DIR --image FILE [--retain 192,128,64,32] "
+                 "[--kv-dtype f32|bf16]\n");
     return 2;
   }
   std::ifstream f(a.image, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
   const auto t_load = Clock::now();
-  auto model = LlavaModel::Load(a.model, {});
+  ModelOptions options;
+  options.kv_dtype = a.kv_dtype;
+  auto model = LlavaModel::Load(a.model, options);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
     return 1;

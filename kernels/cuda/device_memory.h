@@ -29,6 +29,8 @@ int64_t DeviceBytesInUse();
 // Device→host copies made through Copy by this process so far. Each one waits for its stream,
 // so this counts the backend's syncs: the tests pin down a prefill's and a decode step's with it.
 int64_t DeviceToHostCopies();
+// The bytes those copies moved, so a test can tell an id from a row of logits.
+int64_t DeviceToHostBytes();
 // The device's name and total memory ("emulated" and 0 on the emulation).
 KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes);
 // True when [ptr, ptr + bytes) lies inside one live DeviceAlloc allocation. Only the emulation

@@ -20,6 +20,7 @@ std::unordered_map<const void*, size_t>& Sizes() {
 }
 std::atomic<int64_t> g_in_use{0};
 std::atomic<int64_t> g_to_host{0};
+std::atomic<int64_t> g_to_host_bytes{0};
 
 KernelStatus FromCuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return KernelStatus::Ok();
@@ -59,7 +60,10 @@ KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Strea
                            : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
                                                              : cudaMemcpyDeviceToDevice;
   auto s = static_cast<cudaStream_t>(stream);
-  if (kind == CopyKind::kDeviceToHost) ++g_to_host;
+  if (kind == CopyKind::kDeviceToHost) {
+    ++g_to_host;
+    g_to_host_bytes += static_cast<int64_t>(bytes);
+  }
   KernelStatus st = FromCuda(cudaMemcpyAsync(dst, src, bytes, k, s), "cudaMemcpyAsync");
   if (!st.ok || kind != CopyKind::kDeviceToHost) return st;
   return FromCuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -89,6 +93,7 @@ KernelStatus DestroyStream(Stream stream) {
 
 int64_t DeviceBytesInUse() { return g_in_use.load(); }
 int64_t DeviceToHostCopies() { return g_to_host.load(); }
+int64_t DeviceToHostBytes() { return g_to_host_bytes.load(); }
 
 KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes) {
   int device = 0;

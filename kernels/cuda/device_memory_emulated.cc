@@ -18,6 +18,7 @@ std::map<uintptr_t, size_t>& Allocations() {
 }
 std::atomic<int64_t> g_in_use{0};
 std::atomic<int64_t> g_to_host{0};
+std::atomic<int64_t> g_to_host_bytes{0};
 
 }  // namespace
 
@@ -54,7 +55,10 @@ bool IsDeviceRange(const void* ptr, size_t bytes) {
 
 KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream) {
   if (bytes == 0) return KernelStatus::Ok();
-  if (kind == CopyKind::kDeviceToHost) ++g_to_host;
+  if (kind == CopyKind::kDeviceToHost) {
+    ++g_to_host;
+    g_to_host_bytes += static_cast<int64_t>(bytes);
+  }
   const bool dst_device = kind != CopyKind::kDeviceToHost;
   const bool src_device = kind != CopyKind::kHostToDevice;
   if (dst_device && !IsDeviceRange(dst, bytes)) {
@@ -82,6 +86,7 @@ KernelStatus CreateStream(Stream* stream) {
 KernelStatus DestroyStream(Stream) { return KernelStatus::Ok(); }
 int64_t DeviceBytesInUse() { return g_in_use.load(); }
 int64_t DeviceToHostCopies() { return g_to_host.load(); }
+int64_t DeviceToHostBytes() { return g_to_host_bytes.load(); }
 
 KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes) {
   if (name_bytes > 0) {

@@ -159,7 +159,9 @@ void DecodeEngine::Loop() {
     }
     // Each sequence's next token, drawn by its own sampler where the logits are (on a device,
     // only ids or a few candidates per sequence come back).
-    absl::StatusOr<std::vector<int32_t>> next = model_.DecodeBatchSampled(tokens, caches, samplers);
+    RowSamplingCounts sampled;
+    absl::StatusOr<std::vector<int32_t>> next =
+        model_.DecodeBatchSampled(tokens, caches, samplers, &sampled);
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.steps;
@@ -172,6 +174,7 @@ void DecodeEngine::Loop() {
       active.clear();
       continue;
     }
+    if (options_.on_sampled) options_.on_sampled(sampled);
     for (size_t i = 0; i < active.size(); ++i) active[i].stream->Accept((*next)[i]);
   }
 }

@@ -31,6 +31,10 @@ struct DecodeEngineOptions {
   // for its max_new_tokens; a sequence waits while the pool lacks its blocks and fails with
   // RESOURCE_EXHAUSTED when it needs more than the whole pool. Null: caches stay contiguous.
   KvBlockPool* pool = nullptr;
+  // Called on the engine thread after each step that sampled, with how its rows were sampled
+  // (RowSamplingCounts: ids, candidates or rows back from a device; in place on the CPU
+  // backend). hap-decode counts them in hap_sampled_rows_total. May be empty.
+  std::function<void(const RowSamplingCounts&)> on_sampled = nullptr;
 };
 
 // One sequence handed to the engine after its prefill.

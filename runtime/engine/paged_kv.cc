@@ -1,6 +1,7 @@
 #include "runtime/engine/paged_kv.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -63,11 +64,60 @@ absl::StatusOr<std::unique_ptr<PagedKv>> PagedKv::FromCache(KvBlockPool* pool,
                        Reserve(pool, LayerRows(cache), reserve_rows));
   paged->next_position = cache.next_position;
   for (size_t l = 0; l < cache.layers.size(); ++l) {
-    const LayerKv& src = cache.layers[l];
-    HAP_RETURN_IF_ERROR(paged->AppendHost(static_cast<int>(l), src.k.data(), src.v.data(),
-                                          src.positions.data(), src.len()));
+    const int layer = static_cast<int>(l);
+    HAP_RETURN_IF_ERROR(
+        paged->AppendHostRows(layer, cache.dtype(), cache.k_bytes(layer), cache.v_bytes(layer),
+                              cache.layers[l].positions.data(), cache.layers[l].len()));
   }
   return paged;
+}
+
+absl::Status PagedKv::AppendHostRows(int layer, DType dtype, const void* k, const void* v,
+                                     const int32_t* positions, int n) {
+  if (dtype == DType::kF32) {
+    if (reinterpret_cast<uintptr_t>(k) % alignof(float) == 0 &&
+        reinterpret_cast<uintptr_t>(v) % alignof(float) == 0) {
+      return AppendHost(layer, static_cast<const float*>(k), static_cast<const float*>(v),
+                        positions, n);
+    }
+  } else if (dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV rows of ", std::string(DTypeName(dtype)), " (F32 or BF16 are accepted)"));
+  }
+  const size_t values = static_cast<size_t>(n) * pool_->kv_dim();
+  if (dtype != pool_->dtype()) {
+    // BF16 rows widened exactly for an F32 pool (or unaligned F32 rows for a BF16 pool).
+    k_wide_.resize(values);
+    v_wide_.resize(values);
+    ConvertToF32(dtype, k, k_wide_.data(), values);
+    ConvertToF32(dtype, v, v_wide_.data(), values);
+    return AppendHost(layer, k_wide_.data(), v_wide_.data(), positions, n);
+  }
+  // Rows of the pool's dtype: copied into the blocks as they are.
+  Layer& l = layers_[layer];
+  const int block_rows = pool_->block_rows();
+  if (l.len + n > static_cast<int>(l.blocks.size()) * block_rows) {
+    return absl::FailedPreconditionError(absl::StrCat("layer ", layer, ": ", l.len, " + ", n,
+                                                      " rows exceed the ",
+                                                      l.blocks.size() * block_rows, " reserved"));
+  }
+  const Backend& backend = pool_->backend();
+  const size_t row_bytes = static_cast<size_t>(pool_->kv_dim()) * DTypeSize(dtype);
+  const auto* src_k = static_cast<const uint8_t*>(k);
+  const auto* src_v = static_cast<const uint8_t*>(v);
+  for (int r = 0; r < n;) {
+    const int b = l.len / block_rows, row = l.len % block_rows;
+    const int rows = std::min(n - r, block_rows - row);
+    const size_t off = static_cast<size_t>(row) * row_bytes, first = r * row_bytes;
+    HAP_RETURN_IF_ERROR(backend.CopyToBackend(static_cast<uint8_t*>(l.k[b]) + off, src_k + first,
+                                              rows * row_bytes));
+    HAP_RETURN_IF_ERROR(backend.CopyToBackend(static_cast<uint8_t*>(l.v[b]) + off, src_v + first,
+                                              rows * row_bytes));
+    r += rows;
+    l.len += rows;
+  }
+  l.positions.insert(l.positions.end(), positions, positions + n);
+  return absl::OkStatus();
 }
 
 absl::Status PagedKv::AppendHost(int layer, const float* k, const float* v,

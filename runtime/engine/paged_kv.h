@@ -19,8 +19,9 @@ namespace hap {
 class PagedKv final : public KvStore {
  public:
   // Blocks for ceil((len_l + reserve_rows) / block_rows) per layer l, then the cache's rows
-  // (host memory) copied in, converted to the pool's dtype. ResourceExhausted (nothing held) when the pool
-  // lacks the blocks; InvalidArgument when the cache's kv_dim is not the pool's.
+  // (host memory, F32 or BF16) copied in as AppendHostRows converts them. ResourceExhausted
+  // (nothing held) when the pool lacks the blocks; InvalidArgument when the cache's kv_dim is
+  // not the pool's.
   static absl::StatusOr<std::unique_ptr<PagedKv>> FromCache(KvBlockPool* pool,
                                                            const KvCache& cache,
                                                            int reserve_rows);
@@ -48,6 +49,11 @@ class PagedKv final : public KvStore {
   // staging copy when the pool is a device's.
   absl::Status AppendHost(int layer, const float* k, const float* v, const int32_t* positions,
                           int n);
+  // AppendHost of rows of `dtype` (F32 or BF16, any alignment): F32 rows are rounded into a
+  // BF16 pool, BF16 rows go into a BF16 pool as they are and are widened exactly into an F32
+  // one. InvalidArgument for another dtype.
+  absl::Status AppendHostRows(int layer, DType dtype, const void* k, const void* v,
+                              const int32_t* positions, int n);
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return pool_->dtype(); }
   Device device() const override { return pool_->backend().device(); }
@@ -68,6 +74,7 @@ class PagedKv final : public KvStore {
   KvBlockPool* pool_;
   std::vector<Layer> layers_;
   BackendArray<float> k_stage_, v_stage_;  // AppendHost's staging copies on a device pool
+  std::vector<float> k_wide_, v_wide_;     // BF16 rows widened for an F32 pool
 };
 
 }  // namespace hap

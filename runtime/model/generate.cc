@@ -1,5 +1,7 @@
 #include "runtime/model/generate.h"
 
+#include <algorithm>
+
 #include "base/status_macros.h"
 #include "base/timer.h"
 #include "runtime/model/llava_model.h"
@@ -132,12 +134,18 @@ absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvCache
   TokenStream stream(model, sampler, stop, sink);
   // The CPU backend decodes on the host cache itself; a device backend on a copy in its memory
   // with room for the answer (the host cache then stays as the prefill left it).
+  // Either way the cache gets room for the answer's rows up front (no more than the context
+  // holds), so no decode step moves a layer.
+  const int room =
+      std::max(0, std::min(stop.max_new_tokens,
+                           model.config().text.max_position_embeddings - cache->next_position));
   KvStore* store = cache;
   std::unique_ptr<DeviceKv> device_kv;
   if (model.backend().device() != Device::kCpu) {
-    HAP_ASSIGN_OR_RETURN(device_kv, DeviceKv::FromCache(model.backend(), *cache,
-                                                        stop.max_new_tokens));
+    HAP_ASSIGN_OR_RETURN(device_kv, DeviceKv::FromCache(model.backend(), *cache, room));
     store = device_kv.get();
+  } else {
+    cache->ReserveRows(room);
   }
   bool more = stream.Accept(first_token);
   while (more) {

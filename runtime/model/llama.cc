@@ -180,19 +180,22 @@ absl::Status LlamaDecoder::LogitsInto(const float* rows, int n,
                          LinearRows::kIndependent);
 }
 
-absl::StatusOr<std::vector<float>> LlamaDecoder::Logits(const float* rows, int n) const {
-  BackendArray<float> logits(backend_);  // F32 [n, vocab]
-  HAP_RETURN_IF_ERROR(LogitsInto(rows, n, &logits));
+absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
+                                                         std::vector<int32_t> positions,
+                                                         int vis_begin, int n_vis, Pruner* pruner,
+                                                         KvCache* cache,
+                                                         PrefillTrace* trace) const {
+  BackendArray<float> logits(backend_);  // F32 [1, vocab]
+  HAP_RETURN_IF_ERROR(PrefillInto(std::move(x), std::move(positions), vis_begin, n_vis, pruner,
+                                  cache, trace, &logits));
   std::vector<float> out(logits.size());
   HAP_RETURN_IF_ERROR(logits.CopyTo(out.data()));
   return out;
 }
 
-absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x_host,
-                                                         std::vector<int32_t> positions,
-                                                         int vis_begin, int n_vis, Pruner* pruner,
-                                                         KvCache* cache,
-                                                         PrefillTrace* trace) const {
+absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<int32_t> positions,
+                                       int vis_begin, int n_vis, Pruner* pruner, KvCache* cache,
+                                       PrefillTrace* trace, BackendArray<float>* logits) const {
   int n = static_cast<int>(positions.size());
   if (n == 0 || x_host.size() != static_cast<size_t>(n) * d_ || vis_begin < 0 || n_vis < 0 ||
       vis_begin + n_vis > n) {
@@ -229,12 +232,14 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x_ho
   BackendArray<float> x(backend_);           // F32 [n, hidden]
   BackendArray<int32_t> positions_dev(backend_);  // [n]
   HAP_RETURN_IF_ERROR(x.Assign(x_host.data(), x_host.size()));
+  std::vector<float>().swap(x_host);  // not read again: the prefill's peak holds one copy
   HAP_RETURN_IF_ERROR(positions_dev.Assign(positions.data(), positions.size()));
   Activations act(backend_);
   HAP_RETURN_IF_ERROR(act.Reserve(*this, n));
   BackendArray<float> lse(backend_);  // F32 [n_heads, n]
   if (pruner) HAP_RETURN_IF_ERROR(lse.Resize(static_cast<size_t>(n_heads_) * n));
   for (int l = 0; l < n_layers(); ++l) {
+    BeforeLayer(n);  // where a sliced prefill hands the compute on (docs/design.md §6)
     if (CancellationRequested()) {
       return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));
     }
@@ -286,7 +291,7 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x_ho
     }
   }
   cache->next_position = next_position;
-  return Logits(x.data() + static_cast<int64_t>(n - 1) * d_, 1);
+  return LogitsInto(x.data() + static_cast<int64_t>(n - 1) * d_, 1, logits);
 }
 
 absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeStep(int32_t token, KvStore* cache) const {

@@ -37,6 +37,11 @@ class LlamaDecoder {
   absl::StatusOr<std::vector<float>> Prefill(std::vector<float> x, std::vector<int32_t> positions,
                                              int vis_begin, int n_vis, Pruner* pruner,
                                              KvCache* cache, PrefillTrace* trace) const;
+  // Prefill with the last row's logits F32 [1, vocab] left in the backend's memory (`logits`,
+  // on the decoder's backend), for a sampler that reads them there (runtime/model/row_sampling.h).
+  absl::Status PrefillInto(std::vector<float> x, std::vector<int32_t> positions, int vis_begin,
+                           int n_vis, Pruner* pruner, KvCache* cache, PrefillTrace* trace,
+                           BackendArray<float>* logits) const;
 
   // Appends `token` at cache->next_position and returns the next logits F32 [vocab].
   absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvStore* cache) const;
@@ -90,9 +95,8 @@ class LlamaDecoder {
                      Activations& act, float* lse) const;
   // InvalidArgument for an id outside the vocabulary.
   absl::Status CheckTokenIds(const std::vector<int32_t>& ids) const;
-  // Final norm and LM head over rows F32 [n, hidden] (backend memory) → host F32 [n, vocab].
-  absl::StatusOr<std::vector<float>> Logits(const float* rows, int n) const;
-  // The same into `logits` F32 [n, vocab] in the backend's memory.
+  // Final norm and LM head over rows F32 [n, hidden] (backend memory) into `logits`
+  // F32 [n, vocab] in the backend's memory.
   absl::Status LogitsInto(const float* rows, int n, BackendArray<float>* logits) const;
 
   const Backend& backend_;

@@ -19,6 +19,11 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   if (!std::filesystem::is_directory(dir)) {
     return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
   }
+  if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache dtype ",
+                                                   std::string(DTypeName(options.kv_dtype)),
+                                                   " is not supported (F32 or BF16)"));
+  }
   ConfigureCpuBackend(options.threads, options.pool_spin_us);
   std::unique_ptr<LlavaModel> m(new LlavaModel());
   m->dir_ = dir;
@@ -79,14 +84,23 @@ absl::StatusOr<std::vector<int32_t>> LlavaModel::DecodeBatchSampled(
   HAP_RETURN_IF_ERROR(decoder_->DecodeBatchInto(tokens, caches, &logits));
   const int b = static_cast<int>(tokens.size());
   const int vocab = static_cast<int>(logits.size() / tokens.size());
-  if (counts != nullptr) *counts = RowSamplingCounts{};
+  return SampleWhereTheyAre(logits.data(), b, vocab, samplers, counts);
+}
+
+absl::StatusOr<std::vector<int32_t>> LlavaModel::SampleWhereTheyAre(
+    const float* logits, int rows, int vocab, const std::vector<Sampler*>& samplers,
+    RowSamplingCounts* counts) const {
+  RowSamplingCounts local;
+  if (counts == nullptr) counts = &local;
+  *counts = RowSamplingCounts{};
   if (backend().device() != Device::kCpu) {
-    return SampleRows(backend(), logits.data(), b, vocab, samplers, counts);
+    return SampleRows(backend(), logits, rows, vocab, samplers, counts);
   }
-  std::vector<int32_t> next(b);
-  for (int i = 0; i < b; ++i) {
-    next[i] = samplers[i]->Sample(logits.data() + static_cast<int64_t>(i) * vocab, vocab);
+  std::vector<int32_t> next(rows);
+  for (int i = 0; i < rows; ++i) {
+    next[i] = samplers[i]->Sample(logits + static_cast<int64_t>(i) * vocab, vocab);
   }
+  counts->host = rows;
   return next;
 }
 
@@ -129,7 +143,7 @@ absl::StatusOr<PromptTokens> LlavaModel::Tokenize(const PromptText& prompt, int 
 
 absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
                                                   const std::vector<float>& image_embeds,
-                                                  Pruner* pruner) const {
+                                                  Pruner* pruner, Sampler* sampler) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
   const int d = config_.text.hidden_size;
   if (image_embeds.size() != static_cast<size_t>(prompt.n_vis) * d) {
@@ -149,9 +163,20 @@ absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
 
   PrefillOutput out;
   out.prompt_tokens = static_cast<int>(ids.size());
-  HAP_ASSIGN_OR_RETURN(out.logits,
-                       decoder_->Prefill(std::move(x), std::move(positions), prompt.vis_begin,
-                                         prompt.n_vis, pruner, &out.cache, &out.trace));
+  HAP_RETURN_IF_ERROR(out.cache.SetDType(options_.kv_dtype));
+  BackendArray<float> logits(backend());  // F32 [1, vocab]
+  HAP_RETURN_IF_ERROR(decoder_->PrefillInto(std::move(x), std::move(positions), prompt.vis_begin,
+                                            prompt.n_vis, pruner, &out.cache, &out.trace,
+                                            &logits));
+  if (sampler == nullptr) {
+    out.logits.resize(logits.size());
+    HAP_RETURN_IF_ERROR(logits.CopyTo(out.logits.data()));
+    return out;
+  }
+  HAP_ASSIGN_OR_RETURN(std::vector<int32_t> first,
+                       SampleWhereTheyAre(logits.data(), 1, static_cast<int>(logits.size()),
+                                          {sampler}, &out.sampling));
+  out.first_token = first[0];
   return out;
 }
 

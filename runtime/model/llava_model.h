@@ -35,6 +35,10 @@ struct ModelOptions {
   int max_prompt_tokens = 0;  // 0 → the model's max_position_embeddings
   // The backend every op runs on; null = the CPU backend. It must outlive the model.
   const Backend* backend = nullptr;
+  // What the prefill's KV cache (PrefillOutput::cache) holds: F32, or BF16 rows rounded from
+  // the F32 ones (half the memory and transfer). The prefill's own attention reads the F32
+  // rows, so its logits do not depend on it; the decode steps read the cache as stored.
+  DType kv_dtype = DType::kF32;
 };
 
 // A request's prompt: a question the LLaVA template wraps ("USER: <image>\n{question}
@@ -56,8 +60,12 @@ struct PromptText {
 };
 
 struct PrefillOutput {
-  KvCache cache;
-  std::vector<float> logits;  // F32 [vocab] after the last prompt token
+  KvCache cache;              // in ModelOptions::kv_dtype
+  // Without a sampler: the logits F32 [vocab] after the last prompt token. With one: empty.
+  std::vector<float> logits;
+  // With a sampler: the first token it drew, and how the row was sampled (one row counted).
+  int32_t first_token = -1;
+  RowSamplingCounts sampling;
   PrefillTrace trace;
   int prompt_tokens = 0;      // unpruned prompt length
 };
@@ -95,10 +103,14 @@ class LlavaModel {
   absl::StatusOr<PromptTokens> Tokenize(const PromptText& prompt, int n_visual) const;
 
   // Runs the decoder over the prompt with the image embeddings F32 [prompt.n_vis, hidden]
-  // spliced in at the image tokens. `pruner` may be null.
+  // spliced in at the image tokens. `pruner` may be null. With a `sampler`, the first token is
+  // drawn where the last row's logits are, exactly as sampler->Sample(those logits) would: on a
+  // device only its id or its top candidates come back (SampleRows; a row only where those
+  // cannot decide), the CPU backend samples its host logits in place; `logits` stays empty.
+  // Without one (hapctl dump, tests), the logits are copied to `logits` and nothing is drawn.
   absl::StatusOr<PrefillOutput> Prefill(const PromptTokens& prompt,
-                                        const std::vector<float>& image_embeds,
-                                        Pruner* pruner) const;
+                                        const std::vector<float>& image_embeds, Pruner* pruner,
+                                        Sampler* sampler = nullptr) const;
 
   // Appends `token` to the cache and returns the next logits F32 [vocab].
   absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvStore* cache) const;
@@ -109,7 +121,7 @@ class LlavaModel {
   // exactly as samplers[i]->Sample(its row of logits) would. The logits stay where the backend
   // made them: on a device only the greedy rows' ids or the other rows' top candidates come back
   // (SampleRows, runtime/model/row_sampling.h; `counts` says which); the CPU backend samples its
-  // host logits in place (`counts` stays zero). Errors as DecodeBatch.
+  // host logits in place (counted in `host`). Errors as DecodeBatch.
   absl::StatusOr<std::vector<int32_t>> DecodeBatchSampled(
       const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches,
       const std::vector<Sampler*>& samplers, RowSamplingCounts* counts = nullptr) const;
@@ -121,6 +133,12 @@ class LlavaModel {
  private:
   // FailedPrecondition naming the part when this process did not load it.
   absl::Status NeedPart(ModelParts part) const;
+  // Rows of logits F32 [rows, vocab] in the backend's memory, each drawn by its sampler: through
+  // SampleRows on a device, by Sample() in place on the CPU backend. Sets *counts.
+  absl::StatusOr<std::vector<int32_t>> SampleWhereTheyAre(const float* logits, int rows,
+                                                          int vocab,
+                                                          const std::vector<Sampler*>& samplers,
+                                                          RowSamplingCounts* counts) const;
   LlavaModel() = default;
 
   std::string dir_;

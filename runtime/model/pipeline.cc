@@ -85,10 +85,11 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
   // Method "none" runs the plain engine path (no attention statistics are even computed), so
   // it is bit-identical to an engine without pruning.
   Pruner* active = prune.method == "none" ? nullptr : pruner.get();
-  HAP_ASSIGN_OR_RETURN(PrefillOutput out, model.Prefill(tokens, encoded.embeds, active));
+  HAP_ASSIGN_OR_RETURN(PrefillOutput out, model.Prefill(tokens, encoded.embeds, active, sampler));
 
   PrefillResult result;
-  result.first_token = sampler->Sample(out.logits);
+  result.first_token = out.first_token;
+  result.first_token_sampling = out.sampling;
   result.cache = std::move(out.cache);
   result.trace = std::move(out.trace);
 
@@ -113,8 +114,8 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
   s.unpruned_flops_paper = L * LayerFlops(V, D, F);
   s.unpruned_flops_full = L * LayerFlops(s.text_tokens + V, D, F);
   s.kv_bytes = result.cache.bytes();
-  s.kv_bytes_unpruned = static_cast<int64_t>(L) * (s.text_tokens + V) * result.cache.kv_dim * 2 *
-                        static_cast<int64_t>(sizeof(float));
+  s.kv_bytes_unpruned =
+      static_cast<int64_t>(L) * (s.text_tokens + V) * 2 * result.cache.row_bytes();
   s.prune = pruner->stats();
   s.stages = s.prune.stages;
   s.score_select_ms = s.prune.score_select_us / 1e3;

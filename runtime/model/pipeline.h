@@ -45,18 +45,19 @@ struct PrefillStats {
   double flops_full = 0;                 // Σ_l F(all tokens of l)
   double unpruned_flops_paper = 0;       // L·F(V)
   double unpruned_flops_full = 0;        // L·F(text + V)
-  int64_t kv_bytes = 0;                  // compacted cache (K and V, F32)
-  int64_t kv_bytes_unpruned = 0;         // L · prompt_tokens rows
+  int64_t kv_bytes = 0;                  // compacted cache (K and V, in the cache's dtype)
+  int64_t kv_bytes_unpruned = 0;         // L · prompt_tokens rows, same dtype
   double score_select_ms = 0;            // time inside the pruning method (PAQ + selection)
   double prefill_ms = 0;
   PruneStats prune;                      // the method's own record (explain data for HAP)
 };
 
-// Stage 2: prompt + image embeddings → KV cache, the first token (drawn by `sampler`) and
-// stats. The prompt is checked before any compute.
+// Stage 2: prompt + image embeddings → KV cache, the first token (drawn by `sampler` where the
+// logits are: LlavaModel::Prefill) and stats. The prompt is checked before any compute.
 struct PrefillResult {
   KvCache cache;
   int32_t first_token = 0;
+  RowSamplingCounts first_token_sampling;  // how it was drawn (one row)
   PrefillTrace trace;
   PrefillStats stats;
 };

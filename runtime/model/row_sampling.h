@@ -23,6 +23,9 @@ struct RowSamplingCounts {
   // itself reproduces Sample); or a nucleus or draw that reached past the candidates or landed
   // within the rounding bound of a boundary (Sampler::FromTop).
   int full_rows = 0;
+  // Rows sampled by Sampler::Sample on logits already in host memory (the CPU backend: nothing
+  // to copy). SampleRows never sets it; LlavaModel's sampling calls do on the CPU backend.
+  int host = 0;
 };
 
 // Tokens for the rows of logits F32 [rows, vocab] in `backend`'s memory, row r drawn by

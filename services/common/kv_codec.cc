@@ -20,11 +20,15 @@ absl::Status Bad(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("KV transfer: ", what));
 }
 
+hap::v1::DType WireDType(DType dtype) {
+  return dtype == DType::kBF16 ? hap::v1::DTYPE_BF16 : hap::v1::DTYPE_F32;
+}
+
 }  // namespace
 
 absl::StatusOr<KvChunker> KvChunker::Create(const KvCache* cache, int max_message_bytes) {
-  // K and V rows plus up to 5 bytes of varint position per row.
-  const int64_t row_bytes = static_cast<int64_t>(cache->kv_dim) * 2 * sizeof(float) + 5;
+  // K and V rows (in the cache's dtype) plus up to 5 bytes of varint position per row.
+  const int64_t row_bytes = 2 * cache->row_bytes() + 5;
   const int64_t room = static_cast<int64_t>(max_message_bytes) - kChunkOverheadBytes;
   if (cache->kv_dim <= 0 || room < row_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("max message size ", max_message_bytes,
@@ -44,7 +48,7 @@ KvChunker::KvChunker(const KvCache* cache, int rows_per_chunk)
 void KvChunker::FillHeader(hap::v1::KvHeader* header) const {
   header->set_n_layers(static_cast<int>(cache_->layers.size()));
   header->set_kv_dim(cache_->kv_dim);
-  header->set_dtype(hap::v1::DTYPE_F32);
+  header->set_dtype(WireDType(cache_->dtype()));
   header->clear_layer_rows();
   for (const LayerKv& l : cache_->layers) header->add_layer_rows(l.len());
   header->set_next_position(cache_->next_position);
@@ -59,18 +63,18 @@ bool KvChunker::Next(hap::v1::KvChunk* chunk) {
   if (layer_ >= static_cast<int>(cache_->layers.size())) return false;
   const LayerKv& l = cache_->layers[layer_];
   const int n = std::min(rows_per_chunk_, l.len() - row_);
-  const size_t floats = static_cast<size_t>(cache_->kv_dim);
+  const size_t row_bytes = static_cast<size_t>(cache_->row_bytes());
   chunk->Clear();
   chunk->set_chunk_index(index_++);
   chunk->set_layer(layer_);
   chunk->set_row_offset(row_);
   chunk->set_n_rows(n);
-  chunk->set_dtype(hap::v1::DTYPE_F32);
+  chunk->set_dtype(WireDType(cache_->dtype()));
   chunk->mutable_positions()->Add(l.positions.begin() + row_, l.positions.begin() + row_ + n);
-  chunk->set_k(reinterpret_cast<const char*>(l.k.data() + row_ * floats),
-               n * floats * sizeof(float));
-  chunk->set_v(reinterpret_cast<const char*>(l.v.data() + row_ * floats),
-               n * floats * sizeof(float));
+  chunk->set_k(reinterpret_cast<const char*>(cache_->k_bytes(layer_) + row_ * row_bytes),
+               n * row_bytes);
+  chunk->set_v(reinterpret_cast<const char*>(cache_->v_bytes(layer_) + row_ * row_bytes),
+               n * row_bytes);
   chunk->set_crc32c(KvChunkChecksum(*chunk));
   row_ += n;
   return true;
@@ -99,10 +103,11 @@ absl::Status KvAssembler::OnHeader(const hap::v1::KvHeader& h) {
   HAP_RETURN_IF_ERROR(must_equal("kv_dim", h.kv_dim(), expect_.kv_dim));
   HAP_RETURN_IF_ERROR(must_equal("d_model", h.d_model(), expect_.d_model));
   HAP_RETURN_IF_ERROR(must_equal("vocab_size", h.vocab_size(), expect_.vocab_size));
-  if (h.dtype() != hap::v1::DTYPE_F32) {
+  if (h.dtype() != hap::v1::DTYPE_F32 && h.dtype() != hap::v1::DTYPE_BF16) {
     return Bad(absl::StrCat("header dtype ", hap::v1::DType_Name(h.dtype()),
-                            " is not supported (decode accepts DTYPE_F32)"));
+                            " is not supported (decode accepts DTYPE_F32 and DTYPE_BF16)"));
   }
+  const DType dtype = h.dtype() == hap::v1::DTYPE_BF16 ? DType::kBF16 : DType::kF32;
   if (h.layer_rows_size() != expect_.n_layers) {
     return Bad(absl::StrCat("header has ", h.layer_rows_size(), " layer_rows for ",
                             expect_.n_layers, " layers"));
@@ -137,8 +142,9 @@ absl::Status KvAssembler::OnHeader(const hap::v1::KvHeader& h) {
   }
   header_ = h;
   has_header_ = true;
-  expected_bytes_ = total_rows_ * h.kv_dim() * 2 * static_cast<int64_t>(sizeof(float));
+  HAP_RETURN_IF_ERROR(cache_.SetDType(dtype));
   cache_.kv_dim = h.kv_dim();
+  expected_bytes_ = total_rows_ * 2 * cache_.row_bytes();
   cache_.next_position = h.next_position();
   cache_.layers.resize(h.n_layers());  // rows are allocated as they arrive
   rows_received_.assign(h.n_layers(), 0);
@@ -194,15 +200,16 @@ absl::Status KvAssembler::OnChunk(const hap::v1::KvChunk& c) {
     return Bad(absl::StrCat(where, ": n_rows ", c.n_rows(), " is outside [1, ", want - have,
                             "] (the layer's remaining rows)"));
   }
-  const size_t row_floats = static_cast<size_t>(header_.kv_dim());
-  const size_t bytes = c.n_rows() * row_floats * sizeof(float);
+  const size_t row_bytes = static_cast<size_t>(cache_.row_bytes());
+  const size_t bytes = c.n_rows() * row_bytes;
   if (c.positions_size() != c.n_rows()) {
     return Bad(
         absl::StrCat(where, ": ", c.positions_size(), " positions for ", c.n_rows(), " rows"));
   }
   if (c.k().size() != bytes || c.v().size() != bytes) {
     return Bad(absl::StrCat(where, ": k/v are ", c.k().size(), "/", c.v().size(), " bytes; ",
-                            c.n_rows(), " F32 rows of ", row_floats, " need ", bytes));
+                            c.n_rows(), " ", std::string(DTypeName(cache_.dtype())), " rows of ",
+                            header_.kv_dim(), " need ", bytes));
   }
   const std::vector<int32_t>& landed =
       paged_ != nullptr ? paged_->positions(layer_) : cache_.layers[layer_].positions;
@@ -219,21 +226,13 @@ absl::Status KvAssembler::OnChunk(const hap::v1::KvChunk& c) {
     return Bad(absl::StrCat(where, ": checksum mismatch (crc32c ", c.crc32c(), " sent, ", crc,
                             " computed): the payload was corrupted"));
   }
-  const auto* k = reinterpret_cast<const float*>(c.k().data());
-  const auto* v = reinterpret_cast<const float*>(c.v().data());
+  // The rows as sent, in the header's dtype; the pool converts them to its own.
   if (paged_ != nullptr) {
-    HAP_RETURN_IF_ERROR(
-        paged_->AppendHost(layer_, k, v, c.positions().data(), static_cast<int>(c.n_rows())));
+    HAP_RETURN_IF_ERROR(paged_->AppendHostRows(layer_, cache_.dtype(), c.k().data(), c.v().data(),
+                                               c.positions().data(), static_cast<int>(c.n_rows())));
   } else {
-    LayerKv& layer = cache_.layers[layer_];
-    if (layer.positions.empty()) {
-      layer.k.reserve(static_cast<size_t>(want) * row_floats);
-      layer.v.reserve(static_cast<size_t>(want) * row_floats);
-      layer.positions.reserve(want);
-    }
-    layer.k.insert(layer.k.end(), k, k + c.n_rows() * row_floats);
-    layer.v.insert(layer.v.end(), v, v + c.n_rows() * row_floats);
-    layer.positions.insert(layer.positions.end(), c.positions().begin(), c.positions().end());
+    cache_.AppendHostRows(layer_, c.k().data(), c.v().data(), c.positions().data(),
+                          static_cast<int>(c.n_rows()), want);
   }
   rows_received_[layer_] += c.n_rows();
   bytes_received_ += 2 * static_cast<int64_t>(bytes);

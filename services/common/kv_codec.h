@@ -1,6 +1,7 @@
 // The KV-cache transfer of the Decode stream (proto/hap/v1/decode.proto): KvChunker splits a
-// compacted cache into messages under the size limit; KvAssembler checks every message on
-// receipt (order, counts, sizes, checksum, layer range, dtype) and rebuilds the cache.
+// compacted cache into messages under the size limit, its rows in the cache's dtype (F32 or
+// BF16); KvAssembler checks every message on receipt (order, counts, sizes for the header's
+// dtype, checksum, layer range, dtype) and rebuilds the cache.
 #pragma once
 
 #include <cstdint>
@@ -56,8 +57,9 @@ struct KvExpectation {
 class KvAssembler {
  public:
   // With a pool, OnHeader reserves the sequence's blocks (its rows plus max_new_tokens per
-  // layer) and the rows land in them as they arrive. When the pool lacks the blocks, the rows
-  // assemble into a host cache as without a pool, and the engine admits it once blocks free.
+  // layer) and the rows land in them as they arrive, converted to the pool's dtype
+  // (PagedKv::AppendHostRows). When the pool lacks the blocks, the rows assemble into a host
+  // cache of the header's dtype as without a pool, and the engine admits it once blocks free.
   explicit KvAssembler(const KvExpectation& expect, KvBlockPool* pool = nullptr)
       : expect_(expect), pool_(pool) {}
 

@@ -61,6 +61,9 @@ PrefillMetrics& PrefillMetrics::Get() {
     x.slow_client_cutoffs = Total("hap_slow_client_cutoffs_total",
                                   "Generate calls cut off because the client stopped reading its "
                                   "stream (--max-stream-queue messages were waiting).");
+    x.prefill_yields = Total("hap_prefill_yields_total",
+                             "Times a prefill handed the compute to prefills waiting behind it "
+                             "after a slice of --prefill-chunk-tokens.");
     return x;
   }();
   return m;
@@ -77,6 +80,31 @@ DecodeMetrics& DecodeMetrics::Get() {
     return x;
   }();
   return m;
+}
+
+SampledRowsMetrics& SampledRowsMetrics::Get() {
+  static SampledRowsMetrics m = [] {
+    telemetry::CounterFamily& rows = telemetry::Registry::Default().AddCounter(
+        "hap_sampled_rows_total",
+        "Rows of logits sampled into tokens, by path: argmax and candidates (a device sent back "
+        "a greedy row's id or a row's top logits), full_row (a device sent back the row), host "
+        "(CPU backend, sampled in place).",
+        {"path"});
+    SampledRowsMetrics x;
+    x.argmax = &rows.Labels({"argmax"});
+    x.candidates = &rows.Labels({"candidates"});
+    x.full_row = &rows.Labels({"full_row"});
+    x.host = &rows.Labels({"host"});
+    return x;
+  }();
+  return m;
+}
+
+void SampledRowsMetrics::Count(const RowSamplingCounts& counts) const {
+  argmax->Inc(counts.argmax);
+  candidates->Inc(counts.top);
+  full_row->Inc(counts.full_rows);
+  host->Inc(counts.host);
 }
 
 }  // namespace hap::svc

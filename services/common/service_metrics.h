@@ -4,6 +4,7 @@
 // queued, KV and exporter figures are read from the service state at scrape time (ServiceHost).
 #pragma once
 
+#include "runtime/model/row_sampling.h"
 #include "telemetry/metrics.h"
 
 namespace hap::svc {
@@ -27,6 +28,7 @@ struct PrefillMetrics {
   telemetry::Counter* flops_unpruned;         // unpruned prefill FLOPs (full convention)
   telemetry::Counter* kv_transfer_bytes;      // KV cache bytes decode acknowledged
   telemetry::Counter* slow_client_cutoffs;    // Generate calls cut off: the client stopped reading
+  telemetry::Counter* prefill_yields;         // turns a sliced prefill handed to waiting ones
   static PrefillMetrics& Get();
 };
 
@@ -35,6 +37,20 @@ struct DecodeMetrics {
   telemetry::Counter* decode_tokens;     // tokens decoded (the first, from prefill, included)
   telemetry::Counter* kv_received_bytes;
   static DecodeMetrics& Get();
+};
+
+// hap_sampled_rows_total{path}: rows of logits turned into tokens, by how (RowSamplingCounts).
+// On a device: "argmax" (a greedy row's id came back), "candidates" (its top logits decided the
+// token), "full_row" (the row itself came back: the candidates could not decide). On the CPU
+// backend every row is "host" (sampled in place, nothing copied). hap-prefill counts its first
+// tokens, hap-decode the rows of its decode steps. All four paths are exported from the start.
+struct SampledRowsMetrics {
+  telemetry::Counter* argmax;
+  telemetry::Counter* candidates;
+  telemetry::Counter* full_row;
+  telemetry::Counter* host;
+  void Count(const RowSamplingCounts& counts) const;
+  static SampledRowsMetrics& Get();
 };
 
 }  // namespace hap::svc

@@ -26,6 +26,7 @@ class DecodeService final : public hap::v1::Decode::CallbackService {
   DecodeService(ServerState* state, WorkerPool* pool, KvRegistry* kv, const DecodeConfig& config)
       : state_(state), pool_(pool), kv_(kv), config_(config) {
     DecodeMetrics::Get();  // on /metrics from the start
+    SampledRowsMetrics::Get();
   }
 
   // The model and the engine that batches every call's decode steps (set once loaded).

@@ -11,6 +11,7 @@
 
 #include "services/common/model_loader.h"
 #include "services/common/service_host.h"
+#include "services/common/service_metrics.h"
 #include "services/decode/decode_service.h"
 
 namespace hap::svc {
@@ -97,6 +98,9 @@ int Main(int argc, char** argv) {
   DecodeEngineOptions engine_options;
   engine_options.max_batch = common.max_concurrent;
   engine_options.pool = kv_pool->get();
+  engine_options.on_sampled = [](const RowSamplingCounts& counts) {
+    SampledRowsMetrics::Get().Count(counts);
+  };
   auto engine = std::make_unique<DecodeEngine>(*model, engine_options);
   service.SetModel(model.get(), engine.get());
   host.SetServing();

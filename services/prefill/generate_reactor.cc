@@ -155,19 +155,30 @@ absl::Status GenerateReactor::Execute() {
   Sampler sampler(job_.sampling);
   absl::StatusOr<PrefillResult> prefill;
   std::vector<Clock::time_point> layer_starts;  // the decoder polls the check once per layer
+  int turn_yields = 0;      // slices handed to waiting prefills
+  double turn_wait_ms = 0;  // and the time waited for them
   auto t_prefill = Clock::now();
   {
-    // One prefill at a time uses every core (waiting ones hold no core); a cancelled request
-    // stops between decoder layers instead of finishing its prefill.
+    // One prefill at a time uses every core (waiting ones hold no core), in slices: after each
+    // slice of layers this one hands the compute to the prefills waiting behind it, so a short
+    // prompt does not wait for all of a long one. A cancelled request stops between decoder
+    // layers instead of finishing its prefill.
     ComputeGate::Hold compute = ProcessComputeGate().Enter();
     HAP_RETURN_IF_ERROR(CheckCancelled("while waiting to prefill"));
     t_prefill = Clock::now();
+    const LlavaModel& model = *service_->model();
+    TurnBudget turns(&compute, int64_t{service_->config().prefill_chunk_tokens} *
+                                   model.config().text.num_hidden_layers);
+    ScopedTurnHook slices([&turns](int64_t rows) { turns.Spend(rows); });
     ScopedCancellation scope([this, &layer_starts] {
       layer_starts.push_back(Clock::now());
       return cancelled();
     });
-    prefill = RunPrefill(*service_->model(), job_.prompt, encoded, job_.prune, &sampler);
+    prefill = RunPrefill(model, job_.prompt, encoded, job_.prune, &sampler);
+    turn_yields = turns.yields();
+    turn_wait_ms = turns.waited_ms();
   }
+  if (turn_yields > 0) PrefillMetrics::Get().prefill_yields->Inc(turn_yields);
   if (!prefill.ok()) {
     telemetry::Span failed = telemetry::GlobalTracer().StartSpan("hap.prefill", rpc_span(),
                                                                  telemetry::SpanKind::kInternal,
@@ -175,7 +186,8 @@ absl::Status GenerateReactor::Execute() {
     failed.SetStatus(telemetry::StatusCode::kError, std::string(prefill.status().message()));
     return prefill.status();
   }
-  RecordPrefill(rpc_span(), *prefill, job_.prune, t_prefill, Clock::now(), layer_starts);
+  RecordPrefill(rpc_span(), *prefill, job_.prune, t_prefill, Clock::now(), layer_starts,
+                {turn_yields, turn_wait_ms});
   mutable_rpc_span().SetAttribute("gen_ai.usage.input_tokens", prefill->stats.prompt_tokens);
   HAP_RETURN_IF_ERROR(CheckCancelled("after prefill"));
   return TransferAndRelay(std::move(*prefill));
@@ -257,13 +269,14 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
                        KvChunker::Create(&prefill.cache, config.max_message_bytes));
 
   PrefillMetrics& metrics = PrefillMetrics::Get();
-  // What decode will reserve for this cache: its rows plus max_new_tokens rows per layer, F32.
-  // An estimate: decode rounds each layer up to whole blocks (a little more), and a BF16 pool
-  // holds the rows in half (less); the choice only compares replicas by it.
+  // What decode will reserve for this cache: its rows plus max_new_tokens rows per layer, in the
+  // cache's dtype (decode's pool is given the same --kv-dtype). An estimate: decode rounds each
+  // layer up to whole blocks (a little more), and a pool of another dtype holds the rows in
+  // twice or half the bytes; the choice only compares replicas by it.
   const int64_t kv_need =
       (prefill.cache.total_rows() +
        static_cast<int64_t>(prefill.cache.layers.size()) * job_.stop.max_new_tokens) *
-      prefill.cache.kv_dim * 2 * static_cast<int64_t>(sizeof(float));
+      2 * prefill.cache.row_bytes();
   const ReplicaSet<hap::v1::Decode>::Lease decode = service_->decoders().Pick(kv_need);
   telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Decode/Decode", decode.address(),
                             ctx.get());

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/compute_gate.h"
 #include "base/status_macros.h"
 #include "runtime/model/pipeline.h"
 #include "services/common/convert.h"
@@ -61,8 +62,18 @@ std::vector<OptionSpec> Specs() {
   specs.push_back({"max-stream-queue", "HAP_MAX_STREAM_QUEUE", "4096",
                    "Generate messages (tokens) waiting for a client that stopped reading, at "
                    "most; beyond it the call is cut off with RESOURCE_EXHAUSTED"});
+  specs.push_back({"prefill-chunk-tokens", "HAP_PREFILL_CHUNK_TOKENS", "256",
+                   "a prefill hands the compute to prefills waiting behind it after each slice "
+                   "of decoder layers worth this many prompt tokens; 0 = never (whole prefills, "
+                   "first come first served)"});
+  specs.push_back({"max-active-prefills", "HAP_MAX_ACTIVE_PREFILLS", "4",
+                   "prefills started and not finished at once (each holds its activations and KV "
+                   "cache while others take their slices); 0 = no bound"});
   specs.push_back({"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
                    "KV cache bytes held at once; 0 = unlimited (RESOURCE_EXHAUSTED above)"});
+  specs.push_back({"kv-dtype", "HAP_KV_DTYPE", "f32",
+                   "KV cache element type the prefill writes and sends to hap-decode: f32, or "
+                   "bf16 (half the memory and transfer; give hap-decode the same)"});
   specs.push_back({"openai-port", "HAP_OPENAI_PORT", "",
                    "serve the OpenAI-compatible HTTP API (/v1/chat/completions, /v1/models) on "
                    "this port; 0 = a free port; empty = off"});
@@ -193,16 +204,26 @@ int Main(int argc, char** argv) {
   auto max_kv = options.Int("max-kv-bytes", 0, int64_t{1} << 50);
   auto poll = options.Int("decode-poll-ms", 0, 3600 * 1000);
   auto max_stream_queue = options.Int("max-stream-queue", 1, 1 << 24);
+  auto chunk_tokens = options.Int("prefill-chunk-tokens", 0, 1 << 24);
+  auto max_active = options.Int("max-active-prefills", 0, 1 << 16);
   auto pruning = DefaultPruning(options);
   for (const absl::Status& s :
        {max_image.status(), max_prompt.status(), lease.status(), max_kv.status(), poll.status(),
-        max_stream_queue.status(), pruning.status()}) {
+        max_stream_queue.status(), chunk_tokens.status(), max_active.status(),
+        pruning.status()}) {
     if (!s.ok()) return StartupFailure(host.name(), s);
+  }
+  const std::string kv_dtype = options.Get("kv-dtype");
+  if (kv_dtype != "f32" && kv_dtype != "bf16") {
+    return StartupFailure(host.name(), absl::InvalidArgumentError(absl::StrCat(
+                                           "--kv-dtype '", kv_dtype, "' is not f32 or bf16")));
   }
   config.max_image_bytes = *max_image;
   config.lease_ms = *lease;
   config.decode_poll_ms = *poll;
   config.max_stream_queue = static_cast<size_t>(*max_stream_queue);
+  config.prefill_chunk_tokens = static_cast<int>(*chunk_tokens);
+  ProcessComputeGate().set_max_started(static_cast<int>(*max_active));
   config.default_pruning = *pruning;
   rpc::TlsOptions peer_tls;
   peer_tls.root_certs_file = options.Get("peer-tls-ca");
@@ -235,6 +256,7 @@ int Main(int argc, char** argv) {
   ModelOptions model_options;
   model_options.parts = ModelParts::kLanguage;  // the encoder service holds the vision tower
   model_options.max_prompt_tokens = static_cast<int>(*max_prompt);
+  model_options.kv_dtype = kv_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   auto loaded = LoadServiceModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);

@@ -45,6 +45,7 @@ PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry*
         decoders_.get(), std::chrono::milliseconds(config.decode_poll_ms));
   }
   PrefillMetrics::Get();  // on /metrics from the start
+  SampledRowsMetrics::Get();
 }
 
 absl::StatusOr<GenerateJob> PrefillService::Check(const hap::v1::GenerateRequest& request) {

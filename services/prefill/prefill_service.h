@@ -38,6 +38,11 @@ struct PrefillConfig {
   // Generate messages waiting for a client that stopped reading, at most; beyond it the call is
   // cut off with RESOURCE_EXHAUSTED (OutboxReactor).
   size_t max_stream_queue = 4096;
+  // A prefill hands the compute to prefills waiting behind it after each slice of decoder layers
+  // worth this many prompt tokens through the whole decoder (TurnBudget of chunk · layers rows);
+  // 0 = each prefill runs to its end. How many may be started at once is the process gate's
+  // bound (--max-active-prefills, set on ProcessComputeGate by main).
+  int prefill_chunk_tokens = 256;
   // Ask each decode replica for its free KV memory this often and pick the one with the most
   // (DecodeLoadPoller, KvReports); 0 = off, decode replicas by fewest calls in flight only.
   // Nothing is polled for a single address.

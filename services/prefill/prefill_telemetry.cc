@@ -69,7 +69,8 @@ std::vector<LayerGroup> LayerGroups(const PrefillStats& stats, const PrefillTrac
 
 void RecordPrefill(const telemetry::Span& parent, const PrefillResult& result,
                    const PruneRequest& prune, Clock::time_point start, Clock::time_point end,
-                   const std::vector<Clock::time_point>& layer_starts) {
+                   const std::vector<Clock::time_point>& layer_starts,
+                   const PrefillTurns& turns) {
   const PrefillStats& p = result.stats;
   const std::vector<LayerGroup> groups = LayerGroups(p, result.trace);
   const double kept_ratio =
@@ -85,6 +86,7 @@ void RecordPrefill(const telemetry::Span& parent, const PrefillResult& result,
   m.input_tokens->Inc(p.prompt_tokens);
   m.flops_saved->Inc(std::max(0.0, p.unpruned_flops_full - p.flops_full));
   m.flops_unpruned->Inc(p.unpruned_flops_full);
+  SampledRowsMetrics::Get().Count(result.first_token_sampling);
 
   const telemetry::Tracer& tracer = telemetry::GlobalTracer();
   telemetry::Span span = tracer.StartSpan("hap.prefill", parent, telemetry::SpanKind::kInternal,
@@ -112,7 +114,9 @@ void RecordPrefill(const telemetry::Span& parent, const PrefillResult& result,
       .SetAttribute("hap.prefill_ms", p.prefill_ms)
       .SetAttribute("hap.prefill.tokens_per_s",
                     p.prefill_ms > 0 ? p.prompt_tokens / (p.prefill_ms / 1e3) : 0.0)
-      .SetAttribute("hap.prune.score_select_ms", p.score_select_ms);
+      .SetAttribute("hap.prune.score_select_ms", p.score_select_ms)
+      .SetAttribute("hap.prefill.yields", turns.yields)
+      .SetAttribute("hap.prefill.yield_wait_ms", turns.waited_ms);
 
   const bool have_starts = layer_starts.size() == result.trace.layer_ms.size();
   // Without per-layer start times the groups are laid end to end, finishing with the last layer

@@ -32,12 +32,20 @@ struct LayerGroup {
 // one group of all layers.
 std::vector<LayerGroup> LayerGroups(const PrefillStats& stats, const PrefillTrace& trace);
 
+// How a sliced prefill shared the compute (TurnBudget): turns handed to prefills waiting behind
+// it, and the time it waited for them (inside [start, end), outside every layer's time).
+struct PrefillTurns {
+  int yields = 0;
+  double waited_ms = 0;
+};
+
 // hap.prefill (under `parent`) with one hap.prefill.group child per group, and the prefill
 // metrics. `start`/`end` bracket RunPrefill; `layer_starts` holds the start of each decoder
 // layer when known (else groups are laid end to end from the layer times, ending at `end`).
 void RecordPrefill(const telemetry::Span& parent, const PrefillResult& result,
                    const PruneRequest& prune, std::chrono::steady_clock::time_point start,
                    std::chrono::steady_clock::time_point end,
-                   const std::vector<std::chrono::steady_clock::time_point>& layer_starts);
+                   const std::vector<std::chrono::steady_clock::time_point>& layer_starts,
+                   const PrefillTurns& turns = {});
 
 }  // namespace hap::svc

@@ -118,6 +118,7 @@ const cases = [
   { name: "cpu", files: [path.join(examples, "values-cpu.yaml")], golden: true },
   { name: "tls", files: [path.join(args.cases, "values-tls.yaml")] },
   { name: "openai-off", files: [], extra: ["--set", "openai.enabled=false"] },
+  { name: "kv-bf16", files: [], extra: ["--set", "kvCache.dtype=bf16"] },
   { name: "openai-custom", files: [path.join(args.cases, "values-openai-custom.yaml")] },
   { name: "auth", files: [path.join(args.cases, "values-auth.yaml")] },
   { name: "auth-existing", files: [path.join(args.cases, "values-auth-existing.yaml")] },
@@ -171,6 +172,9 @@ function wiring(objs, values) {
       errs.push(`${c}: tracing is off but OTEL_EXPORTER_OTLP_ENDPOINT is set`);
     }
     expect(e.HAP_MODEL_DIR === `${values.model.mountPath}/${values.model.path}`, `${c}: HAP_MODEL_DIR ${e.HAP_MODEL_DIR}`);
+    // Prefill sends the KV cache in the dtype decode's pool holds: one value sets both.
+    expect(e.HAP_KV_DTYPE === (c === "encoder" ? undefined : values.kvCache.dtype),
+      `${c}: HAP_KV_DTYPE ${e.HAP_KV_DTYPE}, kvCache.dtype ${values.kvCache.dtype}`);
   }
   const test = byKind(objs, "Pod").find((p) => (p.metadata.annotations || {})["helm.sh/hook"] === "test");
   if (!test) return [...errs, "no helm test pod"];
@@ -327,6 +331,12 @@ const specific = {
   },
   "openai-off"(objs, r) {
     return openaiWiring(objs, r, { enabled: false });
+  },
+  "kv-bf16"(objs) {
+    for (const c of ["prefill", "decode"]) {
+      const env = envOf(container(named(objs, "Deployment", `${RELEASE}-${c}`)));
+      expect(env.HAP_KV_DTYPE === "bf16", `${c}: HAP_KV_DTYPE ${env.HAP_KV_DTYPE}`);
+    }
   },
   "openai-custom"(objs, r) {
     const errs = openaiWiring(objs, r, { port: 8080, model: "llava-1.5-7b" });

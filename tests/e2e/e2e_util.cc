@@ -71,6 +71,7 @@ nlohmann::json HapctlRun(const std::string& model_dir, const Ask& ask, std::stri
                                    std::to_string(ask.seed)};
   if (!ask.retain.empty()) argv.insert(argv.end(), {"--retain", ask.retain});
   if (!ask.stop.empty()) argv.insert(argv.end(), {"--stop", ask.stop});
+  if (!ask.kv_dtype.empty()) argv.insert(argv.end(), {"--kv-dtype", ask.kv_dtype});
   const CommandResult r = RunCommand(argv);
   if (r.exit_code != 0) {
     *error = absl::StrCat("hapctl run exited with ", r.exit_code, ": ", r.out);

@@ -31,6 +31,7 @@ struct Ask {
   int top_k = 0;
   uint64_t seed = 0;
   std::string stop;  // "" = none
+  std::string kv_dtype;  // hapctl run --kv-dtype; "" = its default (f32)
 };
 
 struct CommandResult {

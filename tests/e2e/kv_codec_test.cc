@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/engine/paged_kv.h"
 #include "services/common/crc32c.h"
@@ -29,6 +30,22 @@ KvCache MakeCache(int layers, int kv_dim) {
     }
   }
   return c;
+}
+
+// `c`'s rows as a BF16 cache: appended as the prefill appends them (Backend::StoreF32As).
+KvCache ToBf16(const KvCache& c) {
+  KvCache out;
+  EXPECT_TRUE(out.SetDType(DType::kBF16).ok());
+  out.kv_dim = c.kv_dim;
+  out.next_position = c.next_position;
+  out.layers.resize(c.layers.size());
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    const LayerKv& src = c.layers[l];
+    EXPECT_TRUE(out.Append(CpuBackend(), static_cast<int>(l), src.k.data(), src.v.data(),
+                           src.positions.data(), src.len())
+                    .ok());
+  }
+  return out;
 }
 
 KvExpectation Expect(const KvCache& c) {
@@ -161,6 +178,168 @@ TEST(KvCodecTest, RowsLandInPoolBlocksAsTheyArrive) {
   ASSERT_TRUE(assembler.OnTrailer(trailer).ok());
   EXPECT_EQ(assembler.TakePaged(), nullptr);
   EXPECT_EQ(assembler.TakeCache().total_rows(), cache.total_rows());
+}
+
+// A BF16 cache goes as DTYPE_BF16 rows, half the bytes of the F32 one, and reassembles into the
+// identical BF16 cache; the checksum covers the BF16 bytes as sent.
+TEST(KvCodecTest, Bf16CacheTravelsAsBf16RowsInHalfTheBytes) {
+  const KvCache f32 = MakeCache(4, 32);
+  const KvCache cache = ToBf16(f32);
+  ASSERT_EQ(cache.dtype(), DType::kBF16);
+  EXPECT_EQ(cache.bytes() * 2, f32.bytes());
+  auto chunker = KvChunker::Create(&cache, 8192);
+  ASSERT_TRUE(chunker.ok()) << chunker.status();
+  auto f32_chunker = KvChunker::Create(&f32, 8192);
+  ASSERT_TRUE(f32_chunker.ok());
+  // Rows of half the size: about twice as many per message.
+  EXPECT_GE(chunker->rows_per_chunk(), 2 * f32_chunker->rows_per_chunk() - 1);
+  KvAssembler assembler(Expect(cache));
+  hap::v1::DecodeRequest msg;
+  *msg.mutable_header() = Header(*chunker);
+  EXPECT_EQ(msg.header().dtype(), hap::v1::DTYPE_BF16);
+  ASSERT_TRUE(assembler.OnHeader(msg.header()).ok());
+  EXPECT_EQ(assembler.expected_bytes(), cache.bytes());
+  int64_t sent = 0;
+  while (chunker->Next(msg.mutable_chunk())) {
+    const hap::v1::KvChunk& c = msg.chunk();
+    EXPECT_LE(msg.ByteSizeLong(), 8192u);
+    EXPECT_EQ(c.dtype(), hap::v1::DTYPE_BF16);
+    EXPECT_EQ(c.k().size(), static_cast<size_t>(c.n_rows()) * 32 * sizeof(uint16_t));
+    std::string positions(reinterpret_cast<const char*>(c.positions().data()),
+                          c.positions_size() * sizeof(int32_t));
+    EXPECT_EQ(c.crc32c(), Crc32c(Crc32c(Crc32c(0, c.k()), c.v()), positions));
+    sent += static_cast<int64_t>(c.k().size() + c.v().size());
+    ASSERT_TRUE(assembler.OnChunk(c).ok()) << assembler.OnChunk(c);
+  }
+  chunker->FillTrailer(msg.mutable_trailer());
+  EXPECT_EQ(msg.trailer().kv_bytes(), cache.bytes());
+  ASSERT_TRUE(assembler.OnTrailer(msg.trailer()).ok());
+  EXPECT_EQ(sent, cache.bytes());
+  EXPECT_EQ(assembler.bytes_received(), f32.bytes() / 2);
+  const KvCache got = assembler.TakeCache();
+  ASSERT_EQ(got.dtype(), DType::kBF16);
+  ASSERT_EQ(got.layers.size(), cache.layers.size());
+  for (size_t l = 0; l < cache.layers.size(); ++l) {
+    EXPECT_EQ(got.layers[l].k_bf16, cache.layers[l].k_bf16);
+    EXPECT_EQ(got.layers[l].v_bf16, cache.layers[l].v_bf16);
+    EXPECT_TRUE(got.layers[l].k.empty());
+    EXPECT_EQ(got.layers[l].positions, cache.layers[l].positions);
+  }
+}
+
+// Into hap-decode's pool: BF16 rows land in a BF16 pool as they are (the bits an F32 transfer
+// rounded into it would have) and widen exactly into an F32 pool.
+TEST(KvCodecTest, Bf16RowsLandInBf16AndF32Pools) {
+  const KvCache f32 = MakeCache(4, 32);
+  const KvCache cache = ToBf16(f32);
+  for (DType pool_dtype : {DType::kBF16, DType::kF32}) {
+    SCOPED_TRACE(std::string(DTypeName(pool_dtype)));
+    auto pool = KvBlockPool::Create(16, 32, pool_dtype, int64_t{4} << 20);
+    ASSERT_TRUE(pool.ok());
+    auto chunker = KvChunker::Create(&cache, 4096);
+    ASSERT_TRUE(chunker.ok());
+    const hap::v1::KvHeader header = Header(*chunker);
+    KvAssembler assembler(Expect(cache), pool->get());
+    ASSERT_TRUE(assembler.OnHeader(header).ok());
+    ASSERT_TRUE(assembler.in_blocks());
+    hap::v1::KvChunk chunk;
+    while (chunker->Next(&chunk)) ASSERT_TRUE(assembler.OnChunk(chunk).ok());
+    hap::v1::KvTrailer trailer;
+    chunker->FillTrailer(&trailer);
+    ASSERT_TRUE(assembler.OnTrailer(trailer).ok());
+    std::unique_ptr<PagedKv> landed = assembler.TakePaged();
+    ASSERT_NE(landed, nullptr);
+    EXPECT_EQ(landed->dtype(), pool_dtype);
+    // The F32 cache's rows rounded into the same pool, for the BF16 case.
+    auto rounded = PagedKv::FromCache(pool->get(), f32, 0);
+    ASSERT_TRUE(rounded.ok());
+    for (int l = 0; l < landed->n_layers(); ++l) {
+      const LayerKv& src = cache.layers[l];
+      std::vector<float> wide_k(src.k_bf16.size()), wide_v(src.v_bf16.size());
+      ConvertToF32(DType::kBF16, src.k_bf16.data(), wide_k.data(), wide_k.size());
+      ConvertToF32(DType::kBF16, src.v_bf16.data(), wide_v.data(), wide_v.size());
+      const auto* want_k = pool_dtype == DType::kBF16
+                               ? reinterpret_cast<const uint8_t*>(src.k_bf16.data())
+                               : reinterpret_cast<const uint8_t*>(wide_k.data());
+      const auto* want_v = pool_dtype == DType::kBF16
+                               ? reinterpret_cast<const uint8_t*>(src.v_bf16.data())
+                               : reinterpret_cast<const uint8_t*>(wide_v.data());
+      const size_t row_bytes = 32 * DTypeSize(pool_dtype);
+      std::vector<KvSpan> spans, from_f32;
+      landed->Spans(l, &spans);
+      (*rounded)->Spans(l, &from_f32);
+      ASSERT_EQ(spans.size(), from_f32.size());
+      size_t row = 0;
+      for (size_t i = 0; i < spans.size(); ++i) {
+        EXPECT_EQ(std::memcmp(spans[i].k, want_k + row * row_bytes, spans[i].rows * row_bytes), 0)
+            << "layer " << l << " span " << i;
+        EXPECT_EQ(std::memcmp(spans[i].v, want_v + row * row_bytes, spans[i].rows * row_bytes), 0)
+            << "layer " << l << " span " << i;
+        if (pool_dtype == DType::kBF16) {
+          EXPECT_EQ(std::memcmp(spans[i].k, from_f32[i].k, spans[i].rows * row_bytes), 0);
+          EXPECT_EQ(std::memcmp(spans[i].v, from_f32[i].v, spans[i].rows * row_bytes), 0);
+        }
+        row += spans[i].rows;
+      }
+      EXPECT_EQ(row, static_cast<size_t>(src.len()));
+    }
+  }
+}
+
+// A chunk's dtype must be the header's, its k/v sizes must fit the dtype, and only F32 and BF16
+// are accepted.
+TEST(KvCodecTest, RejectsChunksThatDoNotMatchTheHeadersDtype) {
+  const KvCache f32 = MakeCache(2, 16);
+  const KvCache cache = ToBf16(f32);
+  auto chunker = KvChunker::Create(&cache, 4096);
+  ASSERT_TRUE(chunker.ok());
+  hap::v1::KvChunk good;
+  ASSERT_TRUE(chunker->Next(&good));
+  auto expect_bad = [&](const hap::v1::KvChunk& c, const std::string& words) {
+    KvAssembler a(Expect(cache));
+    ASSERT_TRUE(a.OnHeader(Header(*chunker)).ok());
+    const absl::Status s = a.OnChunk(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(words), std::string::npos) << s;
+  };
+  {
+    KvAssembler a(Expect(cache));
+    ASSERT_TRUE(a.OnHeader(Header(*chunker)).ok());
+    EXPECT_TRUE(a.OnChunk(good).ok());
+  }
+  hap::v1::KvChunk c = good;
+  c.set_dtype(hap::v1::DTYPE_F32);  // the rows are BF16, the header says so
+  expect_bad(c, "differs from the header");
+  // An F32 chunk of the same rows (twice the bytes) in a BF16 stream.
+  auto f32_chunker = KvChunker::Create(&f32, 4096);
+  ASSERT_TRUE(f32_chunker.ok());
+  hap::v1::KvChunk f32_chunk;
+  ASSERT_TRUE(f32_chunker->Next(&f32_chunk));
+  expect_bad(f32_chunk, "differs from the header");
+  // The header's dtype with the F32 chunk's byte counts: the sizes do not fit BF16.
+  f32_chunk.set_dtype(hap::v1::DTYPE_BF16);
+  f32_chunk.set_crc32c(KvChunkChecksum(f32_chunk));
+  expect_bad(f32_chunk, "BF16 rows");
+  // An odd byte count: half a BF16 value.
+  c = good;
+  c.mutable_k()->push_back('\0');
+  c.mutable_v()->push_back('\0');
+  c.set_crc32c(KvChunkChecksum(c));
+  expect_bad(c, "BF16 rows");
+  c = good;
+  c.mutable_k()->pop_back();
+  c.set_crc32c(KvChunkChecksum(c));
+  expect_bad(c, "BF16 rows");
+  // One flipped bit in the BF16 bytes: the checksum no longer matches.
+  c = good;
+  (*c.mutable_v())[3] ^= 0x10;
+  expect_bad(c, "checksum mismatch");
+  // F16 is reserved, not accepted.
+  hap::v1::KvHeader h = Header(*chunker);
+  h.set_dtype(hap::v1::DTYPE_F16);
+  const absl::Status s = KvAssembler(Expect(cache)).OnHeader(h);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("DTYPE_F16"), std::string::npos) << s;
 }
 
 TEST(KvCodecTest, RejectsWhatDoesNotFit) {

@@ -390,37 +390,56 @@ def seed_generate_requests(common_pb2, generate_pb2):
             pruning=common_pb2.Pruning(method=method, retain="48"))
 
 
-def seed_kv_streams(common_pb2, decode_pb2):
-    t = "kv_stream_fuzz"
-    clear(t)
+def bf16s(values):
+    """BF16 bit patterns of values exactly representable in BF16 (the upper half of the F32)."""
+    return b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", x))[0] >> 16)
+                    for x in values)
+
+
+def kv_stream(common_pb2, decode_pb2, dtype):
+    """A valid 2-layer KV transfer with rows of `dtype` (DTYPE_F32 or DTYPE_BF16)."""
     kv_dim = 4
     layer_rows = [5, 3]
     next_position = 6
     positions = [[0, 1, 2, 4, 5], [1, 3, 5]]
     plan = [(0, 0, 3), (0, 3, 2), (1, 0, 3)]  # (layer, row_offset, n_rows)
+    pack = bf16s if dtype == common_pb2.DTYPE_BF16 else floats
     header = decode_pb2.KvHeader(
         request_id="req-kv", n_layers=2, kv_dim=kv_dim, d_model=8, vocab_size=32,
-        dtype=common_pb2.DTYPE_F32, layer_rows=layer_rows, next_position=next_position,
+        dtype=dtype, layer_rows=layer_rows, next_position=next_position,
         first_token=3, sampling=common_pb2.Sampling(temperature=0.5, top_p=0.9, seed=2),
         samples_drawn=1, max_new_tokens=4, stop=["x"], n_chunks=len(plan))
     messages = [decode_pb2.DecodeRequest(header=header)]
     kv_bytes = 0
     for index, (layer, offset, n) in enumerate(plan):
-        k = floats([0.25 * (layer + 1) * (offset + i) for i in range(n * kv_dim)])
-        v = floats([-0.5 * (layer + 1) * (offset + i) for i in range(n * kv_dim)])
+        k = pack([0.25 * (layer + 1) * (offset + i) for i in range(n * kv_dim)])
+        v = pack([-0.5 * (layer + 1) * (offset + i) for i in range(n * kv_dim)])
         pos = positions[layer][offset:offset + n]
         crc = crc32c(crc32c(crc32c(0, k), v), struct.pack("<%di" % n, *pos))
         messages.append(decode_pb2.DecodeRequest(chunk=decode_pb2.KvChunk(
             chunk_index=index, layer=layer, row_offset=offset, n_rows=n,
-            dtype=common_pb2.DTYPE_F32, positions=pos, k=k, v=v, crc32c=crc)))
+            dtype=dtype, positions=pos, k=k, v=v, crc32c=crc)))
         kv_bytes += len(k) + len(v)
     messages.append(decode_pb2.DecodeRequest(trailer=decode_pb2.KvTrailer(
         n_chunks=len(plan), kv_bytes=kv_bytes, total_rows=sum(layer_rows))))
+    return messages
+
+
+def seed_kv_streams(common_pb2, decode_pb2):
+    """First byte: bit 0 fix CRCs, bit 1 into a block pool, bit 2 the pool is BF16."""
+    t = "kv_stream_fuzz"
+    clear(t)
+    messages = kv_stream(common_pb2, decode_pb2, common_pb2.DTYPE_F32)
     whole = stream(messages)
     write(t, "host.bin", b"\x00" + whole)
     write(t, "pool.bin", b"\x02" + whole)
     write(t, "fix_crc_pool.bin", b"\x03" + whole)
     write(t, "header_only.bin", b"\x00" + stream(messages[:1]))
+    write(t, "f32_into_bf16_pool.bin", b"\x06" + whole)
+    bf16 = stream(kv_stream(common_pb2, decode_pb2, common_pb2.DTYPE_BF16))
+    write(t, "bf16_host.bin", b"\x00" + bf16)
+    write(t, "bf16_pool.bin", b"\x06" + bf16)
+    write(t, "bf16_into_f32_pool.bin", b"\x03" + bf16)
 
 
 def seed_embed_streams(encoder_pb2):

@@ -200,5 +200,26 @@ TEST(BulkConvertTest, MatchesScalarAtUnalignedAddresses) {
   }
 }
 
+// The bulk BF16 path (blocks, no branches) against the scalar rounding on about a million bit
+// patterns spread over every exponent, sign and NaN payload, in a length that ends mid-block.
+TEST(BulkConvertTest, Bf16BlocksMatchScalarOnEveryKindOfBitPattern) {
+  std::vector<float> src;
+  for (uint64_t x = 0; x < (uint64_t{1} << 32); x += 4099) {
+    src.push_back(std::bit_cast<float>(static_cast<uint32_t>(x)));
+  }
+  for (uint32_t x : {0x7F800000u, 0xFF800000u, 0x7F7FFFFFu, 0x7F7F8000u, 0x3F808000u, 0x3F818000u,
+                     0x00008000u, 0x80000001u, 0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu}) {
+    src.push_back(std::bit_cast<float>(x));
+  }
+  ASSERT_NE(src.size() % 256, 0u);
+  std::vector<uint8_t> storage(src.size() * 2 + 1);
+  ConvertFromF32(DType::kBF16, src.data(), storage.data() + 1, src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    uint16_t raw;
+    std::memcpy(&raw, storage.data() + 1 + 2 * i, 2);
+    ASSERT_EQ(raw, F32ToBF16(src[i])) << std::hex << std::bit_cast<uint32_t>(src[i]);
+  }
+}
+
 }  // namespace
 }  // namespace hap

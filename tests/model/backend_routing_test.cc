@@ -73,6 +73,9 @@ TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
     EXPECT_GT(counting.count("TextVisualAttention"), 0);
     EXPECT_GT(counting.count("StableTopK"), 0);
     EXPECT_EQ(counting.count("GatherRows"), 2 * counting.count("StableTopK"));
+    // A backend in host memory: the first token is sampled from the logits in place.
+    EXPECT_EQ(counting.count("ArgMaxRows") + counting.count("TopLogits"), 0);
+    EXPECT_EQ(prefill->first_token_sampling.host, 1);
     counting.Reset();
     Run r{std::move(*prefill), {}};
     auto step = (*counted_model)->DecodeStep(r.prefill.first_token, &r.prefill.cache);

@@ -68,6 +68,7 @@ class BatchingTest : public ::testing::TestWithParam<DType> {
     o.dtype = GetParam();
     o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
     ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+    dir_ = dir;
     auto m = LlavaModel::Load(dir, {});
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
@@ -84,18 +85,28 @@ class BatchingTest : public ::testing::TestWithParam<DType> {
     int32_t first_token;
     Sampler sampler{SamplingParams{}};
   };
-  Prefilled Prefill(const Case& c) {
+  Prefilled Prefill(const Case& c) { return PrefillWith(*model_, c); }
+  Prefilled PrefillWith(const LlavaModel& model, const Case& c) {
     PruneRequest prune;
     prune.method = c.method;
     prune.retain = c.retain;
-    auto encoded = EncodeImage(*model_, image_, prune);
+    auto encoded = EncodeImage(model, image_, prune);
     EXPECT_TRUE(encoded.ok()) << encoded.status();
     Sampler sampler(c.sampling);
-    auto prefill = RunPrefill(*model_, c.prompt, *encoded, prune, &sampler);
+    auto prefill = RunPrefill(model, c.prompt, *encoded, prune, &sampler);
     EXPECT_TRUE(prefill.ok()) << prefill.status();
     return {std::move(prefill->cache), prefill->first_token, sampler};
   }
+  // The same checkpoint loaded to write BF16 KV caches (ModelOptions::kv_dtype).
+  std::unique_ptr<LlavaModel> LoadBf16Kv() {
+    ModelOptions o;
+    o.kv_dtype = DType::kBF16;
+    auto m = LlavaModel::Load(dir_, o);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? std::move(*m) : nullptr;
+  }
 
+  std::string dir_;
   std::unique_ptr<LlavaModel> model_;
   std::string image_;
 };
@@ -284,6 +295,120 @@ TEST_P(BatchingTest, PagedCachesDecodeLikeContiguousOnes) {
     paged.clear();
     EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
   }
+}
+
+// A BF16 host cache (what the prefill writes with kv_dtype BF16, and hapctl run decodes) holds
+// bit for bit what a BF16 pool makes of the F32 cache's rows, and decodes to exactly the logits
+// of that pool's blocks; the prefill itself (logits, first token, kept rows) does not depend on
+// the KV dtype.
+TEST_P(BatchingTest, Bf16HostCacheHoldsAndDecodesExactlyLikeABf16Pool) {
+  std::unique_ptr<LlavaModel> bf16_model = LoadBf16Kv();
+  ASSERT_NE(bf16_model, nullptr);
+  const std::vector<Case> cases = Cases();
+  const int vocab = model_->config().text.vocab_size;
+  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  auto pool = KvBlockPool::Create(16, kv_dim, DType::kBF16, int64_t{64} << 20);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const int steps = 6;
+  {
+    // The prefill logits themselves, unpruned.
+    auto encoded = EncodeImage(*model_, image_, PruneRequest{});
+    ASSERT_TRUE(encoded.ok());
+    auto tokens = model_->Tokenize(cases[0].prompt, encoded->n_vis);
+    ASSERT_TRUE(tokens.ok());
+    auto a = model_->Prefill(*tokens, encoded->embeds, nullptr);
+    auto b = bf16_model->Prefill(*tokens, encoded->embeds, nullptr);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(a->logits.size(), b->logits.size());
+    EXPECT_EQ(std::memcmp(a->logits.data(), b->logits.data(), sizeof(float) * a->logits.size()), 0);
+    EXPECT_EQ(a->cache.dtype(), DType::kF32);
+    EXPECT_EQ(b->cache.dtype(), DType::kBF16);
+  }
+  for (size_t i = 0; i < cases.size(); i += 3) {
+    SCOPED_TRACE(::testing::Message() << "case " << i << " " << cases[i].method);
+    Prefilled f32 = Prefill(cases[i]);
+    Prefilled bf16 = PrefillWith(*bf16_model, cases[i]);
+    EXPECT_EQ(bf16.first_token, f32.first_token);
+    ASSERT_EQ(bf16.cache.dtype(), DType::kBF16);
+    ASSERT_EQ(bf16.cache.n_layers(), f32.cache.n_layers());
+    EXPECT_EQ(bf16.cache.bytes() * 2, f32.cache.bytes());
+    EXPECT_EQ(bf16.cache.next_position, f32.cache.next_position);
+    auto paged = PagedKv::FromCache(pool->get(), f32.cache, steps);
+    ASSERT_TRUE(paged.ok()) << paged.status();
+    const size_t row_bytes = kv_dim * sizeof(uint16_t);
+    for (int l = 0; l < bf16.cache.n_layers(); ++l) {
+      const LayerKv& layer = bf16.cache.layers[l];
+      ASSERT_EQ(layer.positions, f32.cache.layers[l].positions) << l;
+      ASSERT_EQ(layer.k_bf16.size(), static_cast<size_t>(layer.len()) * kv_dim);
+      EXPECT_TRUE(layer.k.empty() && layer.v.empty());
+      std::vector<KvSpan> spans;
+      (*paged)->Spans(l, &spans);
+      size_t row = 0;
+      for (const KvSpan& span : spans) {
+        ASSERT_EQ(std::memcmp(span.k, layer.k_bf16.data() + row * kv_dim, span.rows * row_bytes), 0)
+            << "layer " << l << " row " << row;
+        ASSERT_EQ(std::memcmp(span.v, layer.v_bf16.data() + row * kv_dim, span.rows * row_bytes), 0)
+            << "layer " << l << " row " << row;
+        row += span.rows;
+      }
+      EXPECT_EQ(row, static_cast<size_t>(layer.len()));
+    }
+    int32_t token = f32.first_token;
+    for (int step = 0; step < steps; ++step) {
+      auto host = bf16_model->DecodeStep(token, &bf16.cache);
+      auto blocks = model_->DecodeStep(token, paged->get());
+      ASSERT_TRUE(host.ok() && blocks.ok());
+      ASSERT_EQ(std::memcmp(host->data(), blocks->data(), sizeof(float) * vocab), 0)
+          << "step " << step;
+      token = static_cast<int32_t>(std::max_element(host->begin(), host->end()) - host->begin());
+    }
+  }
+  EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
+}
+
+// The decode loop on a BF16 host cache (hapctl run --kv-dtype bf16) and the engine over a BF16
+// pool (hap-decode --kv-dtype bf16), fed the F32 rows or the BF16 ones, give the same tokens.
+TEST_P(BatchingTest, Bf16DecodeLoopEqualsTheEngineOnABf16Pool) {
+  std::unique_ptr<LlavaModel> bf16_model = LoadBf16Kv();
+  ASSERT_NE(bf16_model, nullptr);
+  const std::vector<Case> cases = Cases();
+  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  auto pool = KvBlockPool::Create(16, kv_dim, DType::kBF16, int64_t{64} << 20);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  StopCriteria stop;
+  stop.max_new_tokens = 10;
+  std::vector<DecodeResult> solo;
+  for (const Case& c : cases) {
+    Prefilled p = PrefillWith(*bf16_model, c);
+    auto r = ContinueDecodeLoop(*bf16_model, &p.cache, p.first_token, p.sampler, stop, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    solo.push_back(*r);
+  }
+  for (bool bf16_rows : {false, true}) {
+    SCOPED_TRACE(bf16_rows ? "BF16 rows" : "F32 rows");
+    DecodeEngineOptions options;
+    options.max_batch = 16;
+    options.pool = pool->get();
+    DecodeEngine engine(*model_, options);
+    std::vector<std::promise<absl::StatusOr<DecodeResult>>> done(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      Prefilled p = bf16_rows ? PrefillWith(*bf16_model, cases[i]) : Prefill(cases[i]);
+      DecodeJob job;
+      job.cache = std::move(p.cache);
+      job.first_token = p.first_token;
+      job.sampler = p.sampler;
+      job.stop = stop;
+      job.done = [&done, i](absl::StatusOr<DecodeResult> r) { done[i].set_value(std::move(r)); };
+      engine.Submit(std::move(job));
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+      absl::StatusOr<DecodeResult> r = done[i].get_future().get();
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->tokens, solo[i].tokens) << "case " << i << " " << cases[i].method;
+      EXPECT_EQ(r->text, solo[i].text);
+    }
+  }
+  EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
 }
 
 // A pruned request holds, per layer, its planned rows (text + the layer's visual tokens + the

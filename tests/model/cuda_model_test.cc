@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_memory.h"
 #include "runtime/image/png_encode.h"
+#include "runtime/engine/decode_engine.h"
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/engine/paged_kv.h"
 #include "runtime/model/pipeline.h"
@@ -248,8 +250,8 @@ TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
 }
 
 // What comes back to the host. A prefill: the token embeddings once (they are spliced with the
-// image's on the host), K and V of every layer (the host cache), the last row's logits, and per
-// pruning stage its kept indices — for HAP also one copy of the stage's PAQs, weights and token
+// image's on the host), K and V of every layer (the host cache), its first token's id (greedy),
+// and per pruning stage its kept indices — for HAP also one copy of the stage's PAQs, weights and token
 // scores, and no PAQ scalar per layer. A decode step that samples on the device: the greedy
 // rows' ids and the other rows' candidates (one copy each), and a row of logits only for a row
 // counted in full_rows; each row's token is exactly Sampler::Sample's on the same backend's
@@ -290,6 +292,7 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
       EXPECT_EQ(static_cast<int>(pre->stats.prune.hap_groups.size()), stages);
     }
     EXPECT_EQ(copies, 1 + 2 * o.layers + 1 + (hap ? 2 : 1) * stages);
+    EXPECT_EQ(pre->first_token_sampling.argmax, 1);
     if (prune.method == "hap") prefill = std::move(*pre);
   }
 
@@ -367,6 +370,194 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
   ASSERT_TRUE(gen_cpu.ok()) << gen_cpu.status();
   ASSERT_TRUE(gen_gpu.ok()) << gen_gpu.status();
   EXPECT_EQ(gen_gpu->decode.tokens, gen_cpu->decode.tokens);
+}
+
+// The prefill's first token is drawn where the logits are: a greedy row sends back its id, a
+// sampled one its candidates (and the row only where they cannot decide: top_k 300 here), never
+// the row of logits a prefill without a sampler copies out. The token is the one the sampler
+// draws from that row, its random stream moves as Sample's does, and the CPU backend (which
+// samples its host logits in place) draws the same token with the same seed.
+TEST(CudaModelTest, ThePrefillSamplesItsFirstTokenWhereTheLogitsAre) {
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_first_token";
+  const TinyModelOptions o = SmallModel(24);
+  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  auto cpu_model = LlavaModel::Load(dir, {});
+  auto gpu_model = LlavaModel::Load(dir, on_cuda);
+  ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
+  const LlavaModel& cpu = **cpu_model;
+  const LlavaModel& gpu = **gpu_model;
+  const int vocab = gpu.config().text.vocab_size;
+  ASSERT_GT(vocab, kMaxTopLogits + 44);
+  const std::string png = Png();
+  const std::string prompt = "What is in the picture?";
+  // Greedy, top-k, top-p (no top-k: the device's denominator), the full distribution, top-k
+  // above the candidate bound (the row comes back).
+  const std::vector<SamplingParams> params = {{0.f, 1.f, 0, 0},   {0.8f, 1.f, 40, 11},
+                                              {1.f, 0.9f, 0, 12}, {0.7f, 1.f, 0, 13},
+                                              {1.2f, 0.95f, 300, 14}};
+  for (const char* method : {"none", "hap"}) {
+    SCOPED_TRACE(method);
+    PruneRequest prune;
+    prune.method = method;
+    if (prune.method != "none") prune.retain = 24;
+    auto enc_cpu = EncodeImage(cpu, png, prune);
+    auto enc_gpu = EncodeImage(gpu, png, prune);
+    ASSERT_TRUE(enc_cpu.ok() && enc_gpu.ok());
+    // The unpruned prefill without a sampler: the same ops, then the row of logits copied out.
+    std::vector<float> row;
+    int64_t copies_with_row = 0, bytes_with_row = 0;
+    if (prune.method == "none") {
+      auto tokens = gpu.Tokenize(prompt, enc_gpu->n_vis);
+      ASSERT_TRUE(tokens.ok()) << tokens.status();
+      const int64_t c0 = cuda::DeviceToHostCopies(), b0 = cuda::DeviceToHostBytes();
+      auto out = gpu.Prefill(*tokens, enc_gpu->embeds, nullptr);
+      copies_with_row = cuda::DeviceToHostCopies() - c0;
+      bytes_with_row = cuda::DeviceToHostBytes() - b0;
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_EQ(out->first_token, -1);
+      row = out->logits;
+      ASSERT_EQ(static_cast<int>(row.size()), vocab);
+    }
+    for (const SamplingParams& p : params) {
+      SCOPED_TRACE("temperature " + std::to_string(p.temperature) + " top_k " +
+                   std::to_string(p.top_k) + " top_p " + std::to_string(p.top_p));
+      Sampler s_cpu(p), s_gpu(p);
+      auto pre_cpu = RunPrefill(cpu, prompt, *enc_cpu, prune, &s_cpu);
+      const int64_t c0 = cuda::DeviceToHostCopies(), b0 = cuda::DeviceToHostBytes();
+      auto pre_gpu = RunPrefill(gpu, prompt, *enc_gpu, prune, &s_gpu);
+      const int64_t copies = cuda::DeviceToHostCopies() - c0;
+      const int64_t bytes = cuda::DeviceToHostBytes() - b0;
+      ASSERT_TRUE(pre_cpu.ok()) << pre_cpu.status();
+      ASSERT_TRUE(pre_gpu.ok()) << pre_gpu.status();
+      EXPECT_EQ(pre_gpu->first_token, pre_cpu->first_token);
+      const RowSamplingCounts& c = pre_gpu->first_token_sampling;
+      EXPECT_EQ(c.host, 0);
+      EXPECT_EQ(pre_cpu->first_token_sampling.host, 1);
+      EXPECT_EQ(pre_cpu->first_token_sampling.argmax + pre_cpu->first_token_sampling.top +
+                    pre_cpu->first_token_sampling.full_rows,
+                0);
+      const Sampler::Need need = s_gpu.Needs(vocab);
+      EXPECT_EQ(c.argmax, need == Sampler::Need::kArgMax ? 1 : 0);
+      EXPECT_EQ(c.argmax + c.top + c.full_rows, 1);
+      if (need == Sampler::Need::kRow) {
+        EXPECT_EQ(c.full_rows, 1);
+      }
+      // Both random streams are where one Sample() leaves them.
+      EXPECT_EQ(s_gpu.Draw(), s_cpu.Draw());
+      if (prune.method == "none") {
+        // The same token as sampling the copied row, with one draw.
+        Sampler s_row(p);
+        EXPECT_EQ(pre_gpu->first_token, s_row.Sample(row));
+        // The end of the prefill: the id (I32), or the candidates (F32 values and I32 ids
+        // [k], then the F64 denominator, in one copy), plus the row on a fallback; the rest is
+        // the same as the prefill that copied out its row.
+        int64_t end_copies = c.full_rows, end_bytes = int64_t{c.full_rows} * 4 * vocab;
+        if (need == Sampler::Need::kArgMax) {
+          end_copies += 1;
+          end_bytes += 4;
+        } else if (need == Sampler::Need::kTop) {
+          end_copies += 1;
+          end_bytes += 8 * s_gpu.TopCount(vocab) + 8;
+        }
+        EXPECT_EQ(copies - copies_with_row, end_copies - 1);
+        EXPECT_EQ(bytes - bytes_with_row, end_bytes - int64_t{4} * vocab);
+      } else {
+        const int stages = static_cast<int>(pre_gpu->stats.prune.stages.size());
+        EXPECT_EQ(copies, 1 + 2 * o.layers + 2 * stages + (need == Sampler::Need::kRow ? 0 : 1) +
+                              c.full_rows);
+      }
+      std::printf("%s, first token %d: %d argmax, %d by candidates, %d rows copied; %lld copies, "
+                  "%lld bytes\n", method, pre_gpu->first_token, c.argmax, c.top, c.full_rows,
+                  static_cast<long long>(copies), static_cast<long long>(bytes));
+    }
+  }
+}
+
+// hap-decode's sampling metric comes from the engine's report after each step: on a device each
+// row is an id, candidates or (fallback) a row of logits; on the CPU backend every row is
+// sampled in place. Every row a step sampled is counted once: each answer's tokens but the
+// first (the prefill's).
+TEST(CudaModelTest, TheDecodeEngineReportsHowEachStepsRowsWereSampled) {
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_engine";
+  const TinyModelOptions o = SmallModel(25);
+  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  auto cpu_model = LlavaModel::Load(dir, {});
+  auto gpu_model = LlavaModel::Load(dir, on_cuda);
+  ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
+  const std::string png = Png();
+  const int kv_dim = o.kv_heads * (o.hidden / o.heads);
+  // Greedy, top-k (candidates), top-k above the candidate bound (rows).
+  const std::vector<SamplingParams> params = {
+      {0.f, 1.f, 0, 0}, {0.8f, 1.f, 40, 11}, {1.2f, 0.95f, 300, 14}};
+  std::vector<std::vector<int32_t>> answers[2];
+  for (const LlavaModel* model : {cpu_model->get(), gpu_model->get()}) {
+    const bool device = model->backend().device() != Device::kCpu;
+    SCOPED_TRACE(device ? "cuda" : "cpu");
+    auto pool = KvBlockPool::Create(16, kv_dim, DType::kF32, int64_t{16} << 20,
+                                    &model->backend());
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    RowSamplingCounts total;
+    int steps_reported = 0;
+    std::vector<absl::StatusOr<DecodeResult>> results;
+    {
+      DecodeEngineOptions options;
+      options.max_batch = 4;
+      options.pool = pool->get();
+      options.on_sampled = [&](const RowSamplingCounts& c) {  // the engine thread
+        total.argmax += c.argmax;
+        total.top += c.top;
+        total.full_rows += c.full_rows;
+        total.host += c.host;
+        ++steps_reported;
+      };
+      DecodeEngine engine(*model, options);
+      std::vector<std::promise<absl::StatusOr<DecodeResult>>> done(params.size());
+      PruneRequest prune;
+      prune.method = "hap";
+      prune.retain = 24;
+      auto enc = EncodeImage(*model, png, prune);
+      ASSERT_TRUE(enc.ok()) << enc.status();
+      for (size_t i = 0; i < params.size(); ++i) {
+        DecodeJob job;
+        job.sampler = Sampler(params[i]);
+        auto pre = RunPrefill(*model, "Which shapes are there?", *enc, prune, &job.sampler);
+        ASSERT_TRUE(pre.ok()) << pre.status();
+        job.cache = std::move(pre->cache);
+        job.first_token = pre->first_token;
+        job.stop.max_new_tokens = 6;
+        job.done = [&done, i](absl::StatusOr<DecodeResult> r) { done[i].set_value(std::move(r)); };
+        engine.Submit(std::move(job));
+      }
+      for (auto& d : done) results.push_back(d.get_future().get());
+    }  // the engine's thread has ended: `total` is complete
+    std::vector<int> sampled;  // rows each answer's steps sampled
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.ok()) << r.status();
+      sampled.push_back(static_cast<int>(r->tokens.size()) - 1);
+      answers[device].push_back(r->tokens);
+    }
+    // One report per step: at least the longest answer's steps, at most one per row.
+    EXPECT_GE(steps_reported, *std::max_element(sampled.begin(), sampled.end()));
+    EXPECT_LE(steps_reported, sampled[0] + sampled[1] + sampled[2]);
+    if (device) {
+      EXPECT_EQ(total.argmax, sampled[0]);
+      EXPECT_EQ(total.top + total.full_rows, sampled[1] + sampled[2]);
+      EXPECT_GE(total.full_rows, sampled[2]);
+      EXPECT_EQ(total.host, 0);
+    } else {
+      EXPECT_EQ(total.host, sampled[0] + sampled[1] + sampled[2]);
+      EXPECT_EQ(total.argmax + total.top + total.full_rows, 0);
+    }
+    EXPECT_GT(sampled[0] + sampled[1] + sampled[2], 0);
+    std::printf("%s engine: %d steps; %d argmax, %d by candidates, %d rows, %d in place\n",
+                device ? "cuda" : "cpu", steps_reported, total.argmax, total.top,
+                total.full_rows, total.host);
+  }
+  EXPECT_EQ(answers[1], answers[0]);  // same seeds, same answers
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaModelTest, ::testing::Values(DType::kF32, DType::kBF16),

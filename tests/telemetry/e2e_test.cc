@@ -5,6 +5,7 @@
 // requests did; and a stalled or absent collector neither fails nor slows requests while the
 // drops are counted.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -60,10 +61,11 @@ struct Pipeline {
   std::unique_ptr<sdk::Client> client;
   std::map<sdk::Service, int> metrics_port;
 
-  // `flags` go to all three services.
+  // `flags` go to all three services, `prefill_flags` to hap-prefill only.
   static std::unique_ptr<Pipeline> Start(const std::string& model,
                                          const std::map<std::string, std::string>& env,
-                                         const std::vector<std::string>& flags = {}) {
+                                         const std::vector<std::string>& flags = {},
+                                         const std::vector<std::string>& prefill_flags = {}) {
     for (const char* name :
          {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
           "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
@@ -82,6 +84,7 @@ struct Pipeline {
     for (auto* args : {&o.encoder_args, &o.prefill_args, &o.decode_args}) {
       args->insert(args->end(), flags.begin(), flags.end());
     }
+    o.prefill_args.insert(o.prefill_args.end(), prefill_flags.begin(), prefill_flags.end());
     auto p = std::make_unique<Pipeline>();
     auto started = sdk::LocalPipeline::Start(o);
     for (const auto& [k, v] : env) unsetenv(k.c_str());
@@ -516,6 +519,7 @@ TEST_F(TelemetryE2E, MetricsMoveByExactlyWhatTheRequestsDid) {
   const PromExposition dec0 = traced_->Scrape(S::kDecode);
 
   double prompt = 0, streamed = 0, inter = 0, kv_bytes = 0, saved = 0, unpruned = 0, kept = 0;
+  double decode_rows = 0;  // rows the decode steps sampled: every token but the prefill's
   const int n_ok = 3;
   for (int i = 0; i < n_ok; ++i) {
     auto got = traced_->client->Generate(Request(absl::StrCat("metrics-", i), 6 + 5 * i));
@@ -528,6 +532,7 @@ TEST_F(TelemetryE2E, MetricsMoveByExactlyWhatTheRequestsDid) {
     saved += s.flops().unpruned_full() - s.flops().full();
     unpruned += s.flops().unpruned_full();
     kept += s.average_visual_tokens() / s.image_visual_tokens();
+    decode_rows += s.token_ids_size() - 1;
   }
   hap::v1::GenerateRequest bad = Request("metrics-bad", 4);
   bad.set_prompt("");
@@ -566,6 +571,30 @@ TEST_F(TelemetryE2E, MetricsMoveByExactlyWhatTheRequestsDid) {
   EXPECT_NEAR(delta(pre0, pre1, "hap_prefill_flops_saved_total"), saved, saved * 1e-12);
   EXPECT_NEAR(delta(pre0, pre1, "hap_prefill_flops_unpruned_total"), unpruned, unpruned * 1e-12);
   EXPECT_EQ(delta(pre0, pre1, "hap_visual_tokens_kept_ratio_count"), n_ok);
+  // Sampling paths: these services run on the CPU backend, which samples every row in place
+  // (a device's paths are pinned in tests/model/cuda_model_test.cc); all four are exported.
+  EXPECT_EQ(delta(pre0, pre1, "hap_sampled_rows_total", {{"path", "host"}}), n_ok);
+  EXPECT_EQ(delta(dec0, dec1, "hap_sampled_rows_total", {{"path", "host"}}), decode_rows);
+  EXPECT_GT(decode_rows, 0);
+  for (const char* path : {"argmax", "candidates", "full_row"}) {
+    EXPECT_EQ(pre1.Value("hap_sampled_rows_total", {{"path", path}}), 0.0) << path;
+    EXPECT_EQ(dec1.Value("hap_sampled_rows_total", {{"path", path}}), 0.0) << path;
+  }
+  EXPECT_EQ(dec1.family("hap_sampled_rows_total")->type, "counter");
+  // One request at a time: no prefill ever waited behind another, so none was handed on.
+  EXPECT_EQ(delta(pre0, pre1, "hap_prefill_yields_total"), 0);
+  EXPECT_EQ(pre1.family("hap_prefill_yields_total")->type, "counter");
+  // ... and documented, with its paths, where the metrics are listed.
+  for (const char* doc : {"/README.md", "/docs/design.md"}) {
+    std::ifstream in(std::string(HAP_SOURCE_DIR) + doc);
+    ASSERT_TRUE(in) << doc;
+    std::stringstream text;
+    text << in.rdbuf();
+    for (const char* word : {"hap_sampled_rows_total", "`argmax`", "`candidates`", "`full_row`",
+                             "`host`"}) {
+      EXPECT_NE(text.str().find(word), std::string::npos) << doc << " does not name " << word;
+    }
+  }
   EXPECT_NEAR(delta(pre0, pre1, "hap_visual_tokens_kept_ratio_sum"), kept, 1e-12);
   // Nothing left in flight, queued or leased once the calls are done.
   for (S s : {S::kEncoder, S::kPrefill, S::kDecode}) {
@@ -615,6 +644,52 @@ TEST_F(TelemetryE2E, MetricsMoveByExactlyWhatTheRequestsDid) {
     EXPECT_TRUE(enc1.family(name) || pre1.family(name) || dec1.family(name))
         << "the dashboard plots " << name << ", which no service exports";
   }
+}
+
+// --prefill-chunk-tokens 1 makes every decoder layer a slice of its own: a prefill with another
+// waiting hands the compute on before each of its layers. Concurrent requests are all served,
+// and the hand-overs counted in hap_prefill_yields_total are exactly those the requests'
+// hap.prefill spans report.
+TEST_F(TelemetryE2E, SlicedPrefillsReportTheirHandOvers) {
+  auto p = Pipeline::Start(*model_,
+                           {{"OTEL_EXPORTER_OTLP_ENDPOINT", collector_->grpc_address()},
+                            {"OTEL_BSP_SCHEDULE_DELAY", "50"}},
+                           {}, {"--prefill-chunk-tokens", "1"});
+  ASSERT_NE(p, nullptr);
+  const PromExposition pre0 = p->Scrape(sdk::Service::kPrefill);
+  const int M = ExpectedPlan().M;
+  std::vector<std::string> ids;
+  double yields = 0;
+  // Requests overlap in prefill only by timing: send rounds of 6 at once until one overlapped.
+  for (int round = 0; round < 20 && yields == 0; ++round) {
+    std::vector<std::thread> threads;
+    std::atomic<int> served{0};
+    for (int i = 0; i < 6; ++i) {
+      ids.push_back(absl::StrCat("slices-", round, "-", i));
+      threads.emplace_back([&, id = ids.back()] {
+        auto c = sdk::Client::Connect(p->services->front_door());
+        ASSERT_TRUE(c.ok());
+        auto got = (*c)->Generate(Request(id, 3));
+        EXPECT_TRUE(got.ok()) << got.status();
+        if (got.ok()) ++served;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(served.load(), 6);
+    yields = p->Scrape(sdk::Service::kPrefill).Value("hap_prefill_yields_total").value_or(0) -
+             pre0.Value("hap_prefill_yields_total").value_or(0);
+  }
+  EXPECT_GT(yields, 0) << "no two prefills overlapped in 20 rounds of 6 concurrent requests";
+  int64_t from_spans = 0;
+  for (const std::string& id : ids) {
+    const std::vector<CollectedSpan> spans = TraceOf(id, SpansPerCall(M));
+    const SpanData* prefill = One(spans, "hap.prefill", "hap-prefill", SpanKind::kInternal);
+    ASSERT_NE(prefill, nullptr) << id;
+    from_spans += Attr<int64_t>(*prefill, "hap.prefill.yields");
+    EXPECT_GE(Attr<double>(*prefill, "hap.prefill.yield_wait_ms"), 0.0);
+  }
+  EXPECT_EQ(static_cast<double>(from_spans), yields);
+  p->Stop();
 }
 
 TEST_F(TelemetryE2E, OtlpHttpProtobufFromFlagsCarriesTheSameTrace) {

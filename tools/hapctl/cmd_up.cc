@@ -15,24 +15,25 @@
 #include "sdk/local_pipeline.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
+#include "tools/hapctl/run_options.h"
 
 namespace hap::cli {
 namespace {
 
 constexpr char kUsage[] =
     "usage: hapctl up [--model DIR] [--method M] [--retain K|P% | --flops F] [--threads N]\n"
-    "          [--device cpu|cuda]\n"
+    "          [--device cpu|cuda] [--kv-dtype f32|bf16]\n"
     "                 [--max-concurrent N] [--queue-length N] [--decode-replicas N]\n"
     "                 [--openai-port P | --no-openai] [--bin-dir DIR] [--quiet]\n"
     "                 [--auth-tokens-file FILE [--auth-max-concurrent-per-client N]]";
 
 int CmdUp(const std::vector<std::string>& args) {
-  auto flags =
-      Flags::Parse(args,
-                   {"model", "method", "retain", "flops", "threads", "device", "max-concurrent",
-                    "queue-length", "decode-replicas", "bin-dir", "host", "start-timeout-ms",
-                    "openai-port", "auth-tokens-file", "auth-max-concurrent-per-client"},
-                   {"quiet", "no-openai"});
+  auto flags = Flags::Parse(
+      args,
+      {"model", "method", "retain", "flops", "threads", "device", "max-concurrent", "queue-length",
+       "decode-replicas", "bin-dir", "host", "start-timeout-ms", "openai-port", "auth-tokens-file",
+       "auth-max-concurrent-per-client", "kv-dtype"},
+      {"quiet", "no-openai"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", kUsage);
     return Fail("up", flags.status());
@@ -55,6 +56,9 @@ int CmdUp(const std::vector<std::string>& args) {
     return Fail("up", absl::InvalidArgumentError(
                           absl::StrCat("--decode-replicas ", *replicas, " is not in [1, 64]")));
   }
+  if (auto kv_dtype = ParseKvDTypeFlag(*flags); !kv_dtype.ok()) {
+    return Fail("up", kv_dtype.status());
+  }
   StopSignals::Install();
 
   sdk::LocalPipelineOptions o;
@@ -65,6 +69,7 @@ int CmdUp(const std::vector<std::string>& args) {
   o.start_timeout = std::chrono::milliseconds(*timeout);
   o.decode_replicas = static_cast<int>(*replicas);
   o.openai_port = flags->Bool("no-openai") ? -1 : static_cast<int>(*openai_port);
+  o.kv_dtype = flags->GetOr("kv-dtype", "");
   std::vector<std::string> common;
   for (const char* f : {"threads", "max-concurrent", "queue-length", "device"}) {
     if (auto v = flags->Get(f)) common.insert(common.end(), {absl::StrCat("--", f), *v});

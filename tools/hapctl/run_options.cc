@@ -67,6 +67,13 @@ absl::StatusOr<int> ParseMaxNewTokens(const Flags& flags, int default_value) {
   return static_cast<int>(max_new);
 }
 
+absl::StatusOr<DType> ParseKvDTypeFlag(const Flags& flags) {
+  const std::string name = flags.GetOr("kv-dtype", "f32");
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  return absl::InvalidArgumentError(absl::StrCat("--kv-dtype '", name, "' is not f32 or bf16"));
+}
+
 absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags) {
   SamplingParams sampling;
   HAP_ASSIGN_OR_RETURN(double temperature, flags.Double("temperature", 0.0));

@@ -22,6 +22,10 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags, int n_v
 // --max-new-tokens (`default_value` when absent), checked to be in [1, 1048576].
 absl::StatusOr<int> ParseMaxNewTokens(const Flags& flags, int default_value);
 
+// --kv-dtype f32|bf16 (default f32, as hap-prefill and hap-decode): what the KV cache holds
+// (ModelOptions::kv_dtype).
+absl::StatusOr<DType> ParseKvDTypeFlag(const Flags& flags);
+
 // The sampling flags --temperature --top-p --top-k --seed, checked (ValidateSamplingParams).
 absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags);
 
