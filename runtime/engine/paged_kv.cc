@@ -182,6 +182,42 @@ void PagedKv::Spans(int layer, std::vector<KvSpan>* spans) const {
   }
 }
 
+absl::Status PagedKv::ReadRows(int layer, int row, int n, void* k, void* v,
+                               int32_t* positions) const {
+  const Layer& l = layers_[layer];
+  if (row < 0 || n < 0 || row + n > l.len) {
+    return absl::OutOfRangeError(
+        absl::StrCat("layer ", layer, ": rows [", row, ", ", row + n, ") of ", l.len));
+  }
+  const Backend& backend = pool_->backend();
+  const int block_rows = pool_->block_rows();
+  const size_t bytes = static_cast<size_t>(row_bytes());
+  for (int r = row; r < row + n;) {
+    const int b = r / block_rows, in_block = r % block_rows;
+    const int take = std::min(row + n - r, block_rows - in_block);
+    const size_t out = bytes * (r - row), from = bytes * in_block;
+    HAP_RETURN_IF_ERROR(backend.CopyToHost(static_cast<char*>(k) + out,
+                                           static_cast<const char*>(l.k[b]) + from, bytes * take));
+    HAP_RETURN_IF_ERROR(backend.CopyToHost(static_cast<char*>(v) + out,
+                                           static_cast<const char*>(l.v[b]) + from, bytes * take));
+    r += take;
+  }
+  std::memcpy(positions, l.positions.data() + row, sizeof(int32_t) * n);
+  return absl::OkStatus();
+}
+
+absl::Status PagedKv::ReserveRows(int rows) {
+  for (int l = 0; l < n_layers(); ++l) {
+    const int64_t room = int64_t{blocks(l)} * pool_->block_rows();
+    if (len(l) + int64_t{std::max(rows, 0)} > room) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("layer ", l, ": ", len(l), " + ", rows, " rows exceed the ", room,
+                       " its blocks hold"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t PagedKv::blocks_held() const {
   int64_t n = 0;
   for (const Layer& l : layers_) n += static_cast<int64_t>(l.blocks.size());

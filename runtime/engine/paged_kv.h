@@ -57,6 +57,14 @@ class PagedKv final : public KvStore {
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return pool_->dtype(); }
   Device device() const override { return pool_->backend().device(); }
+  int64_t row_bytes() const override {
+    return pool_->kv_dim() * static_cast<int64_t>(DTypeSize(pool_->dtype()));
+  }
+  // One copy for K and one for V per block the rows touch.
+  absl::Status ReadRows(int layer, int row, int n, void* k, void* v,
+                        int32_t* positions) const override;
+  // FailedPrecondition unless the blocks taken at creation already hold the rows.
+  absl::Status ReserveRows(int rows) override;
 
   int64_t blocks_held() const;
   int blocks(int layer) const { return static_cast<int>(layers_[layer].blocks.size()); }

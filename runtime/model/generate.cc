@@ -61,7 +61,7 @@ std::string StopStringFilter::Flush() {
   return out;
 }
 
-absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvCache* cache,
+absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvStore* cache,
                                            std::vector<float> logits,
                                            const SamplingParams& sampling,
                                            const StopCriteria& stop, const TokenSink& sink) {
@@ -127,25 +127,25 @@ DecodeResult TokenStream::Finish() {
   return std::move(result_);
 }
 
-absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvCache* cache,
+absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvStore* cache,
                                                 int32_t first_token, Sampler& sampler,
                                                 const StopCriteria& stop, const TokenSink& sink) {
   // The stream samples with its own copy; hand the caller's state back when done.
   TokenStream stream(model, sampler, stop, sink);
-  // The CPU backend decodes on the host cache itself; a device backend on a copy in its memory
-  // with room for the answer (the host cache then stays as the prefill left it).
-  // Either way the cache gets room for the answer's rows up front (no more than the context
-  // holds), so no decode step moves a layer.
+  // The cache gets room for the answer's rows up front (no more than the context holds), so no
+  // decode step moves a layer: in place where it is in the backend's memory (a device prefill's
+  // cache made with that room already), else in a copy there (the host cache then stays as the
+  // prefill left it).
   const int room =
       std::max(0, std::min(stop.max_new_tokens,
                            model.config().text.max_position_embeddings - cache->next_position));
   KvStore* store = cache;
   std::unique_ptr<DeviceKv> device_kv;
-  if (model.backend().device() != Device::kCpu) {
+  if (cache->device() != model.backend().device()) {
     HAP_ASSIGN_OR_RETURN(device_kv, DeviceKv::FromCache(model.backend(), *cache, room));
     store = device_kv.get();
   } else {
-    cache->ReserveRows(room);
+    HAP_RETURN_IF_ERROR(cache->ReserveRows(room));
   }
   bool more = stream.Accept(first_token);
   while (more) {

@@ -37,14 +37,17 @@ struct DecodeResult {
 };
 
 // Generates from `first_logits` (the prefill's last-row logits) on `cache`.
-absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvCache* cache,
+absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvStore* cache,
                                            std::vector<float> first_logits,
                                            const SamplingParams& sampling,
                                            const StopCriteria& stop, const TokenSink& sink);
 
 // Continues after `first_token`, which `sampler` already drew from the prefill logits (possibly
 // in another process: see Sampler::Discard). RunDecodeLoop is this after one Sample().
-absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvCache* cache,
+// A cache in the backend's memory (the CPU backend's host cache, a device prefill's DeviceKv)
+// is decoded from in place, with room for the answer reserved first; a host cache on a device
+// backend is copied into the backend's memory and stays as it was.
+absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvStore* cache,
                                                 int32_t first_token, Sampler& sampler,
                                                 const StopCriteria& stop, const TokenSink& sink);
 

@@ -8,12 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "base/tensor.h"
 
 namespace hap {
 
-int64_t KvCache::total_rows() const {
+int64_t KvStore::total_rows() const {
   int64_t rows = 0;
-  for (const LayerKv& l : layers) rows += l.len();
+  for (int l = 0; l < n_layers(); ++l) rows += len(l);
   return rows;
 }
 
@@ -31,8 +32,6 @@ absl::Status KvCache::SetDType(DType dtype) {
   dtype_ = dtype;
   return absl::OkStatus();
 }
-
-int64_t KvCache::bytes() const { return total_rows() * 2 * row_bytes(); }
 
 void KvCache::Clear() {
   layers.clear();
@@ -69,7 +68,7 @@ std::pair<T*, T*> Grow(std::vector<T>* k, std::vector<T>* v, size_t values, size
 
 }  // namespace
 
-void KvCache::ReserveRows(int rows) {
+absl::Status KvCache::ReserveRows(int rows) {
   for (LayerKv& l : layers) {
     const size_t want = static_cast<size_t>(l.len() + std::max(rows, 0));
     if (dtype_ == DType::kBF16) {
@@ -81,6 +80,21 @@ void KvCache::ReserveRows(int rows) {
     }
     l.positions.reserve(want);
   }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::ReadRows(int layer, int row, int n, void* k, void* v,
+                               int32_t* positions) const {
+  const LayerKv& l = layers[layer];
+  if (row < 0 || n < 0 || row + n > l.len()) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("layer %d: rows [%d, %d) of %d", layer, row, row + n, l.len()));
+  }
+  const size_t bytes = static_cast<size_t>(row_bytes());
+  std::memcpy(k, k_bytes(layer) + bytes * row, bytes * n);
+  std::memcpy(v, v_bytes(layer) + bytes * row, bytes * n);
+  std::memcpy(positions, l.positions.data() + row, sizeof(int32_t) * n);
+  return absl::OkStatus();
 }
 
 void KvCache::AppendHostRows(int layer, const void* k, const void* v, const int32_t* positions,
@@ -134,40 +148,76 @@ void KvCache::Spans(int layer, std::vector<KvSpan>* spans) const {
   spans->assign(1, KvSpan{k_bytes(layer), v_bytes(layer), layers[layer].len()});
 }
 
+absl::StatusOr<std::unique_ptr<DeviceKv>> DeviceKv::Create(const Backend& backend, int n_layers,
+                                                          int kv_dim, DType dtype,
+                                                          int reserve_rows) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("a KV cache of ", std::string(DTypeName(dtype)),
+                                                   " rows: the KV dtype must be F32 or BF16"));
+  }
+  std::unique_ptr<DeviceKv> kv(new DeviceKv(backend));
+  kv->kv_dim_ = kv_dim;
+  kv->dtype_ = dtype;
+  kv->reserve_rows_ = std::max(reserve_rows, 0);
+  kv->layers_.resize(std::max(n_layers, 0));
+  return kv;
+}
+
 absl::StatusOr<std::unique_ptr<DeviceKv>> DeviceKv::FromCache(const Backend& backend,
-                                                            const KvCache& cache,
+                                                            const KvStore& cache,
                                                             int reserve_rows) {
-  std::unique_ptr<DeviceKv> kv(new DeviceKv());
-  kv->kv_dim_ = cache.kv_dim;
-  kv->dtype_ = cache.dtype();
-  kv->device_ = backend.device();
+  const int64_t row_bytes = cache.row_bytes();
+  HAP_ASSIGN_OR_RETURN(
+      std::unique_ptr<DeviceKv> kv,
+      Create(backend, cache.n_layers(), static_cast<int>(row_bytes / DTypeSize(cache.dtype())),
+             cache.dtype(), reserve_rows));
   kv->next_position = cache.next_position;
-  kv->layers_.resize(cache.layers.size());
-  const size_t row_bytes = static_cast<size_t>(cache.row_bytes());
-  for (size_t l = 0; l < cache.layers.size(); ++l) {
-    const LayerKv& src = cache.layers[l];
+  std::vector<uint8_t> k, v;  // a layer's rows on their way up, in the cache's dtype
+  for (int l = 0; l < cache.n_layers(); ++l) {
+    const int n = cache.len(l);
     Layer& dst = kv->layers_[l];
-    dst.capacity = src.len() + std::max(reserve_rows, 0);
-    const size_t bytes = row_bytes * static_cast<size_t>(dst.capacity);
-    HAP_ASSIGN_OR_RETURN(dst.k, BackendBuffer::Allocate(backend, bytes));
-    HAP_ASSIGN_OR_RETURN(dst.v, BackendBuffer::Allocate(backend, bytes));
-    const size_t used = row_bytes * static_cast<size_t>(src.len());
-    HAP_RETURN_IF_ERROR(backend.CopyToBackend(dst.k.data(), cache.k_bytes(l), used));
-    HAP_RETURN_IF_ERROR(backend.CopyToBackend(dst.v.data(), cache.v_bytes(l), used));
-    dst.len = src.len();
+    HAP_RETURN_IF_ERROR(kv->Resize(l, n + kv->reserve_rows_));
+    dst.positions.resize(n);
+    const size_t used = static_cast<size_t>(row_bytes) * n;
+    k.resize(used);
+    v.resize(used);
+    HAP_RETURN_IF_ERROR(cache.ReadRows(l, 0, n, k.data(), v.data(), dst.positions.data()));
+    HAP_RETURN_IF_ERROR(backend.CopyToBackend(dst.k.data(), k.data(), used));
+    HAP_RETURN_IF_ERROR(backend.CopyToBackend(dst.v.data(), v.data(), used));
   }
   return kv;
 }
 
+absl::Status DeviceKv::Resize(int layer, int capacity) {
+  Layer& l = layers_[layer];
+  const size_t bytes = static_cast<size_t>(row_bytes()) * std::max(capacity, 1);
+  HAP_ASSIGN_OR_RETURN(BackendBuffer k, BackendBuffer::Allocate(*backend_, bytes));
+  HAP_ASSIGN_OR_RETURN(BackendBuffer v, BackendBuffer::Allocate(*backend_, bytes));
+  if (l.len() > 0) {
+    const size_t used = static_cast<size_t>(row_bytes()) * l.len();
+    HAP_RETURN_IF_ERROR(backend_->Copy(k.data(), l.k.data(), used));
+    HAP_RETURN_IF_ERROR(backend_->Copy(v.data(), l.v.data(), used));
+  }
+  l.k = std::move(k);
+  l.v = std::move(v);
+  l.capacity = capacity;
+  return absl::OkStatus();
+}
+
 absl::Status DeviceKv::Append(const Backend& backend, int layer, const float* k, const float* v,
                               const int32_t* positions, int n) {
-  Layer& l = layers_[layer];
-  if (l.len + n > l.capacity) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "layer %d: %d + %d rows exceed the %d reserved", layer, l.len, n, l.capacity));
+  if (backend.device() != device()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "layer %d: rows in %s memory appended to a KV cache in %s memory", layer,
+        std::string(DeviceName(backend.device())), std::string(DeviceName(device()))));
   }
-  const size_t elem = DTypeSize(dtype_);
-  const size_t offset = elem * static_cast<size_t>(l.len) * kv_dim_;
+  Layer& l = layers_[layer];
+  if (l.capacity == 0) HAP_RETURN_IF_ERROR(Resize(layer, n + reserve_rows_));
+  if (l.len() + n > l.capacity) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "layer %d: %d + %d rows exceed the %d reserved", layer, l.len(), n, l.capacity));
+  }
+  const size_t offset = static_cast<size_t>(row_bytes()) * l.len();
   const int64_t values = static_cast<int64_t>(n) * kv_dim_;
   char* dk = static_cast<char*>(l.k.data()) + offset;
   char* dv = static_cast<char*>(l.v.data()) + offset;
@@ -178,13 +228,57 @@ absl::Status DeviceKv::Append(const Backend& backend, int layer, const float* k,
     HAP_RETURN_IF_ERROR(backend.StoreF32As(dtype_, k, dk, values));
     HAP_RETURN_IF_ERROR(backend.StoreF32As(dtype_, v, dv, values));
   }
-  l.len += n;
+  l.positions.insert(l.positions.end(), positions, positions + n);
   return absl::OkStatus();
 }
 
 void DeviceKv::Spans(int layer, std::vector<KvSpan>* spans) const {
   const Layer& l = layers_[layer];
-  spans->assign(1, KvSpan{l.k.data(), l.v.data(), l.len});
+  spans->assign(1, KvSpan{l.k.data(), l.v.data(), l.len()});
+}
+
+absl::Status DeviceKv::ReadRows(int layer, int row, int n, void* k, void* v,
+                                int32_t* positions) const {
+  const Layer& l = layers_[layer];
+  if (row < 0 || n < 0 || row + n > l.len()) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("layer %d: rows [%d, %d) of %d", layer, row, row + n, l.len()));
+  }
+  if (n == 0) return absl::OkStatus();
+  const size_t bytes = static_cast<size_t>(row_bytes());
+  HAP_RETURN_IF_ERROR(
+      backend_->CopyToHost(k, static_cast<const char*>(l.k.data()) + bytes * row, bytes * n));
+  HAP_RETURN_IF_ERROR(
+      backend_->CopyToHost(v, static_cast<const char*>(l.v.data()) + bytes * row, bytes * n));
+  std::memcpy(positions, l.positions.data() + row, sizeof(int32_t) * n);
+  return absl::OkStatus();
+}
+
+absl::Status DeviceKv::ReserveRows(int rows) {
+  for (int l = 0; l < n_layers(); ++l) {
+    const int want = len(l) + std::max(rows, 0);
+    if (want > layers_[l].capacity) HAP_RETURN_IF_ERROR(Resize(l, want));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KvCache> DeviceKv::ToHost() const {
+  KvCache cache;
+  HAP_RETURN_IF_ERROR(cache.SetDType(dtype_));
+  cache.kv_dim = kv_dim_;
+  cache.next_position = next_position;
+  cache.layers.resize(layers_.size());
+  std::vector<uint8_t> k, v;
+  std::vector<int32_t> positions;
+  for (int l = 0; l < n_layers(); ++l) {
+    const size_t bytes = static_cast<size_t>(row_bytes()) * len(l);
+    k.resize(bytes);
+    v.resize(bytes);
+    positions.resize(len(l));
+    HAP_RETURN_IF_ERROR(ReadRows(l, 0, len(l), k.data(), v.data(), positions.data()));
+    cache.AppendHostRows(l, k.data(), v.data(), positions.data(), len(l));
+  }
+  return cache;
 }
 
 }  // namespace hap

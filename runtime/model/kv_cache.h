@@ -1,7 +1,8 @@
 // A sequence's KV cache. After pruning, layers hold different numbers of tokens: each layer keeps
 // exactly the rows it processed, with their original position ids. KvStore is what the decoder
-// needs of a cache; KvCache keeps each layer contiguous (prefill, the KV transfer, hapctl), the
-// engine's PagedKv keeps it in fixed-size blocks of a shared pool.
+// and the KV transfer need of a cache; KvCache keeps each layer contiguous in host memory (the
+// CPU backend's prefill, what hap-decode receives), DeviceKv in a backend's memory (a device
+// backend's prefill, hapctl's decode), the engine's PagedKv in fixed-size blocks of a shared pool.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "base/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/op_args.h"
@@ -29,6 +31,22 @@ class KvStore {
   virtual DType dtype() const = 0;
   // Where the rows are: a backend decodes only from a cache in its own memory.
   virtual Device device() const = 0;
+  // Bytes of one row of K (or of V) in dtype().
+  virtual int64_t row_bytes() const = 0;
+  // Copies rows [row, row + n) of `layer` into host memory: k and v [n, kv_dim] in dtype() (any
+  // alignment), positions [n]. From a device: one copy for K and one for V, each a wait for the
+  // calling thread's stream (the KV transfer reads a chunk's rows so, just before sending it).
+  virtual absl::Status ReadRows(int layer, int row, int n, void* k, void* v,
+                                int32_t* positions) const = 0;
+  // Room for `rows` more rows in every layer, so that appending them (decode steps, one row per
+  // layer each) neither moves a layer's rows through the host nor fails. FailedPrecondition
+  // where the cache cannot make it (a PagedKv holds the blocks it was created with).
+  virtual absl::Status ReserveRows(int rows) = 0;
+
+  // Σ_l len(l).
+  int64_t total_rows() const;
+  // Bytes of K and V (in dtype()) over all layers; position ids are not counted.
+  int64_t bytes() const { return total_rows() * 2 * row_bytes(); }
 
   // Position id of the next token to decode: the unpruned prompt length, then +1 per token.
   int32_t next_position = 0;
@@ -57,20 +75,10 @@ class KvCache : public KvStore {
   // The dtype of the rows: InvalidArgument for one other than F32 or BF16, FailedPrecondition
   // once the cache holds rows. Clear keeps it.
   absl::Status SetDType(DType dtype);
-  // Bytes of K and V (in dtype()) over all layers; position ids are not counted.
-  int64_t bytes() const;
-  // Bytes of one row of K (or of V).
-  int64_t row_bytes() const { return kv_dim * static_cast<int64_t>(DTypeSize(dtype_)); }
-  // Σ_l len(l).
-  int64_t total_rows() const;
   void Clear();
   // The layer's K and V rows as raw bytes of dtype(), [len, kv_dim] each.
   const uint8_t* k_bytes(int layer) const;
   const uint8_t* v_bytes(int layer) const;
-  // Room for `rows` more rows in every layer, so that appending them (decode steps, one row
-  // per layer each) never moves a layer: a vector growing by doubling would copy the layer and
-  // hold up to twice its memory.
-  void ReserveRows(int rows);
   // Appends n rows already in host memory and in dtype(): K and V [n, kv_dim] each (any
   // alignment). Room for `reserve_rows` rows in all is made first when that is more.
   void AppendHostRows(int layer, const void* k, const void* v, const int32_t* positions, int n,
@@ -83,41 +91,69 @@ class KvCache : public KvStore {
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return dtype_; }
   Device device() const override { return Device::kCpu; }
+  int64_t row_bytes() const override { return kv_dim * static_cast<int64_t>(DTypeSize(dtype_)); }
+  absl::Status ReadRows(int layer, int row, int n, void* k, void* v,
+                        int32_t* positions) const override;
+  // Reserves the vectors (a vector growing by doubling would copy the layer and hold up to twice
+  // its memory). Never fails.
+  absl::Status ReserveRows(int rows) override;
 
  private:
   DType dtype_ = DType::kF32;
 };
 
-// A cache in a backend's memory, each layer contiguous in the host cache's dtype (F32 or BF16)
-// with room for its rows plus `reserve_rows`: how a single sequence decodes on a device backend
-// (hapctl run, the in-process pipeline) without a block pool.
+// A cache in a backend's memory, each layer contiguous in F32 or BF16, its rows' position ids on
+// the host. A device backend's prefill appends into one (LlavaModel::Prefill): each layer is
+// allocated when its rows arrive, sized to them plus `reserve_rows` (room for the answer where a
+// decode follows in the same process: hapctl run, the in-process pipeline, which then decode
+// from it), and BF16 rows are rounded on the device by Backend::StoreF32As, bit for bit as the
+// host conversion rounds them. The KV transfer reads it chunk by chunk (ReadRows); ToHost copies
+// it whole for what reads LayerKv vectors (tests).
 class DeviceKv final : public KvStore {
  public:
-  // The cache's rows copied into `backend`'s memory, with room for reserve_rows more per layer.
+  // An empty cache of n_layers layers on `backend` (which must outlive it); InvalidArgument for
+  // a dtype other than F32 or BF16.
+  static absl::StatusOr<std::unique_ptr<DeviceKv>> Create(const Backend& backend, int n_layers,
+                                                          int kv_dim, DType dtype,
+                                                          int reserve_rows);
+  // `cache`'s rows copied into `backend`'s memory, with room for reserve_rows more per layer.
   static absl::StatusOr<std::unique_ptr<DeviceKv>> FromCache(const Backend& backend,
-                                                            const KvCache& cache,
+                                                            const KvStore& cache,
                                                             int reserve_rows);
 
   int n_layers() const override { return static_cast<int>(layers_.size()); }
-  int len(int layer) const override { return layers_[layer].len; }
-  // FailedPrecondition past the reserved rows.
+  int len(int layer) const override { return layers_[layer].len(); }
+  // k and v in the memory of the cache's backend (the only one accepted). Allocates an empty
+  // layer for n + reserve_rows rows; FailedPrecondition past a filled layer's capacity.
   absl::Status Append(const Backend& backend, int layer, const float* k, const float* v,
                       const int32_t* positions, int n) override;
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return dtype_; }
-  Device device() const override { return device_; }
+  Device device() const override { return backend_->device(); }
+  int64_t row_bytes() const override { return kv_dim_ * static_cast<int64_t>(DTypeSize(dtype_)); }
+  absl::Status ReadRows(int layer, int row, int n, void* k, void* v,
+                        int32_t* positions) const override;
+  // A layer short of room moves into a larger allocation by a copy within the backend's memory.
+  absl::Status ReserveRows(int rows) override;
+  // A host copy: 2 device→host copies per layer.
+  absl::StatusOr<KvCache> ToHost() const;
+  int capacity(int layer) const { return layers_[layer].capacity; }
 
  private:
   struct Layer {
     BackendBuffer k, v;  // dtype_ [capacity, kv_dim]
+    std::vector<int32_t> positions;  // [len] original position ids
     int capacity = 0;
-    int len = 0;
+    int len() const { return static_cast<int>(positions.size()); }
   };
-  DeviceKv() = default;
+  explicit DeviceKv(const Backend& backend) : backend_(&backend) {}
+  // Allocates `layer` for `capacity` rows, copying its rows over.
+  absl::Status Resize(int layer, int capacity);
 
+  const Backend* backend_;
   int kv_dim_ = 0;
   DType dtype_ = DType::kF32;
-  Device device_ = Device::kCpu;
+  int reserve_rows_ = 0;
   std::vector<Layer> layers_;
 };
 

@@ -185,6 +185,9 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
                                                          int vis_begin, int n_vis, Pruner* pruner,
                                                          KvCache* cache,
                                                          PrefillTrace* trace) const {
+  cache->Clear();
+  cache->kv_dim = kv_dim();
+  cache->layers.resize(w_.layers.size());
   BackendArray<float> logits(backend_);  // F32 [1, vocab]
   HAP_RETURN_IF_ERROR(PrefillInto(std::move(x), std::move(positions), vis_begin, n_vis, pruner,
                                   cache, trace, &logits));
@@ -194,7 +197,7 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
 }
 
 absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<int32_t> positions,
-                                       int vis_begin, int n_vis, Pruner* pruner, KvCache* cache,
+                                       int vis_begin, int n_vis, Pruner* pruner, KvStore* cache,
                                        PrefillTrace* trace, BackendArray<float>* logits) const {
   int n = static_cast<int>(positions.size());
   if (n == 0 || x_host.size() != static_cast<size_t>(n) * d_ || vis_begin < 0 || n_vis < 0 ||
@@ -203,10 +206,14 @@ absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<in
         "prefill: %d positions, %d embedding values (hidden %d), visual rows [%d, %d)", n,
         x_host.size(), d_, vis_begin, vis_begin + n_vis));
   }
+  if (cache->n_layers() != n_layers() || cache->total_rows() != 0 ||
+      cache->row_bytes() != kv_dim() * static_cast<int64_t>(DTypeSize(cache->dtype()))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "prefill into a KV cache of %d layers holding %d rows of %d bytes; %d empty layers of "
+        "kv_dim %d were expected", cache->n_layers(), cache->total_rows(), cache->row_bytes(),
+        n_layers(), kv_dim()));
+  }
   const int32_t next_position = positions.back() + 1;
-  cache->Clear();
-  cache->kv_dim = n_kv_heads_ * head_dim_;
-  cache->layers.resize(w_.layers.size());
   if (pruner) {
     PrefillInput input{x_host.data(), n, d_, vis_begin, n_vis, n_layers()};
     HAP_ASSIGN_OR_RETURN(std::optional<std::vector<int>> keep, pruner->Begin(input));

@@ -38,9 +38,10 @@ class LlamaDecoder {
                                              int vis_begin, int n_vis, Pruner* pruner,
                                              KvCache* cache, PrefillTrace* trace) const;
   // Prefill with the last row's logits F32 [1, vocab] left in the backend's memory (`logits`,
-  // on the decoder's backend), for a sampler that reads them there (runtime/model/row_sampling.h).
+  // on the decoder's backend), for a sampler that reads them there (runtime/model/row_sampling.h),
+  // into any empty `cache` of n_layers() layers of kv_dim() (a DeviceKv on a device backend).
   absl::Status PrefillInto(std::vector<float> x, std::vector<int32_t> positions, int vis_begin,
-                           int n_vis, Pruner* pruner, KvCache* cache, PrefillTrace* trace,
+                           int n_vis, Pruner* pruner, KvStore* cache, PrefillTrace* trace,
                            BackendArray<float>* logits) const;
 
   // Appends `token` at cache->next_position and returns the next logits F32 [vocab].
@@ -64,6 +65,7 @@ class LlamaDecoder {
   absl::Status CheckCanDecode(const KvStore& cache) const;
 
   int n_layers() const { return static_cast<int>(w_.layers.size()); }
+  int kv_dim() const { return n_kv_heads_ * head_dim_; }
 
  private:
   // Rows [row, row + n) of a layer's input that belong to one sequence, whose keys and values

@@ -143,7 +143,8 @@ absl::StatusOr<PromptTokens> LlavaModel::Tokenize(const PromptText& prompt, int 
 
 absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
                                                   const std::vector<float>& image_embeds,
-                                                  Pruner* pruner, Sampler* sampler) const {
+                                                  Pruner* pruner, Sampler* sampler,
+                                                  int kv_reserve_rows) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
   const int d = config_.text.hidden_size;
   if (image_embeds.size() != static_cast<size_t>(prompt.n_vis) * d) {
@@ -164,9 +165,17 @@ absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
   PrefillOutput out;
   out.prompt_tokens = static_cast<int>(ids.size());
   HAP_RETURN_IF_ERROR(out.cache.SetDType(options_.kv_dtype));
+  if (backend().device() == Device::kCpu) {
+    out.cache.kv_dim = decoder_->kv_dim();
+    out.cache.layers.resize(decoder_->n_layers());
+  } else {
+    HAP_ASSIGN_OR_RETURN(out.device_cache,
+                         DeviceKv::Create(backend(), decoder_->n_layers(), decoder_->kv_dim(),
+                                          options_.kv_dtype, kv_reserve_rows));
+  }
   BackendArray<float> logits(backend());  // F32 [1, vocab]
   HAP_RETURN_IF_ERROR(decoder_->PrefillInto(std::move(x), std::move(positions), prompt.vis_begin,
-                                            prompt.n_vis, pruner, &out.cache, &out.trace,
+                                            prompt.n_vis, pruner, &out.kv(), &out.trace,
                                             &logits));
   if (sampler == nullptr) {
     out.logits.resize(logits.size());

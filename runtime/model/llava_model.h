@@ -60,7 +60,16 @@ struct PromptText {
 };
 
 struct PrefillOutput {
-  KvCache cache;              // in ModelOptions::kv_dtype
+  // The KV cache, in ModelOptions::kv_dtype: on the CPU backend `cache`, in host memory; on a
+  // device backend `device_cache`, in the backend's memory (`cache` stays empty), which the KV
+  // transfer reads chunk by chunk and a decode in the same process decodes from. kv() is the
+  // one that holds it; what reads LayerKv vectors on a device takes device_cache->ToHost().
+  KvCache cache;
+  std::unique_ptr<DeviceKv> device_cache;
+  KvStore& kv() { return device_cache ? *device_cache : static_cast<KvStore&>(cache); }
+  const KvStore& kv() const {
+    return device_cache ? *device_cache : static_cast<const KvStore&>(cache);
+  }
   // Without a sampler: the logits F32 [vocab] after the last prompt token. With one: empty.
   std::vector<float> logits;
   // With a sampler: the first token it drew, and how the row was sampled (one row counted).
@@ -108,9 +117,12 @@ class LlavaModel {
   // device only its id or its top candidates come back (SampleRows; a row only where those
   // cannot decide), the CPU backend samples its host logits in place; `logits` stays empty.
   // Without one (hapctl dump, tests), the logits are copied to `logits` and nothing is drawn.
+  // On a device backend each layer of the cache gets room for kv_reserve_rows more rows (the
+  // answer, where a decode follows in this process); the CPU backend's host cache grows as
+  // needed.
   absl::StatusOr<PrefillOutput> Prefill(const PromptTokens& prompt,
                                         const std::vector<float>& image_embeds, Pruner* pruner,
-                                        Sampler* sampler = nullptr) const;
+                                        Sampler* sampler = nullptr, int kv_reserve_rows = 0) const;
 
   // Appends `token` to the cache and returns the next logits F32 [vocab].
   absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvStore* cache) const;

@@ -74,7 +74,7 @@ absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_vi
 
 absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptText& prompt,
                                          const EncodeResult& encoded, const PruneRequest& prune,
-                                         Sampler* sampler) {
+                                         Sampler* sampler, int kv_reserve_rows) {
   const LlavaConfig& cfg = model.config();
   const auto t0 = Clock::now();
   HAP_ASSIGN_OR_RETURN(PromptTokens tokens, model.Tokenize(prompt, encoded.n_vis));
@@ -85,12 +85,14 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
   // Method "none" runs the plain engine path (no attention statistics are even computed), so
   // it is bit-identical to an engine without pruning.
   Pruner* active = prune.method == "none" ? nullptr : pruner.get();
-  HAP_ASSIGN_OR_RETURN(PrefillOutput out, model.Prefill(tokens, encoded.embeds, active, sampler));
+  HAP_ASSIGN_OR_RETURN(PrefillOutput out,
+                       model.Prefill(tokens, encoded.embeds, active, sampler, kv_reserve_rows));
 
   PrefillResult result;
   result.first_token = out.first_token;
   result.first_token_sampling = out.sampling;
   result.cache = std::move(out.cache);
+  result.device_cache = std::move(out.device_cache);
   result.trace = std::move(out.trace);
 
   PrefillStats& s = result.stats;
@@ -113,9 +115,9 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
   s.average_visual_tokens = sum_vis / L;
   s.unpruned_flops_paper = L * LayerFlops(V, D, F);
   s.unpruned_flops_full = L * LayerFlops(s.text_tokens + V, D, F);
-  s.kv_bytes = result.cache.bytes();
+  s.kv_bytes = result.kv().bytes();
   s.kv_bytes_unpruned =
-      static_cast<int64_t>(L) * (s.text_tokens + V) * 2 * result.cache.row_bytes();
+      static_cast<int64_t>(L) * (s.text_tokens + V) * 2 * result.kv().row_bytes();
   s.prune = pruner->stats();
   s.stages = s.prune.stages;
   s.score_select_ms = s.prune.score_select_us / 1e3;
@@ -133,13 +135,15 @@ absl::StatusOr<GenerateResult> Generate(const LlavaModel& model, const GenerateR
   HAP_ASSIGN_OR_RETURN(EncodeResult encoded,
                        EncodeImage(model, request.image_bytes, request.prune));
   Sampler sampler(request.sampling);
+  // On a device the cache keeps room for the answer, and the decode loop decodes from it.
   HAP_ASSIGN_OR_RETURN(PrefillResult prefill,
-                       RunPrefill(model, request.prompt, encoded, request.prune, &sampler));
+                       RunPrefill(model, request.prompt, encoded, request.prune, &sampler,
+                                  request.stop.max_new_tokens));
   const auto t_first = Clock::now();
   result.stats = std::move(prefill.stats);
   result.trace = std::move(prefill.trace);
   StopCriteria stop = request.stop;
-  HAP_ASSIGN_OR_RETURN(result.decode, ContinueDecodeLoop(model, &prefill.cache, prefill.first_token,
+  HAP_ASSIGN_OR_RETURN(result.decode, ContinueDecodeLoop(model, &prefill.kv(), prefill.first_token,
                                                          sampler, stop, sink));
   const auto t_end = Clock::now();
   StageTimings& t = result.timings;

@@ -53,9 +53,17 @@ struct PrefillStats {
 };
 
 // Stage 2: prompt + image embeddings → KV cache, the first token (drawn by `sampler` where the
-// logits are: LlavaModel::Prefill) and stats. The prompt is checked before any compute.
+// logits are: LlavaModel::Prefill) and stats. The prompt is checked before any compute. On a
+// device backend the cache stays in the backend's memory, with room for kv_reserve_rows more rows
+// per layer (a decode loop that follows in process decodes from it).
 struct PrefillResult {
+  // As PrefillOutput's: `cache` on the CPU backend, `device_cache` on a device; kv() either.
   KvCache cache;
+  std::unique_ptr<DeviceKv> device_cache;
+  KvStore& kv() { return device_cache ? *device_cache : static_cast<KvStore&>(cache); }
+  const KvStore& kv() const {
+    return device_cache ? *device_cache : static_cast<const KvStore&>(cache);
+  }
   int32_t first_token = 0;
   RowSamplingCounts first_token_sampling;  // how it was drawn (one row)
   PrefillTrace trace;
@@ -63,7 +71,7 @@ struct PrefillResult {
 };
 absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptText& prompt,
                                          const EncodeResult& encoded, const PruneRequest& prune,
-                                         Sampler* sampler);
+                                         Sampler* sampler, int kv_reserve_rows = 0);
 
 // Checks a request's prompt and pruning options without running the model (services call this
 // on receipt so bad requests fail fast).

@@ -26,11 +26,11 @@ hap::v1::DType WireDType(DType dtype) {
 
 }  // namespace
 
-absl::StatusOr<KvChunker> KvChunker::Create(const KvCache* cache, int max_message_bytes) {
+absl::StatusOr<KvChunker> KvChunker::Create(const KvStore* cache, int max_message_bytes) {
   // K and V rows (in the cache's dtype) plus up to 5 bytes of varint position per row.
   const int64_t row_bytes = 2 * cache->row_bytes() + 5;
   const int64_t room = static_cast<int64_t>(max_message_bytes) - kChunkOverheadBytes;
-  if (cache->kv_dim <= 0 || room < row_bytes) {
+  if (cache->row_bytes() <= 0 || room < row_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("max message size ", max_message_bytes,
                                                    " is too small for one KV row of ", row_bytes,
                                                    " bytes"));
@@ -38,44 +38,52 @@ absl::StatusOr<KvChunker> KvChunker::Create(const KvCache* cache, int max_messag
   return KvChunker(cache, static_cast<int>(std::min<int64_t>(room / row_bytes, 1 << 30)));
 }
 
-KvChunker::KvChunker(const KvCache* cache, int rows_per_chunk)
+KvChunker::KvChunker(const KvStore* cache, int rows_per_chunk)
     : cache_(cache), rows_per_chunk_(rows_per_chunk) {
-  for (const LayerKv& l : cache->layers) {
-    n_chunks_ += std::max(1, (l.len() + rows_per_chunk - 1) / rows_per_chunk);
+  for (int l = 0; l < cache->n_layers(); ++l) {
+    n_chunks_ += std::max(1, (cache->len(l) + rows_per_chunk - 1) / rows_per_chunk);
   }
 }
 
 void KvChunker::FillHeader(hap::v1::KvHeader* header) const {
-  header->set_n_layers(static_cast<int>(cache_->layers.size()));
-  header->set_kv_dim(cache_->kv_dim);
+  header->set_n_layers(cache_->n_layers());
+  header->set_kv_dim(static_cast<int>(cache_->row_bytes() / DTypeSize(cache_->dtype())));
   header->set_dtype(WireDType(cache_->dtype()));
   header->clear_layer_rows();
-  for (const LayerKv& l : cache_->layers) header->add_layer_rows(l.len());
+  for (int l = 0; l < cache_->n_layers(); ++l) header->add_layer_rows(cache_->len(l));
   header->set_next_position(cache_->next_position);
   header->set_n_chunks(n_chunks_);
 }
 
 bool KvChunker::Next(hap::v1::KvChunk* chunk) {
-  while (layer_ < static_cast<int>(cache_->layers.size()) && row_ >= cache_->layers[layer_].len()) {
+  if (!status_.ok()) return false;
+  while (layer_ < cache_->n_layers() && row_ >= cache_->len(layer_)) {
     ++layer_;
     row_ = 0;
   }
-  if (layer_ >= static_cast<int>(cache_->layers.size())) return false;
-  const LayerKv& l = cache_->layers[layer_];
-  const int n = std::min(rows_per_chunk_, l.len() - row_);
-  const size_t row_bytes = static_cast<size_t>(cache_->row_bytes());
+  if (layer_ >= cache_->n_layers()) return false;
+  const int n = std::min(rows_per_chunk_, cache_->len(layer_) - row_);
+  const size_t bytes = static_cast<size_t>(cache_->row_bytes()) * n;
   chunk->Clear();
-  chunk->set_chunk_index(index_++);
+  chunk->set_chunk_index(index_);
   chunk->set_layer(layer_);
   chunk->set_row_offset(row_);
   chunk->set_n_rows(n);
   chunk->set_dtype(WireDType(cache_->dtype()));
-  chunk->mutable_positions()->Add(l.positions.begin() + row_, l.positions.begin() + row_ + n);
-  chunk->set_k(reinterpret_cast<const char*>(cache_->k_bytes(layer_) + row_ * row_bytes),
-               n * row_bytes);
-  chunk->set_v(reinterpret_cast<const char*>(cache_->v_bytes(layer_) + row_ * row_bytes),
-               n * row_bytes);
+  chunk->mutable_positions()->Resize(n, 0);
+  chunk->mutable_k()->resize(bytes);
+  chunk->mutable_v()->resize(bytes);
+  status_ = cache_->ReadRows(layer_, row_, n, chunk->mutable_k()->data(),
+                             chunk->mutable_v()->data(),
+                             chunk->mutable_positions()->mutable_data());
+  if (!status_.ok()) {
+    status_ = absl::Status(status_.code(), absl::StrCat("KV transfer: reading chunk ", index_,
+                                                        " (layer ", layer_, "): ",
+                                                        status_.message()));
+    return false;
+  }
   chunk->set_crc32c(KvChunkChecksum(*chunk));
+  ++index_;
   row_ += n;
   return true;
 }

@@ -1,7 +1,9 @@
 // The KV-cache transfer of the Decode stream (proto/hap/v1/decode.proto): KvChunker splits a
 // compacted cache into messages under the size limit, its rows in the cache's dtype (F32 or
-// BF16); KvAssembler checks every message on receipt (order, counts, sizes for the header's
-// dtype, checksum, layer range, dtype) and rebuilds the cache.
+// BF16), reading each chunk's rows out of the cache (KvStore::ReadRows: from a device, one copy
+// for K and one for V) just before it is encoded; KvAssembler checks every message on receipt
+// (order, counts, sizes for the header's dtype, checksum, layer range, dtype) and rebuilds the
+// cache.
 #pragma once
 
 #include <cstdint>
@@ -20,21 +22,25 @@ inline constexpr int kChunkOverheadBytes = 512;
 class KvChunker {
  public:
   // InvalidArgument when not even one row fits in max_message_bytes.
-  static absl::StatusOr<KvChunker> Create(const KvCache* cache, int max_message_bytes);
+  // The cache (host, device or paged) must outlive the chunker and not change meanwhile.
+  static absl::StatusOr<KvChunker> Create(const KvStore* cache, int max_message_bytes);
 
   int n_chunks() const { return n_chunks_; }
   int rows_per_chunk() const { return rows_per_chunk_; }
   // Sets n_layers, kv_dim, dtype, layer_rows, next_position and n_chunks; the caller adds the
   // request id, model dims, first token, sampling and stop parameters.
   void FillHeader(hap::v1::KvHeader* header) const;
-  // The next chunk (layers in order, rows in order); false after the last one.
+  // The next chunk (layers in order, rows in order); false after the last one, or when its rows
+  // could not be read (status() then says why, and Next stays false).
   bool Next(hap::v1::KvChunk* chunk);
+  const absl::Status& status() const { return status_; }
   void FillTrailer(hap::v1::KvTrailer* trailer) const;
 
  private:
-  KvChunker(const KvCache* cache, int rows_per_chunk);
+  KvChunker(const KvStore* cache, int rows_per_chunk);
 
-  const KvCache* cache_;
+  const KvStore* cache_;
+  absl::Status status_;
   int rows_per_chunk_;
   int n_chunks_ = 0;
   int layer_ = 0;

@@ -257,16 +257,18 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   children_.Add(ctx.get());
   absl::Cleanup remove = [&] { children_.Remove(ctx.get()); };
 
+  // The prefill's cache: in host memory, or in the device's, read a chunk at a time.
+  const KvStore& cache = prefill.kv();
   // The cache is leased until decode acknowledges it; a stalled transfer is cancelled.
   std::atomic<bool> lease_expired{false};
   HAP_ASSIGN_OR_RETURN(KvRegistry::Handle lease,
-                       kv->Acquire(job_.request_id, prefill.cache.bytes(), config.lease_ms, [&] {
+                       kv->Acquire(job_.request_id, cache.bytes(), config.lease_ms, [&] {
                          lease_expired = true;
                          ctx->TryCancel();
                        }));
   absl::Cleanup release = [&] { kv->Release(lease); };
   HAP_ASSIGN_OR_RETURN(KvChunker chunker,
-                       KvChunker::Create(&prefill.cache, config.max_message_bytes));
+                       KvChunker::Create(&cache, config.max_message_bytes));
 
   PrefillMetrics& metrics = PrefillMetrics::Get();
   // What decode will reserve for this cache: its rows plus max_new_tokens rows per layer, in the
@@ -274,16 +276,15 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   // layer up to whole blocks (a little more), and a pool of another dtype holds the rows in
   // twice or half the bytes; the choice only compares replicas by it.
   const int64_t kv_need =
-      (prefill.cache.total_rows() +
-       static_cast<int64_t>(prefill.cache.layers.size()) * job_.stop.max_new_tokens) *
-      2 * prefill.cache.row_bytes();
+      (cache.total_rows() + static_cast<int64_t>(cache.n_layers()) * job_.stop.max_new_tokens) *
+      2 * cache.row_bytes();
   const ReplicaSet<hap::v1::Decode>::Lease decode = service_->decoders().Pick(kv_need);
   telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Decode/Decode", decode.address(),
                             ctx.get());
   // hap.kv_transfer: first KV message sent → decode's acknowledgement of the whole cache.
   telemetry::Span kv_span = telemetry::GlobalTracer().StartSpan("hap.kv_transfer", call.span());
-  kv_span.SetAttribute("hap.kv.layers", static_cast<int>(prefill.cache.layers.size()))
-      .SetAttribute("hap.kv.bytes_sent", prefill.cache.bytes());
+  kv_span.SetAttribute("hap.kv.layers", cache.n_layers())
+      .SetAttribute("hap.kv.bytes_sent", cache.bytes());
   const auto t_transfer = Clock::now();
   std::unique_ptr<grpc::ClientReaderWriter<hap::v1::DecodeRequest, hap::v1::DecodeResponse>>
       stream = decode.stub()->Decode(ctx.get());
@@ -300,7 +301,8 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   for (const std::string& s : job_.stop.stop_strings) h->add_stop(s);
   bool ok = stream->Write(out);
   while (ok && chunker.Next(out.mutable_chunk())) ok = stream->Write(out);
-  if (ok) {
+  if (!chunker.status().ok()) ctx->TryCancel();  // a chunk's rows could not be read
+  if (ok && chunker.status().ok()) {
     chunker.FillTrailer(out.mutable_trailer());
     ok = stream->Write(out);
   }
@@ -330,6 +332,7 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
                         transfer_ms > 0 ? in.ack().kv_bytes() / 1e9 / (transfer_ms / 1e3) : 0.0);
       kv_span.End();
       prefill.cache = KvCache();  // decode has it now
+      prefill.device_cache.reset();
       kv->Release(lease);
     } else if (in.has_delta()) {
       const Clock::time_point now = Clock::now();
@@ -374,6 +377,7 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   telemetry::Span& server_span = mutable_rpc_span();
   server_span.SetAttribute("hap.relayed_tokens", relayed_tokens);
   if (!first) server_span.SetAttribute("hap.ttft_ms", timings_.ttft_ms());
+  HAP_RETURN_IF_ERROR(chunker.status());
   if (lease_expired) {
     return absl::DeadlineExceededError(absl::StrCat(
         "KV transfer to decode did not complete within the ", config.lease_ms, " ms lease"));

@@ -4,6 +4,7 @@
 // during a long prefill finishes first, both results equal their runs alone bit for bit, and the
 // rows reported are the rows each layer processed.
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -108,6 +109,7 @@ TEST_F(PrefillSlicesTest, AShortPromptOvertakesALongOneAndBothEqualTheirSoloRuns
   // A slice of 2 long layers: chunk tokens · layers = 2 · long_rows.
   const int64_t budget = 2 * long_rows;
   ComputeGate gate;
+  std::atomic<bool> long_at_layer_4{false};
   std::mutex mu;
   std::vector<std::string> order;  // "L4": the long prefill about to run its layer 4
   auto run = [&](Job* job, const char* name, bool wait_for_other_at_layer_4) {
@@ -117,8 +119,13 @@ TEST_F(PrefillSlicesTest, AShortPromptOvertakesALongOneAndBothEqualTheirSoloRuns
     TurnBudget turns(&hold, budget);
     ScopedTurnHook hook([&](int64_t rows) {
       if (wait_for_other_at_layer_4 && job->rows.size() == 4) {
-        // The short request arrives here, during the long prefill.
-        while (gate.waiting_turns() == 0) std::this_thread::yield();
+        // The short request is started now, during the long prefill, and queues at the gate.
+        long_at_layer_4 = true;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (gate.waiting_turns() == 0 && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::yield();
+        }
+        EXPECT_EQ(gate.waiting_turns(), 1) << "the short request never queued";
       }
       turns.Spend(rows);  // may hand the turn on first
       {
@@ -133,8 +140,9 @@ TEST_F(PrefillSlicesTest, AShortPromptOvertakesALongOneAndBothEqualTheirSoloRuns
     order.push_back(absl::StrCat(name, " done"));
   };
   std::thread long_thread(run, &long_job, "L", true);
-  // The short request starts once the long one is inside its prefill.
-  while (gate.started() == 0) std::this_thread::yield();
+  // The short request starts once the long one is about to run its layer 4 (not earlier: a
+  // waiter present when the long one ends its first slice would be let in there).
+  while (!long_at_layer_4) std::this_thread::yield();
   std::thread short_thread(run, &short_job, "S", false);
   long_thread.join();
   short_thread.join();

@@ -63,6 +63,14 @@ TinyModelOptions SmallModel(uint64_t seed, DType dtype = DType::kF32) {
   return o;
 }
 
+// A prefill's cache in host memory: on a device, copied out of the backend's memory.
+KvCache HostCache(PrefillResult& pre) {
+  if (pre.device_cache == nullptr) return std::move(pre.cache);
+  absl::StatusOr<KvCache> host = pre.device_cache->ToHost();
+  EXPECT_TRUE(host.ok()) << host.status();
+  return host.ok() ? *std::move(host) : KvCache();
+}
+
 class CudaModelTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
@@ -130,24 +138,34 @@ TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
       }
       EXPECT_EQ(pre_gpu->stats.layer_visual_tokens, pre_cpu->stats.layer_visual_tokens);
       EXPECT_EQ(pre_gpu->first_token, pre_cpu->first_token);
-      ASSERT_EQ(pre_gpu->cache.n_layers(), pre_cpu->cache.n_layers());
+      // The device prefill's cache stays in the backend's memory; its host copy for comparing.
+      ASSERT_NE(pre_gpu->device_cache, nullptr);
+      EXPECT_EQ(pre_gpu->device_cache->device(), gpu.backend().device());
+      EXPECT_EQ(pre_cpu->device_cache, nullptr);
+      EXPECT_EQ(pre_gpu->stats.kv_bytes, pre_cpu->stats.kv_bytes);
+      EXPECT_EQ(pre_gpu->stats.kv_bytes_unpruned, pre_cpu->stats.kv_bytes_unpruned);
+      const KvCache gpu_kv = HostCache(*pre_gpu);
+      ASSERT_EQ(gpu_kv.n_layers(), pre_cpu->cache.n_layers());
+      EXPECT_EQ(gpu_kv.next_position, pre_cpu->cache.next_position);
       double worst_kv = 0;
       for (int l = 0; l < pre_cpu->cache.n_layers(); ++l) {
-        EXPECT_EQ(pre_gpu->cache.layers[l].positions, pre_cpu->cache.layers[l].positions) << l;
+        EXPECT_EQ(gpu_kv.layers[l].positions, pre_cpu->cache.layers[l].positions) << l;
+        // Made without room for an answer: each layer sized to its own rows.
+        EXPECT_EQ(pre_gpu->device_cache->capacity(l), pre_cpu->cache.len(l)) << l;
         worst_kv = std::max({worst_kv,
-                             Worst(pre_gpu->cache.layers[l].k, pre_cpu->cache.layers[l].k,
-                                   tol.atol, tol.rtol),
-                             Worst(pre_gpu->cache.layers[l].v, pre_cpu->cache.layers[l].v,
-                                   tol.atol, tol.rtol)});
+                             Worst(gpu_kv.layers[l].k, pre_cpu->cache.layers[l].k, tol.atol,
+                                   tol.rtol),
+                             Worst(gpu_kv.layers[l].v, pre_cpu->cache.layers[l].v, tol.atol,
+                                   tol.rtol)});
       }
       EXPECT_LT(worst_kv, 1.0) << "KV cache";
 
       // One decode step's logits: the host cache on the CPU, a device copy on CUDA (decoding
       // from the host cache is refused with a clear error).
-      KvCache host_copy = pre_gpu->cache;
+      KvCache host_copy = gpu_kv;
       EXPECT_EQ(gpu.DecodeStep(pre_gpu->first_token, &host_copy).status().code(),
                 absl::StatusCode::kFailedPrecondition);
-      auto device_kv = DeviceKv::FromCache(gpu.backend(), pre_gpu->cache, 1);
+      auto device_kv = DeviceKv::FromCache(gpu.backend(), gpu_kv, 1);
       ASSERT_TRUE(device_kv.ok()) << device_kv.status();
       KvCache cpu_cache = pre_cpu->cache;
       auto logits_cpu = cpu.DecodeStep(pre_cpu->first_token, &cpu_cache);
@@ -213,7 +231,7 @@ TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
           Sampler sampler{SamplingParams{}};
           auto pre = RunPrefill(*model, "Which shapes are there?", *enc, prune, &sampler);
           ASSERT_TRUE(pre.ok()) << pre.status();
-          auto paged = PagedKv::FromCache(pool, pre->cache, 4);
+          auto paged = PagedKv::FromCache(pool, HostCache(*pre), 4);
           ASSERT_TRUE(paged.ok()) << paged.status();
           EXPECT_EQ((*paged)->device(), model->backend().device());
           out->push_back(std::move(*paged));
@@ -250,12 +268,13 @@ TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
 }
 
 // What comes back to the host. A prefill: the token embeddings once (they are spliced with the
-// image's on the host), K and V of every layer (the host cache), its first token's id (greedy),
-// and per pruning stage its kept indices — for HAP also one copy of the stage's PAQs, weights and token
-// scores, and no PAQ scalar per layer. A decode step that samples on the device: the greedy
-// rows' ids and the other rows' candidates (one copy each), and a row of logits only for a row
-// counted in full_rows; each row's token is exactly Sampler::Sample's on the same backend's
-// logits, with the same seed, batched or not, and a seeded answer equals the CPU backend's.
+// image's on the host), its first token's id (greedy), and per pruning stage its kept indices —
+// for HAP also one copy of the stage's PAQs, weights and token scores —, no PAQ scalar per layer
+// and nothing of its KV cache, which stays in the backend's memory. A decode step that samples
+// on the device: the greedy rows' ids and the other rows' candidates (one copy each), and a row
+// of logits only for a row counted in full_rows; each row's token is exactly Sampler::Sample's
+// on the same backend's logits, with the same seed, batched or not, and a seeded answer equals
+// the CPU backend's.
 TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
   const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_syncs";
   const TinyModelOptions o = SmallModel(23);
@@ -291,7 +310,8 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
     if (hap) {
       EXPECT_EQ(static_cast<int>(pre->stats.prune.hap_groups.size()), stages);
     }
-    EXPECT_EQ(copies, 1 + 2 * o.layers + 1 + (hap ? 2 : 1) * stages);
+    // The cache stays in device memory: no copy per layer.
+    EXPECT_EQ(copies, 1 + 1 + (hap ? 2 : 1) * stages);
     EXPECT_EQ(pre->first_token_sampling.argmax, 1);
     if (prune.method == "hap") prefill = std::move(*pre);
   }
@@ -313,7 +333,7 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
     std::vector<Sampler> host_samplers, device_samplers;
     for (int i : batch) {
       for (auto* kv : {&host_kv, &device_kv}) {
-        auto copy = DeviceKv::FromCache(gpu.backend(), prefill.cache, 4);
+        auto copy = DeviceKv::FromCache(gpu.backend(), prefill.kv(), 4);
         ASSERT_TRUE(copy.ok()) << copy.status();
         kv->push_back(std::move(*copy));
       }
@@ -370,6 +390,76 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
   ASSERT_TRUE(gen_cpu.ok()) << gen_cpu.status();
   ASSERT_TRUE(gen_gpu.ok()) << gen_gpu.status();
   EXPECT_EQ(gen_gpu->decode.tokens, gen_cpu->decode.tokens);
+}
+
+// hapctl run and the in-process pipeline on a device: the prefill's cache is made with room for
+// the answer, and the decode loop decodes from it in place — no copy through the host, no second
+// allocation — giving the CPU backend's tokens, greedy and sampled.
+TEST(CudaModelTest, TheDecodeLoopDecodesFromThePrefillsDeviceCache) {
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_decode_loop";
+  const TinyModelOptions o = SmallModel(26);
+  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  auto cpu_model = LlavaModel::Load(dir, {});
+  auto gpu_model = LlavaModel::Load(dir, on_cuda);
+  ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
+  const LlavaModel& cpu = **cpu_model;
+  const LlavaModel& gpu = **gpu_model;
+  GenerateRequest req;
+  req.image_bytes = Png();
+  req.prompt = "What is in the picture?";
+  req.prune.method = "hap";
+  req.prune.retain = 24;
+  req.stop.max_new_tokens = 6;
+  auto enc = EncodeImage(gpu, req.image_bytes, req.prune);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  for (const SamplingParams& sampling : {SamplingParams{0.f, 1.f, 0, 0},
+                                         SamplingParams{0.8f, 0.9f, 0, 42}}) {
+    const bool greedy = sampling.temperature == 0.f;
+    SCOPED_TRACE(greedy ? "greedy" : "top-p");
+    req.sampling = sampling;
+    auto want = Generate(cpu, req, nullptr);
+    ASSERT_TRUE(want.ok()) << want.status();
+
+    Sampler sampler(sampling);
+    auto pre = RunPrefill(gpu, req.prompt, *enc, req.prune, &sampler, req.stop.max_new_tokens);
+    ASSERT_TRUE(pre.ok()) << pre.status();
+    ASSERT_NE(pre->device_cache, nullptr);
+    const DeviceKv& kv = *pre->device_cache;
+    std::vector<int> rows;
+    std::vector<const void*> k_rows;
+    std::vector<KvSpan> spans;
+    for (int l = 0; l < kv.n_layers(); ++l) {
+      rows.push_back(kv.len(l));
+      EXPECT_EQ(kv.capacity(l), kv.len(l) + req.stop.max_new_tokens) << l;
+      kv.Spans(l, &spans);
+      k_rows.push_back(spans[0].k);
+    }
+    EXPECT_LT(rows.back(), rows.front());  // HAP: layers of their own lengths
+
+    const int64_t before = cuda::DeviceToHostCopies();
+    auto got = ContinueDecodeLoop(gpu, &pre->kv(), pre->first_token, sampler, req.stop, nullptr);
+    const int64_t copies = cuda::DeviceToHostCopies() - before;
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->tokens, want->decode.tokens);
+    const int steps = static_cast<int>(got->tokens.size()) - 1;
+    EXPECT_GT(steps, 0);
+    // The steps' rows landed in the prefill's own allocation.
+    for (int l = 0; l < kv.n_layers(); ++l) {
+      EXPECT_EQ(kv.len(l), rows[l] + steps) << l;
+      kv.Spans(l, &spans);
+      EXPECT_EQ(spans[0].k, k_rows[l]) << l;
+    }
+    // Nothing of the cache came back: a greedy step copies its token id alone, a sampled one
+    // its candidates (and a row of logits only where they cannot decide).
+    if (greedy) {
+      EXPECT_EQ(copies, steps);
+    } else {
+      EXPECT_GE(copies, steps);
+      EXPECT_LE(copies, 2 * steps);
+    }
+  }
 }
 
 // The prefill's first token is drawn where the logits are: a greedy row sends back its id, a
@@ -465,8 +555,7 @@ TEST(CudaModelTest, ThePrefillSamplesItsFirstTokenWhereTheLogitsAre) {
         EXPECT_EQ(bytes - bytes_with_row, end_bytes - int64_t{4} * vocab);
       } else {
         const int stages = static_cast<int>(pre_gpu->stats.prune.stages.size());
-        EXPECT_EQ(copies, 1 + 2 * o.layers + 2 * stages + (need == Sampler::Need::kRow ? 0 : 1) +
-                              c.full_rows);
+        EXPECT_EQ(copies, 1 + 2 * stages + (need == Sampler::Need::kRow ? 0 : 1) + c.full_rows);
       }
       std::printf("%s, first token %d: %d argmax, %d by candidates, %d rows copied; %lld copies, "
                   "%lld bytes\n", method, pre_gpu->first_token, c.argmax, c.top, c.full_rows,
@@ -526,7 +615,7 @@ TEST(CudaModelTest, TheDecodeEngineReportsHowEachStepsRowsWereSampled) {
         job.sampler = Sampler(params[i]);
         auto pre = RunPrefill(*model, "Which shapes are there?", *enc, prune, &job.sampler);
         ASSERT_TRUE(pre.ok()) << pre.status();
-        job.cache = std::move(pre->cache);
+        job.cache = HostCache(*pre);
         job.first_token = pre->first_token;
         job.stop.max_new_tokens = 6;
         job.done = [&done, i](absl::StatusOr<DecodeResult> r) { done[i].set_value(std::move(r)); };

@@ -251,16 +251,30 @@ TEST(KvCacheTest, Bf16CachesOnTheEmulatedCudaBackend) {
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   auto prefill = m.Prefill(*tokens, embeds, nullptr);
   ASSERT_TRUE(prefill.ok()) << prefill.status();
-  ASSERT_EQ(prefill->cache.dtype(), DType::kBF16);
-  const int model_kv_dim = prefill->cache.kv_dim;
-  auto model_pool = KvBlockPool::Create(16, model_kv_dim, DType::kBF16, 8 << 20, &gpu);
+  // The prefill's own cache, in device memory with no room to spare, grows there for 3 steps.
+  ASSERT_NE(prefill->device_cache, nullptr);
+  DeviceKv& device_kv = *prefill->device_cache;
+  ASSERT_EQ(device_kv.dtype(), DType::kBF16);
+  auto host = device_kv.ToHost();
+  ASSERT_TRUE(host.ok()) << host.status();
+  auto model_pool = KvBlockPool::Create(16, host->kv_dim, DType::kBF16, 8 << 20, &gpu);
   ASSERT_TRUE(model_pool.ok());
-  auto device_kv = DeviceKv::FromCache(gpu, prefill->cache, 3);
-  auto paged = PagedKv::FromCache(model_pool->get(), prefill->cache, 3);
-  ASSERT_TRUE(device_kv.ok() && paged.ok());
+  auto paged = PagedKv::FromCache(model_pool->get(), *host, 3);
+  ASSERT_TRUE(paged.ok());
+  const int rows = device_kv.len(0);
+  EXPECT_EQ(device_kv.capacity(0), rows);
+  ASSERT_TRUE(device_kv.ReserveRows(3).ok());
+  EXPECT_EQ(device_kv.capacity(0), rows + 3);
+  auto moved = device_kv.ToHost();  // the rows moved within device memory, bit for bit
+  ASSERT_TRUE(moved.ok());
+  for (int l = 0; l < device_kv.n_layers(); ++l) {
+    EXPECT_EQ(moved->layers[l].k_bf16, host->layers[l].k_bf16) << l;
+    EXPECT_EQ(moved->layers[l].v_bf16, host->layers[l].v_bf16) << l;
+    EXPECT_EQ(moved->layers[l].positions, host->layers[l].positions) << l;
+  }
   int32_t token = 5;
   for (int step = 0; step < 3; ++step) {
-    auto a = m.DecodeStep(token, device_kv->get());
+    auto a = m.DecodeStep(token, &device_kv);
     auto b = m.DecodeStep(token, paged->get());
     ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
     ASSERT_EQ(a->size(), b->size());

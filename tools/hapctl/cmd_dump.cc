@@ -45,7 +45,7 @@ absl::Status Dump(const Flags& flags) {
   StopCriteria stop;
   stop.max_new_tokens = static_cast<int>(max_new);
   HAP_ASSIGN_OR_RETURN(DecodeResult decoded,
-                       RunDecodeLoop(*model, &prefill.cache, prefill.logits, SamplingParams{},
+                       RunDecodeLoop(*model, &prefill.kv(), prefill.logits, SamplingParams{},
                                      stop, nullptr));
   HAP_RETURN_IF_ERROR(WriteNpy(path("tokens.npy"), decoded.tokens.data(),
                                {static_cast<int64_t>(decoded.tokens.size())}));

@@ -162,12 +162,13 @@ absl::StatusOr<EvalSummary> Evaluate(const LlavaModel& model, const std::string&
     }
     Sampler sampler(SamplingParams{});
     HAP_ASSIGN_OR_RETURN(PrefillResult prefill,
-                         RunPrefill(model, q.question, it->second, prune, &sampler));
+                         RunPrefill(model, q.question, it->second, prune, &sampler,
+                                    max_new_tokens));
     StopCriteria stop;
     stop.max_new_tokens = max_new_tokens;
     HAP_ASSIGN_OR_RETURN(
         DecodeResult dec,
-        ContinueDecodeLoop(model, &prefill.cache, prefill.first_token, sampler, stop, nullptr));
+        ContinueDecodeLoop(model, &prefill.kv(), prefill.first_token, sampler, stop, nullptr));
     const bool ok = NormaliseAnswer(dec.text) == NormaliseAnswer(q.answer);
     const PrefillStats& st = prefill.stats;
     s.total++;
@@ -353,10 +354,11 @@ absl::StatusOr<MethodTotals> AnswerAll(const LlavaModel& model, const LlavaEvalO
     }
     std::string storage;
     Sampler sampler(o.sampling);
-    auto prefill = RunPrefill(model, PromptFor(q, o.conv, &storage), it->second, prune, &sampler);
+    auto prefill = RunPrefill(model, PromptFor(q, o.conv, &storage), it->second, prune, &sampler,
+                              o.stop.max_new_tokens);
     if (!prefill.ok()) return AtQuestion(prefill.status(), o, q);
     auto dec =
-        ContinueDecodeLoop(model, &prefill->cache, prefill->first_token, sampler, o.stop, nullptr);
+        ContinueDecodeLoop(model, &prefill->kv(), prefill->first_token, sampler, o.stop, nullptr);
     if (!dec.ok()) return AtQuestion(dec.status(), o, q);
 
     AnswerRun run;
