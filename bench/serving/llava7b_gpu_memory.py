@@ -47,6 +47,11 @@ def prefill_activation_bytes(rows, text_tokens, group_layers):
     return rows * per_row * 4 + scratch + logits * 4 + maps * 4
 
 
+def prefill_kv_bytes(layer_rows, elem):
+    """The prefill's cache on the device until the transfer is acknowledged: each layer its rows."""
+    return sum(layer_rows) * D * 2 * elem
+
+
 def decode_kv_bytes(layer_rows, new_tokens, elem, block_rows=16):
     blocks = sum(math.ceil((r + new_tokens) / block_rows) for r in layer_rows)
     return blocks * block_rows * D * 2 * elem
@@ -63,8 +68,8 @@ def main():
     print(f"LLaVA-1.5-7B, {t} text tokens + {V} visual, {args.new_tokens} new tokens")
     print(f"weights on the device: prefill/decode {language_weight_bytes() / gib:.2f} GiB, "
           f"encoder {vision_weight_bytes() / gib:.2f} GiB")
-    print(f"{'budget':>10} {'avg vis':>8} {'prefill act':>12} {'decode KV F32':>14} "
-          f"{'decode KV BF16':>15}")
+    print(f"{'budget':>10} {'avg vis':>8} {'prefill act':>12} {'prefill KV F32':>15} "
+          f"{'prefill KV BF16':>16} {'decode KV F32':>14} {'decode KV BF16':>15}")
     rows = [("unpruned", [V] * L, 0)]
     for budget in ["33.3%", "22.2%", "11.1%", "5.6%"]:
         plan = json.loads(subprocess.check_output(
@@ -77,8 +82,10 @@ def main():
         act = prefill_activation_bytes(t + V, t, group_layers)
         f32 = decode_kv_bytes(layer_rows, args.new_tokens, 4)
         bf16 = decode_kv_bytes(layer_rows, args.new_tokens, 2)
-        print(f"{name:>10} {sum(vis) / L:8.1f} {act / 2**20:9.0f} MiB {f32 / 2**20:10.0f} MiB "
-              f"{bf16 / 2**20:11.0f} MiB")
+        p32 = prefill_kv_bytes(layer_rows, 4)
+        p16 = prefill_kv_bytes(layer_rows, 2)
+        print(f"{name:>10} {sum(vis) / L:8.1f} {act / 2**20:9.0f} MiB {p32 / 2**20:11.0f} MiB "
+              f"{p16 / 2**20:12.0f} MiB {f32 / 2**20:10.0f} MiB {bf16 / 2**20:11.0f} MiB")
 
 
 if __name__ == "__main__":
