@@ -63,6 +63,27 @@ TinyModelOptions SmallModel(uint64_t seed, DType dtype = DType::kF32) {
   return o;
 }
 
+// SmallModel(seed) written under the build tree as `name` and loaded twice: on the CPU backend
+// and on the emulated CUDA one (a member is null where its load failed, which is recorded).
+struct ModelPair {
+  std::unique_ptr<LlavaModel> cpu, gpu;
+  bool ok() const { return cpu != nullptr && gpu != nullptr; }
+};
+ModelPair LoadPair(const std::string& name, uint64_t seed) {
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/" + name;
+  EXPECT_TRUE(WriteTinyModel(SmallModel(seed), dir).ok());
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  auto cpu = LlavaModel::Load(dir, {});
+  auto gpu = LlavaModel::Load(dir, on_cuda);
+  EXPECT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE(gpu.ok()) << gpu.status();
+  ModelPair pair;
+  if (cpu.ok()) pair.cpu = *std::move(cpu);
+  if (gpu.ok()) pair.gpu = *std::move(gpu);
+  return pair;
+}
+
 // A prefill's cache in host memory: on a device, copied out of the backend's memory.
 KvCache HostCache(PrefillResult& pre) {
   if (pre.device_cache == nullptr) return std::move(pre.cache);
@@ -276,16 +297,10 @@ TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
 // on the same backend's logits, with the same seed, batched or not, and a seeded answer equals
 // the CPU backend's.
 TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_syncs";
-  const TinyModelOptions o = SmallModel(23);
-  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
-  ModelOptions on_cuda;
-  on_cuda.backend = *GetCudaBackend();
-  auto cpu_model = LlavaModel::Load(dir, {});
-  auto gpu_model = LlavaModel::Load(dir, on_cuda);
-  ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
-  const LlavaModel& cpu = **cpu_model;
-  const LlavaModel& gpu = **gpu_model;
+  const ModelPair models = LoadPair("cuda_model_syncs", 23);
+  ASSERT_TRUE(models.ok());
+  const LlavaModel& cpu = *models.cpu;
+  const LlavaModel& gpu = *models.gpu;
   const std::string png = Png();
   const std::string prompt = "What is in the picture?";
 
@@ -396,16 +411,10 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
 // the answer, and the decode loop decodes from it in place — no copy through the host, no second
 // allocation — giving the CPU backend's tokens, greedy and sampled.
 TEST(CudaModelTest, TheDecodeLoopDecodesFromThePrefillsDeviceCache) {
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_decode_loop";
-  const TinyModelOptions o = SmallModel(26);
-  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
-  ModelOptions on_cuda;
-  on_cuda.backend = *GetCudaBackend();
-  auto cpu_model = LlavaModel::Load(dir, {});
-  auto gpu_model = LlavaModel::Load(dir, on_cuda);
-  ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
-  const LlavaModel& cpu = **cpu_model;
-  const LlavaModel& gpu = **gpu_model;
+  const ModelPair models = LoadPair("cuda_model_decode_loop", 26);
+  ASSERT_TRUE(models.ok());
+  const LlavaModel& cpu = *models.cpu;
+  const LlavaModel& gpu = *models.gpu;
   GenerateRequest req;
   req.image_bytes = Png();
   req.prompt = "What is in the picture?";
@@ -468,16 +477,10 @@ TEST(CudaModelTest, TheDecodeLoopDecodesFromThePrefillsDeviceCache) {
 // draws from that row, its random stream moves as Sample's does, and the CPU backend (which
 // samples its host logits in place) draws the same token with the same seed.
 TEST(CudaModelTest, ThePrefillSamplesItsFirstTokenWhereTheLogitsAre) {
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_first_token";
-  const TinyModelOptions o = SmallModel(24);
-  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
-  ModelOptions on_cuda;
-  on_cuda.backend = *GetCudaBackend();
-  auto cpu_model = LlavaModel::Load(dir, {});
-  auto gpu_model = LlavaModel::Load(dir, on_cuda);
-  ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
-  const LlavaModel& cpu = **cpu_model;
-  const LlavaModel& gpu = **gpu_model;
+  const ModelPair models = LoadPair("cuda_model_first_token", 24);
+  ASSERT_TRUE(models.ok());
+  const LlavaModel& cpu = *models.cpu;
+  const LlavaModel& gpu = *models.gpu;
   const int vocab = gpu.config().text.vocab_size;
   ASSERT_GT(vocab, kMaxTopLogits + 44);
   const std::string png = Png();
@@ -569,21 +572,16 @@ TEST(CudaModelTest, ThePrefillSamplesItsFirstTokenWhereTheLogitsAre) {
 // sampled in place. Every row a step sampled is counted once: each answer's tokens but the
 // first (the prefill's).
 TEST(CudaModelTest, TheDecodeEngineReportsHowEachStepsRowsWereSampled) {
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_engine";
   const TinyModelOptions o = SmallModel(25);
-  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
-  ModelOptions on_cuda;
-  on_cuda.backend = *GetCudaBackend();
-  auto cpu_model = LlavaModel::Load(dir, {});
-  auto gpu_model = LlavaModel::Load(dir, on_cuda);
-  ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
+  const ModelPair models = LoadPair("cuda_model_engine", 25);
+  ASSERT_TRUE(models.ok());
   const std::string png = Png();
   const int kv_dim = o.kv_heads * (o.hidden / o.heads);
   // Greedy, top-k (candidates), top-k above the candidate bound (rows).
   const std::vector<SamplingParams> params = {
       {0.f, 1.f, 0, 0}, {0.8f, 1.f, 40, 11}, {1.2f, 0.95f, 300, 14}};
   std::vector<std::vector<int32_t>> answers[2];
-  for (const LlavaModel* model : {cpu_model->get(), gpu_model->get()}) {
+  for (const LlavaModel* model : {models.cpu.get(), models.gpu.get()}) {
     const bool device = model->backend().device() != Device::kCpu;
     SCOPED_TRACE(device ? "cuda" : "cpu");
     auto pool = KvBlockPool::Create(16, kv_dim, DType::kF32, int64_t{16} << 20,
