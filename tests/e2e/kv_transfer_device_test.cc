@@ -15,19 +15,12 @@
 #include "runtime/model/pipeline.h"
 #include "runtime/model/tiny_model.h"
 #include "services/common/kv_codec.h"
+#include "tests/common/pattern_png.h"
 
 namespace hap::svc {
 namespace {
 
-std::string Png() {
-  RgbImage img;
-  img.width = img.height = 96;
-  img.pixels.resize(96 * 96 * 3);
-  for (size_t i = 0; i < img.pixels.size(); ++i) {
-    img.pixels[i] = static_cast<uint8_t>((i * 37 + i / 301 * 11) % 253);
-  }
-  return EncodePng(img).value();
-}
+std::string Png() { return hap::testing::PatternPng(); }
 
 // The transfer's messages serialised: header, chunks, trailer.
 std::vector<std::string> Encode(const KvStore& cache, int max_message_bytes, int* n_chunks) {

@@ -23,6 +23,7 @@
 #include "runtime/model/row_sampling.h"
 #include "runtime/model/tiny_model.h"
 #include "runtime/prune/factory.h"
+#include "tests/common/pattern_png.h"
 
 namespace hap {
 namespace {
@@ -38,15 +39,7 @@ double Worst(const std::vector<float>& a, const std::vector<float>& b, double at
   return worst;
 }
 
-std::string Png() {
-  RgbImage img;
-  img.width = img.height = 96;
-  img.pixels.resize(96 * 96 * 3);
-  for (size_t i = 0; i < img.pixels.size(); ++i) {
-    img.pixels[i] = static_cast<uint8_t>((i * 37 + i / 301 * 11) % 253);
-  }
-  return EncodePng(img).value();
-}
+std::string Png() { return hap::testing::PatternPng(); }
 
 struct Tolerance {
   double atol, rtol;
