@@ -8,14 +8,17 @@ WorkerPool::Ticket& WorkerPool::Ticket::operator=(Ticket&& other) noexcept {
   if (this != &other) {
     Reset();
     pool_ = other.pool_;
+    running_ = other.running_;
     other.pool_ = nullptr;
+    other.running_ = false;
   }
   return *this;
 }
 
 void WorkerPool::Ticket::Reset() {
-  if (pool_ != nullptr) pool_->Release();
+  if (pool_ != nullptr) pool_->Release(running_);
   pool_ = nullptr;
+  running_ = false;
 }
 
 WorkerPool::WorkerPool(int workers, int queue_length)
@@ -44,12 +47,13 @@ absl::StatusOr<WorkerPool::Ticket> WorkerPool::Admit() {
   return Ticket(this);
 }
 
-void WorkerPool::Release() {
+void WorkerPool::Release(bool running) {
   std::lock_guard<std::mutex> lock(mu_);
   --admitted_;
+  if (running) --running_;
 }
 
-void WorkerPool::Run(Ticket ticket, std::function<void()> task) {
+void WorkerPool::Run(Ticket ticket, std::function<void(Ticket*)> task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     items_.push_back(Item{std::move(ticket), std::move(task)});
@@ -67,13 +71,10 @@ void WorkerPool::Loop() {
       item = std::move(items_.front());
       items_.pop_front();
       ++running_;
+      item.ticket.running_ = true;
     }
-    item.task();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --running_;
-    }
-    item.ticket.Reset();
+    item.task(&item.ticket);
+    item.ticket.Reset();  // unless the task released it already
   }
 }
 

@@ -16,12 +16,15 @@ namespace hap::svc {
 
 class WorkerPool {
  public:
-  // A place in the pool: held from admission until the request's task returns (or the ticket is
-  // dropped without running anything).
+  // A place in the pool: held from admission until the request's task returns or releases it
+  // (or the ticket is dropped without running anything).
   class Ticket {
    public:
     Ticket() = default;
-    Ticket(Ticket&& other) noexcept : pool_(other.pool_) { other.pool_ = nullptr; }
+    Ticket(Ticket&& other) noexcept : pool_(other.pool_), running_(other.running_) {
+      other.pool_ = nullptr;
+      other.running_ = false;
+    }
     Ticket& operator=(Ticket&& other) noexcept;
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
@@ -33,6 +36,7 @@ class WorkerPool {
     friend class WorkerPool;
     explicit Ticket(WorkerPool* pool) : pool_(pool) {}
     WorkerPool* pool_ = nullptr;
+    bool running_ = false;  // its task is running: releasing it ends that too
   };
 
   WorkerPool(int workers, int queue_length);
@@ -42,8 +46,10 @@ class WorkerPool {
 
   // ResourceExhausted (with the limits in the message) when workers + queue_length are taken.
   absl::StatusOr<Ticket> Admit();
-  // Queues `task`; the ticket is released when it returns.
-  void Run(Ticket ticket, std::function<void()> task);
+  // Queues `task`, which gets the ticket: it should Reset() it before it answers its call, so a
+  // client that has seen the answer finds the place free again (the ticket is released when the
+  // task returns otherwise).
+  void Run(Ticket ticket, std::function<void(Ticket* ticket)> task);
 
   int admitted() const;  // tickets alive
   int running() const;
@@ -53,9 +59,9 @@ class WorkerPool {
  private:
   struct Item {
     Ticket ticket;
-    std::function<void()> task;
+    std::function<void(Ticket*)> task;
   };
-  void Release();
+  void Release(bool running);
   void Loop();
 
   const int workers_, queue_length_;

@@ -31,7 +31,11 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
       Close(ToGrpc(ticket.status()));
       return;
     }
-    service->pool_->Run(std::move(*ticket), [this] { Close(ToGrpc(Encode())); });
+    service->pool_->Run(std::move(*ticket), [this](WorkerPool::Ticket* place) {
+      const absl::Status status = Encode();
+      place->Reset();  // free before the answer: a client that saw it may call again at once
+      Close(ToGrpc(status));
+    });
   }
 
  private:

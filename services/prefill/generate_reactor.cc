@@ -134,7 +134,11 @@ GenerateReactor::GenerateReactor(PrefillService* service, grpc::CallbackServerCo
     End(ticket.status());
     return;
   }
-  service->pool()->Run(std::move(*ticket), [this] { End(Execute()); });
+  service->pool()->Run(std::move(*ticket), [this](WorkerPool::Ticket* place) {
+    const absl::Status status = Execute();
+    place->Reset();  // free before the answer: a client that saw it may call again at once
+    End(status);
+  });
 }
 
 void GenerateReactor::End(const absl::Status& status) {
