@@ -24,6 +24,9 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr int kMaxImageSize = 4096;  // ClipPreprocess's largest side
+// Layers of either tower, at most: far above any released model (LLaMA-70B has 80), and low
+// enough that arithmetic on layer indices (feature layer bounds, -(n + 1)) stays inside an int.
+constexpr int kMaxLayers = 4096;
 
 using io_internal::Brief;
 using io_internal::FieldReader;
@@ -145,6 +148,10 @@ absl::Status Validate(const LlavaConfig& c, const std::string& source) {
   HAP_RETURN_IF_ERROR(Positive(vw, "hidden_size", v.hidden_size));
   HAP_RETURN_IF_ERROR(Positive(vw, "intermediate_size", v.intermediate_size));
   HAP_RETURN_IF_ERROR(Positive(vw, "num_hidden_layers", v.num_hidden_layers));
+  if (v.num_hidden_layers > kMaxLayers) {
+    return absl::InvalidArgumentError(absl::StrCat(vw, "num_hidden_layers ", v.num_hidden_layers,
+                                                   " is over ", kMaxLayers));
+  }
   HAP_RETURN_IF_ERROR(Positive(vw, "num_attention_heads", v.num_attention_heads));
   HAP_RETURN_IF_ERROR(Positive(vw, "num_channels", v.num_channels));
   HAP_RETURN_IF_ERROR(Positive(vw, "image_size", v.image_size));
@@ -177,6 +184,10 @@ absl::Status Validate(const LlavaConfig& c, const std::string& source) {
   HAP_RETURN_IF_ERROR(Positive(tw, "vocab_size", t.vocab_size));
   HAP_RETURN_IF_ERROR(Positive(tw, "intermediate_size", t.intermediate_size));
   HAP_RETURN_IF_ERROR(Positive(tw, "num_hidden_layers", t.num_hidden_layers));
+  if (t.num_hidden_layers > kMaxLayers) {
+    return absl::InvalidArgumentError(absl::StrCat(tw, "num_hidden_layers ", t.num_hidden_layers,
+                                                   " is over ", kMaxLayers));
+  }
   HAP_RETURN_IF_ERROR(Positive(tw, "num_key_value_heads", t.num_key_value_heads));
   HAP_RETURN_IF_ERROR(Positive(tw, "head_dim", t.head_dim));
   HAP_RETURN_IF_ERROR(Positive(tw, "max_position_embeddings", t.max_position_embeddings));

@@ -379,6 +379,18 @@ TEST(LlavaConfigErrorTest, GeometryIsValidatedBeforeItIsUsed) {
   EXPECT_EQ(largest->image_seq_length, 4096 * 4096);
 }
 
+// Found by tests/fuzz/config_fuzz: a vision tower of 2^31 - 1 layers overflowed the feature
+// layer's bound -(n + 1). Layer counts are bounded first, in both towers.
+TEST(LlavaConfigErrorTest, LayerCountsAreBoundedBeforeTheFeatureLayerIsChecked) {
+  ExpectError(ParsePatched(R"({"vision_config": {"num_hidden_layers": 2147483647},
+                               "vision_feature_layer": 3})"),
+              "vision_config.num_hidden_layers 2147483647 is over 4096");
+  ExpectError(ParsePatched(R"({"text_config": {"num_hidden_layers": 5000}})"),
+              "text_config.num_hidden_layers 5000 is over 4096");
+  EXPECT_TRUE(ParsePatched(R"({"vision_config": {"num_hidden_layers": 4096},
+                               "vision_feature_layer": -4097})").ok());
+}
+
 TEST(LlavaConfigErrorTest, FeatureLayerAndStrategy) {
   ExpectError(ParsePatched(R"({"vision_feature_layer": -26})"),
               "vision_feature_layer = -26 is outside [-25, 24] for a vision tower of 24 layers");
