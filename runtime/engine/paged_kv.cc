@@ -184,11 +184,8 @@ void PagedKv::Spans(int layer, std::vector<KvSpan>* spans) const {
 
 absl::Status PagedKv::ReadRows(int layer, int row, int n, void* k, void* v,
                                int32_t* positions) const {
+  HAP_RETURN_IF_ERROR(CheckRows(layer, row, n));
   const Layer& l = layers_[layer];
-  if (row < 0 || n < 0 || row + n > l.len) {
-    return absl::OutOfRangeError(
-        absl::StrCat("layer ", layer, ": rows [", row, ", ", row + n, ") of ", l.len));
-  }
   const Backend& backend = pool_->backend();
   const int block_rows = pool_->block_rows();
   const size_t bytes = static_cast<size_t>(row_bytes());

@@ -18,12 +18,30 @@ int64_t KvStore::total_rows() const {
   return rows;
 }
 
+absl::Status KvStore::CheckRows(int layer, int row, int n) const {
+  if (row < 0 || n < 0 || row + n > len(layer)) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("layer %d: rows [%d, %d) of %d", layer, row, row + n, len(layer)));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The dtypes a KV cache holds its rows in.
+absl::Status CheckKvDType(DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("a KV cache of ", std::string(DTypeName(dtype)),
+                                                   " rows: the KV dtype must be F32 or BF16"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status KvCache::SetDType(DType dtype) {
   const std::string name(DTypeName(dtype));
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a KV cache of ", name, " rows: the KV dtype must be F32 or BF16"));
-  }
+  HAP_RETURN_IF_ERROR(CheckKvDType(dtype));
   if (dtype != dtype_ && total_rows() > 0) {
     return absl::FailedPreconditionError(absl::StrCat("a KV cache holding ", total_rows(), " ",
                                                       std::string(DTypeName(dtype_)),
@@ -85,11 +103,8 @@ absl::Status KvCache::ReserveRows(int rows) {
 
 absl::Status KvCache::ReadRows(int layer, int row, int n, void* k, void* v,
                                int32_t* positions) const {
+  HAP_RETURN_IF_ERROR(CheckRows(layer, row, n));
   const LayerKv& l = layers[layer];
-  if (row < 0 || n < 0 || row + n > l.len()) {
-    return absl::OutOfRangeError(
-        absl::StrFormat("layer %d: rows [%d, %d) of %d", layer, row, row + n, l.len()));
-  }
   const size_t bytes = static_cast<size_t>(row_bytes());
   std::memcpy(k, k_bytes(layer) + bytes * row, bytes * n);
   std::memcpy(v, v_bytes(layer) + bytes * row, bytes * n);
@@ -151,10 +166,7 @@ void KvCache::Spans(int layer, std::vector<KvSpan>* spans) const {
 absl::StatusOr<std::unique_ptr<DeviceKv>> DeviceKv::Create(const Backend& backend, int n_layers,
                                                           int kv_dim, DType dtype,
                                                           int reserve_rows) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("a KV cache of ", std::string(DTypeName(dtype)),
-                                                   " rows: the KV dtype must be F32 or BF16"));
-  }
+  HAP_RETURN_IF_ERROR(CheckKvDType(dtype));
   std::unique_ptr<DeviceKv> kv(new DeviceKv(backend));
   kv->kv_dim_ = kv_dim;
   kv->dtype_ = dtype;
@@ -239,11 +251,8 @@ void DeviceKv::Spans(int layer, std::vector<KvSpan>* spans) const {
 
 absl::Status DeviceKv::ReadRows(int layer, int row, int n, void* k, void* v,
                                 int32_t* positions) const {
+  HAP_RETURN_IF_ERROR(CheckRows(layer, row, n));
   const Layer& l = layers_[layer];
-  if (row < 0 || n < 0 || row + n > l.len()) {
-    return absl::OutOfRangeError(
-        absl::StrFormat("layer %d: rows [%d, %d) of %d", layer, row, row + n, l.len()));
-  }
   if (n == 0) return absl::OkStatus();
   const size_t bytes = static_cast<size_t>(row_bytes());
   HAP_RETURN_IF_ERROR(

@@ -45,6 +45,8 @@ class KvStore {
 
   // Σ_l len(l).
   int64_t total_rows() const;
+  // OutOfRange unless rows [row, row + n) lie in `layer` (what ReadRows checks first).
+  absl::Status CheckRows(int layer, int row, int n) const;
   // Bytes of K and V (in dtype()) over all layers; position ids are not counted.
   int64_t bytes() const { return total_rows() * 2 * row_bytes(); }
 
