@@ -58,6 +58,13 @@ bool IsPlainFileName(const std::string& name) {
          name.find('\\') == std::string::npos;
 }
 
+// Whether `path` names something. A path the OS cannot even look up (too long, a component that is
+// a file) counts as absent: the throwing overload of std::filesystem::exists would abort instead.
+bool PathExists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec) && !ec;
+}
+
 // Opens the shards named by the index and checks the index against them.
 absl::Status OpenSharded(const std::string& dir,
                          std::vector<std::unique_ptr<SafetensorsFile>>& files,
@@ -96,7 +103,7 @@ absl::Status OpenSharded(const std::string& dir,
   for (const auto& [tensor, shard] : shard_of) {
     if (opened.count(shard)) continue;
     const std::string path = absl::StrCat(dir, "/", shard);
-    if (!std::filesystem::exists(path)) {
+    if (!PathExists(path)) {
       return absl::NotFoundError(absl::StrCat(
           index_path, ": shard '", shard, "' (named for tensor '", tensor, "') does not exist"));
     }
@@ -233,10 +240,10 @@ absl::StatusOr<std::unique_ptr<LlavaWeights>> LlavaWeights::Load(const std::stri
   std::map<std::string, Located> catalog;
   const std::string single_path = absl::StrCat(model_dir, "/", kSingleFile);
   std::string source;  // names the checkpoint in "missing tensor" errors
-  if (std::filesystem::exists(absl::StrCat(model_dir, "/", kIndexFile))) {
+  if (PathExists(absl::StrCat(model_dir, "/", kIndexFile))) {
     source = absl::StrCat(model_dir, "/", kIndexFile);
     HAP_RETURN_IF_ERROR(OpenSharded(model_dir, w->files_, catalog));
-  } else if (std::filesystem::exists(single_path)) {
+  } else if (PathExists(single_path)) {
     source = single_path;
     HAP_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(single_path));
     HAP_RETURN_IF_ERROR(Register(*file, catalog));

@@ -16,7 +16,8 @@ namespace hap {
 
 absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& dir,
                                                              const ModelOptions& options) {
-  if (!std::filesystem::is_directory(dir)) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec) || ec) {
     return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
   }
   if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kBF16) {

@@ -23,7 +23,9 @@ absl::Status WriteTinyModel(const TinyModelOptions& o, const std::string& dir) {
         "image-size ≥ 14; vocab ≥ 362, the corpus's 259 special and byte pieces + 103 "
         "characters; shards ≥ 1)");
   }
-  std::filesystem::create_directories(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
   const std::string tok_path = (std::filesystem::path(dir) / "tokenizer.model").string();
   HAP_RETURN_IF_ERROR(TrainTokenizer(o.corpus_path, tok_path, o.sp_vocab));
   HAP_ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::Load(tok_path));

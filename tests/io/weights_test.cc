@@ -439,6 +439,23 @@ TEST(LlavaWeightsErrorTest, IndexNamesMissingShard) {
                "for tensor '");
 }
 
+// A shard name longer than the file system allows (found by safetensors_index_fuzz) is a missing
+// shard, not an exception out of std::filesystem.
+TEST(LlavaWeightsErrorTest, ShardNameTooLongForTheFileSystem) {
+  ScratchDir dir;
+  const LlavaConfig cfg = TinyConfig();
+  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 1, DType::kF32, 2).ok());
+  const std::string shard = std::string(300, 'x') + ".safetensors";
+  WriteFile(dir / "model.safetensors.index.json",
+            nlohmann::json{{"weight_map", {{"language_model.model.norm.weight", shard}}}}.dump());
+  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kNotFound,
+               "shard '" + shard + "' (named for tensor 'language_model.model.norm.weight') "
+               "does not exist");
+  // A model directory path that is too long is likewise "not found".
+  ExpectStatus(LlavaWeights::Load(dir.path() + "/" + std::string(300, 'y'), cfg),
+               absl::StatusCode::kNotFound, "neither model.safetensors nor");
+}
+
 TEST(LlavaWeightsErrorTest, TensorMissingFromItsShard) {
   ScratchDir dir;
   const LlavaConfig cfg = TinyConfig();

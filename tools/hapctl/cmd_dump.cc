@@ -22,7 +22,7 @@ absl::Status Dump(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(int64_t max_new, flags.Int("max-new-tokens", 32));
   HAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(image_path));
   HAP_ASSIGN_OR_RETURN(auto model, LlavaModel::Load(ResolveModelDir(flags.GetOr("model", "")), {}));
-  std::filesystem::create_directories(out);
+  HAP_RETURN_IF_ERROR(CreateDirectories(out));
   auto path = [&](const char* name) { return (std::filesystem::path(out) / name).string(); };
   const LlavaConfig& cfg = model->config();
   const int64_t s = cfg.vision.image_size;

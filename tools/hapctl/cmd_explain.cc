@@ -262,7 +262,7 @@ absl::Status Explain(const Flags& flags) {
   }
   HAP_ASSIGN_OR_RETURN(GenerateResult result, Generate(*model, req, nullptr));
   const PruneStats& ps = result.stats.prune;
-  std::filesystem::create_directories(out_dir);
+  HAP_RETURN_IF_ERROR(CreateDirectories(out_dir));
   const auto path = [&](const std::string& name) {
     return (std::filesystem::path(out_dir) / name).string();
   };

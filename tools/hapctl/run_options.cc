@@ -30,6 +30,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+absl::Status CreateDirectories(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PruneRequest> ParsePruneFlags(const Flags& flags, int n_visual_tokens) {
   PruneRequest req;
   auto retain = flags.Get("retain");

@@ -46,4 +46,7 @@ void PrintTimings(const GenerateResult& result, double load_ms);
 // Reads a whole file (NotFound / Unavailable with the path on failure).
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
+// Creates `dir` and its parents (Unavailable with the path and the OS's reason on failure).
+absl::Status CreateDirectories(const std::string& dir);
+
 }  // namespace hap::cli
