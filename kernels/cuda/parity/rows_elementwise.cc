@@ -124,7 +124,9 @@ void AddElementwiseCases(std::vector<Case>& cases) {
     cases.push_back({"Rope " + std::to_string(rows) + "x" + std::to_string(heads) + "x" +
                          std::to_string(hd) + " theta " + std::to_string(static_cast<int>(theta)),
                      {"RopeKernel"},
-                     [=] { return RopeCase(rows, heads, hd, theta); }});
+                     [rows = rows, heads = heads, hd = hd, theta = theta] {
+                       return RopeCase(rows, heads, hd, theta);
+                     }});
   }
   const char* kernel_of[][2] = {{"QuickGelu", "QuickGeluKernel"},
                                 {"Gelu", "GeluKernel"},
@@ -143,13 +145,13 @@ void AddElementwiseCases(std::vector<Case>& cases) {
   for (auto [rows, cols] : {std::pair{1, 7}, {13, 333}}) {
     cases.push_back({"AddBias " + std::to_string(rows) + "x" + std::to_string(cols),
                      {"AddBiasKernel"},
-                     [=] { return AddBiasCase(rows, cols); }});
+                     [rows = rows, cols = cols] { return AddBiasCase(rows, cols); }});
   }
   for (auto [dtype, name] : {std::pair{DType::kF32, "F32"}, {DType::kBF16, "BF16"},
                              {DType::kF16, "F16"}}) {
     cases.push_back({std::string("Embedding ") + name + " 50x100 n=77",
                      {"EmbeddingKernel"},
-                     [=] { return EmbeddingCase(dtype, 50, 100, 77); }});
+                     [dtype = dtype] { return EmbeddingCase(dtype, 50, 100, 77); }});
   }
 }
 
