@@ -11,9 +11,6 @@ DecodeLoadPoller::DecodeLoadPoller(ReplicaSet<hap::v1::Decode>* decoders,
       // Short: a replica that cannot answer this quickly is not one to count on.
       deadline_(
           std::clamp(interval, std::chrono::milliseconds(100), std::chrono::milliseconds(1000))) {
-  for (int i = 0; i < decoders->size(); ++i) {
-    stubs_.push_back(hap::v1::Debug::NewStub(decoders->channel(i)));
-  }
   // A report counts for four intervals: one late or lost poll does not drop to the fallback.
   decoders->EnableKvReports(4 * interval);
   thread_ = std::thread([this] { Run(); });
@@ -32,8 +29,14 @@ void DecodeLoadPoller::Stop() {
 }
 
 void DecodeLoadPoller::PollOnce() {
-  KvReports* reports = decoders_->kv_reports();
-  for (int i = 0; i < static_cast<int>(stubs_.size()); ++i) {
+  // The members now: reports go to their KvReports even if a refresh replaces them meanwhile
+  // (the next round reports to the new ones).
+  const auto members = decoders_->members();
+  KvReports* reports = members->kv_reports.get();
+  const int n = static_cast<int>(members->replicas.size());
+  if (n < 2) return;  // nothing to choose between
+  for (int i = 0; i < n; ++i) {
+    const auto stub = hap::v1::Debug::NewStub(members->replicas[i]->channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + deadline_);
     {
@@ -43,7 +46,7 @@ void DecodeLoadPoller::PollOnce() {
     }
     const auto asked_at = KvReports::Clock::now();
     hap::v1::ServerState state;
-    const grpc::Status st = stubs_[i]->GetState(&ctx, hap::v1::GetStateRequest(), &state);
+    const grpc::Status st = stub->GetState(&ctx, hap::v1::GetStateRequest(), &state);
     {
       std::lock_guard<std::mutex> lock(mu_);
       call_ = nullptr;

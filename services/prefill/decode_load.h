@@ -2,6 +2,8 @@
 // replica for Debug.GetState each poll interval and hands (blocks total − blocks in use) × block
 // bytes to the replica set's KvReports, which Pick then chooses by (see KvReports for the rule).
 // A replica that does not answer within the deadline, or has no KV pool, is reported unknown.
+// Each round polls the members the set has then (they change when a refresh resolves the
+// configured names to other pods).
 #pragma once
 
 #include <chrono>
@@ -35,7 +37,6 @@ class DecodeLoadPoller {
   void Run();
 
   ReplicaSet<hap::v1::Decode>* decoders_;
-  std::vector<std::unique_ptr<hap::v1::Debug::Stub>> stubs_;  // on the decode channels
   const std::chrono::milliseconds interval_;
   const std::chrono::milliseconds deadline_;
   std::mutex mu_;

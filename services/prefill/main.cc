@@ -41,6 +41,10 @@ std::vector<OptionSpec> Specs() {
   specs.push_back({"decode-poll-ms", "HAP_DECODE_POLL_MS", "250",
                    "ask each hap-decode for its free KV memory this often; 0 = off (fewest calls "
                    "in flight only)"});
+  specs.push_back({"peer-refresh-ms", "HAP_PEER_REFRESH_MS", "5000",
+                   "resolve the encoder and decode names this often and treat each address a "
+                   "name resolves to (each pod of a headless Service) as a replica of its own; "
+                   "0 = off (gRPC spreads calls over a name's addresses by itself)"});
   specs.push_back({"max-image-bytes", "HAP_MAX_IMAGE_BYTES", "16777216",
                    "largest encoded image accepted (RESOURCE_EXHAUSTED above)"});
   specs.push_back({"max-prompt-tokens", "HAP_MAX_PROMPT_TOKENS", "0",
@@ -203,12 +207,14 @@ int Main(int argc, char** argv) {
   auto lease = options.Int("kv-lease-ms", 1, 3600 * 1000);
   auto max_kv = options.Int("max-kv-bytes", 0, int64_t{1} << 50);
   auto poll = options.Int("decode-poll-ms", 0, 3600 * 1000);
+  auto refresh = options.Int("peer-refresh-ms", 0, 3600 * 1000);
   auto max_stream_queue = options.Int("max-stream-queue", 1, 1 << 24);
   auto chunk_tokens = options.Int("prefill-chunk-tokens", 0, 1 << 24);
   auto max_active = options.Int("max-active-prefills", 0, 1 << 16);
   auto pruning = DefaultPruning(options);
   for (const absl::Status& s :
        {max_image.status(), max_prompt.status(), lease.status(), max_kv.status(), poll.status(),
+        refresh.status(),
         max_stream_queue.status(), chunk_tokens.status(), max_active.status(),
         pruning.status()}) {
     if (!s.ok()) return StartupFailure(host.name(), s);
@@ -221,6 +227,7 @@ int Main(int argc, char** argv) {
   config.max_image_bytes = *max_image;
   config.lease_ms = *lease;
   config.decode_poll_ms = *poll;
+  config.peer_refresh_ms = *refresh;
   config.max_stream_queue = static_cast<size_t>(*max_stream_queue);
   config.prefill_chunk_tokens = static_cast<int>(*chunk_tokens);
   ProcessComputeGate().set_max_started(static_cast<int>(*max_active));

@@ -1,17 +1,19 @@
 #include "services/prefill/prefill_service.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "grpcpp/grpcpp.h"
 #include "base/status_macros.h"
+#include "grpcpp/grpcpp.h"
 #include "runtime/model/pipeline.h"
 #include "services/common/convert.h"
 #include "services/prefill/generate_reactor.h"
 
 namespace hap::svc {
 
-std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const PrefillConfig& config) {
+std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const std::string& authority,
+                                           const PrefillConfig& config) {
   const int max_message_bytes = config.max_message_bytes;
   grpc::ChannelArguments args;
   // No GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the least time one connection
@@ -23,7 +25,13 @@ std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const Pre
   args.SetMaxReceiveMessageSize(std::max(max_message_bytes, 64 << 20));
   // Requests carry the image to the encoder: allow what the front door accepted.
   args.SetMaxSendMessageSize(-1);
-  if (!config.peer_server_name.empty()) args.SetSslTargetNameOverride(config.peer_server_name);
+  if (!config.peer_server_name.empty()) {
+    args.SetSslTargetNameOverride(config.peer_server_name);
+  } else if (authority != address) {
+    // One of a name's resolved addresses: TLS checks the certificate against the name.
+    args.SetSslTargetNameOverride(authority.substr(0, authority.rfind(':')));
+  }
+  if (authority != address) args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, authority);
   // Every address a name resolves to (the pods behind a headless Service) takes calls in turn.
   args.SetLoadBalancingPolicyName("round_robin");
   return grpc::CreateCustomChannel(
@@ -31,18 +39,41 @@ std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const Pre
       config.peer_credentials ? config.peer_credentials : grpc::InsecureChannelCredentials(), args);
 }
 
+namespace {
+
+// Resolves a set's configured addresses again; says on stderr when its replicas changed.
+template <typename Service>
+void RefreshAndLog(ReplicaSet<Service>& set, const char* what) {
+  if (!set.Refresh(ResolvePeerAddress)) return;
+  std::string list;
+  for (const auto& r : set.members()->replicas) {
+    absl::StrAppend(&list, list.empty() ? "" : ", ", r->address);
+  }
+  std::fprintf(stderr, "hap-prefill: %s replicas: %s\n", what, list.c_str());
+}
+
+}  // namespace
+
 PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry* kv,
                                const PrefillConfig& config)
     : state_(state), pool_(pool), kv_(kv), config_(config) {
-  auto channel = [this](const std::string& address) { return PeerChannel(address, config_); };
-  encoders_ = std::make_unique<ReplicaSet<hap::v1::Encoder>>(config.encoder_addresses,
-                                                                   channel);
-  decoders_ = std::make_unique<ReplicaSet<hap::v1::Decode>>(config.decode_addresses,
-                                                                  channel);
-  // With one address there is nothing to choose between: no polling.
-  if (config.decode_poll_ms > 0 && decoders_->size() > 1) {
+  auto channel = [this](const std::string& address, const std::string& authority) {
+    return PeerChannel(address, authority, config_);
+  };
+  encoders_ = std::make_unique<ReplicaSet<hap::v1::Encoder>>(config.encoder_addresses, channel);
+  decoders_ = std::make_unique<ReplicaSet<hap::v1::Decode>>(config.decode_addresses, channel);
+  // With one address that stays one replica there is nothing to choose between: no polling.
+  if (config.decode_poll_ms > 0 && (decoders_->size() > 1 || config.peer_refresh_ms > 0)) {
     decode_load_ = std::make_unique<DecodeLoadPoller>(
         decoders_.get(), std::chrono::milliseconds(config.decode_poll_ms));
+  }
+  if (config.peer_refresh_ms > 0) {
+    peer_refresh_ = std::make_unique<PeriodicTask>(
+        [this] {
+          RefreshAndLog(*encoders_, "hap-encoder");
+          RefreshAndLog(*decoders_, "hap-decode");
+        },
+        std::chrono::milliseconds(config.peer_refresh_ms));
   }
   PrefillMetrics::Get();  // on /metrics from the start
   SampledRowsMetrics::Get();

@@ -23,6 +23,7 @@
 #include "services/common/server_state.h"
 #include "services/common/token_auth.h"
 #include "services/common/worker_pool.h"
+#include "services/common/periodic_task.h"
 #include "services/prefill/decode_load.h"
 
 namespace hap::svc {
@@ -47,6 +48,11 @@ struct PrefillConfig {
   // (DecodeLoadPoller, KvReports); 0 = off, decode replicas by fewest calls in flight only.
   // Nothing is polled for a single address.
   int64_t decode_poll_ms = 250;
+  // Resolve the configured encoder and decode names this often and make each address they
+  // resolve to (each pod behind a headless Service) a replica of its own (ReplicaSet::Refresh);
+  // 0 = off: each configured address is one replica, and gRPC spreads calls over what its name
+  // resolves to without the choice seeing the pods.
+  int64_t peer_refresh_ms = 5000;
   // Credentials for the calls to hap-encoder and hap-decode; null = plaintext. Built from the
   // --peer-tls-* flags with rpc::MakeCredentials (which reports unreadable files at startup).
   std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
@@ -97,10 +103,13 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   std::unique_ptr<ReplicaSet<hap::v1::Encoder>> encoders_;
   std::unique_ptr<ReplicaSet<hap::v1::Decode>> decoders_;
   std::unique_ptr<DecodeLoadPoller> decode_load_;  // after decoders_: stops before it goes
+  std::unique_ptr<PeriodicTask> peer_refresh_;     // likewise
 };
 
 // A channel to a peer service: fast reconnects (a restarted peer is used again within about a
 // second) and message limits that fit the transfer chunks.
-std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const PrefillConfig& config);
+// `authority` is the configured address `address` was resolved from (== address otherwise).
+std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, const std::string& authority,
+                                           const PrefillConfig& config);
 
 }  // namespace hap::svc

@@ -2,6 +2,9 @@
 // replica has a fresh report, by the fewest calls in flight otherwise.
 #include "services/common/replica_set.h"
 
+#include <algorithm>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -108,11 +111,45 @@ TEST(KvReportsTest, TiesInFreeMemoryGoByFewestInFlight) {
   EXPECT_EQ(r.Choose({0, 1, 1}, 2, 0, t), 2);
 }
 
+std::shared_ptr<grpc::Channel> Channel(const std::string& address, const std::string&) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
+
+// A gRPC server on a loopback port whose methods are all unimplemented: enough for a channel
+// to connect.
+class LiveServer {
+ public:
+  LiveServer() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+  }
+  ~LiveServer() { server_->Shutdown(); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int port_ = 0;
+  hap::v1::Decode::CallbackService service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// Waits until every member's channel is connected (Pick prefers connected replicas).
+template <typename Set>
+void WaitConnected(const Set& set) {
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  for (const auto& r : set.members()->replicas) {
+    for (auto s = r->channel->GetState(true); s != GRPC_CHANNEL_READY;
+         s = r->channel->GetState(true)) {
+      ASSERT_TRUE(r->channel->WaitForStateChange(s, deadline)) << r->address << " did not connect";
+    }
+  }
+}
+
 TEST(ReplicaSetTest, PickUsesTheReportsAndCountsInFlight) {
-  auto channel = [](const std::string& a) {
-    return grpc::CreateChannel(a, grpc::InsecureChannelCredentials());
-  };
-  ReplicaSet<hap::v1::Decode> set({"127.0.0.1:1", "127.0.0.1:2"}, channel);
+  LiveServer a, b;
+  ReplicaSet<hap::v1::Decode> set({a.address(), b.address()}, Channel);
+  WaitConnected(set);
   {  // Without reports: in turn, fewest in flight.
     auto a = set.Pick(kMiB);
     auto b = set.Pick(kMiB);
@@ -126,7 +163,7 @@ TEST(ReplicaSetTest, PickUsesTheReportsAndCountsInFlight) {
   for (int k = 0; k < 5; ++k) {
     leases.push_back(set.Pick(kMiB));
     EXPECT_EQ(leases.back().index(), 1);
-    EXPECT_EQ(leases.back().address(), "127.0.0.1:2");
+    EXPECT_EQ(leases.back().address(), b.address());
   }
   // Many threads at once: every claim lands exactly once.
   std::vector<std::thread> threads;
@@ -141,6 +178,113 @@ TEST(ReplicaSetTest, PickUsesTheReportsAndCountsInFlight) {
   ASSERT_TRUE(set.kv_reports()->Estimate(1, Clock::now(), &free1));
   EXPECT_EQ((10 * kMiB - free0) + (1000 * kMiB - free1), 5 * kMiB + 8 * 200 * (kMiB / 4));
   EXPECT_EQ(free0, 10 * kMiB);  // the other never came close
+}
+
+TEST(ResolvePeerAddressTest, NamesResolveEverythingElseStandsForItself) {
+  for (const std::string a : {"127.0.0.1:50051", "[::1]:50051", "dns:///localhost:50051",
+                              "unix:/run/hap.sock", "ipv4:127.0.0.1:5,127.0.0.2:5", "nocolon"}) {
+    auto r = ResolvePeerAddress(a);
+    ASSERT_TRUE(r.ok()) << a << ": " << r.status();
+    EXPECT_EQ(*r, std::vector<std::string>{a});
+  }
+  auto local = ResolvePeerAddress("localhost:50051");
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_NE(std::find(local->begin(), local->end(), "127.0.0.1:50051"), local->end());
+  EXPECT_TRUE(std::is_sorted(local->begin(), local->end()));
+  // RFC 2606 reserves .invalid: it never resolves.
+  EXPECT_FALSE(ResolvePeerAddress("hap-decode.invalid:50052").ok());
+}
+
+TEST(ExpandAddressesTest, ResolvedKeptOrItself) {
+  const AddressResolver resolve =
+      [](const std::string& a) -> absl::StatusOr<std::vector<std::string>> {
+    if (a == "decode:1") return std::vector<std::string>{"10.0.0.1:1", "10.0.0.2:1"};
+    if (a == "same:1") return std::vector<std::string>{"10.0.0.2:1"};
+    if (a == "10.0.0.9:1") return std::vector<std::string>{a};
+    return absl::UnavailableError("no DNS");
+  };
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(
+      ExpandAddresses({"decode:1", "10.0.0.9:1"}, resolve, {}),
+      (Pairs{
+          {"decode:1", "10.0.0.1:1"}, {"decode:1", "10.0.0.2:1"}, {"10.0.0.9:1", "10.0.0.9:1"}}));
+  // A name that fails to resolve keeps what it had, or stands for itself.
+  EXPECT_EQ(ExpandAddresses({"gone:1", "new:1"}, resolve, {{"gone:1", "10.0.0.7:1"}}),
+            (Pairs{{"gone:1", "10.0.0.7:1"}, {"new:1", "new:1"}}));
+  // Two names for one pod: one replica each (they were configured apart).
+  EXPECT_EQ(
+      ExpandAddresses({"decode:1", "same:1", "decode:1"}, resolve, {}),
+      (Pairs{{"decode:1", "10.0.0.1:1"}, {"decode:1", "10.0.0.2:1"}, {"same:1", "10.0.0.2:1"}}));
+}
+
+TEST(ReplicaSetTest, RefreshMakesEachResolvedAddressAReplicaAndKeepsWhatStays) {
+  LiveServer pod11, pod12, pod13;
+  const std::string p11 = pod11.address(), p12 = pod12.address(), p13 = pod13.address();
+  std::vector<std::string> pods = {p11, p12};
+  std::vector<std::pair<std::string, std::string>> dialled;  // (address, authority)
+  auto channel = [&](const std::string& address, const std::string& authority) {
+    dialled.emplace_back(address, authority);
+    return Channel(address, authority);
+  };
+  const AddressResolver resolve =
+      [&](const std::string&) -> absl::StatusOr<std::vector<std::string>> { return pods; };
+  ReplicaSet<hap::v1::Decode> set({"decode:1"}, channel);
+  ASSERT_EQ(set.size(), 1);
+  EXPECT_EQ(set.address(0), "decode:1");  // before the first refresh: the name, to gRPC
+  set.EnableKvReports(milliseconds(60000));
+  EXPECT_TRUE(set.Refresh(resolve));
+  ASSERT_EQ(set.size(), 2);
+  EXPECT_EQ(set.address(0), p11);
+  EXPECT_EQ(set.address(1), p12);
+  EXPECT_EQ(dialled.back(), (std::pair<std::string, std::string>{p12, "decode:1"}));
+  EXPECT_FALSE(set.Refresh(resolve));  // nothing changed: nothing replaced
+  EXPECT_EQ(dialled.size(), 3u);
+  WaitConnected(set);
+
+  const Clock::time_point t = Clock::now();
+  set.kv_reports()->Report(0, 10 * kMiB, t);
+  set.kv_reports()->Report(1, 500 * kMiB, t);
+  auto on_12 = std::make_unique<ReplicaSet<hap::v1::Decode>::Lease>(set.Pick(kMiB));
+  EXPECT_EQ(on_12->address(), p12);
+  auto also_12 = set.Pick(kMiB);
+  EXPECT_EQ(set.Pick(400 * kMiB).address(), p12);  // 498 MiB left there, still the most
+
+  // Pod 11 goes, pod 13 comes: 12 keeps its channel, its calls in flight and its report.
+  pods = {p12, p13};
+  EXPECT_TRUE(set.Refresh(resolve));
+  ASSERT_EQ(set.size(), 2);
+  EXPECT_EQ(set.address(0), p12);
+  EXPECT_EQ(set.address(1), p13);
+  EXPECT_EQ(dialled.size(), 4u);  // only 13 is new
+  WaitConnected(set);
+  auto members = set.members();
+  EXPECT_EQ(members->replicas[0]->in_flight.load(), 2);  // on_12 and also_12
+  int64_t free = 0;
+  ASSERT_TRUE(set.kv_reports()->Estimate(0, Clock::now(), &free));
+  EXPECT_EQ(free, 500 * kMiB - 402 * kMiB);
+  EXPECT_FALSE(set.kv_reports()->Estimate(1, Clock::now(), &free));  // 13: not reported yet
+  // 13 unknown: by fewest in flight, so 13 (0) before 12 (2).
+  EXPECT_EQ(set.Pick(kMiB).address(), p13);
+  on_12.reset();  // a lease taken before the refresh is released on its replica
+  EXPECT_EQ(members->replicas[0]->in_flight.load(), 1);
+}
+
+TEST(ReplicaSetTest, PickPassesOverAReplicaThatCannotConnect) {
+  // Nothing listens on port 1: that channel fails to connect at once.
+  LiveServer live;
+  ReplicaSet<hap::v1::Decode> set({"127.0.0.1:1", live.address()}, Channel);
+  auto failing = set.members()->replicas[0]->channel;
+  failing->GetState(true);
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  for (grpc_connectivity_state s = failing->GetState(false); s != GRPC_CHANNEL_TRANSIENT_FAILURE;
+       s = failing->GetState(false)) {
+    ASSERT_TRUE(failing->WaitForStateChange(s, deadline)) << "port 1 did not refuse";
+  }
+  std::vector<ReplicaSet<hap::v1::Decode>::Lease> leases;
+  for (int k = 0; k < 4; ++k) {
+    leases.push_back(set.Pick());
+    EXPECT_EQ(leases.back().address(), live.address()) << k;
+  }
 }
 
 }  // namespace
