@@ -19,6 +19,7 @@
 #include "bench/kv_transfer/tcp_copy.h"
 #include "hap/v1/decode.grpc.pb.h"
 #include "runtime/io/config.h"
+#include "runtime/model/kv_cache.h"
 #include "runtime/prune/planner.h"
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
@@ -314,9 +315,10 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const std::string kv_dtype = o->Get("kv-dtype");
-  if (kv_dtype != "f32" && kv_dtype != "bf16") {
-    std::fprintf(stderr, "kv_transfer_bench: --kv-dtype '%s' is not f32 or bf16\n",
-                 kv_dtype.c_str());
+  const absl::StatusOr<DType> parsed_kv_dtype = ParseKvDTypeFlagValue("--kv-dtype", kv_dtype);
+  if (!parsed_kv_dtype.ok()) {
+    std::fprintf(stderr, "kv_transfer_bench: %s\n",
+                 std::string(parsed_kv_dtype.status().message()).c_str());
     return 2;
   }
   std::ifstream f(o->Get("image"), std::ios::binary);
@@ -339,7 +341,7 @@ int Main(int argc, char** argv) {
               cfg->text.num_key_value_heads * cfg->text.head_dim, cfg->num_visual_tokens());
   if (int rc = TransferBench(**pipeline, *cfg, static_cast<int>(*text_tokens),
                              static_cast<int>(*iters), static_cast<int>(*max_msg),
-                             kv_dtype == "bf16" ? DType::kBF16 : DType::kF32);
+                             *parsed_kv_dtype);
       rc != 0) {
     return rc;
   }

@@ -23,6 +23,7 @@
 #include "base/thread_pool.h"
 #include "base/timer.h"
 #include "kernels/cpu/bf16_gemm.h"
+#include "runtime/model/kv_cache.h"
 #include "runtime/model/pipeline.h"
 
 namespace hap {
@@ -129,23 +130,33 @@ int64_t WeightBytesPerToken(const TextWeights& w) {
 
 int Main(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "prefill_bench: %s needs a value\n", k.c_str());
+      return 2;
+    }
+    const std::string v = argv[i + 1];
     if (k == "--model") a.model = v;
     else if (k == "--image") a.image = v;
     else if (k == "--prompt") a.prompt = v;
     else if (k == "--decode-tokens") a.decode_tokens = std::stoi(v);
     else if (k == "--repeats") a.repeats = std::stoi(v);
     else if (k == "--method") a.method = v;
-    else if (k == "--kv-dtype" && (v == "f32" || v == "bf16")) {
-      a.kv_dtype = v == "bf16" ? DType::kBF16 : DType::kF32;
+    else if (k == "--kv-dtype") {
+      auto dtype = ParseKvDTypeFlagValue(k, v);
+      if (!dtype.ok()) {
+        std::fprintf(stderr, "prefill_bench: %s\n", std::string(dtype.status().message()).c_str());
+        return 2;
+      }
+      a.kv_dtype = *dtype;
     } else if (k == "--retain") {
       for (auto part : absl::StrSplit(v, ',')) {
         double x;
         if (absl::SimpleAtod(part, &x)) a.retain.push_back(x);
       }
     } else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      std::fprintf(stderr, "prefill_bench: unknown flag %s\n", k.c_str());
       return 2;
     }
   }

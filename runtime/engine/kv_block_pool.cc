@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "runtime/model/kv_cache.h"
 
 namespace hap {
 namespace {
@@ -18,9 +20,7 @@ absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(int block_rows,
                                                                  DType dtype,
                                                                  int64_t capacity_bytes,
                                                                  const Backend* backend) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return absl::InvalidArgumentError("the KV cache dtype must be F32 or BF16");
-  }
+  HAP_RETURN_IF_ERROR(CheckKvDType(dtype));
   if (block_rows <= 0 || kv_dim <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV blocks of ", block_rows, " rows of ", kv_dim, " values"));

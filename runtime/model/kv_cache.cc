@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "base/string_view_compat.h"
 #include "base/tensor.h"
 
 namespace hap {
@@ -26,18 +27,20 @@ absl::Status KvStore::CheckRows(int layer, int row, int n) const {
   return absl::OkStatus();
 }
 
-namespace {
-
-// The dtypes a KV cache holds its rows in.
 absl::Status CheckKvDType(DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("a KV cache of ", std::string(DTypeName(dtype)),
-                                                   " rows: the KV dtype must be F32 or BF16"));
+    return absl::InvalidArgumentError(absl::StrCat("KV cache dtype ", std::string(DTypeName(dtype)),
+                                                   " is not supported (F32 or BF16)"));
   }
   return absl::OkStatus();
 }
 
-}  // namespace
+absl::StatusOr<DType> ParseKvDTypeFlagValue(std::string_view flag, std::string_view value) {
+  if (value == "f32") return DType::kF32;
+  if (value == "bf16") return DType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat(AsAbsl(flag), " '", AsAbsl(value), "' is not f32 or bf16"));
+}
 
 absl::Status KvCache::SetDType(DType dtype) {
   const std::string name(DTypeName(dtype));

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,6 +17,16 @@
 #include "kernels/op_args.h"
 
 namespace hap {
+
+// OK for the dtypes a KV cache holds its rows in (F32, BF16); InvalidArgument naming `dtype`
+// otherwise. The one check behind KvCache::SetDType, DeviceKv::Create, KvBlockPool::Create and
+// LlavaModel::Load (ModelOptions::kv_dtype).
+absl::Status CheckKvDType(DType dtype);
+
+// The KV dtype a command-line flag names, spelled as every --kv-dtype flag takes it: "f32" or
+// "bf16". InvalidArgument naming `flag` (e.g. "--kv-dtype"), the value and the accepted names
+// otherwise.
+absl::StatusOr<DType> ParseKvDTypeFlagValue(std::string_view flag, std::string_view value);
 
 class KvStore {
  public:

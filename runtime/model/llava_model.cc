@@ -20,11 +20,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   if (!std::filesystem::is_directory(dir, ec) || ec) {
     return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
   }
-  if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("KV cache dtype ",
-                                                   std::string(DTypeName(options.kv_dtype)),
-                                                   " is not supported (F32 or BF16)"));
-  }
+  HAP_RETURN_IF_ERROR(CheckKvDType(options.kv_dtype));
   ConfigureCpuBackend(options.threads, options.pool_spin_us);
   std::unique_ptr<LlavaModel> m(new LlavaModel());
   m->dir_ = dir;

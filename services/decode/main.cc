@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/engine/kv_block_pool.h"
-
+#include "runtime/model/kv_cache.h"
 #include "services/common/model_loader.h"
 #include "services/common/service_host.h"
 #include "services/common/service_metrics.h"
@@ -62,11 +62,9 @@ int Main(int argc, char** argv) {
   if (!pool_bytes.ok()) return StartupFailure(host.name(), pool_bytes.status());
   if (!block_rows.ok()) return StartupFailure(host.name(), block_rows.status());
   const std::string kv_dtype_name = options.Get("kv-dtype");
-  if (kv_dtype_name != "f32" && kv_dtype_name != "bf16") {
-    return StartupFailure(host.name(), absl::InvalidArgumentError(absl::StrCat(
-                                           "--kv-dtype '", kv_dtype_name, "' is not f32 or bf16")));
-  }
-  const DType kv_dtype = kv_dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
+  const absl::StatusOr<DType> parsed_kv_dtype = ParseKvDTypeFlagValue("--kv-dtype", kv_dtype_name);
+  if (!parsed_kv_dtype.ok()) return StartupFailure(host.name(), parsed_kv_dtype.status());
+  const DType kv_dtype = *parsed_kv_dtype;
   const int64_t kv_pool_bytes = *pool_bytes > 0 ? *pool_bytes : MemoryLimitBytes() / 4;
   DecodeConfig config;
   config.lease_ms = *lease;
@@ -87,9 +85,9 @@ int Main(int argc, char** argv) {
   // One engine thread batches the decode steps of every call; at most --max-concurrent
   // sequences share a step (admission already keeps the rest waiting).
   const TextConfig& text = model->config().text;
-  auto kv_pool = KvBlockPool::Create(static_cast<int>(*block_rows),
-                                     text.num_key_value_heads * text.head_dim, kv_dtype,
-                                     kv_pool_bytes, &model->backend());
+  auto kv_pool =
+      KvBlockPool::Create(static_cast<int>(*block_rows), text.num_key_value_heads * text.head_dim,
+                          kv_dtype, kv_pool_bytes, &model->backend());
   if (!kv_pool.ok()) return host.Fail(kv_pool.status());
   std::fprintf(stderr, "%s: KV pool of %lld blocks x %d rows (%s, %.1f MiB)\n", host.name().c_str(),
                static_cast<long long>((*kv_pool)->stats().blocks_total),

@@ -8,13 +8,14 @@
 #include "absl/strings/str_cat.h"
 #include "base/compute_gate.h"
 #include "base/status_macros.h"
+#include "rpc/credentials.h"
+#include "runtime/model/kv_cache.h"
 #include "runtime/model/pipeline.h"
 #include "services/common/convert.h"
 #include "services/common/model_loader.h"
 #include "services/common/service_host.h"
 #include "services/common/status.h"
 #include "services/common/token_auth.h"
-#include "rpc/credentials.h"
 #include "services/openai/openai_server.h"
 #include "services/prefill/prefill_service.h"
 
@@ -214,16 +215,13 @@ int Main(int argc, char** argv) {
   auto pruning = DefaultPruning(options);
   for (const absl::Status& s :
        {max_image.status(), max_prompt.status(), lease.status(), max_kv.status(), poll.status(),
-        refresh.status(),
-        max_stream_queue.status(), chunk_tokens.status(), max_active.status(),
+        refresh.status(), max_stream_queue.status(), chunk_tokens.status(), max_active.status(),
         pruning.status()}) {
     if (!s.ok()) return StartupFailure(host.name(), s);
   }
-  const std::string kv_dtype = options.Get("kv-dtype");
-  if (kv_dtype != "f32" && kv_dtype != "bf16") {
-    return StartupFailure(host.name(), absl::InvalidArgumentError(absl::StrCat(
-                                           "--kv-dtype '", kv_dtype, "' is not f32 or bf16")));
-  }
+  const absl::StatusOr<DType> kv_dtype =
+      ParseKvDTypeFlagValue("--kv-dtype", options.Get("kv-dtype"));
+  if (!kv_dtype.ok()) return StartupFailure(host.name(), kv_dtype.status());
   config.max_image_bytes = *max_image;
   config.lease_ms = *lease;
   config.decode_poll_ms = *poll;
@@ -263,7 +261,7 @@ int Main(int argc, char** argv) {
   ModelOptions model_options;
   model_options.parts = ModelParts::kLanguage;  // the encoder service holds the vision tower
   model_options.max_prompt_tokens = static_cast<int>(*max_prompt);
-  model_options.kv_dtype = kv_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  model_options.kv_dtype = *kv_dtype;
   auto loaded = LoadServiceModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);

@@ -158,14 +158,29 @@ def main():
          "minimum"),
         ("bad-temperature", good, img, "What?", ["--temperature", "-1"], "temperature"),
         ("unknown-flag", good, img, "What?", ["--frobnicate", "1"], "frobnicate"),
+        ("bad-kv-dtype", good, img, "What?", ["--kv-dtype", "f16"],
+         "--kv-dtype 'f16' is not f32 or bf16"),
         ("missing-model-dir", os.path.join(w, "no-such-model"), img, "What?", [],
          "no-such-model"),
     ]
 
+    runs = [(name, ["run", "--model", model, "--image", image, "--prompt", prompt,
+                    "--max-new-tokens", "2"] + extra, fragment)
+            for name, model, image, prompt, extra, fragment in cases]
+    # The other commands that load a model take --kv-dtype through the same check.
+    data = os.path.join(w, "data")
+    os.makedirs(data, exist_ok=True)
+    runs += [
+        ("eval-bad-kv-dtype", ["eval", "--model", good, "--data", data, "--kv-dtype", "x"],
+         "--kv-dtype 'x' is not f32 or bf16"),
+        ("dump-bad-kv-dtype", ["dump", "--model", good, "--image", img, "--prompt", "What?",
+                               "--out", os.path.join(w, "dump"), "--kv-dtype", "f16"],
+         "--kv-dtype 'f16' is not f32 or bf16"),
+    ]
+
     passed = failed = 0
-    for name, model, image, prompt, extra, fragment in cases:
-        code, err = run(a.hapctl, ["run", "--model", model, "--image", image, "--prompt", prompt,
-                                   "--max-new-tokens", "2"] + extra)
+    for name, args, fragment in runs:
+        code, err = run(a.hapctl, args)
         lines = [l for l in err.splitlines() if l.strip()]
         problems = []
         if code == 0:

@@ -148,6 +148,20 @@ def main():
     check([x["answer_id"] for x in read_jsonl(again)] ==
           [x["answer_id"] for x in answers["hap"][:2]], "answer_id differs on a rerun")
 
+    # --kv-dtype bf16: the same questions and pruning (the prefill attends in F32 either way),
+    # other answer ids, since BF16 rows can change an answer.
+    bf16 = os.path.join(w, "bf16.jsonl")
+    run(a.hapctl, ["eval", "--question-file", qfile, "--image-folder", images, "--answers-file",
+                   bf16, "--method", "hap", "--retain", RETAIN, "--max-new-tokens", MAX_NEW,
+                   "--limit", "2", "--kv-dtype", "bf16"])
+    got = read_jsonl(bf16)
+    check([x["question_id"] for x in got] == [x["question_id"] for x in answers["hap"][:2]] and
+          [x["metadata"]["stages"] for x in got] ==
+          [x["metadata"]["stages"] for x in answers["hap"][:2]],
+          f"--kv-dtype bf16: questions or pruning differ: {got}")
+    check(all(x["answer_id"] != y["answer_id"] for x, y in zip(got, answers["hap"][:2])),
+          "--kv-dtype bf16 keeps the f32 run's answer ids")
+
     # LLaVA's chunking: chunk 1 of 2 is the second half.
     chunk = os.path.join(w, "chunk.jsonl")
     run(a.hapctl, ["eval", "--question-file", qfile, "--image-folder", images, "--answers-file",

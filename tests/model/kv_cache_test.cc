@@ -140,10 +140,37 @@ TEST(KvCacheTest, TheDtypeIsF32OrBf16AndFixedOnceRowsAreIn) {
   cache.Clear();
   EXPECT_EQ(cache.dtype(), DType::kBF16);  // Clear keeps it for the next prefill
   EXPECT_TRUE(cache.SetDType(DType::kF32).ok());
+}
 
+// One check (CheckKvDType) refuses a KV dtype other than F32 or BF16 wherever one is chosen: the
+// host cache, the device cache, the block pool and LlavaModel::Load, with one message naming it.
+TEST(KvCacheTest, OneDtypeCheckForEveryCacheAndTheModel) {
+  EXPECT_TRUE(CheckKvDType(DType::kF32).ok());
+  EXPECT_TRUE(CheckKvDType(DType::kBF16).ok());
+  const absl::Status want = CheckKvDType(DType::kF16);
+  EXPECT_EQ(want.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(want.message(), "KV cache dtype F16 is not supported (F32 or BF16)");
+
+  KvCache cache;
+  EXPECT_EQ(cache.SetDType(DType::kF16), want);
+  EXPECT_EQ(DeviceKv::Create(CpuBackend(), 1, kKvDim, DType::kF16, 0).status(), want);
+  EXPECT_EQ(KvBlockPool::Create(4, kKvDim, DType::kF16, 1 << 20).status(), want);
   ModelOptions f16;
   f16.kv_dtype = DType::kF16;
-  EXPECT_EQ(LlavaModel::Load(".", f16).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LlavaModel::Load(".", f16).status(), want);  // before any file is read
+}
+
+// The --kv-dtype spelling shared by hapctl and prefill_bench: lower-case f32 or bf16 only, and
+// an error naming the flag, the value and what is accepted.
+TEST(KvCacheTest, KvDtypeFlagValues) {
+  EXPECT_EQ(*ParseKvDTypeFlagValue("--kv-dtype", "f32"), DType::kF32);
+  EXPECT_EQ(*ParseKvDTypeFlagValue("--kv-dtype", "bf16"), DType::kBF16);
+  for (const std::string bad : {"f16", "x", "", "BF16", "bf16 "}) {
+    SCOPED_TRACE(bad);
+    const absl::StatusOr<DType> d = ParseKvDTypeFlagValue("--kv-dtype", bad);
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(d.status().message(), "--kv-dtype '" + bad + "' is not f32 or bf16");
+  }
 }
 
 // Rows that arrive as bytes (the KV transfer) at any alignment, and the caches made from a BF16

@@ -20,8 +20,11 @@ absl::Status Dump(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(std::string prompt, flags.Required("prompt"));
   HAP_ASSIGN_OR_RETURN(std::string out, flags.Required("out"));
   HAP_ASSIGN_OR_RETURN(int64_t max_new, flags.Int("max-new-tokens", 32));
+  ModelOptions options;
+  HAP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeFlag(flags));
   HAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(image_path));
-  HAP_ASSIGN_OR_RETURN(auto model, LlavaModel::Load(ResolveModelDir(flags.GetOr("model", "")), {}));
+  HAP_ASSIGN_OR_RETURN(auto model,
+                       LlavaModel::Load(ResolveModelDir(flags.GetOr("model", "")), options));
   HAP_RETURN_IF_ERROR(CreateDirectories(out));
   auto path = [&](const char* name) { return (std::filesystem::path(out) / name).string(); };
   const LlavaConfig& cfg = model->config();
@@ -54,9 +57,22 @@ absl::Status Dump(const Flags& flags) {
   return absl::OkStatus();
 }
 
+constexpr char kUsage[] =
+    "usage: hapctl dump [--model DIR] --image FILE --prompt TEXT --out DIR\n"
+    "         [--max-new-tokens N (32)] [--kv-dtype f32|bf16]\n"
+    "\n"
+    "Writes pixels, vision_features, image_embeds, input_ids, prefill_logits and the greedy\n"
+    "tokens of one unpruned request as .npy files in DIR, for parity checks against the PyTorch\n"
+    "reference. --kv-dtype: what the KV cache holds (default f32; bf16 as hapctl run's).\n";
+
 int CmdDump(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(args, {"model", "image", "prompt", "out", "max-new-tokens"}, {});
+  auto flags = Flags::Parse(args, {"model", "image", "prompt", "out", "max-new-tokens", "kv-dtype"},
+                            {"help"});
   if (!flags.ok()) return Fail("dump", flags.status());
+  if (flags->Bool("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   if (absl::Status s = Dump(*flags); !s.ok()) return Fail("dump", s);
   return 0;
 }

@@ -212,11 +212,12 @@ nlohmann::json SummaryJson(const EvalSummary& s) {
           {"mean_score_select_ms", s.sum_select_ms / n}};
 }
 
-// --model (or the default model) on --device with --threads.
+// --model (or the default model) on --device with --threads, its KV caches in --kv-dtype.
 absl::StatusOr<std::unique_ptr<LlavaModel>> LoadModel(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0));
   ModelOptions options;
   options.threads = static_cast<int>(threads);
+  HAP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeFlag(flags));
   HAP_ASSIGN_OR_RETURN(options.backend, BackendForDevice(DeviceFlag(flags)));
   return LlavaModel::Load(ResolveModelDir(flags.GetOr("model", "")), options);
 }
@@ -285,6 +286,7 @@ struct LlavaEvalOptions {
   ConvMode conv = ConvMode::kLlavaHf;
   SamplingParams sampling;
   StopCriteria stop;
+  DType kv_dtype = DType::kF32;  // --kv-dtype: BF16 rows can change an answer
 };
 
 // The methods of --method: one name, a comma-separated list, or "all" (PruneMethods()).
@@ -308,14 +310,15 @@ absl::Status AtQuestion(const absl::Status& s, const LlavaEvalOptions& o, const 
 // Everything that shapes an answer besides the question, for AnswerId: a rerun with the same
 // settings gives the same ids, any other run different ones.
 std::string RunKey(const LlavaEvalOptions& o, const PruneRequest& prune) {
-  return absl::StrCat(o.model_id, "|", prune.method, "|", prune.retain ? *prune.retain : -1, "|",
-                      prune.flops ? *prune.flops : -1, "|", prune.seed, "|", ConvModeName(o.conv),
-                      "|", o.sampling.temperature, "|", o.sampling.top_p, "|", o.sampling.top_k,
-                      "|", o.sampling.seed, "|", o.stop.max_new_tokens,
-                      // Only a non-default τ joins the key, so τ = 1 keeps the earlier ids.
-                      prune.paq_temperature != 1.0
-                          ? absl::StrCat("|tau", prune.paq_temperature)
-                          : std::string());
+  return absl::StrCat(
+      o.model_id, "|", prune.method, "|", prune.retain ? *prune.retain : -1, "|",
+      prune.flops ? *prune.flops : -1, "|", prune.seed, "|", ConvModeName(o.conv), "|",
+      o.sampling.temperature, "|", o.sampling.top_p, "|", o.sampling.top_k, "|", o.sampling.seed,
+      "|", o.stop.max_new_tokens,
+      // Only a non-default τ or KV dtype joins the key, so the defaults keep the earlier ids.
+      prune.paq_temperature != 1.0 ? absl::StrCat("|tau", prune.paq_temperature) : std::string(),
+      o.kv_dtype != DType::kF32 ? absl::StrCat("|kv", std::string(DTypeName(o.kv_dtype)))
+                                : std::string());
 }
 
 // The question's prompt: its text for the llava-hf template, or the whole vicuna_v1 prompt
@@ -411,6 +414,7 @@ absl::Status EvalLlavaFiles(const Flags& flags) {
   const std::string model_dir = ResolveModelDir(flags.GetOr("model", ""));
   o.model_id = ModelIdOf(model_dir);
   HAP_ASSIGN_OR_RETURN(auto model, LoadModel(flags));
+  o.kv_dtype = model->options().kv_dtype;
   HAP_ASSIGN_OR_RETURN(PruneRequest base,
                        ParsePruneFlags(flags, model->config().num_visual_tokens()));
   HAP_ASSIGN_OR_RETURN(std::vector<std::string> methods, MethodList(base.method));
@@ -466,17 +470,18 @@ absl::Status EvalLlavaFiles(const Flags& flags) {
 constexpr char kUsage[] =
     "usage: hapctl eval [--model DIR] --data DIR [--method M] [--retain K|P% | --flops F]\n"
     "         [--limit N] [--max-new-tokens N (4)] [--predictions FILE] [--json] [--no-baseline]\n"
-    "         [--seed S] [--threads N] [--device cpu|cuda]\n"
+    "         [--seed S] [--threads N] [--device cpu|cuda] [--kv-dtype f32|bf16]\n"
     "       hapctl eval [--model DIR] --question-file FILE --image-folder DIR --answers-file OUT\n"
     "         [--method M|M1,M2,...|all] [--retain K|P% | --flops F] [--limit N]\n"
     "         [--max-new-tokens N (128)] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
     "         [--conv-mode llava_hf|vicuna_v1] [--num-chunks N --chunk-idx K]\n"
-    "         [--threads N] [--device cpu|cuda]\n"
+    "         [--threads N] [--device cpu|cuda] [--kv-dtype f32|bf16]\n"
     "\n"
     "--data: a visual-QA folder (questions.jsonl + images, data/scenes-test/README.md); prints\n"
     "accuracy next to the unpruned model's. --question-file: a LLaVA question file (question_id,\n"
     "image, text per line); writes LLaVA's answer file, one line per answer as it completes.\n"
-    "With several methods, OUT holds {method}: answers/{method}.jsonl. See docs/llava-eval.md.\n";
+    "With several methods, OUT holds {method}: answers/{method}.jsonl. See docs/llava-eval.md.\n"
+    "--kv-dtype: what the KV cache holds (default f32; bf16 halves it, as hapctl run's).\n";
 
 // Flags that belong to one of the two modes only.
 const std::vector<std::string> kFolderOnly = {"data", "predictions", "json", "no-baseline"};
@@ -485,13 +490,14 @@ const std::vector<std::string> kLlavaOnly = {"question-file", "image-folder", "a
                                              "top-k",         "num-chunks",   "chunk-idx"};
 
 int CmdEval(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(
-      args, {"model",       "data",          "method",         "retain",       "flops",
-             "seed",        "limit",         "max-new-tokens", "predictions",  "threads",
-             "device",      "question-file", "image-folder",   "answers-file", "conv-mode",
-             "temperature", "top-p",         "top-k",          "num-chunks",   "chunk-idx",
-             "paq-temperature"},
-      {"json", "no-baseline", "help"});
+  auto flags =
+      Flags::Parse(args, {"model",           "data",         "method",     "retain",
+                          "flops",           "seed",         "limit",      "max-new-tokens",
+                          "predictions",     "threads",      "device",     "question-file",
+                          "image-folder",    "answers-file", "conv-mode",  "temperature",
+                          "top-p",           "top-k",        "num-chunks", "chunk-idx",
+                          "paq-temperature", "kv-dtype"},
+                   {"json", "no-baseline", "help"});
   if (!flags.ok()) return Fail("eval", flags.status());
   if (flags->Bool("help")) {
     std::fputs(kUsage, stdout);

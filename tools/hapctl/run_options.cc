@@ -75,10 +75,7 @@ absl::StatusOr<int> ParseMaxNewTokens(const Flags& flags, int default_value) {
 }
 
 absl::StatusOr<DType> ParseKvDTypeFlag(const Flags& flags) {
-  const std::string name = flags.GetOr("kv-dtype", "f32");
-  if (name == "f32") return DType::kF32;
-  if (name == "bf16") return DType::kBF16;
-  return absl::InvalidArgumentError(absl::StrCat("--kv-dtype '", name, "' is not f32 or bf16"));
+  return ParseKvDTypeFlagValue("--kv-dtype", flags.GetOr("kv-dtype", "f32"));
 }
 
 absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags) {

@@ -23,7 +23,7 @@ absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags, int n_v
 absl::StatusOr<int> ParseMaxNewTokens(const Flags& flags, int default_value);
 
 // --kv-dtype f32|bf16 (default f32, as hap-prefill and hap-decode): what the KV cache holds
-// (ModelOptions::kv_dtype).
+// (ModelOptions::kv_dtype). `run`, `eval`, `dump` and `up` take it.
 absl::StatusOr<DType> ParseKvDTypeFlag(const Flags& flags);
 
 // The sampling flags --temperature --top-p --top-k --seed, checked (ValidateSamplingParams).
