@@ -39,16 +39,24 @@ struct KvSpan {
   int rows = 0;
 };
 
+// One query row per sequence over that sequence's cached rows. With n_seqs = 1 and no
+// span_begin, the one sequence sees every span; a batch of sequences (one decode step of several)
+// gives sequence i the query row q + i·n_heads·head_dim, the output row out + i·n_heads·head_dim
+// and the spans [span_begin[i], span_begin[i + 1]). Each sequence's result is bit for bit what
+// it gets alone.
 struct DecodeAttentionArgs {
-  const float* q = nullptr;  // F32 [n_heads * head_dim], RoPE applied
+  const float* q = nullptr;  // F32 [n_seqs, n_heads * head_dim], RoPE applied
   const KvSpan* spans = nullptr;
-  int n_spans = 0;           // together they hold every row the query sees, in order
+  int n_spans = 0;               // together they hold every row the queries see, in order
   DType kv_dtype = DType::kF32;  // kF32 or kBF16
-  float* out = nullptr;      // F32 [n_heads * head_dim]
+  float* out = nullptr;          // F32 [n_seqs, n_heads * head_dim]
   int n_heads = 0;
   int n_kv_heads = 0;  // query head h reads kv head h / (n_heads / n_kv_heads)
   int head_dim = 0;
   float scale = 0.f;
+  int n_seqs = 1;
+  // Host I32 [n_seqs + 1], non-decreasing from 0 to n_spans; null = one sequence over all spans.
+  const int* span_begin = nullptr;
 };
 
 // The most candidates TopLogits returns per row: what a device sends back instead of a row of

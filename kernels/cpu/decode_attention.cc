@@ -15,7 +15,22 @@
 namespace hap::cpu {
 namespace {
 
-absl::Status Validate(const DecodeAttentionArgs& a) {
+// Sequence i of a batch (DecodeAttentionArgs) as a call of its own.
+DecodeAttentionArgs Sequence(const DecodeAttentionArgs& a, int i) {
+  DecodeAttentionArgs s = a;
+  const int64_t row = int64_t{a.n_heads} * a.head_dim;
+  s.q = a.q + i * row;
+  s.out = a.out + i * row;
+  if (a.span_begin != nullptr) {
+    s.spans = a.spans + a.span_begin[i];
+    s.n_spans = a.span_begin[i + 1] - a.span_begin[i];
+  }
+  s.n_seqs = 1;
+  s.span_begin = nullptr;
+  return s;
+}
+
+absl::Status ValidateOne(const DecodeAttentionArgs& a) {
   int rows = 0;
   for (int i = 0; i < a.n_spans; ++i) {
     if (a.spans[i].rows < 0 || (a.spans[i].rows > 0 && (!a.spans[i].k || !a.spans[i].v))) {
@@ -32,6 +47,39 @@ absl::Status Validate(const DecodeAttentionArgs& a) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
+
+absl::Status ValidateDecodeAttention(const DecodeAttentionArgs& a) {
+  if (a.n_seqs < 1 || (a.n_seqs > 1 && a.span_begin == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("DecodeAttention: %d sequences %s span_begin", a.n_seqs,
+                        a.span_begin == nullptr ? "without" : "with"));
+  }
+  if (a.span_begin != nullptr) {
+    if (a.span_begin[0] != 0 || a.span_begin[a.n_seqs] != a.n_spans) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "DecodeAttention: span_begin runs from %d to %d, expected 0 to n_spans = %d",
+          a.span_begin[0], a.span_begin[a.n_seqs], a.n_spans));
+    }
+    for (int i = 0; i < a.n_seqs; ++i) {
+      if (a.span_begin[i + 1] < a.span_begin[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("DecodeAttention: span_begin decreases after sequence %d", i));
+      }
+    }
+  }
+  for (int i = 0; i < a.n_seqs; ++i) {
+    if (absl::Status s = ValidateOne(Sequence(a, i)); !s.ok()) {
+      if (a.n_seqs == 1) return s;
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sequence %d of %d: %s", i, a.n_seqs, s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
 
 // Element t of a cache row of `dtype` (F32 or BF16), as F32.
 inline float At(const void* row, DType dtype, int64_t t) {
@@ -170,23 +218,35 @@ bool UseAvx512() {
 
 }  // namespace
 
-absl::Status DecodeAttention(const DecodeAttentionArgs& a) {
-  if (absl::Status s = Validate(a); !s.ok()) return s;
-  const int hd = a.head_dim;
-  const int kv_stride = a.n_kv_heads * hd;
-  const int group = a.n_heads / a.n_kv_heads;
-  const size_t elem = DTypeSize(a.kv_dtype);
-  int n_rows = 0;
-  for (int i = 0; i < a.n_spans; ++i) n_rows += a.spans[i].rows;
+absl::Status DecodeAttention(const DecodeAttentionArgs& batch) {
+  if (absl::Status s = ValidateDecodeAttention(batch); !s.ok()) return s;
+  const int hd = batch.head_dim;
+  const int kv_stride = batch.n_kv_heads * hd;
+  const int group = batch.n_heads / batch.n_kv_heads;
+  const size_t elem = DTypeSize(batch.kv_dtype);
+  std::vector<DecodeAttentionArgs> seqs(batch.n_seqs);
+  std::vector<int> seq_rows(batch.n_seqs, 0);
+  int max_rows = 0;
+  for (int i = 0; i < batch.n_seqs; ++i) {
+    seqs[i] = Sequence(batch, i);
+    for (int sp = 0; sp < seqs[i].n_spans; ++sp) seq_rows[i] += seqs[i].spans[sp].rows;
+    max_rows = std::max(max_rows, seq_rows[i]);
+  }
   const bool avx512 = UseAvx512();
 
   // head_dim a multiple of 16 up to 128 (every LLaVA-class model) takes the register path.
   const HeadFn in_registers =
       avx512 && hd % 16 == 0 && hd / 16 <= 8 ? kHeadInRegisters[hd / 16] : nullptr;
 
-  DefaultPool().ParallelFor(a.n_heads, [&](int64_t h0, int64_t h1) {
-    std::vector<float> s(n_rows), row(hd), acc(hd);
-    for (int64_t h = h0; h < h1; ++h) {
+  // One task per (sequence, head), all in one hand-over to the pool: a batched step does not pay
+  // a hand-over per sequence per layer. Each task is what the sequence's head gets alone.
+  const int64_t n_tasks = int64_t{batch.n_seqs} * batch.n_heads;
+  DefaultPool().ParallelFor(n_tasks, [&](int64_t t0, int64_t t1) {
+    std::vector<float> s(max_rows), row(hd), acc(hd);
+    for (int64_t t = t0; t < t1; ++t) {
+      const DecodeAttentionArgs& a = seqs[t / batch.n_heads];
+      const int n_rows = seq_rows[t / batch.n_heads];
+      const int64_t h = t % batch.n_heads;
       const int kvh = static_cast<int>(h) / group;
       if (in_registers != nullptr) {
         in_registers(a, static_cast<int>(h), kvh, n_rows, s.data());
@@ -226,7 +286,9 @@ absl::Status DecodeAttention(const DecodeAttentionArgs& a) {
   return absl::OkStatus();
 }
 
-void DecodeAttentionReference(const DecodeAttentionArgs& a) {
+namespace {
+
+void ReferenceOne(const DecodeAttentionArgs& a) {
   const int hd = a.head_dim;
   const int kv_stride = a.n_kv_heads * hd;
   const int group = a.n_heads / a.n_kv_heads;
@@ -253,6 +315,15 @@ void DecodeAttentionReference(const DecodeAttentionArgs& a) {
       for (size_t j = 0; j < s.size(); ++j) acc += std::exp(s[j] - mx) / sum * At(vrows[j], a.kv_dtype, t);
       a.out[h * hd + t] = static_cast<float>(acc);
     }
+  }
+}
+
+}  // namespace
+
+void DecodeAttentionReference(const DecodeAttentionArgs& batch) {
+  for (int i = 0; i < batch.n_seqs; ++i) {
+    const DecodeAttentionArgs a = Sequence(batch, i);
+    ReferenceOne(a);
   }
 }
 

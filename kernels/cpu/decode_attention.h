@@ -15,11 +15,18 @@ namespace hap::cpu {
 using ::hap::DecodeAttentionArgs;
 using ::hap::KvSpan;
 
-
-// out_h = Σ_j softmax_j(scale · q_h·k_j) v_j over every row of every span; heads run in
-// parallel on the default pool. Scores in F32 (each q·k in one fixed order), softmax with the
-// row max subtracted and the sum in F64, as Attention does.
+// out_h = Σ_j softmax_j(scale · q_h·k_j) v_j over every row of every span, for each sequence of
+// the batch (DecodeAttentionArgs); the (sequence, head) pairs run in parallel on the default pool
+// in one hand-over. Scores in F32 (each q·k in one fixed order), softmax with the row max
+// subtracted and the sum in F64, as Attention does. A sequence's result does not depend on the
+// batch it is in, bit for bit.
 absl::Status DecodeAttention(const DecodeAttentionArgs& args);
+
+// The checks DecodeAttention makes before any work: the batch's span_begin table, then each
+// sequence (span rows ≥ 0 with non-null k and v, at least one row, heads, head_dim, KV dtype).
+// Reads the span table and nothing the spans point to, so a device backend runs it on its host
+// copy of the table.
+absl::Status ValidateDecodeAttention(const DecodeAttentionArgs& args);
 
 // Double-precision reference for tests.
 void DecodeAttentionReference(const DecodeAttentionArgs& args);

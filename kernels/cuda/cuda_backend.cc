@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "kernels/cpu/decode_attention.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/add.h"
 #include "kernels/cuda/argmax.h"
@@ -262,6 +263,7 @@ class CudaBackendImpl final : public Backend {
     return ToStatus(cuda::Attention(a, c->stream()));
   }
   absl::Status DecodeAttention(const DecodeAttentionArgs& a) const override {
+    HAP_RETURN_IF_ERROR(cpu::ValidateDecodeAttention(a));
     const size_t row_bytes =
         DTypeSize(a.kv_dtype) * static_cast<size_t>(a.n_kv_heads) * a.head_dim;
     for (int s = 0; s < a.n_spans; ++s) {
@@ -270,15 +272,23 @@ class CudaBackendImpl final : public Backend {
       HAP_RETURN_IF_ERROR(CheckDevice(a.spans[s].v, row_bytes * a.spans[s].rows,
                                       "DecodeAttention", "a span's values"));
     }
-    const size_t q_bytes = sizeof(float) * a.n_heads * a.head_dim;
+    const size_t q_bytes = sizeof(float) * a.n_seqs * a.n_heads * a.head_dim;
     HAP_RETURN_IF_ERROR(CheckDevice(a.q, q_bytes, "DecodeAttention", "q"));
     HAP_RETURN_IF_ERROR(CheckDevice(a.out, q_bytes, "DecodeAttention", "out"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    // The span table is host memory in the interface; the kernel reads it from the device.
+    // The span table (and a batch's span_begin) are host memory in the interface; the kernel
+    // reads them from the device: one upload area for both, one launch for the whole batch.
     const size_t table_bytes = sizeof(KvSpan) * a.n_spans;
-    HAP_ASSIGN_OR_RETURN(void* d_spans, c->UploadOnly(a.spans, table_bytes));
+    const size_t begin_bytes = a.span_begin != nullptr ? sizeof(int) * (a.n_seqs + 1) : 0;
+    HAP_RETURN_IF_ERROR(
+        c->Reserve(ThreadContext::Padded(table_bytes) + ThreadContext::Padded(begin_bytes)));
     DecodeAttentionArgs device_args = a;
+    HAP_ASSIGN_OR_RETURN(void* d_spans, c->Upload(a.spans, table_bytes));
     device_args.spans = static_cast<const KvSpan*>(d_spans);
+    if (a.span_begin != nullptr) {
+      HAP_ASSIGN_OR_RETURN(void* d_begin, c->Upload(a.span_begin, begin_bytes));
+      device_args.span_begin = static_cast<const int*>(d_begin);
+    }
     return ToStatus(cuda::DecodeAttention(device_args, c->stream()));
   }
   absl::Status GatherRows(const void* src, int64_t n_rows, size_t row_bytes, const int* idx,

@@ -109,7 +109,32 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions_dev,
   HAP_RETURN_IF_ERROR(backend_.Rope(k_new, positions_dev, n, n_kv_heads_, head_dim_, theta_));
 
   float* attn = act.attn.data();  // F32 [n, heads·hd]
-  std::vector<KvSpan> spans;
+  // Decode steps of consecutive rows (one row per sequence of a batched step) go to the backend
+  // as one batch: one call, one launch on a device, instead of one per sequence.
+  std::vector<KvSpan> spans, seq_spans;
+  std::vector<int> span_begin = {0};
+  int batch_row = 0;                // the first batched sequence's row
+  DType batch_dtype = DType::kF32;  // and its cache's dtype
+  auto flush_decode_batch = [&]() -> absl::Status {
+    const int n_seqs = static_cast<int>(span_begin.size()) - 1;
+    if (n_seqs == 0) return absl::OkStatus();
+    DecodeAttentionArgs args;
+    args.q = q + static_cast<int64_t>(batch_row) * q_dim;
+    args.spans = spans.data();
+    args.n_spans = static_cast<int>(spans.size());
+    args.kv_dtype = batch_dtype;
+    args.out = attn + static_cast<int64_t>(batch_row) * q_dim;
+    args.n_heads = n_heads_;
+    args.n_kv_heads = n_kv_heads_;
+    args.head_dim = head_dim_;
+    args.scale = scale_;
+    args.n_seqs = n_seqs;
+    args.span_begin = span_begin.data();
+    absl::Status s = backend_.DecodeAttention(args);
+    spans.clear();
+    span_begin.assign(1, 0);
+    return s;
+  };
   for (const KvSegment& seg : segments) {
     // This sequence's new keys/values join its cache; its queries see the cache causally.
     KvStore* kv = seg.kv;
@@ -137,25 +162,26 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions_dev,
       args.causal_offset = 0;
       HAP_RETURN_IF_ERROR(backend_.Attention(args));
     } else if (seg.n == 1) {
-      // A decode step: the query over every cached row, wherever the cache keeps them.
-      kv->Spans(l, &spans);
-      DecodeAttentionArgs args;
-      args.q = q_seg;
-      args.spans = spans.data();
-      args.n_spans = static_cast<int>(spans.size());
-      args.kv_dtype = kv->dtype();
-      args.out = out_seg;
-      args.n_heads = n_heads_;
-      args.n_kv_heads = n_kv_heads_;
-      args.head_dim = head_dim_;
-      args.scale = scale_;
-      HAP_RETURN_IF_ERROR(backend_.DecodeAttention(args));
+      // A decode step: the query over every cached row, wherever the cache keeps them. It joins
+      // the batch when its row follows the batch's last and its cache has the batch's dtype.
+      const int n_batched = static_cast<int>(span_begin.size()) - 1;
+      if (n_batched > 0 && (seg.row != batch_row + n_batched || kv->dtype() != batch_dtype)) {
+        HAP_RETURN_IF_ERROR(flush_decode_batch());
+      }
+      if (span_begin.size() == 1) {
+        batch_row = seg.row;
+        batch_dtype = kv->dtype();
+      }
+      kv->Spans(l, &seq_spans);
+      spans.insert(spans.end(), seq_spans.begin(), seq_spans.end());
+      span_begin.push_back(static_cast<int>(spans.size()));
     } else {
       return absl::UnimplementedError(absl::StrFormat(
           "layer %d: %d rows appended to a cache of %d rows (chunked prefill is not supported)",
           l, seg.n, past));
     }
   }
+  HAP_RETURN_IF_ERROR(flush_decode_batch());
   HAP_RETURN_IF_ERROR(backend_.Linear(attn, lw.o, nullptr, h, n, rows));
   HAP_RETURN_IF_ERROR(backend_.Add(x, h, static_cast<int64_t>(n) * d_));
 

@@ -287,6 +287,91 @@ TEST(KernelsCpu, DecodeAttentionMatchesReferenceAndIgnoresTheSplit) {
   }
 }
 
+// A batch of sequences of different lengths in one call (one query row each, their own spans,
+// split differently): each sequence's output equals its solo call bit for bit and the double
+// reference within tolerance; a bad span_begin table is refused.
+TEST(KernelsCpu, DecodeAttentionBatchEqualsEachSequenceAlone) {
+  const int heads = 8, kv_heads = 2, hd = 64;
+  const int q_dim = heads * hd;
+  const int64_t row_floats = int64_t{kv_heads} * hd;
+  const std::vector<int> lengths = {1, 130, 7, 600, 33};
+  const std::vector<int> block_rows = {16, 7, 1, 128, 33};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int n_seqs = static_cast<int>(lengths.size());
+    auto q = Random(static_cast<size_t>(n_seqs) * q_dim, 41);
+    std::vector<std::vector<uint8_t>> k(n_seqs), v(n_seqs);
+    std::vector<cpu::KvSpan> spans;
+    std::vector<int> span_begin = {0};
+    for (int i = 0; i < n_seqs; ++i) {
+      const size_t n = static_cast<size_t>(lengths[i]) * row_floats;
+      const auto kf = Random(n, 50 + i), vf = Random(n, 60 + i);
+      k[i].resize(n * DTypeSize(dtype));
+      v[i].resize(n * DTypeSize(dtype));
+      ConvertFromF32(dtype, kf.data(), k[i].data(), n);
+      ConvertFromF32(dtype, vf.data(), v[i].data(), n);
+      const int64_t row_bytes = row_floats * DTypeSize(dtype);
+      for (int r = 0; r < lengths[i]; r += block_rows[i]) {
+        spans.push_back({k[i].data() + r * row_bytes, v[i].data() + r * row_bytes,
+                         std::min(block_rows[i], lengths[i] - r)});
+      }
+      span_begin.push_back(static_cast<int>(spans.size()));
+    }
+    cpu::DecodeAttentionArgs a;
+    a.q = q.data();
+    a.spans = spans.data();
+    a.n_spans = static_cast<int>(spans.size());
+    a.kv_dtype = dtype;
+    a.n_heads = heads;
+    a.n_kv_heads = kv_heads;
+    a.head_dim = hd;
+    a.scale = 1.f / std::sqrt(static_cast<float>(hd));
+    a.n_seqs = n_seqs;
+    a.span_begin = span_begin.data();
+    Guarded batched(static_cast<size_t>(n_seqs) * q_dim);
+    a.out = batched.data();
+    ASSERT_TRUE(cpu::DecodeAttention(a).ok());
+    EXPECT_TRUE(batched.GuardsIntact());
+    std::vector<float> ref(batched.n);
+    cpu::DecodeAttentionArgs r = a;
+    r.out = ref.data();
+    cpu::DecodeAttentionReference(r);
+    EXPECT_TRUE(Close(batched.data(), ref.data(), batched.n, 1e-5, 1e-4));
+    for (int i = 0; i < n_seqs; ++i) {
+      std::vector<float> solo(q_dim);
+      cpu::DecodeAttentionArgs one = a;
+      one.q = q.data() + i * q_dim;
+      one.out = solo.data();
+      one.spans = spans.data() + span_begin[i];
+      one.n_spans = span_begin[i + 1] - span_begin[i];
+      one.n_seqs = 1;
+      one.span_begin = nullptr;
+      ASSERT_TRUE(cpu::DecodeAttention(one).ok());
+      EXPECT_EQ(std::memcmp(solo.data(), batched.data() + i * q_dim, sizeof(float) * q_dim), 0)
+          << "sequence " << i;
+    }
+    // Bad tables: not starting at 0, not ending at n_spans, decreasing, a sequence with no row,
+    // several sequences without a table.
+    std::vector<int> bad = span_begin;
+    bad[0] = 1;
+    a.span_begin = bad.data();
+    EXPECT_EQ(cpu::DecodeAttention(a).code(), absl::StatusCode::kInvalidArgument);
+    bad = span_begin;
+    bad[n_seqs] -= 1;
+    EXPECT_EQ(cpu::DecodeAttention(a).code(), absl::StatusCode::kInvalidArgument);
+    bad = span_begin;
+    std::swap(bad[1], bad[2]);
+    EXPECT_EQ(cpu::DecodeAttention(a).code(), absl::StatusCode::kInvalidArgument);
+    bad = span_begin;
+    bad[2] = bad[1];  // sequence 1 has no row
+    const absl::Status empty = cpu::DecodeAttention(a);
+    EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(empty.message().find("sequence 1 of 5"), absl::string_view::npos) << empty;
+    a.span_begin = nullptr;
+    EXPECT_EQ(cpu::DecodeAttention(a).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(KernelsCpu, LinearRejectsBadShapes) {
   float x = 0, w = 0, y = 0;
   EXPECT_EQ(cpu::Linear(&x, &w, nullptr, &y, 1, 0, 1).code(), absl::StatusCode::kInvalidArgument);

@@ -214,6 +214,101 @@ CaseResult DecodeCase(const DecodeShape& s) {
   return c.Result(ms);
 }
 
+// Sequences of different lengths decoded in one launch (a batched decode step): their blocks of
+// 16 rows interleaved in one pool, as a paged pool holds them. Each sequence's output must equal
+// the reference and, bit for bit, its own launch alone.
+CaseResult DecodeBatchCase(DType dtype) {
+  const std::vector<int> lengths = {1, 300, 37, 130};
+  const int n_seqs = static_cast<int>(lengths.size());
+  const int n_heads = 8, n_kv_heads = 2, hd = 64;
+  const int64_t q_elems = int64_t{n_heads} * hd;
+  const int64_t row_elems = int64_t{n_kv_heads} * hd;
+  const size_t row_bytes = row_elems * DTypeSize(dtype);
+  // Blocks (sequence, first row, rows) in pool order: round robin over the sequences.
+  struct Block {
+    int seq, row, rows;
+    int64_t pool_row = 0;
+  };
+  std::vector<std::vector<Block>> blocks(n_seqs);
+  int64_t pool_rows = 0;
+  for (int r = 0;; r += 16) {
+    bool any = false;
+    for (int i = 0; i < n_seqs; ++i) {
+      if (r >= lengths[i]) continue;
+      blocks[i].push_back({i, r, std::min(16, lengths[i] - r), pool_rows});
+      pool_rows += 16;
+      any = true;
+    }
+    if (!any) break;
+  }
+  const std::vector<float> q = RandomFloats(n_seqs * q_elems, 3100, -1.f, 1.f);
+  const std::vector<unsigned char> k = CacheBytes(RandomFloats(pool_rows * row_elems, 3101), dtype);
+  const std::vector<unsigned char> v = CacheBytes(RandomFloats(pool_rows * row_elems, 3102), dtype);
+  auto spans_at = [&](const unsigned char* kp, const unsigned char* vp, int seq) {
+    std::vector<KvSpan> spans;
+    for (const Block& b : blocks[seq]) {
+      spans.push_back({kp + b.pool_row * row_bytes, vp + b.pool_row * row_bytes, b.rows});
+    }
+    return spans;
+  };
+  std::vector<int> span_begin = {0};
+  std::vector<KvSpan> host_spans;
+  for (int i = 0; i < n_seqs; ++i) {
+    const std::vector<KvSpan> s = spans_at(k.data(), v.data(), i);
+    host_spans.insert(host_spans.end(), s.begin(), s.end());
+    span_begin.push_back(static_cast<int>(host_spans.size()));
+  }
+  DecodeAttentionArgs args;
+  args.kv_dtype = dtype;
+  args.n_heads = n_heads;
+  args.n_kv_heads = n_kv_heads;
+  args.head_dim = hd;
+  args.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  args.n_seqs = n_seqs;
+  std::vector<float> want(q.size());
+  DecodeAttentionArgs ref = args;
+  ref.q = q.data();
+  ref.out = want.data();
+  ref.spans = host_spans.data();
+  ref.n_spans = static_cast<int>(host_spans.size());
+  ref.span_begin = span_begin.data();
+  cpu::DecodeAttentionReference(ref);
+
+  DeviceBuffer dq = DeviceBuffer::Of(q), dk = DeviceBuffer::Of(k), dv = DeviceBuffer::Of(v);
+  DeviceBuffer dout(want.size() * sizeof(float)), dspans;
+  std::vector<KvSpan> device_spans;
+  for (int i = 0; i < n_seqs; ++i) {
+    const std::vector<KvSpan> s = spans_at(dk.as<unsigned char>(), dv.as<unsigned char>(), i);
+    device_spans.insert(device_spans.end(), s.begin(), s.end());
+  }
+  DeviceBuffer dbegin = DeviceBuffer::Of(span_begin);
+  args.q = dq.as<float>();
+  args.out = dout.as<float>();
+  args.span_begin = dbegin.as<int>();
+  Checker c;
+  double ms = 0;
+  c.Status(RunDecode(args, device_spans, &dspans, &ms));
+  c.Output("out", dout, want, kF32Tol);
+  c.Unchanged("span_begin", dbegin, span_begin.data());
+  const std::vector<float> batched = dout.Download<float>();
+  for (int i = 0; i < n_seqs; ++i) {
+    DecodeAttentionArgs one = args;
+    one.n_seqs = 1;
+    one.span_begin = nullptr;
+    one.q = dq.as<float>() + i * q_elems;
+    DeviceBuffer dsolo(q_elems * sizeof(float)), dspan1;
+    one.out = dsolo.as<float>();
+    double ms1 = 0;
+    c.Status(
+        RunDecode(one, spans_at(dk.as<unsigned char>(), dv.as<unsigned char>(), i), &dspan1, &ms1));
+    const std::vector<float> solo = dsolo.Download<float>();
+    if (std::memcmp(solo.data(), batched.data() + i * q_elems, q_elems * sizeof(float)) != 0) {
+      c.Fail("sequence " + std::to_string(i) + " differs between the batch and its own launch");
+    }
+  }
+  return c.Result(ms);
+}
+
 // Bad arguments are errors, before any launch.
 CaseResult ArgumentChecks() {
   Checker c;
@@ -254,6 +349,11 @@ CaseResult ArgumentChecks() {
   d.kv_dtype = DType::kF32;
   d.n_kv_heads = 3;
   expect_error("DecodeAttention with 4 heads on 3 kv heads", DecodeAttention(d, nullptr));
+  d.n_kv_heads = 2;
+  d.n_seqs = 2;
+  expect_error("DecodeAttention of 2 sequences without span_begin", DecodeAttention(d, nullptr));
+  d.n_seqs = 0;
+  expect_error("DecodeAttention of 0 sequences", DecodeAttention(d, nullptr));
   c.Guards("buffer", buf);
   return c.Result(0);
 }
@@ -296,6 +396,12 @@ void AddAttentionCases(std::vector<Case>& cases) {
   };
   for (const DecodeShape& s : decode) {
     cases.push_back({DecodeName(s), {"DecodeAttentionKernel"}, [=] { return DecodeCase(s); }});
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    cases.push_back({"DecodeAttention " + std::string(DTypeName(dtype)) +
+                         " batch of 4 sequences (1, 300, 37, 130 rows) in one launch",
+                     {"DecodeAttentionKernel"},
+                     [dtype] { return DecodeBatchCase(dtype); }});
   }
   cases.push_back(
       {"Attention, DecodeAttention argument checks", {"AttentionKernel"}, ArgumentChecks});

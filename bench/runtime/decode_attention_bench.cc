@@ -1,0 +1,155 @@
+// One layer's decode attention for a batched step of B sequences: the batch in one call
+// (DecodeAttentionArgs::n_seqs, what the decoder does) against one call per sequence (what it
+// did before), on a paged cache of 16-row blocks. Prints the median over repeats in microseconds
+// and checks that both give the same bits.
+//
+//   decode_attention_bench [--heads 32] [--kv-heads 32] [--head-dim 128] [--rows 640]
+//                          [--batches 1,4,16,64] [--dtype bf16] [--repeats 51] [--threads N]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "base/dtype.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/decode_attention.h"
+
+namespace hap {
+namespace {
+
+double MedianUs(int repeats, const std::function<void()>& fn) {
+  fn();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int Main(int argc, char** argv) {
+  int heads = 32, kv_heads = 32, hd = 128, rows = 640, repeats = 51, threads = 0;
+  std::vector<int> batches = {1, 4, 16, 64};
+  DType dtype = DType::kBF16;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "decode_attention_bench: %s needs a value\n", k.c_str());
+      return 2;
+    }
+    const std::string v = argv[i + 1];
+    int n = 0;
+    const bool is_int = absl::SimpleAtoi(v, &n) && n > 0;
+    if (k == "--dtype" && (v == "f32" || v == "bf16")) {
+      dtype = v == "bf16" ? DType::kBF16 : DType::kF32;
+    } else if (k == "--batches") {
+      batches.clear();
+      for (absl::string_view part : absl::StrSplit(v, ',')) {
+        if (!absl::SimpleAtoi(part, &n) || n <= 0) {
+          std::fprintf(stderr, "decode_attention_bench: --batches '%s'\n", v.c_str());
+          return 2;
+        }
+        batches.push_back(n);
+      }
+    } else if (is_int && k == "--heads") {
+      heads = n;
+    } else if (is_int && k == "--kv-heads") {
+      kv_heads = n;
+    } else if (is_int && k == "--head-dim") {
+      hd = n;
+    } else if (is_int && k == "--rows") {
+      rows = n;
+    } else if (is_int && k == "--repeats") {
+      repeats = n;
+    } else if (is_int && k == "--threads") {
+      threads = n;
+    } else {
+      std::fprintf(stderr, "decode_attention_bench: bad flag or value: %s %s\n", k.c_str(),
+                   v.c_str());
+      return 2;
+    }
+  }
+  SetDefaultPoolThreads(threads);
+  std::printf(
+      "heads %d/%d, head_dim %d, %d cached rows per sequence in 16-row blocks, %s KV, pool of %d "
+      "threads; median of %d, us per layer\n\n",
+      heads, kv_heads, hd, rows, std::string(DTypeName(dtype)).c_str(), DefaultPool().size(),
+      repeats);
+  std::printf("%8s %14s %14s %8s %10s\n", "batch", "one call", "per sequence", "ratio", "same bits");
+  const int64_t row_elems = int64_t{kv_heads} * hd;
+  const int q_dim = heads * hd;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int b : batches) {
+    // Each sequence's blocks in a pool of its own (as a paged pool hands them out).
+    const size_t n = static_cast<size_t>(b) * rows * row_elems;
+    std::vector<float> kf(n), vf(n), q(static_cast<size_t>(b) * q_dim);
+    for (float& x : kf) x = u(rng);
+    for (float& x : vf) x = u(rng);
+    for (float& x : q) x = u(rng);
+    std::vector<uint8_t> k(n * DTypeSize(dtype)), v(n * DTypeSize(dtype));
+    ConvertFromF32(dtype, kf.data(), k.data(), n);
+    ConvertFromF32(dtype, vf.data(), v.data(), n);
+    const size_t row_bytes = row_elems * DTypeSize(dtype);
+    std::vector<KvSpan> spans;
+    std::vector<int> span_begin = {0};
+    for (int s = 0; s < b; ++s) {
+      for (int r = 0; r < rows; r += 16) {
+        const size_t at = (static_cast<size_t>(s) * rows + r) * row_bytes;
+        spans.push_back({k.data() + at, v.data() + at, std::min(16, rows - r)});
+      }
+      span_begin.push_back(static_cast<int>(spans.size()));
+    }
+    DecodeAttentionArgs a;
+    a.q = q.data();
+    a.spans = spans.data();
+    a.n_spans = static_cast<int>(spans.size());
+    a.kv_dtype = dtype;
+    a.n_heads = heads;
+    a.n_kv_heads = kv_heads;
+    a.head_dim = hd;
+    a.scale = 1.f / std::sqrt(static_cast<float>(hd));
+    a.n_seqs = b;
+    a.span_begin = span_begin.data();
+    std::vector<float> out_batch(q.size()), out_each(q.size());
+    a.out = out_batch.data();
+    bool ok = true;
+    const double batch_us = MedianUs(repeats, [&] { ok &= cpu::DecodeAttention(a).ok(); });
+    const double each_us = MedianUs(repeats, [&] {
+      for (int s = 0; s < b; ++s) {
+        DecodeAttentionArgs one = a;
+        one.q = q.data() + static_cast<size_t>(s) * q_dim;
+        one.out = out_each.data() + static_cast<size_t>(s) * q_dim;
+        one.spans = spans.data() + span_begin[s];
+        one.n_spans = span_begin[s + 1] - span_begin[s];
+        one.n_seqs = 1;
+        one.span_begin = nullptr;
+        ok &= cpu::DecodeAttention(one).ok();
+      }
+    });
+    if (!ok) {
+      std::fprintf(stderr, "decode_attention_bench: DecodeAttention failed\n");
+      return 1;
+    }
+    const bool same = std::memcmp(out_batch.data(), out_each.data(), sizeof(float) * q.size()) == 0;
+    std::printf("%8d %14.1f %14.1f %7.2fx %10s\n", b, batch_us, each_us, each_us / batch_us,
+                same ? "yes" : "NO");
+    if (!same) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace hap
+
+int main(int argc, char** argv) { return hap::Main(argc, argv); }
