@@ -3,6 +3,7 @@
 #include "services/common/replica_set.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -267,6 +268,52 @@ TEST(ReplicaSetTest, RefreshMakesEachResolvedAddressAReplicaAndKeepsWhatStays) {
   EXPECT_EQ(set.Pick(kMiB).address(), p13);
   on_12.reset();  // a lease taken before the refresh is released on its replica
   EXPECT_EQ(members->replicas[0]->in_flight.load(), 1);
+}
+
+// Picks, KV reports and refreshes from several threads at once (ThreadSanitizer runs this):
+// every lease lands on a member of the set it was picked from, and every call in flight is
+// counted back to zero.
+TEST(ReplicaSetTest, PicksDuringRefreshes) {
+  LiveServer a, b, c;
+  const std::vector<std::vector<std::string>> lists = {{a.address(), b.address()},
+                                                       {b.address(), c.address()},
+                                                       {a.address(), b.address(), c.address()}};
+  std::atomic<int> which{0};
+  const AddressResolver resolve =
+      [&](const std::string&) -> absl::StatusOr<std::vector<std::string>> {
+    return lists[which.load() % lists.size()];
+  };
+  ReplicaSet<hap::v1::Decode> set({"decode:1"}, Channel);
+  set.EnableKvReports(milliseconds(60000));
+  set.Refresh(resolve);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      while (!stop.load()) {
+        auto lease = set.Pick(kMiB);
+        const std::string address = lease.address();
+        EXPECT_TRUE(address == a.address() || address == b.address() || address == c.address())
+            << address;
+      }
+    });
+  }
+  threads.emplace_back([&] {  // the poller's part
+    while (!stop.load()) {
+      const auto members = set.members();
+      for (size_t i = 0; i < members->replicas.size(); ++i) {
+        members->kv_reports->Report(static_cast<int>(i), 100 * kMiB, Clock::now());
+      }
+    }
+  });
+  for (int k = 0; k < 30; ++k) {
+    which.fetch_add(1);
+    set.Refresh(resolve);
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  stop.store(true);
+  for (auto& th : threads) th.join();
+  for (const auto& r : set.members()->replicas) EXPECT_EQ(r->in_flight.load(), 0) << r->address;
 }
 
 TEST(ReplicaSetTest, PickPassesOverAReplicaThatCannotConnect) {
