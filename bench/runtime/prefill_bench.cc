@@ -137,12 +137,21 @@ int Main(int argc, char** argv) {
       return 2;
     }
     const std::string v = argv[i + 1];
+    // A count flag's value: a whole number, at least `min`.
+    auto count = [&](int min, int* out) {
+      if (absl::SimpleAtoi(v, out) && *out >= min) return true;
+      std::fprintf(stderr, "prefill_bench: %s '%s' is not a whole number >= %d\n", k.c_str(),
+                   v.c_str(), min);
+      return false;
+    };
     if (k == "--model") a.model = v;
     else if (k == "--image") a.image = v;
     else if (k == "--prompt") a.prompt = v;
-    else if (k == "--decode-tokens") a.decode_tokens = std::stoi(v);
-    else if (k == "--repeats") a.repeats = std::stoi(v);
-    else if (k == "--method") a.method = v;
+    else if (k == "--decode-tokens") {
+      if (!count(0, &a.decode_tokens)) return 2;
+    } else if (k == "--repeats") {
+      if (!count(1, &a.repeats)) return 2;
+    } else if (k == "--method") a.method = v;
     else if (k == "--kv-dtype") {
       auto dtype = ParseKvDTypeFlagValue(k, v);
       if (!dtype.ok()) {
@@ -153,7 +162,12 @@ int Main(int argc, char** argv) {
     } else if (k == "--retain") {
       for (auto part : absl::StrSplit(v, ',')) {
         double x;
-        if (absl::SimpleAtod(part, &x)) a.retain.push_back(x);
+        if (!absl::SimpleAtod(part, &x) || !(x > 0)) {
+          std::fprintf(stderr, "prefill_bench: --retain '%s': '%s' is not a positive number\n",
+                       v.c_str(), std::string(part).c_str());
+          return 2;
+        }
+        a.retain.push_back(x);
       }
     } else {
       std::fprintf(stderr, "prefill_bench: unknown flag %s\n", k.c_str());
