@@ -2,6 +2,8 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <vector>
 
 namespace hap::bench {
@@ -14,5 +16,18 @@ inline double Percentile(std::vector<double> v, double p) {
 }
 
 inline double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
+
+// The median time of `repeats` runs of `fn` after one warm-up run, in microseconds.
+inline double MedianUs(int repeats, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return Median(std::move(t));
+}
 
 }  // namespace hap::bench

@@ -19,23 +19,13 @@
 #include "absl/strings/str_split.h"
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "bench/common/percentile.h"
 #include "kernels/cpu/decode_attention.h"
 
 namespace hap {
 namespace {
 
-double MedianUs(int repeats, const std::function<void()>& fn) {
-  fn();  // warm-up
-  std::vector<double> t;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::MedianUs;
 
 int Main(int argc, char** argv) {
   int heads = 32, kv_heads = 32, hd = 128, rows = 640, repeats = 51, threads = 0;

@@ -16,26 +16,16 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/thread_pool.h"
+#include "bench/common/percentile.h"
 #include "kernels/prune/attention_rows.h"
 #include "kernels/prune/paq.h"
 #include "kernels/prune/weighted_sum.h"
-#include "base/thread_pool.h"
 
 namespace hap {
 namespace {
 
-double MedianUs(int repeats, const std::function<void()>& fn) {
-  fn();  // warm-up
-  std::vector<double> t;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::MedianUs;
 
 int Main(int argc, char** argv) {
   int heads = 16, kv_heads = 16, hd = 64, n_text = 20, repeats = 21, threads = 0;

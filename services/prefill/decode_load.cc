@@ -7,13 +7,12 @@ namespace hap::svc {
 DecodeLoadPoller::DecodeLoadPoller(ReplicaSet<hap::v1::Decode>* decoders,
                                    std::chrono::milliseconds interval)
     : decoders_(decoders),
-      interval_(interval),
       // Short: a replica that cannot answer this quickly is not one to count on.
       deadline_(
           std::clamp(interval, std::chrono::milliseconds(100), std::chrono::milliseconds(1000))) {
   // A report counts for four intervals: one late or lost poll does not drop to the fallback.
   decoders->EnableKvReports(4 * interval);
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::make_unique<PeriodicTask>([this] { PollOnce(); }, interval);
 }
 
 DecodeLoadPoller::~DecodeLoadPoller() { Stop(); }
@@ -24,8 +23,7 @@ void DecodeLoadPoller::Stop() {
     stop_ = true;
     if (call_ != nullptr) call_->TryCancel();
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  thread_->Stop();
 }
 
 void DecodeLoadPoller::PollOnce() {
@@ -59,17 +57,6 @@ void DecodeLoadPoller::PollOnce() {
     const int64_t free_blocks =
         std::max<int64_t>(0, state.kv_pool_blocks_total() - state.kv_pool_blocks_in_use());
     reports->Report(i, free_blocks * state.kv_pool_block_bytes(), asked_at);
-  }
-}
-
-void DecodeLoadPoller::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    lock.unlock();
-    const auto next = std::chrono::steady_clock::now() + interval_;
-    PollOnce();
-    lock.lock();
-    cv_.wait_until(lock, next, [this] { return stop_; });
   }
 }
 

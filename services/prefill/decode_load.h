@@ -7,15 +7,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "hap/v1/debug.grpc.pb.h"
 #include "hap/v1/decode.grpc.pb.h"
+#include "services/common/periodic_task.h"
 #include "services/common/replica_set.h"
 
 namespace hap::svc {
@@ -34,16 +33,12 @@ class DecodeLoadPoller {
   void PollOnce();
 
  private:
-  void Run();
-
   ReplicaSet<hap::v1::Decode>* decoders_;
-  const std::chrono::milliseconds interval_;
   const std::chrono::milliseconds deadline_;
   std::mutex mu_;
-  std::condition_variable cv_;
   bool stop_ = false;
   grpc::ClientContext* call_ = nullptr;  // the GetState in progress, for Stop to cancel
-  std::thread thread_;
+  std::unique_ptr<PeriodicTask> thread_;  // last: stops first
 };
 
 }  // namespace hap::svc
