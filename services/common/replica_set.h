@@ -173,10 +173,10 @@ class ReplicaSet {
     std::lock_guard<std::mutex> lock(mu_);
     return members_;
   }
-  KvReports* kv_reports() { return members()->kv_reports.get(); }  // null unless enabled
+  // The current members' reports (null unless enabled); a refresh gives the next members their own.
+  std::shared_ptr<KvReports> kv_reports() const { return members()->kv_reports; }
   int size() const { return static_cast<int>(members()->replicas.size()); }
   std::string address(int i) const { return members()->replicas[i]->address; }
-  const std::vector<std::string>& configured() const { return configured_; }
 
   // Resolves the configured addresses again (ExpandAddresses) and, when what they stand for
   // changed, replaces the members: replicas that stay keep their channel, calls in flight and KV
