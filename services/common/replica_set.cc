@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
