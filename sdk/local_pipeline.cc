@@ -85,8 +85,11 @@ std::vector<std::string> LocalPipeline::Argv(Service service, int port, int repl
   const std::vector<std::string>* extra = &options_.encoder_args;
   if (service == Service::kPrefill) {
     extra = &options_.prefill_args;
+    std::vector<std::string> decodes = decode_addresses();
+    decodes.insert(decodes.end(), options_.external_decode_addresses.begin(),
+                   options_.external_decode_addresses.end());
     argv.insert(argv.end(), {"--encoder-addr", address(Service::kEncoder), "--decode-addr",
-                             absl::StrJoin(decode_addresses(), ",")});
+                             absl::StrJoin(decodes, ",")});
     if (options_.openai_port >= 0) {
       argv.insert(argv.end(), {"--openai-port", std::to_string(openai_port_ > 0
                                                                    ? openai_port_

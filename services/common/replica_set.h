@@ -14,6 +14,7 @@
 // decode replicas, polled by hap-prefill's DecodeLoadPoller): see KvReports for the rule.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -195,17 +196,22 @@ class ReplicaSet {
   }
 
   // `kv_bytes`: the KV memory the call will need on the replica (0 = unknown or none); it only
-  // matters with KV reports enabled.
-  Lease Pick(int64_t kv_bytes = 0) {
+  // matters with KV reports enabled. `avoid`: a replica address passed over while there is
+  // another (the one a failed attempt of the same request went to).
+  Lease Pick(int64_t kv_bytes = 0, const std::string& avoid = "") {
     const std::shared_ptr<const Members> m = members();
     const int n = static_cast<int>(m->replicas.size());
     const int start = static_cast<int>(next_.fetch_add(1) % static_cast<uint64_t>(n));
+    const bool avoiding =
+        !avoid.empty() && std::any_of(m->replicas.begin(), m->replicas.end(),
+                                      [&](const auto& r) { return r->address != avoid; });
     // Connected replicas first; else those not failing to connect; else all (the call then
     // reports the failure). Asking for the state also starts connecting an idle channel, so a
     // replica that joined or went idle is connected by the next picks.
     std::vector<int> in_flight(n), ready, usable, all;
     for (int i = 0; i < n; ++i) {
       in_flight[i] = m->replicas[i]->in_flight.load();
+      if (avoiding && m->replicas[i]->address == avoid) continue;
       const grpc_connectivity_state state =
           m->replicas[i]->channel->GetState(/*try_to_connect=*/true);
       if (state == GRPC_CHANNEL_READY) ready.push_back(i);

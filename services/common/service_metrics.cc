@@ -64,6 +64,9 @@ PrefillMetrics& PrefillMetrics::Get() {
     x.prefill_yields = Total("hap_prefill_yields_total",
                              "Times a prefill handed the compute to prefills waiting behind it "
                              "after a slice of --prefill-chunk-tokens.");
+    x.decode_retries = Total("hap_decode_retries_total",
+                             "Decode calls repeated on another replica: the replica first chosen "
+                             "was unavailable before it took the KV cache.");
     return x;
   }();
   return m;

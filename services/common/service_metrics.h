@@ -29,6 +29,7 @@ struct PrefillMetrics {
   telemetry::Counter* kv_transfer_bytes;      // KV cache bytes decode acknowledged
   telemetry::Counter* slow_client_cutoffs;    // Generate calls cut off: the client stopped reading
   telemetry::Counter* prefill_yields;         // turns a sliced prefill handed to waiting ones
+  telemetry::Counter* decode_retries;         // decode calls repeated on another replica
   static PrefillMetrics& Get();
 };
 

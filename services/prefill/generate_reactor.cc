@@ -253,24 +253,61 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoder() {
   return r;
 }
 
+void GenerateReactor::DecodeCall::Expire() {
+  std::lock_guard<std::mutex> lock(mu);
+  lease_expired = true;
+  if (ctx != nullptr) ctx->TryCancel();
+}
+
+void GenerateReactor::DecodeCall::Set(grpc::ClientContext* c) {
+  std::lock_guard<std::mutex> lock(mu);
+  ctx = c;
+}
+
 absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
+  const PrefillConfig& config = service_->config();
+  KvRegistry* kv = service_->kv();
+  // The cache is leased until decode acknowledges it; a stalled transfer is cancelled.
+  DecodeCall call_slot;
+  HAP_ASSIGN_OR_RETURN(KvRegistry::Handle lease,
+                       kv->Acquire(job_.request_id, prefill.kv().bytes(), config.lease_ms,
+                                   [&call_slot] { call_slot.Expire(); }));
+  absl::Cleanup release = [&] { kv->Release(lease); };
+  constexpr int kMaxAttempts = 3;
+  DecodeAttempt attempt;
+  for (int n = 1;; ++n) {
+    attempt.retryable = false;
+    absl::Status s = DecodeOnce(prefill, lease, call_slot, attempt);
+    mutable_rpc_span().SetAttribute("hap.decode.attempts", n);
+    if (s.ok() || !attempt.retryable || n == kMaxAttempts || service_->decoders().size() < 2) {
+      return s;
+    }
+    PrefillMetrics::Get().decode_retries->Inc();
+    std::fprintf(stderr, "hap-prefill: request '%s': %s; sending its KV cache to another replica\n",
+                 absl::CHexEscape(job_.request_id).c_str(), std::string(s.message()).c_str());
+  }
+}
+
+absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistry::Handle& lease,
+                                         DecodeCall& call_slot, DecodeAttempt& attempt) {
   const LlavaModel& model = *service_->model();
   const PrefillConfig& config = service_->config();
   KvRegistry* kv = service_->kv();
   std::unique_ptr<grpc::ClientContext> ctx = grpc::ClientContext::FromCallbackServerContext(*ctx_);
   children_.Add(ctx.get());
-  absl::Cleanup remove = [&] { children_.Remove(ctx.get()); };
+  call_slot.Set(ctx.get());
+  absl::Cleanup remove = [&] {
+    call_slot.Set(nullptr);
+    children_.Remove(ctx.get());
+  };
+  // A lease that expired between attempts has nothing to cancel: this call does not start.
+  if (call_slot.lease_expired) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "KV transfer to decode did not complete within the ", config.lease_ms, " ms lease"));
+  }
 
   // The prefill's cache: in host memory, or in the device's, read a chunk at a time.
   const KvStore& cache = prefill.kv();
-  // The cache is leased until decode acknowledges it; a stalled transfer is cancelled.
-  std::atomic<bool> lease_expired{false};
-  HAP_ASSIGN_OR_RETURN(KvRegistry::Handle lease,
-                       kv->Acquire(job_.request_id, cache.bytes(), config.lease_ms, [&] {
-                         lease_expired = true;
-                         ctx->TryCancel();
-                       }));
-  absl::Cleanup release = [&] { kv->Release(lease); };
   HAP_ASSIGN_OR_RETURN(KvChunker chunker,
                        KvChunker::Create(&cache, config.max_message_bytes));
 
@@ -282,7 +319,8 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   const int64_t kv_need =
       (cache.total_rows() + static_cast<int64_t>(cache.n_layers()) * job_.stop.max_new_tokens) *
       2 * cache.row_bytes();
-  const ReplicaSet<hap::v1::Decode>::Lease decode = service_->decoders().Pick(kv_need);
+  const ReplicaSet<hap::v1::Decode>::Lease decode =
+      service_->decoders().Pick(kv_need, attempt.failed);
   telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Decode/Decode", decode.address(),
                             ctx.get());
   // hap.kv_transfer: first KV message sent → decode's acknowledgement of the whole cache.
@@ -373,7 +411,7 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   const grpc::Status st = stream->Finish();
   call.Finish(st);
   if (!acked) {
-    kv_span.SetStatus(telemetry::StatusCode::kError, lease_expired
+    kv_span.SetStatus(telemetry::StatusCode::kError, call_slot.lease_expired
                                                          ? "the KV lease expired"
                                                          : "decode did not acknowledge the cache");
   }
@@ -382,7 +420,7 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
   server_span.SetAttribute("hap.relayed_tokens", relayed_tokens);
   if (!first) server_span.SetAttribute("hap.ttft_ms", timings_.ttft_ms());
   HAP_RETURN_IF_ERROR(chunker.status());
-  if (lease_expired) {
+  if (call_slot.lease_expired) {
     return absl::DeadlineExceededError(absl::StrCat(
         "KV transfer to decode did not complete within the ", config.lease_ms, " ms lease"));
   }
@@ -400,7 +438,12 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
                      " messages were waiting (--max-stream-queue)"));
   }
   if (client_gone) return absl::CancelledError("the client went away");
-  if (!st.ok()) return PeerError("decode", decode.address(), st, /*client_input=*/false);
+  if (!st.ok()) {
+    // Decode had not taken the cache and the client has seen nothing: another replica can.
+    attempt.retryable = st.error_code() == grpc::StatusCode::UNAVAILABLE && !acked && first;
+    attempt.failed = decode.address();
+    return PeerError("decode", decode.address(), st, /*client_input=*/false);
+  }
   if (!acked || !done) return absl::InternalError("decode ended the call without its results");
 
   const PrefillStats& p = prefill.stats;

@@ -4,9 +4,11 @@
 // deadline) cancels the peer calls, which stops decode and frees the KV caches.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "hap/v1/generate.grpc.pb.h"
@@ -46,8 +48,26 @@ class GenerateReactor final
 
   absl::Status Execute();
   absl::StatusOr<EncodeResult> CallEncoder();
-  // Streams the cache to decode, relays the tokens and sends the stats.
+  // The decode call in progress, for the KV lease's expiry to cancel (a retry replaces it).
+  struct DecodeCall {
+    std::mutex mu;
+    grpc::ClientContext* ctx = nullptr;
+    std::atomic<bool> lease_expired{false};
+    void Expire();
+    void Set(grpc::ClientContext* c);
+  };
+  // What a decode call that failed leaves for the next attempt.
+  struct DecodeAttempt {
+    bool retryable = false;  // UNAVAILABLE before decode took the cache and before any token
+    std::string failed;      // the replica it failed on, passed over by the next pick
+  };
+  // Streams the cache to decode, relays the tokens and sends the stats. A decode replica that is
+  // unavailable before it took the cache (down, draining, gone since the last refresh) is
+  // replaced by another, up to three attempts in all.
   absl::Status TransferAndRelay(PrefillResult prefill);
+  // One decode call: the cache out, the tokens relayed, the stats sent.
+  absl::Status DecodeOnce(PrefillResult& prefill, const KvRegistry::Handle& lease,
+                          DecodeCall& call_slot, DecodeAttempt& attempt);
   absl::Status CheckCancelled(const char* stage) const;
 
   PrefillService* service_;
