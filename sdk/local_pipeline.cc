@@ -88,7 +88,10 @@ std::vector<std::string> LocalPipeline::Argv(Service service, int port, int repl
     std::vector<std::string> decodes = decode_addresses();
     decodes.insert(decodes.end(), options_.external_decode_addresses.begin(),
                    options_.external_decode_addresses.end());
-    argv.insert(argv.end(), {"--encoder-addr", address(Service::kEncoder), "--decode-addr",
+    std::vector<std::string> encoders = {address(Service::kEncoder)};
+    encoders.insert(encoders.end(), options_.external_encoder_addresses.begin(),
+                    options_.external_encoder_addresses.end());
+    argv.insert(argv.end(), {"--encoder-addr", absl::StrJoin(encoders, ","), "--decode-addr",
                              absl::StrJoin(decodes, ",")});
     if (options_.openai_port >= 0) {
       argv.insert(argv.end(), {"--openai-port", std::to_string(openai_port_ > 0

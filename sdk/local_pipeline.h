@@ -27,9 +27,9 @@ struct LocalPipelineOptions {
   // More flags for single decode replicas, after decode_args: entry i goes to replica i (the
   // first is address(Service::kDecode)); replicas past the end get none.
   std::vector<std::vector<std::string>> decode_replica_args;
-  // hap-decode replicas this pipeline does not start (running elsewhere): prefill is given
-  // their addresses after its own replicas' and spreads calls over all of them.
-  std::vector<std::string> external_decode_addresses;
+  // hap-encoder and hap-decode replicas this pipeline does not start (running elsewhere):
+  // prefill is given their addresses after its own replicas' and spreads calls over all of them.
+  std::vector<std::string> external_encoder_addresses, external_decode_addresses;
   // --pool-spin-us for every service: the three share this machine's cores, and a compute pool
   // that spins long takes them from the others (16 concurrent streams on 2 cores: 12 µs did
   // 10-20% better in aggregate than the services' 50 µs default).

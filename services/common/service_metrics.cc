@@ -64,9 +64,14 @@ PrefillMetrics& PrefillMetrics::Get() {
     x.prefill_yields = Total("hap_prefill_yields_total",
                              "Times a prefill handed the compute to prefills waiting behind it "
                              "after a slice of --prefill-chunk-tokens.");
-    x.decode_retries = Total("hap_decode_retries_total",
-                             "Decode calls repeated on another replica: the replica first chosen "
-                             "was unavailable before it took the KV cache.");
+    telemetry::CounterFamily& retries = telemetry::Registry::Default().AddCounter(
+        "hap_peer_retries_total",
+        "Calls to hap-encoder or hap-decode made again on another replica: the replica first "
+        "chosen was unavailable before it had taken anything of the request (decode: the KV "
+        "cache) or sent anything back.",
+        {"peer"});
+    x.decode_retries = &retries.Labels({"decode"});
+    x.encoder_retries = &retries.Labels({"encoder"});
     return x;
   }();
   return m;

@@ -29,7 +29,10 @@ struct PrefillMetrics {
   telemetry::Counter* kv_transfer_bytes;      // KV cache bytes decode acknowledged
   telemetry::Counter* slow_client_cutoffs;    // Generate calls cut off: the client stopped reading
   telemetry::Counter* prefill_yields;         // turns a sliced prefill handed to waiting ones
-  telemetry::Counter* decode_retries;         // decode calls repeated on another replica
+  // hap_peer_retries_total{peer}: calls made again on another replica because the first was
+  // unavailable before anything of the request reached it or came back.
+  telemetry::Counter* decode_retries;   // peer="decode": before decode took the KV cache
+  telemetry::Counter* encoder_retries;  // peer="encoder": before any embedding came back
   static PrefillMetrics& Get();
 };
 

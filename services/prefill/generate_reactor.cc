@@ -34,6 +34,10 @@ hap::v1::Pruning ResolvedPruning(const PruneRequest& prune) {
   return p;
 }
 
+// Calls to one peer for one request, the first included: a replica unavailable before it took
+// anything of the request is replaced by another up to this many times less one.
+constexpr int kMaxPeerAttempts = 3;
+
 // A peer's failure as the client should see it: a peer that is down is UNAVAILABLE; a peer
 // rejecting what this server built is this server's fault (INTERNAL), not the client's.
 absl::Status PeerError(const char* peer, const std::string& address, const grpc::Status& st,
@@ -198,13 +202,34 @@ absl::Status GenerateReactor::Execute() {
 }
 
 absl::StatusOr<EncodeResult> GenerateReactor::CallEncoder() {
+  std::string avoid;
+  for (int n = 1;; ++n) {
+    bool retryable = false;
+    std::string address;
+    absl::StatusOr<EncodeResult> r = CallEncoderOnce(avoid, &address, &retryable);
+    mutable_rpc_span().SetAttribute("hap.encoder.attempts", n);
+    if (r.ok() || !retryable || n == kMaxPeerAttempts || service_->encoders().size() < 2) {
+      return r;
+    }
+    PrefillMetrics::Get().encoder_retries->Inc();
+    std::fprintf(stderr, "hap-prefill: request '%s': %s; asking another replica\n",
+                 absl::CHexEscape(job_.request_id).c_str(),
+                 std::string(r.status().message()).c_str());
+    avoid = address;
+  }
+}
+
+absl::StatusOr<EncodeResult> GenerateReactor::CallEncoderOnce(const std::string& avoid,
+                                                              std::string* address,
+                                                              bool* retryable) {
   const auto t0 = Clock::now();
   const LlavaModel& model = *service_->model();
   std::unique_ptr<grpc::ClientContext> ctx = grpc::ClientContext::FromCallbackServerContext(*ctx_);
   children_.Add(ctx.get());
   absl::Cleanup remove = [&] { children_.Remove(ctx.get()); };
 
-  const ReplicaSet<hap::v1::Encoder>::Lease encoder = service_->encoders().Pick();
+  const ReplicaSet<hap::v1::Encoder>::Lease encoder = service_->encoders().Pick(0, avoid);
+  *address = encoder.address();
   telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Encoder/Encode", encoder.address(),
                             ctx.get());
   hap::v1::EncodeRequest req;
@@ -217,7 +242,9 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoder() {
   EmbeddingAssembler assembler(model.config().text.hidden_size, model.config().num_visual_tokens());
   hap::v1::EncodeResponse msg;
   absl::Status stream_error;
+  bool received = false;
   while (stream_error.ok() && reader->Read(&msg)) {
+    received = true;
     stream_error =
         msg.has_header() ? assembler.OnHeader(msg.header()) : assembler.OnChunk(msg.chunk());
   }
@@ -226,6 +253,7 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoder() {
   call.Finish(stream_error.ok() ? st : ToGrpc(stream_error));
   HAP_RETURN_IF_ERROR(stream_error);
   if (!st.ok()) {
+    *retryable = st.error_code() == grpc::StatusCode::UNAVAILABLE && !received;
     return PeerError("encoder", encoder.address(), st, /*client_input=*/true);
   }
   EncodeResult r;
@@ -273,13 +301,12 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
                        kv->Acquire(job_.request_id, prefill.kv().bytes(), config.lease_ms,
                                    [&call_slot] { call_slot.Expire(); }));
   absl::Cleanup release = [&] { kv->Release(lease); };
-  constexpr int kMaxAttempts = 3;
   DecodeAttempt attempt;
   for (int n = 1;; ++n) {
     attempt.retryable = false;
     absl::Status s = DecodeOnce(prefill, lease, call_slot, attempt);
     mutable_rpc_span().SetAttribute("hap.decode.attempts", n);
-    if (s.ok() || !attempt.retryable || n == kMaxAttempts || service_->decoders().size() < 2) {
+    if (s.ok() || !attempt.retryable || n == kMaxPeerAttempts || service_->decoders().size() < 2) {
       return s;
     }
     PrefillMetrics::Get().decode_retries->Inc();

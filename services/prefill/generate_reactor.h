@@ -47,7 +47,13 @@ class GenerateReactor final
   void End(const absl::Status& status);
 
   absl::Status Execute();
+  // The image's embeddings from an encoder replica; one that is unavailable before it sends
+  // anything is replaced by another, up to three attempts in all.
   absl::StatusOr<EncodeResult> CallEncoder();
+  // One encoder call, to a replica other than `avoid` where there is one; *address is the
+  // replica's, *retryable true when it failed UNAVAILABLE before sending anything.
+  absl::StatusOr<EncodeResult> CallEncoderOnce(const std::string& avoid, std::string* address,
+                                               bool* retryable);
   // The decode call in progress, for the KV lease's expiry to cancel (a retry replaces it).
   struct DecodeCall {
     std::mutex mu;
