@@ -118,8 +118,9 @@ const char* TorchDTypeName(DType dtype) {
 
 }  // namespace
 
-absl::Status WriteRandomLlavaCheckpoint(const LlavaConfig& cfg_in, const std::string& dir,
-                                        uint64_t seed, DType dtype, int shards) {
+absl::Status WriteRandomLlavaCheckpoint(
+    const LlavaConfig& cfg_in, const std::string& dir, uint64_t seed, DType dtype, int shards,
+    const std::function<void(const CheckpointProgress&)>& progress) {
   LlavaConfig cfg = cfg_in;
   cfg.torch_dtype = TorchDTypeName(dtype);
   // Only configs the loader accepts are written: validate through the JSON we will write.
@@ -165,6 +166,7 @@ absl::Status WriteRandomLlavaCheckpoint(const LlavaConfig& cfg_in, const std::st
 
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  uint64_t written = 0;
   for (int k = 0; k < shards; ++k) {
     const std::string file_name =
         shards == 1 ? "model.safetensors"
@@ -181,8 +183,10 @@ absl::Status WriteRandomLlavaCheckpoint(const LlavaConfig& cfg_in, const std::st
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (shard_of[i] != k) continue;
       to_write.push_back({tensors[i].name, tensors[i].shape, values[j++].data()});
+      written += bytes[i];
     }
     HAP_RETURN_IF_ERROR(WriteSafetensors(dir + "/" + file_name, to_write, dtype, metadata));
+    if (progress) progress({file_name, k + 1, shards, written, total});
   }
   if (shards > 1) {
     nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},

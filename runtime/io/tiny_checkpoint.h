@@ -3,11 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
-#include "runtime/io/config.h"
 #include "base/dtype.h"
+#include "runtime/io/config.h"
 
 namespace hap {
 
@@ -19,7 +20,16 @@ namespace hap {
 // states stay O(1) through deep stacks and attention rows are neither uniform nor one-hot:
 //   linear / conv weights  N(0, 1/fan_in) * gain (gain 1/sqrt(2 * layers) on residual writers)
 //   norm weights           1 + N(0, 0.05);  biases N(0, 0.02);  embeddings N(0, 1)
-absl::Status WriteRandomLlavaCheckpoint(const LlavaConfig& cfg, const std::string& dir,
-                                        uint64_t seed, DType dtype, int shards);
+//
+// `progress`, when set, is called after each weights file is written with its name, how many
+// files are written of how many, and the weight bytes written so far of the total.
+struct CheckpointProgress {
+  std::string file;
+  int files_done = 0, files = 0;
+  uint64_t bytes_done = 0, bytes_total = 0;
+};
+absl::Status WriteRandomLlavaCheckpoint(
+    const LlavaConfig& cfg, const std::string& dir, uint64_t seed, DType dtype, int shards,
+    const std::function<void(const CheckpointProgress&)>& progress = nullptr);
 
 }  // namespace hap

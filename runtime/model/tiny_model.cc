@@ -55,7 +55,7 @@ absl::Status WriteTinyModel(const TinyModelOptions& o, const std::string& dir) {
   cfg.image_seq_length = cfg.num_visual_tokens();
   // Re-validate the edited config through the parser.
   HAP_ASSIGN_OR_RETURN(cfg, ParseLlavaConfig(LlavaConfigToJson(cfg), "make-tiny config"));
-  HAP_RETURN_IF_ERROR(WriteRandomLlavaCheckpoint(cfg, dir, o.seed, o.dtype, o.shards));
+  HAP_RETURN_IF_ERROR(WriteRandomLlavaCheckpoint(cfg, dir, o.seed, o.dtype, o.shards, o.progress));
 
   // The processor, tokenizer and generation settings that make the directory a complete
   // llava-hf checkpoint.

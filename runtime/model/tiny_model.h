@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "base/dtype.h"
+#include "runtime/io/tiny_checkpoint.h"
 
 namespace hap {
 
@@ -30,6 +32,8 @@ struct TinyModelOptions {
   DType dtype = DType::kF32;
   int shards = 1;
   std::string corpus_path;  // text the tokenizer is trained on (data/tokenizer/corpus.txt)
+  // Called after each weights file is written (WriteRandomLlavaCheckpoint); null = silent.
+  std::function<void(const CheckpointProgress&)> progress;
 };
 
 // Writes the checkpoint into `dir` (created). InvalidArgument for sizes out of range.

@@ -128,7 +128,11 @@ TEST(TinyCheckpointTest, DeterministicPerSeedAndIndependentOfDtype) {
 TEST(TinyCheckpointTest, ShardedLayoutAndIndex) {
   ScratchDir dir;
   const LlavaConfig cfg = TinyConfig();
-  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 3, DType::kF16, 4).ok());
+  std::vector<CheckpointProgress> progress;
+  ASSERT_TRUE(
+      WriteRandomLlavaCheckpoint(cfg, dir.path(), 3, DType::kF16, 4,
+                                 [&](const CheckpointProgress& p) { progress.push_back(p); })
+          .ok());
   const auto index = nlohmann::json::parse(ReadFile(dir / "model.safetensors.index.json"));
   const auto expected = ExpectedLlavaTensors(cfg);
   uint64_t total = 0;
@@ -138,6 +142,18 @@ TEST(TinyCheckpointTest, ShardedLayoutAndIndex) {
     total += n;
   }
   EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
+  // One progress report per file, in order, the bytes growing to the total.
+  ASSERT_EQ(progress.size(), 4u);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(progress[k].file, absl::StrCat("model-0000", k + 1, "-of-00004.safetensors"));
+    EXPECT_EQ(progress[k].files_done, k + 1);
+    EXPECT_EQ(progress[k].files, 4);
+    EXPECT_EQ(progress[k].bytes_total, total);
+    if (k > 0) {
+      EXPECT_GT(progress[k].bytes_done, progress[k - 1].bytes_done);
+    }
+  }
+  EXPECT_EQ(progress.back().bytes_done, total);
   const auto& weight_map = index["weight_map"];
   ASSERT_EQ(weight_map.size(), expected.size());
   std::map<std::string, int> per_shard;

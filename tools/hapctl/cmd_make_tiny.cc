@@ -3,15 +3,17 @@
 // the project's corpus, and preprocessor_config.json, processor_config.json, chat_template.json,
 // tokenizer_config.json, special_tokens_map.json, generation_config.json), for tests and
 // benchmarks.
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "runtime/io/model_dir.h"
 #include "runtime/model/tiny_model.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
-#include "runtime/io/model_dir.h"
 
 namespace hap::cli {
 namespace {
@@ -51,6 +53,14 @@ absl::Status MakeTiny(const Flags& flags) {
         absl::StrCat("--dtype must be f32, bf16 or f16, got '", dtype_name, "'"));
   }
   o.corpus_path = TokenizerCorpusPath();
+  // Progress on stderr for checkpoints that take a while to write (LLaVA-7B shapes: minutes).
+  const auto t0 = std::chrono::steady_clock::now();
+  o.progress = [&](const CheckpointProgress& p) {
+    if (p.bytes_total < (uint64_t{256} << 20)) return;
+    std::fprintf(stderr, "make-tiny: wrote %s (%d of %d files, %.2f of %.2f GB, %.0f s)\n",
+                 p.file.c_str(), p.files_done, p.files, p.bytes_done / 1e9, p.bytes_total / 1e9,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
   HAP_RETURN_IF_ERROR(WriteTinyModel(o, out));
   std::printf("wrote %s: %d decoder layers, hidden %d, %d/%d heads, %d visual tokens, %s%s\n",
               out.c_str(), o.layers, o.hidden, o.heads, o.kv_heads,
