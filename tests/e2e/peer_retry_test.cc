@@ -20,34 +20,24 @@ namespace hap::e2e {
 namespace {
 
 // hap.v1.Decode/Decode answered UNAVAILABLE at once, before reading anything.
-class RefusingDecode final : public hap::v1::Decode::CallbackService {
+class RefusingDecode final : public hap::v1::Decode::Service {
  public:
-  grpc::ServerBidiReactor<hap::v1::DecodeRequest, hap::v1::DecodeResponse>* Decode(
-      grpc::CallbackServerContext*) override {
+  grpc::Status Decode(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<hap::v1::DecodeResponse, hap::v1::DecodeRequest>*) override {
     calls.fetch_add(1);
-    class Refuse final
-        : public grpc::ServerBidiReactor<hap::v1::DecodeRequest, hap::v1::DecodeResponse> {
-     public:
-      Refuse() { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining")); }
-      void OnDone() override { delete this; }
-    };
-    return new Refuse;
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining");
   }
   std::atomic<int> calls{0};
 };
 
 // hap.v1.Encoder/Encode answered UNAVAILABLE at once, before sending anything.
-class RefusingEncoder final : public hap::v1::Encoder::CallbackService {
+class RefusingEncoder final : public hap::v1::Encoder::Service {
  public:
-  grpc::ServerWriteReactor<hap::v1::EncodeResponse>* Encode(
-      grpc::CallbackServerContext*, const hap::v1::EncodeRequest*) override {
+  grpc::Status Encode(grpc::ServerContext*, const hap::v1::EncodeRequest*,
+                      grpc::ServerWriter<hap::v1::EncodeResponse>*) override {
     calls.fetch_add(1);
-    class Refuse final : public grpc::ServerWriteReactor<hap::v1::EncodeResponse> {
-     public:
-      Refuse() { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining")); }
-      void OnDone() override { delete this; }
-    };
-    return new Refuse;
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining");
   }
   std::atomic<int> calls{0};
 };
