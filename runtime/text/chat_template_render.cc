@@ -3,6 +3,7 @@
 // scoped), evaluating expressions over the values of chat_template_values.cc.
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,23 @@ int64_t CountNodes(const Json& j, int64_t limit) {
     }
   }
   return n;
+}
+
+// Whether `v` is the namespace `target` or holds it through namespace attributes.
+bool HoldsNamespace(const Value& v, const Namespace* target) {
+  if (v.kind != Value::Kind::kNamespace) return false;
+  std::vector<const Namespace*> stack = {v.ns.get()};
+  std::set<const Namespace*> seen;
+  while (!stack.empty()) {
+    const Namespace* n = stack.back();
+    stack.pop_back();
+    if (n == target) return true;
+    if (!seen.insert(n).second) continue;
+    for (const auto& [unused, a] : n->attrs) {
+      if (a.kind == Value::Kind::kNamespace) stack.push_back(a.ns.get());
+    }
+  }
+  return false;
 }
 
 class Renderer {
@@ -128,6 +146,12 @@ class Renderer {
         if (ns.kind != Value::Kind::kNamespace) {
           return Fail(s, absl::StrCat("cannot assign attribute on non-namespace object '",
                                       s.targets[0], "'"));
+        }
+        // Namespaces are shared: one holding itself, directly or through others, would be a
+        // reference cycle that is never freed.
+        if (HoldsNamespace(v, ns.ns.get())) {
+          return Fail(s, absl::StrCat("cannot store namespace '", s.targets[0], "' inside itself (",
+                                      s.targets[0], ".", s.targets[1], ")"));
         }
         ns.ns->attrs[s.targets[1]] = v;
         return absl::OkStatus();

@@ -399,6 +399,15 @@ TEST(ChatTemplateTest, RuntimeErrorsNameTheLine) {
   ExpectError("{{ x is nope }}", "unknown test 'nope'");
   ExpectError("{% set a, b = [1] %}", "not enough values to unpack (expected 2, got 1)");
   ExpectError("{% set x = 1 %}{% set x.y = 2 %}", "cannot assign attribute on non-namespace");
+  // A namespace inside itself, directly or through another, would never be freed (found by
+  // chat_template_fuzz as a leak).
+  ExpectError("{% set ns = namespace(n=0) %}{% set ns.self = ns %}",
+              "cannot store namespace 'ns' inside itself (ns.self)");
+  ExpectError("{% set a = namespace() %}{% set b = namespace(a=a) %}{% set a.b = b %}",
+              "cannot store namespace 'a' inside itself (a.b)");
+  EXPECT_TRUE(RenderError("{% set a = namespace() %}{% set b = namespace() %}{% set a.b = b %}"
+                          "{% set b.n = 1 %}{{ a.b.n }}")
+                  .ok());
   // Unknown filters are looked up when used: an unreached branch may name one.
   EXPECT_TRUE(RenderError("{% if false %}{{ x|nope }}{% endif %}").ok());
 }
