@@ -38,6 +38,33 @@ hap::v1::Pruning ResolvedPruning(const PruneRequest& prune) {
 // anything of the request is replaced by another up to this many times less one.
 constexpr int kMaxPeerAttempts = 3;
 
+const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// Makes one call to a peer (one of `replicas`) through `once(avoid, &address, &retryable)` until it
+// succeeds, fails in a way another replica would not mend, or kMaxPeerAttempts calls were made;
+// each retry passes over the replica the last call failed on, counts on `retries` and says so on
+// stderr. `attempts_attr` on `span` records the calls made.
+template <typename Result, typename Set, typename Once>
+Result CallReplicas(const Set& replicas, telemetry::Counter* retries, telemetry::Span& span,
+                    const char* attempts_attr, const std::string& request_id, Once once) {
+  std::string avoid;
+  for (int n = 1;; ++n) {
+    std::string address;
+    bool retryable = false;
+    Result r = once(avoid, &address, &retryable);
+    span.SetAttribute(attempts_attr, n);
+    if (r.ok() || !retryable || n == kMaxPeerAttempts || replicas.size() < 2) return r;
+    retries->Inc();
+    std::fprintf(stderr, "hap-prefill: request '%s': %s; asking another replica\n",
+                 absl::CHexEscape(request_id).c_str(), std::string(StatusOf(r).message()).c_str());
+    avoid = address;
+  }
+}
+
 // A peer's failure as the client should see it: a peer that is down is UNAVAILABLE; a peer
 // rejecting what this server built is this server's fault (INTERNAL), not the client's.
 absl::Status PeerError(const char* peer, const std::string& address, const grpc::Status& st,
@@ -202,21 +229,12 @@ absl::Status GenerateReactor::Execute() {
 }
 
 absl::StatusOr<EncodeResult> GenerateReactor::CallEncoder() {
-  std::string avoid;
-  for (int n = 1;; ++n) {
-    bool retryable = false;
-    std::string address;
-    absl::StatusOr<EncodeResult> r = CallEncoderOnce(avoid, &address, &retryable);
-    mutable_rpc_span().SetAttribute("hap.encoder.attempts", n);
-    if (r.ok() || !retryable || n == kMaxPeerAttempts || service_->encoders().size() < 2) {
-      return r;
-    }
-    PrefillMetrics::Get().encoder_retries->Inc();
-    std::fprintf(stderr, "hap-prefill: request '%s': %s; asking another replica\n",
-                 absl::CHexEscape(job_.request_id).c_str(),
-                 std::string(r.status().message()).c_str());
-    avoid = address;
-  }
+  return CallReplicas<absl::StatusOr<EncodeResult>>(
+      service_->encoders(), PrefillMetrics::Get().encoder_retries, mutable_rpc_span(),
+      "hap.encoder.attempts", job_.request_id,
+      [&](const std::string& avoid, std::string* address, bool* retryable) {
+        return CallEncoderOnce(avoid, address, retryable);
+      });
 }
 
 absl::StatusOr<EncodeResult> GenerateReactor::CallEncoderOnce(const std::string& avoid,
@@ -301,22 +319,17 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
                        kv->Acquire(job_.request_id, prefill.kv().bytes(), config.lease_ms,
                                    [&call_slot] { call_slot.Expire(); }));
   absl::Cleanup release = [&] { kv->Release(lease); };
-  DecodeAttempt attempt;
-  for (int n = 1;; ++n) {
-    attempt.retryable = false;
-    absl::Status s = DecodeOnce(prefill, lease, call_slot, attempt);
-    mutable_rpc_span().SetAttribute("hap.decode.attempts", n);
-    if (s.ok() || !attempt.retryable || n == kMaxPeerAttempts || service_->decoders().size() < 2) {
-      return s;
-    }
-    PrefillMetrics::Get().decode_retries->Inc();
-    std::fprintf(stderr, "hap-prefill: request '%s': %s; sending its KV cache to another replica\n",
-                 absl::CHexEscape(job_.request_id).c_str(), std::string(s.message()).c_str());
-  }
+  return CallReplicas<absl::Status>(
+      service_->decoders(), PrefillMetrics::Get().decode_retries, mutable_rpc_span(),
+      "hap.decode.attempts", job_.request_id,
+      [&](const std::string& avoid, std::string* address, bool* retryable) {
+        return DecodeOnce(prefill, lease, call_slot, avoid, address, retryable);
+      });
 }
 
 absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistry::Handle& lease,
-                                         DecodeCall& call_slot, DecodeAttempt& attempt) {
+                                         DecodeCall& call_slot, const std::string& avoid,
+                                         std::string* address, bool* retryable) {
   const LlavaModel& model = *service_->model();
   const PrefillConfig& config = service_->config();
   KvRegistry* kv = service_->kv();
@@ -346,8 +359,8 @@ absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistr
   const int64_t kv_need =
       (cache.total_rows() + static_cast<int64_t>(cache.n_layers()) * job_.stop.max_new_tokens) *
       2 * cache.row_bytes();
-  const ReplicaSet<hap::v1::Decode>::Lease decode =
-      service_->decoders().Pick(kv_need, attempt.failed);
+  const ReplicaSet<hap::v1::Decode>::Lease decode = service_->decoders().Pick(kv_need, avoid);
+  *address = decode.address();
   telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Decode/Decode", decode.address(),
                             ctx.get());
   // hap.kv_transfer: first KV message sent → decode's acknowledgement of the whole cache.
@@ -467,8 +480,7 @@ absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistr
   if (client_gone) return absl::CancelledError("the client went away");
   if (!st.ok()) {
     // Decode had not taken the cache and the client has seen nothing: another replica can.
-    attempt.retryable = st.error_code() == grpc::StatusCode::UNAVAILABLE && !acked && first;
-    attempt.failed = decode.address();
+    *retryable = st.error_code() == grpc::StatusCode::UNAVAILABLE && !acked && first;
     return PeerError("decode", decode.address(), st, /*client_input=*/false);
   }
   if (!acked || !done) return absl::InternalError("decode ended the call without its results");

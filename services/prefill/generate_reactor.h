@@ -62,18 +62,16 @@ class GenerateReactor final
     void Expire();
     void Set(grpc::ClientContext* c);
   };
-  // What a decode call that failed leaves for the next attempt.
-  struct DecodeAttempt {
-    bool retryable = false;  // UNAVAILABLE before decode took the cache and before any token
-    std::string failed;      // the replica it failed on, passed over by the next pick
-  };
   // Streams the cache to decode, relays the tokens and sends the stats. A decode replica that is
   // unavailable before it took the cache (down, draining, gone since the last refresh) is
   // replaced by another, up to three attempts in all.
   absl::Status TransferAndRelay(PrefillResult prefill);
-  // One decode call: the cache out, the tokens relayed, the stats sent.
+  // One decode call, to a replica other than `avoid` where there is one: the cache out, the
+  // tokens relayed, the stats sent. *address is the replica's, *retryable true when it failed
+  // UNAVAILABLE before decode took the cache and before any token.
   absl::Status DecodeOnce(PrefillResult& prefill, const KvRegistry::Handle& lease,
-                          DecodeCall& call_slot, DecodeAttempt& attempt);
+                          DecodeCall& call_slot, const std::string& avoid, std::string* address,
+                          bool* retryable);
   absl::Status CheckCancelled(const char* stage) const;
 
   PrefillService* service_;
