@@ -183,14 +183,12 @@ class ReplicaSet {
   // changed, replaces the members: replicas that stay keep their channel, calls in flight and KV
   // report; new ones start unknown. True when the members changed.
   bool Refresh(const AddressResolver& resolve) {
-    std::vector<std::pair<std::string, std::string>> previous;
-    for (const auto& r : members()->replicas) previous.emplace_back(r->configured, r->address);
+    const std::shared_ptr<const Members> before = members();
+    // Resolved without the lock (DNS may take a while); picks go on meanwhile.
     const std::vector<std::pair<std::string, std::string>> targets =
-        ExpandAddresses(configured_, resolve, previous);
+        ExpandAddresses(configured_, resolve, Targets(*before));
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::pair<std::string, std::string>> now;
-    for (const auto& r : members_->replicas) now.emplace_back(r->configured, r->address);
-    if (now == targets) return false;
+    if (Targets(*members_) == targets) return false;
     members_ = Build(targets, members_.get());
     return true;
   }
@@ -229,6 +227,13 @@ class ReplicaSet {
   }
 
  private:
+  // The (configured, address) pair of each of `m`'s replicas.
+  static std::vector<std::pair<std::string, std::string>> Targets(const Members& m) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& r : m.replicas) out.emplace_back(r->configured, r->address);
+    return out;
+  }
+
   // Members for `targets` ((configured, address) pairs), reusing the replicas and KV reports of
   // `old` where the address is the same. Under mu_ (or in the constructor).
   std::shared_ptr<const Members> Build(
