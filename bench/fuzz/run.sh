@@ -116,6 +116,23 @@ for t in "${targets[@]}"; do
   [ -f "$work/$t.row" ] && cat "$work/$t.row"
   [ -f "$work/$t.failed" ] && failed=1
 done
+# A failure explains itself where the run is read (CI keeps only this output): the end of the
+# target's log, from its sanitizer or libFuzzer report on, and each crash input in base64
+# (`base64 -d > input; <target> input` replays it).
+for t in "${targets[@]}"; do
+  [ -f "$work/$t.failed" ] || continue
+  log="$work/$t/log"
+  echo
+  echo "=== $t: the end of its log"
+  start=$(grep -n -m1 -E '^==[0-9]+==|^[^ ]+:[0-9]+: check failed|ERROR: libFuzzer|runtime error:' \
+    "$log" | cut -d: -f1)
+  if [ -n "$start" ]; then tail -n +"$start" "$log" | head -80; else tail -40 "$log"; fi
+  for input in "$work/$t/crashes"/*; do
+    [ -f "$input" ] || continue
+    echo "=== $t: $(basename "$input") ($(stat -c %s "$input") bytes), base64:"
+    head -c 16384 "$input" | base64 -w 100
+  done
+done
 if [ "$failed" -eq 0 ] && [ "$own_work" -eq 1 ]; then
   rm -rf "$work"  # nothing to look at; --work keeps it
 else
