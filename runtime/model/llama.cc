@@ -272,6 +272,11 @@ absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<in
   BackendArray<float> lse(backend_);  // F32 [n_heads, n]
   if (pruner) HAP_RETURN_IF_ERROR(lse.Resize(static_cast<size_t>(n_heads_) * n));
   for (int l = 0; l < n_layers(); ++l) {
+    // Cancellation is seen before a slice boundary, so a cancelled prefill does not first wait
+    // its turn behind the others while holding its activations and cache.
+    if (CancellationRequested()) {
+      return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));
+    }
     BeforeLayer(n);  // where a sliced prefill hands the compute on (docs/design.md §6)
     if (CancellationRequested()) {
       return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));

@@ -55,7 +55,9 @@ TEST(CancellationTest, PrefillStopsBetweenLayers) {
   {
     ScopedCancellation outer([] { return false; });
     {
-      ScopedCancellation inner([&] { return ++polls >= 3; });  // cancelled before layer 2
+      // Asked twice per layer, before and after its slice boundary: the fifth ask is before
+      // layer 2.
+      ScopedCancellation inner([&] { return ++polls >= 5; });
       auto cancelled = RunPrefill(*tiny.model, "What is it?", *encoded, prune, &sampler);
       ASSERT_FALSE(cancelled.ok());
       EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled);

@@ -199,5 +199,22 @@ TEST_F(PrefillSlicesTest, WithoutAHookOrWaitersNothingChanges) {
   BeforeLayer(5);  // without a hook: a no-op
 }
 
+// A prefill cancelled while a layer runs stops before its next slice boundary: it does not wait
+// for a turn it would only give back (holding its activations and cache meanwhile).
+TEST_F(PrefillSlicesTest, ACancelledPrefillTakesNoFurtherTurn) {
+  Job job = MakeJob("What is it?", "none", std::nullopt);
+  auto encoded = EncodeImage(*model_, *png_, job.prune);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  int hooks = 0;
+  int asked_after_third = 0;
+  // Cancelled from the check after the third layer's hook and its own check: during layer 2.
+  ScopedCancellation cancel([&] { return hooks >= 3 && ++asked_after_third >= 2; });
+  ScopedTurnHook hook([&](int64_t) { ++hooks; });
+  Sampler sampler{SamplingParams()};
+  auto r = RunPrefill(*model_, job.prompt, *encoded, job.prune, &sampler);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_EQ(hooks, 3);
+}
+
 }  // namespace
 }  // namespace hap
