@@ -20,6 +20,7 @@ ComputeGate::Hold ComputeGate::Enter() {
 }
 
 bool ComputeGate::Hold::Yield() {
+  if (gate_ == nullptr) return false;  // a moved-from hold holds no turn
   std::unique_lock<std::mutex> lock(gate_->mu_);
   if (gate_->next_turn_ == gate_->serving_ + 1) return false;  // nobody waits for a turn
   const uint64_t turn = gate_->next_turn_++;
@@ -31,19 +32,16 @@ bool ComputeGate::Hold::Yield() {
 
 ComputeGate::Hold::~Hold() {
   if (gate_ == nullptr) return;
-  {
-    std::lock_guard<std::mutex> lock(gate_->mu_);
-    ++gate_->serving_;
-    --gate_->started_;
-  }
+  // Notified under the lock: a waiter woken by this may be the gate's last user and destroy it.
+  std::lock_guard<std::mutex> lock(gate_->mu_);
+  ++gate_->serving_;
+  --gate_->started_;
   gate_->cv_.notify_all();
 }
 
 void ComputeGate::set_max_started(int max_started) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    max_started_ = max_started;
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  max_started_ = max_started;
   cv_.notify_all();
 }
 
