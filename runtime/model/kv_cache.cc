@@ -20,9 +20,13 @@ int64_t KvStore::total_rows() const {
 }
 
 absl::Status KvStore::CheckRows(int layer, int row, int n) const {
-  if (row < 0 || n < 0 || row + n > len(layer)) {
+  if (layer < 0 || layer >= n_layers()) {
+    return absl::OutOfRangeError(absl::StrFormat("layer %d of %d", layer, n_layers()));
+  }
+  const int64_t end = int64_t{row} + n;
+  if (row < 0 || n < 0 || end > len(layer)) {
     return absl::OutOfRangeError(
-        absl::StrFormat("layer %d: rows [%d, %d) of %d", layer, row, row + n, len(layer)));
+        absl::StrFormat("layer %d: rows [%d, %d) of %d", layer, row, end, len(layer)));
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -140,6 +141,31 @@ TEST(KvCacheTest, TheDtypeIsF32OrBf16AndFixedOnceRowsAreIn) {
   cache.Clear();
   EXPECT_EQ(cache.dtype(), DType::kBF16);  // Clear keeps it for the next prefill
   EXPECT_TRUE(cache.SetDType(DType::kF32).ok());
+}
+
+// ReadRows refuses a layer or a row range outside the cache, including a range whose end
+// overflows int, before copying anything.
+TEST(KvCacheTest, ReadRowsRefusesLayersAndRangesOutsideTheCache) {
+  KvCache cache;
+  cache.kv_dim = kKvDim;
+  cache.layers.resize(2);
+  const std::vector<float> k = Rows(5, 1.f);
+  const std::vector<int32_t> pos = Positions(0, 5);
+  ASSERT_TRUE(cache.Append(CpuBackend(), 1, k.data(), k.data(), pos.data(), 5).ok());
+  std::vector<float> out_k(5 * kKvDim, 7.f), out_v(5 * kKvDim, 7.f);
+  std::vector<int32_t> out_pos(5, -1);
+  auto read = [&](int layer, int row, int n) {
+    return cache.ReadRows(layer, row, n, out_k.data(), out_v.data(), out_pos.data());
+  };
+  EXPECT_TRUE(read(1, 1, 4).ok());
+  EXPECT_EQ(out_pos[0], pos[1]);
+  for (auto [layer, row, n] : {std::tuple{2, 0, 1}, {-1, 0, 1}, {1, 2, 4}, {1, -1, 1},
+                               {1, 1, -1}, {0, 0, 1},
+                               {1, 1, std::numeric_limits<int>::max()}}) {
+    const absl::Status s = read(layer, row, n);
+    EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << layer << " " << row << " " << n << s;
+  }
+  EXPECT_EQ(out_pos[4], -1);  // nothing past the last good read was written
 }
 
 // One check (CheckKvDType) refuses a KV dtype other than F32 or BF16 wherever one is chosen: the
