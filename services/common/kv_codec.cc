@@ -77,9 +77,10 @@ bool KvChunker::Next(hap::v1::KvChunk* chunk) {
                              chunk->mutable_v()->data(),
                              chunk->mutable_positions()->mutable_data());
   if (!status_.ok()) {
-    status_ = absl::Status(status_.code(), absl::StrCat("KV transfer: reading chunk ", index_,
-                                                        " (layer ", layer_, "): ",
-                                                        status_.message()));
+    // Reading the sender's own cache failed: a server fault whatever the cause (a row range the
+    // chunker computed, a device copy), so the caller sees INTERNAL, not the cause's code.
+    status_ = absl::InternalError(absl::StrCat("KV transfer: reading chunk ", index_, " (layer ",
+                                               layer_, "): ", status_.message()));
     return false;
   }
   chunk->set_crc32c(KvChunkChecksum(*chunk));
