@@ -1,6 +1,8 @@
 #include "services/prefill/decode_load.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <utility>
 
 namespace hap::svc {
 
@@ -21,7 +23,7 @@ void DecodeLoadPoller::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
-    if (call_ != nullptr) call_->TryCancel();
+    for (grpc::ClientContext* call : calls_) call->TryCancel();
   }
   thread_->Stop();
 }
@@ -33,30 +35,60 @@ void DecodeLoadPoller::PollOnce() {
   KvReports* reports = members->kv_reports.get();
   const int n = static_cast<int>(members->replicas.size());
   if (n < 2) return;  // nothing to choose between
-  for (int i = 0; i < n; ++i) {
-    const auto stub = hap::v1::Debug::NewStub(members->replicas[i]->channel);
+  struct Poll {
+    std::unique_ptr<hap::v1::Debug::Stub> stub;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + deadline_);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_) return;
-      call_ = &ctx;
-    }
-    const auto asked_at = KvReports::Clock::now();
     hap::v1::ServerState state;
-    const grpc::Status st = stub->GetState(&ctx, hap::v1::GetStateRequest(), &state);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      call_ = nullptr;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Poll>> polls;
+  const hap::v1::GetStateRequest request;
+  const auto deadline = std::chrono::system_clock::now() + deadline_;
+  const auto asked_at = KvReports::Clock::now();
+  // The callbacks count down under a mutex of the round's own: Stop cancels under mu_, and a
+  // cancelled call's callback may run inside TryCancel.
+  std::mutex round_mu;
+  int pending = n;
+  std::condition_variable all_answered;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    for (int i = 0; i < n; ++i) {
+      auto poll = std::make_unique<Poll>();
+      poll->stub = hap::v1::Debug::NewStub(members->replicas[i]->channel);
+      poll->ctx.set_deadline(deadline);
+      calls_.push_back(&poll->ctx);
+      polls.push_back(std::move(poll));
     }
+  }
+  for (int i = 0; i < n; ++i) {
+    Poll* poll = polls[i].get();
+    poll->stub->async()->GetState(&poll->ctx, &request, &poll->state,
+                                  [poll, &round_mu, &pending, &all_answered](grpc::Status status) {
+                                    std::lock_guard<std::mutex> lock(round_mu);
+                                    poll->status = std::move(status);
+                                    if (--pending == 0) all_answered.notify_all();
+                                  });
+  }
+  {
+    // Every call ends by its deadline (or Stop's cancel), so the round ends too.
+    std::unique_lock<std::mutex> lock(round_mu);
+    all_answered.wait(lock, [&] { return pending == 0; });
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // the contexts stay alive while Stop may cancel
+    calls_.clear();
+  }
+  for (int i = 0; i < n; ++i) {
+    const Poll& poll = *polls[i];
     // No answer, no pool, or not taking requests (loading, draining): unknown.
-    if (!st.ok() || !state.serving() || state.kv_pool_blocks_total() <= 0) {
+    if (!poll.status.ok() || !poll.state.serving() || poll.state.kv_pool_blocks_total() <= 0) {
       reports->Unknown(i);
       continue;
     }
-    const int64_t free_blocks =
-        std::max<int64_t>(0, state.kv_pool_blocks_total() - state.kv_pool_blocks_in_use());
-    reports->Report(i, free_blocks * state.kv_pool_block_bytes(), asked_at);
+    const int64_t free_blocks = std::max<int64_t>(
+        0, poll.state.kv_pool_blocks_total() - poll.state.kv_pool_blocks_in_use());
+    reports->Report(i, free_blocks * poll.state.kv_pool_block_bytes(), asked_at);
   }
 }
 

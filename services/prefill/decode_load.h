@@ -2,6 +2,8 @@
 // replica for Debug.GetState each poll interval and hands (blocks total − blocks in use) × block
 // bytes to the replica set's KvReports, which Pick then chooses by (see KvReports for the rule).
 // A replica that does not answer within the deadline, or has no KV pool, is reported unknown.
+// A round asks every replica at once, so one that accepts connections and never answers costs the
+// round one deadline, not one per replica behind it.
 // Each round polls the members the set has then (they change when a refresh resolves the
 // configured names to other pods).
 #pragma once
@@ -26,7 +28,7 @@ class DecodeLoadPoller {
   DecodeLoadPoller(ReplicaSet<hap::v1::Decode>* decoders, std::chrono::milliseconds interval);
   ~DecodeLoadPoller();  // Stop()
 
-  // Cancels a call in progress and joins the thread; idempotent.
+  // Cancels the calls in progress and joins the thread; idempotent.
   void Stop();
 
   // One round over every replica (what the thread does each interval).
@@ -37,7 +39,7 @@ class DecodeLoadPoller {
   const std::chrono::milliseconds deadline_;
   std::mutex mu_;
   bool stop_ = false;
-  grpc::ClientContext* call_ = nullptr;  // the GetState in progress, for Stop to cancel
+  std::vector<grpc::ClientContext*> calls_;  // the round's GetState calls, for Stop to cancel
   std::unique_ptr<PeriodicTask> thread_;  // last: stops first
 };
 
