@@ -46,7 +46,8 @@ struct PrefillConfig {
   int prefill_chunk_tokens = 256;
   // Ask each decode replica for its free KV memory this often and pick the one with the most
   // (DecodeLoadPoller, KvReports); 0 = off, decode replicas by fewest calls in flight only.
-  // Nothing is polled for a single address.
+  // A single address is polled only when names are re-resolved (peer_refresh_ms > 0), since it
+  // may stand for several pods; a round with fewer than two replicas asks nothing.
   int64_t decode_poll_ms = 250;
   // Resolve the configured encoder and decode names this often and make each address they
   // resolve to (each pod behind a headless Service) a replica of its own (ReplicaSet::Refresh);
