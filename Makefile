@@ -44,7 +44,7 @@ fuzz: fuzz-build
 # notice a child that died. tests/tsan.supp says what is suppressed and why; history_size=4 keeps
 # enough of each thread's history for a report's earlier stack to be restored and matched.
 .PHONY: build-tsan tsan clean-tsan
-TSAN_UNIT_TESTS = outbox_reactor_test token_auth_test kv_codec_test replica_set_test worker_pool_test \
+TSAN_UNIT_TESTS = outbox_reactor_test token_auth_test kv_codec_test replica_set_test decode_load_test worker_pool_test \
   health_service_test prefill_cancellation_test model_batching_test base_thread_pool_test \
   base_compute_gate_test prefill_slices_test \
   telemetry_exporter_test telemetry_metrics_test telemetry_tracer_test openai_chat_api_test

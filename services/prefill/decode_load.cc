@@ -76,8 +76,11 @@ void DecodeLoadPoller::PollOnce() {
     all_answered.wait(lock, [&] { return pending == 0; });
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);  // the contexts stay alive while Stop may cancel
-    calls_.clear();
+    // This round's contexts leave the list before they are destroyed (Stop may be cancelling).
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& poll : polls) {
+      calls_.erase(std::find(calls_.begin(), calls_.end(), &poll->ctx));
+    }
   }
   for (int i = 0; i < n; ++i) {
     const Poll& poll = *polls[i];
