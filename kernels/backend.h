@@ -48,9 +48,11 @@ class Backend {
   virtual absl::Status Copy(void* dst, const void* src, size_t bytes) const = 0;
   // Waits until the ops issued by the calling thread have finished (their errors surface here).
   virtual absl::Status Synchronize() const = 0;
-  // A weight in this backend's memory. The CPU backend returns `host` itself (weights stay
-  // mapped) and leaves `storage` empty; a GPU backend uploads the bytes once into `storage`,
-  // which the caller keeps as long as the returned view is used.
+  // A weight in this backend's memory, contiguous (what the ops take). The CPU backend returns a
+  // contiguous `host` itself (weights stay mapped) and leaves `storage` empty; a GPU backend
+  // uploads the bytes once into `storage`, which the caller keeps as long as the returned view
+  // is used. A strided view (TensorView::Narrow of a column range) is packed into `storage` on
+  // either.
   virtual absl::StatusOr<TensorView> PlaceWeight(const TensorView& host,
                                                  class BackendBuffer* storage) const = 0;
   // Bytes this backend holds in its own memory (device memory; 0 for the CPU backend, whose

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
@@ -56,7 +57,14 @@ class Cpu final : public Backend {
       return absl::InvalidArgumentError("cpu backend: weight " + host.Describe() +
                                         " is not in host memory");
     }
-    return host;
+    if (host.contiguous()) return host;  // used where it is mapped
+    // A strided view (a column range of a larger matrix) is packed once into `storage`.
+    HAP_ASSIGN_OR_RETURN(*storage, BackendBuffer::Allocate(*this, host.bytes()));
+    HAP_RETURN_IF_ERROR(CopyToContiguous(host, storage->data()));
+    TensorView placed = host;
+    placed.data = storage->data();
+    placed.strides.clear();
+    return placed;
   }
   int64_t DeviceBytesInUse() const override { return 0; }
   absl::Status StoreF32As(DType dtype, const float* src, void* dst, int64_t n) const override {
@@ -66,8 +74,8 @@ class Cpu final : public Backend {
 
   absl::Status Embedding(const TensorView& table, const int32_t* ids, int n,
                          float* out) const override {
-    if (table.shape.size() != 2) {
-      return absl::InvalidArgumentError("Embedding: table must be [vocab, d], got " +
+    if (table.shape.size() != 2 || !table.contiguous()) {
+      return absl::InvalidArgumentError("Embedding: table must be a contiguous [vocab, d], got " +
                                         table.Describe());
     }
     const int64_t d = table.shape[1];

@@ -55,9 +55,11 @@ absl::Status Linear(const float* x, const float* w, const float* bias, float* y,
 
 absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m,
                     LinearRows rows) {
-  if (w.shape.size() != 2 || w.device != Device::kCpu || !w.present()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Linear: the weight must be a 2-D host tensor, got ", w.Describe()));
+  if (w.shape.size() != 2 || w.device != Device::kCpu || !w.present() || !w.contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Linear: the weight must be a contiguous 2-D host tensor (Backend::PlaceWeight packs a "
+        "strided one), got ",
+        w.Describe()));
   }
   const int n = static_cast<int>(w.shape[0]);
   const int k = static_cast<int>(w.shape[1]);

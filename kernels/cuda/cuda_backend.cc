@@ -164,10 +164,17 @@ class CudaBackendImpl final : public Backend {
                                          BackendBuffer* storage) const override {
     if (host.device == Device::kCuda) return host;
     HAP_ASSIGN_OR_RETURN(*storage, BackendBuffer::Allocate(*this, host.bytes()));
-    HAP_RETURN_IF_ERROR(CopyToBackend(storage->data(), host.data, host.bytes()));
+    if (host.contiguous()) {
+      HAP_RETURN_IF_ERROR(CopyToBackend(storage->data(), host.data, host.bytes()));
+    } else {  // a strided view is packed on the host and uploaded as one contiguous tensor
+      std::vector<uint8_t> packed(static_cast<size_t>(host.bytes()));
+      HAP_RETURN_IF_ERROR(CopyToContiguous(host, packed.data()));
+      HAP_RETURN_IF_ERROR(CopyToBackend(storage->data(), packed.data(), packed.size()));
+    }
     TensorView placed = host;
     placed.data = storage->data();
     placed.device = Device::kCuda;
+    placed.strides.clear();
     return placed;
   }
   int64_t DeviceBytesInUse() const override { return cuda::DeviceBytesInUse(); }
@@ -520,10 +527,11 @@ class CudaBackendImpl final : public Backend {
 
  private:
   static absl::Status CheckWeight(const TensorView& w, const char* op) {
-    if (w.device != Device::kCuda || w.shape.size() != 2) {
+    if (w.device != Device::kCuda || w.shape.size() != 2 || !w.contiguous()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "cuda %s: weight %s must be a 2-d view in device memory (Backend::PlaceWeight)", op,
-          w.Describe()));
+          "cuda %s: weight %s must be a contiguous 2-d view in device memory "
+          "(Backend::PlaceWeight)",
+          op, w.Describe()));
     }
     return CheckDevice(w.data, static_cast<size_t>(w.bytes()), op, "weight");
   }
