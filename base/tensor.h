@@ -1,9 +1,9 @@
 // A non-owning view of a tensor: where its bytes are (host or device memory), their element
 // type, the shape and the strides. The model hands these to a backend's ops; a backend checks
 // dtype, device and layout and says so (InvalidArgument / Unimplemented) when it cannot take a
-// view. Ops take contiguous views; a strided one (a Narrow of a column range, say the q part of a
-// fused QKV weight [3d, d] along its rows is contiguous, a head's columns are not) is packed once
-// by Backend::PlaceWeight.
+// view. Ops take contiguous views; a strided one is packed once by Backend::PlaceWeight. (Narrow
+// over rows stays contiguous, e.g. the q rows of a fused QKV weight [3d, d]; a range of its
+// columns is strided.)
 #pragma once
 
 #include <cstdint>

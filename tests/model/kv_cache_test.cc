@@ -16,6 +16,8 @@
 #include "runtime/engine/paged_kv.h"
 #include "runtime/model/llava_model.h"
 #include "runtime/model/tiny_model.h"
+#include "runtime/prune/model_dims.h"
+#include "runtime/prune/planner.h"
 
 namespace hap {
 namespace {
@@ -141,6 +143,54 @@ TEST(KvCacheTest, TheDtypeIsF32OrBf16AndFixedOnceRowsAreIn) {
   cache.Clear();
   EXPECT_EQ(cache.dtype(), DType::kBF16);  // Clear keeps it for the next prefill
   EXPECT_TRUE(cache.SetDType(DType::kF32).ok());
+}
+
+// A HAP request at 5.6% of LLaVA-1.5-7B's shapes (32 layers, 576 visual tokens) holds, in a
+// block pool of 16-row blocks, exactly its planned per-group lengths (text + N_v(g) + the
+// answer's rows) rounded up to blocks, each layer of a group alike, and gives them all back.
+TEST(KvCacheTest, AHapRequestAt5Point6PercentHoldsItsPlannedLengthsInBlocks) {
+  const ModelDims dims = ModelDims::Llava15_7B();
+  auto budget = ParseRetain("5.6%", dims.n_visual_tokens);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  const int text = 40, answer = 64, block_rows = 16;
+  auto plan = MakePlan(dims, *budget, text);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GT(plan->M, 1);
+  KvCache cache;
+  cache.kv_dim = kKvDim;
+  cache.layers.resize(dims.n_layers);
+  for (int l = 0; l < dims.n_layers; ++l) {
+    const int rows = text + plan->layer_visual_tokens[l];
+    const std::vector<float> k = Rows(rows, 1.f);
+    const std::vector<int32_t> pos = Positions(0, rows);
+    ASSERT_TRUE(cache.Append(CpuBackend(), l, k.data(), k.data(), pos.data(), rows).ok());
+  }
+  int64_t want = 0;
+  for (const PlanGroup& g : plan->groups) {
+    want += int64_t{g.n_layers} * ((text + g.visual_tokens + answer + block_rows - 1) / block_rows);
+  }
+  const int64_t unpruned =
+      int64_t{dims.n_layers} * ((text + dims.n_visual_tokens + answer + block_rows - 1) / block_rows);
+  auto pool = KvBlockPool::Create(block_rows, kKvDim, DType::kF32, int64_t{64} << 20);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto paged = PagedKv::FromCache(pool->get(), cache, answer);
+  ASSERT_TRUE(paged.ok()) << paged.status();
+  EXPECT_EQ((*paged)->blocks_held(), want);
+  EXPECT_EQ((*pool)->stats().blocks_in_use, want);
+  // The plan (`hapctl plan --preset llava-1.5-7b --retain 5.6%`: M = 32 groups of one layer,
+  // 576, 144, 64, 36, 23, 16, 12, 9, 7, 6, 5, 4, 3, 3, 3, then 2 four times and 1 thirteen
+  // times visual tokens) gives 43 + 16 + 11 + 9 + 4·8 + 24·7 = 279 blocks against 1,376.
+  EXPECT_EQ(plan->M, 32);
+  EXPECT_EQ(want, 279);
+  EXPECT_EQ(unpruned, 1376);
+  for (const PlanGroup& g : plan->groups) {
+    for (int l = g.first_layer; l <= g.last_layer(); ++l) {
+      EXPECT_EQ((*paged)->blocks(l), (text + g.visual_tokens + answer + block_rows - 1) / block_rows)
+          << "layer " << l;
+    }
+  }
+  paged->reset();
+  EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
 }
 
 // ReadRows refuses a layer or a row range outside the cache, including a range whose end
