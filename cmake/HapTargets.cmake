@@ -20,7 +20,8 @@ endfunction()
 function(hap_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
+  # hap_tiny: the tiny checkpoints and tokenizers tests write (test fixtures, not in services).
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} hap_tiny GTest::gtest GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE HAP_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
                                              HAP_BINARY_DIR="${PROJECT_BINARY_DIR}")
   if(NOT ARG_LABELS)

@@ -8,8 +8,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-// Training (TrainTokenizer) is part of the tokenizer API for callers such as hapctl make-tiny.
-#include "runtime/text/train_tokenizer.h"
 
 namespace hap {
 

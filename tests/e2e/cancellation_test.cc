@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
-#include "runtime/model/tiny_model.h"
+#include "runtime/tiny/tiny_model.h"
 
 namespace hap {
 namespace {

@@ -13,7 +13,7 @@
 #include "kernels/cuda/device_memory.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
-#include "runtime/model/tiny_model.h"
+#include "runtime/tiny/tiny_model.h"
 #include "services/common/kv_codec.h"
 #include "tests/common/pattern_png.h"
 

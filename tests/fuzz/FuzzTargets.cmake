@@ -19,7 +19,7 @@ endfunction()
 
 # Checkpoint files.
 hap_fuzzer(safetensors_fuzz LIBS hap_io)
-hap_fuzzer(safetensors_index_fuzz LIBS hap_io)
+hap_fuzzer(safetensors_index_fuzz LIBS hap_io hap_tiny)
 hap_fuzzer(config_fuzz LIBS hap_io)
 hap_fuzzer(preprocessor_config_fuzz LIBS hap_io hap_image)
 # Images and text.

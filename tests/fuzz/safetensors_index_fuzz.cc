@@ -13,8 +13,8 @@
 #include <string>
 
 #include "runtime/io/config.h"
-#include "runtime/io/tiny_checkpoint.h"
 #include "runtime/io/weights.h"
+#include "runtime/tiny/tiny_checkpoint.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/json_mutator.h"
 

@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/io/preprocessor_config.h"
-#include "runtime/model/tiny_model.h"
+#include "runtime/tiny/tiny_model.h"
 #include "tests/io/test_util.h"
 
 namespace hap {

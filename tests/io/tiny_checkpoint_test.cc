@@ -1,6 +1,7 @@
 // Tests of WriteRandomLlavaCheckpoint: determinism, layout, initial scales, and agreement with
 // the PyTorch reference (tools/pytorch/llava_model.py), which must read the same float values.
-#include "runtime/io/tiny_checkpoint.h"
+#include "runtime/tiny/tiny_checkpoint.h"
+
 #include "base/rng.h"
 
 #include <cmath>

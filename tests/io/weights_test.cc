@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/io/tiny_checkpoint.h"
+#include "runtime/tiny/tiny_checkpoint.h"
 #include "tests/io/test_util.h"
 
 namespace hap {

@@ -8,7 +8,7 @@
 #include "kernels/backend.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
-#include "runtime/model/tiny_model.h"
+#include "runtime/tiny/tiny_model.h"
 #include "tests/model/counting_backend.h"
 
 namespace hap {

@@ -15,14 +15,14 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_memory.h"
-#include "runtime/image/png_encode.h"
 #include "runtime/engine/decode_engine.h"
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/engine/paged_kv.h"
+#include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/model/row_sampling.h"
-#include "runtime/model/tiny_model.h"
 #include "runtime/prune/factory.h"
+#include "runtime/tiny/tiny_model.h"
 #include "tests/common/pattern_png.h"
 
 namespace hap {

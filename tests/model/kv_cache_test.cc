@@ -15,9 +15,9 @@
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/engine/paged_kv.h"
 #include "runtime/model/llava_model.h"
-#include "runtime/model/tiny_model.h"
 #include "runtime/prune/model_dims.h"
 #include "runtime/prune/planner.h"
+#include "runtime/tiny/tiny_model.h"
 
 namespace hap {
 namespace {

@@ -9,8 +9,8 @@
 #include "gtest/gtest.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
-#include "runtime/model/tiny_model.h"
 #include "runtime/prune/planner.h"
+#include "runtime/tiny/tiny_model.h"
 
 namespace hap {
 namespace {

@@ -12,7 +12,7 @@
 #include "runtime/image/png_encode.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/pipeline.h"
-#include "runtime/model/tiny_model.h"
+#include "runtime/tiny/tiny_model.h"
 
 namespace hap {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "runtime/text/llava_prompt.h"
 #include "runtime/text/streaming_detokenizer.h"
-#include "runtime/text/train_tokenizer.h"
+#include "runtime/tiny/train_tokenizer.h"
 
 namespace hap {
 namespace {

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/io/model_dir.h"
-#include "runtime/model/tiny_model.h"
+#include "runtime/tiny/tiny_model.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
 

@@ -1,5 +1,5 @@
 // Deterministic random llava-hf checkpoints for tests, benchmarks and `hapctl make-tiny`.
-#include "runtime/io/tiny_checkpoint.h"
+#include "runtime/tiny/tiny_checkpoint.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // TrainTokenizer: runs spm_train as a child process (argv, no shell) in a temporary directory.
-#include "runtime/text/train_tokenizer.h"
+#include "runtime/tiny/train_tokenizer.h"
 
 #include <fcntl.h>
 #include <spawn.h>

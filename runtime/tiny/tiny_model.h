@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "base/dtype.h"
-#include "runtime/io/tiny_checkpoint.h"
+#include "runtime/tiny/tiny_checkpoint.h"
 
 namespace hap {
 

@@ -1,4 +1,4 @@
-#include "runtime/model/tiny_model.h"
+#include "runtime/tiny/tiny_model.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,9 +8,9 @@
 #include "runtime/image/clip_preprocess.h"
 #include "runtime/io/config.h"
 #include "runtime/io/side_files.h"
-#include "runtime/io/tiny_checkpoint.h"
 #include "runtime/text/tokenizer.h"
-#include "runtime/text/train_tokenizer.h"
+#include "runtime/tiny/tiny_checkpoint.h"
+#include "runtime/tiny/train_tokenizer.h"
 
 namespace hap {
 
