@@ -45,7 +45,13 @@ addr=$(head -n 1 "$out")
 ok "installed hapctl up is ready at $addr"
 
 # The three children are the installed binaries, on the installed default model.
-children() { awk -v parent="$1" '$4 == parent {print $1}' /proc/[0-9]*/stat 2> /dev/null; }
+# Processes may end while /proc is read (other tests run beside this one): cat goes on past a
+# stat file that vanished, where mawk given the files would stop at it and list only some.
+# The command name, in parentheses, may hold spaces: it becomes one field before splitting.
+children() {
+  cat /proc/[0-9]*/stat 2> /dev/null | sed 's/ (.*) / comm /' |
+    awk -v parent="$1" '$4 == parent {print $1}'
+}
 for child in $(children "$up_pid"); do
   exe=$(readlink "/proc/$child/exe")
   case "$exe" in "$prefix"/bin/hap-*) ;; *) fail "hapctl up started $exe, not an installed service";; esac
