@@ -1,7 +1,7 @@
 #include "services/prefill/decode_load.h"
 
 #include <algorithm>
-#include <condition_variable>
+#include <thread>
 #include <utility>
 
 namespace hap::svc {
@@ -45,11 +45,6 @@ void DecodeLoadPoller::PollOnce() {
   const hap::v1::GetStateRequest request;
   const auto deadline = std::chrono::system_clock::now() + deadline_;
   const auto asked_at = KvReports::Clock::now();
-  // The callbacks count down under a mutex of the round's own: Stop cancels under mu_, and a
-  // cancelled call's callback may run inside TryCancel.
-  std::mutex round_mu;
-  int pending = n;
-  std::condition_variable all_answered;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
@@ -61,20 +56,18 @@ void DecodeLoadPoller::PollOnce() {
       polls.push_back(std::move(poll));
     }
   }
-  for (int i = 0; i < n; ++i) {
-    Poll* poll = polls[i].get();
-    poll->stub->async()->GetState(&poll->ctx, &request, &poll->state,
-                                  [poll, &round_mu, &pending, &all_answered](grpc::Status status) {
-                                    std::lock_guard<std::mutex> lock(round_mu);
-                                    poll->status = std::move(status);
-                                    if (--pending == 0) all_answered.notify_all();
-                                  });
+  // One blocking call per replica, each on a thread of its own, all at once: every call ends by
+  // its deadline (or Stop's cancel), so the round does too. (Blocking calls rather than gRPC's
+  // callback API: joining the threads orders their results before the reads below, which
+  // ThreadSanitizer can see; Debian's gRPC is not instrumented.)
+  std::vector<std::thread> threads;
+  threads.reserve(polls.size());
+  for (const auto& poll : polls) {
+    threads.emplace_back([p = poll.get(), &request] {
+      p->status = p->stub->GetState(&p->ctx, request, &p->state);
+    });
   }
-  {
-    // Every call ends by its deadline (or Stop's cancel), so the round ends too.
-    std::unique_lock<std::mutex> lock(round_mu);
-    all_answered.wait(lock, [&] { return pending == 0; });
-  }
+  for (std::thread& t : threads) t.join();
   {
     // This round's contexts leave the list before they are destroyed (Stop may be cancelling).
     std::lock_guard<std::mutex> lock(mu_);
