@@ -1,6 +1,9 @@
-// The backend interface: every op the model and the pruning methods run, behind one virtual
-// table, so that the model code (runtime/model, runtime/prune) names no kernel of its own and
-// another backend (CUDA, issue 17) slots in beside the CPU one. docs/design.md §6.
+// The backend interface: every op the model runs, behind one virtual table, so that the model code
+// (runtime/model, runtime/prune) names no kernel of its own and each device (the CPU, CUDA) slots
+// in beside the others. docs/design.md §6. Three parts: the general ops below; the pruning
+// methods' scoring and selection behind pruning() (kernels/pruning_kernels.h); and planned steps
+// (Plan, kernels/step.h), sequences of the general ops the engine describes once and the backend
+// may fuse, give a workspace and capture. caps() says what the backend can do.
 //
 // Memory. Unless a comment says "host", a pointer is in the backend's memory (host memory for
 // the CPU backend; device memory for a GPU backend) and the op is ordered after earlier ops on
@@ -13,8 +16,10 @@
 // it next waits anyway). docs/design.md §6 lists every device→host copy of a prefill and a step.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <utility>
 
@@ -22,12 +27,23 @@
 #include "absl/status/statusor.h"
 #include "base/tensor.h"
 #include "kernels/op_args.h"
-#include "kernels/prune/attention_rows.h"
-#include "kernels/prune/visionzip_merge.h"
+#include "kernels/pruning_kernels.h"
+#include "kernels/step.h"
 
 namespace hap {
 
 enum class Activation { kQuickGelu, kGelu, kGeluTanh };
+
+// What a backend can do, for callers that choose a path or refuse early with a clear error.
+struct BackendCaps {
+  // The ops read and write host memory: a result can be read where it is, with no copy and no
+  // wait (the CPU backend). Otherwise results come back through CopyToHost or a host-pointer
+  // op, and host-side work such as sampling is better sent to the backend as ops.
+  bool host_memory = false;
+  // The largest head_dim the attention ops (prefill, decode, text→visual rows) take; a model
+  // with wider heads is refused when it is loaded, naming the field and this limit.
+  int max_head_dim = INT_MAX;
+};
 
 class Backend {
  public:
@@ -35,6 +51,7 @@ class Backend {
 
   virtual Device device() const = 0;
   virtual std::string_view name() const = 0;
+  virtual BackendCaps caps() const = 0;
 
   // --- Memory ---
   // `bytes` of this backend's memory (host memory for the CPU backend), at least 64-byte
@@ -95,38 +112,17 @@ class Backend {
   virtual absl::Status GatherRows(const void* src, int64_t n_rows, size_t row_bytes,
                                   const int* idx, int64_t n_idx, void* dst) const = 0;
 
-  // --- Pruning ops (kernels/prune/*.h) ---
-  virtual absl::Status TextVisualAttention(const kernels::TextVisualAttentionArgs& args) const = 0;
-  // paq: one value per map, in the backend's memory. A map that is not a distribution over the
-  // visual tokens is InvalidArgument on the CPU backend; a device backend, which does not wait
-  // to look, writes NaN for it instead, which PaqSoftmaxWeights carries on into the weights (the
-  // caller checks the values it copies out).
-  virtual absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis,
-                           float* paq) const = 0;
-  virtual absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy,
-                                           int n_maps, int n_text, int n_vis,
-                                           float* paq) const = 0;
-  // n is heads or layers; temperature τ > 0 and finite divides the centred PAQs (1 = the paper's
-  // PAQ-softmax, bit for bit; InvalidArgument otherwise, on every backend). A non-finite PAQ:
-  // InvalidArgument on the CPU backend, NaN weights on a device backend (see Paq).
-  virtual absl::Status PaqSoftmaxWeights(const float* paq, int n, double temperature,
-                                         float* weights) const = 0;
-  // maps: a host array of n_maps map pointers (each in the backend's memory).
-  virtual absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
-                                       int64_t size, float* out) const = 0;
-  virtual absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
-                                             int64_t size, float* out) const = 0;
-  virtual absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
-                                   float* scores) const = 0;
-  // rows: host.
-  virtual absl::Status TokenScoresOfRows(const float* map, int64_t n_rows, int n_vis,
-                                         const int* rows, int n_sel, float* scores) const = 0;
-  // kept: host, k indices strictly ascending (score descending, ties to the lower index).
-  virtual absl::Status StableTopK(const float* scores, int n, int k, int* kept) const = 0;
-  // VisionZip's contextual rows. args.targets, args.sources and args.merged_count (optional:
-  // the explain record's counts, a sync point on a GPU) are host; k, hidden and out are in the
-  // backend's memory. VisionZip's CLS attention is TextVisualAttention + WeightedSumContiguous.
-  virtual absl::Status VisionZipMerge(const kernels::VisionZipMergeArgs& args) const = 0;
+  // --- Pruning ops: scoring and selection of visual tokens (kernels/pruning_kernels.h) ---
+  virtual const PruningKernels& pruning() const = 0;
+
+  // --- Planned steps (kernels/step.h) ---
+  // Checks `desc` and plans it: the default runs each op as this backend's op of the same name
+  // (PlanOpByOp), which is what the CPU backend does; a device backend may override it to fuse
+  // ops or capture runs of them between Calls. InvalidArgument naming the op and operand when
+  // the description does not hold together.
+  virtual absl::StatusOr<std::unique_ptr<PlannedStep>> Plan(StepDesc desc) const {
+    return PlanOpByOp(*this, std::move(desc));
+  }
 
   // --- Sampling ops (kernels/cpu/sampling.h): what a decode step's sampler needs of its rows
   // of logits F32 [rows, n], so that a device sends back that rather than the rows ---
@@ -183,14 +179,12 @@ class BackendBuffer {
   size_t bytes_ = 0;
 };
 
-const Backend& CpuBackend();
-
 // A growable typed array in a backend's memory (activations, attention maps, scores): Resize
 // keeps the allocation when it is large enough and does not preserve contents.
 template <typename T>
 class BackendArray {
  public:
-  BackendArray() : backend_(&CpuBackend()) {}
+  BackendArray();
   explicit BackendArray(const Backend& backend) : backend_(&backend) {}
   // Moves leave the source empty (no buffer, size and capacity 0) on the same backend.
   BackendArray(BackendArray&& o) noexcept
@@ -243,6 +237,10 @@ class BackendArray {
 
 // The CPU backend (kernels/cpu, kernels/prune): host memory, the default thread pool.
 const Backend& CpuBackend();
+
+template <typename T>
+BackendArray<T>::BackendArray() : backend_(&CpuBackend()) {}
+
 // Sizes the CPU backend's compute before its first op: pool threads (<= 0: all cores) and how
 // long they spin for the next op before sleeping (ThreadPool).
 void ConfigureCpuBackend(int n_threads, int spin_us);

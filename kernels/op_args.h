@@ -1,6 +1,7 @@
-// Argument structs of the attention and sampling ops, shared by every backend (kernels/backend.h):
-// the pointers are in the memory of the backend that runs the op (host memory for the CPU
-// backend) unless a comment says "host".
+// Argument structs of the attention, pruning and sampling ops, shared by every backend
+// (kernels/backend.h, kernels/pruning_kernels.h): the pointers are in the memory of the backend
+// that runs the op (host memory for the CPU backend) unless a comment says "host". Plain C++
+// with no Abseil, so the CUDA sources read the same structs the host code fills.
 #pragma once
 
 #include <cstdint>
@@ -81,6 +82,50 @@ struct TopLogitsArgs {
   // with (x_i − max_r) / T_r taken as Sampler does; in no particular order of summation (the
   // caller bounds the rounding difference). 0 where T_r ≤ 0.
   double* row_sum = nullptr;
+};
+
+// Arguments of TextVisualAttention. All strides count floats. A CUDA twin of this op takes the
+// same struct (device pointers) plus a cudaStream_t.
+struct TextVisualAttentionArgs {
+  const float* q_text = nullptr;  // F32 [n_text, q_stride]; head h at columns [h·hd, (h+1)·hd)
+  const float* k_vis = nullptr;   // F32 [n_vis, k_stride]; kv head g at columns [g·hd, (g+1)·hd)
+  const float* lse = nullptr;     // F32 [n_heads, lse_stride]; lse[h·lse_stride + j] belongs to
+                                  // text row j. Only read when renormalize is false.
+  int n_text = 0;
+  int n_vis = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;  // query head h reads kv head h / (n_heads / n_kv_heads)
+  int head_dim = 0;
+  int64_t q_stride = 0;    // 0 → n_heads·head_dim
+  int64_t k_stride = 0;    // 0 → n_kv_heads·head_dim
+  int64_t lse_stride = 0;  // 0 → n_text
+  float scale = 0.f;       // softmax scale, usually 1/sqrt(head_dim)
+  // false: out = α_ji = exp(scale·q_j·k_i − lse_j), the weights of the full softmax row.
+  // true:  out = α_ji / Σ_i' α_ji' (each row a distribution over the visual tokens present).
+  bool renormalize = true;
+  float* out = nullptr;  // F32 [n_heads, n_text, n_vis]
+  // Optional, with renormalize only: F64 [n_heads, n_text], the entropy −Σ_i â_i ln â_i of
+  // each renormalised row, from the logits (no per-element logarithm). PaqFromRowEntropies
+  // turns it into PAQ without taking a logarithm per map element.
+  double* row_entropy = nullptr;
+};
+
+// Arguments of VisionZipMerge. The token lists are host memory for the Backend op (the CUDA
+// backend uploads them); k, hidden and out are in the backend's memory.
+struct VisionZipMergeArgs {
+  const float* k = nullptr;       // F32 [n_tokens, n_heads·head_dim]; head h at [h·hd, (h+1)·hd)
+  const float* hidden = nullptr;  // F32 [n_tokens, d_model]
+  int n_tokens = 0;
+  int n_heads = 0;
+  int head_dim = 0;
+  int d_model = 0;
+  const int* targets = nullptr;  // [n_targets] token indices in [0, n_tokens)
+  int n_targets = 0;
+  const int* sources = nullptr;  // [n_sources] token indices, merged in this order; may be null
+  int n_sources = 0;             // when 0
+  float* out = nullptr;          // F32 [n_targets, d_model]
+  // Optional, host memory for the Backend op: [n_targets] how many sources each target took.
+  int* merged_count = nullptr;
 };
 
 }  // namespace hap

@@ -1,4 +1,5 @@
-// The CPU backend: each op forwards to its kernel in kernels/cpu or kernels/prune.
+// The CPU backend: each op forwards to its kernel in kernels/cpu or kernels/prune; steps run op by
+// op (Backend::Plan's default).
 #include <cstdlib>
 #include <cstring>
 
@@ -12,6 +13,7 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/sampling.h"
+#include "kernels/prune/attention_rows.h"
 #include "kernels/prune/gather_rows.h"
 #include "kernels/prune/paq.h"
 #include "kernels/prune/paq_softmax.h"
@@ -23,10 +25,57 @@
 namespace hap {
 namespace {
 
+class CpuPruning final : public PruningKernels {
+ public:
+  absl::Status TextVisualAttention(const TextVisualAttentionArgs& args) const override {
+    return kernels::TextVisualAttention(args);
+  }
+  absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis,
+                   float* paq) const override {
+    return kernels::Paq(maps, n_maps, n_text, n_vis, paq);
+  }
+  absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy, int n_maps,
+                                   int n_text, int n_vis, float* paq) const override {
+    return kernels::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis, paq);
+  }
+  absl::Status PaqSoftmaxWeights(const float* paq, int n, double temperature,
+                                 float* weights) const override {
+    return kernels::PaqSoftmaxWeights(paq, n, temperature, weights);
+  }
+  absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
+                               int64_t size, float* out) const override {
+    return kernels::WeightedSumMaps(maps, weights, n_maps, size, out);
+  }
+  absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
+                                     int64_t size, float* out) const override {
+    return kernels::WeightedSumContiguous(maps, weights, n_maps, size, out);
+  }
+  absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
+                           float* scores) const override {
+    return kernels::TokenScores(map, n_rows, n_vis, scores);
+  }
+  absl::Status TokenScoresOfRows(const float* map, int64_t n_rows, int n_vis, const int* rows,
+                                 int n_sel, float* scores) const override {
+    return kernels::TokenScoresOfRows(map, n_rows, n_vis, rows, n_sel, scores);
+  }
+  absl::Status StableTopK(const float* scores, int n, int k, int* kept) const override {
+    return kernels::StableTopK(scores, n, k, kept);
+  }
+  absl::Status VisionZipMerge(const VisionZipMergeArgs& args) const override {
+    return kernels::VisionZipMerge(args);
+  }
+};
+
 class Cpu final : public Backend {
  public:
   Device device() const override { return Device::kCpu; }
   std::string_view name() const override { return "cpu"; }
+  BackendCaps caps() const override {
+    BackendCaps caps;
+    caps.host_memory = true;
+    return caps;
+  }
+  const PruningKernels& pruning() const override { return pruning_; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) const override {
     if (bytes == 0) return nullptr;
@@ -135,47 +184,13 @@ class Cpu final : public Backend {
                           int64_t n_idx, void* dst) const override {
     return kernels::GatherRows(src, 1, n_rows, row_bytes, idx, n_idx, dst);
   }
-  absl::Status TextVisualAttention(const kernels::TextVisualAttentionArgs& args) const override {
-    return kernels::TextVisualAttention(args);
-  }
-  absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis,
-                   float* paq) const override {
-    return kernels::Paq(maps, n_maps, n_text, n_vis, paq);
-  }
-  absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy, int n_maps,
-                                   int n_text, int n_vis, float* paq) const override {
-    return kernels::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis, paq);
-  }
-  absl::Status PaqSoftmaxWeights(const float* paq, int n, double temperature,
-                                 float* weights) const override {
-    return kernels::PaqSoftmaxWeights(paq, n, temperature, weights);
-  }
-  absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
-                               int64_t size, float* out) const override {
-    return kernels::WeightedSumMaps(maps, weights, n_maps, size, out);
-  }
-  absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
-                                     int64_t size, float* out) const override {
-    return kernels::WeightedSumContiguous(maps, weights, n_maps, size, out);
-  }
-  absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
-                           float* scores) const override {
-    return kernels::TokenScores(map, n_rows, n_vis, scores);
-  }
-  absl::Status TokenScoresOfRows(const float* map, int64_t n_rows, int n_vis, const int* rows,
-                                 int n_sel, float* scores) const override {
-    return kernels::TokenScoresOfRows(map, n_rows, n_vis, rows, n_sel, scores);
-  }
-  absl::Status StableTopK(const float* scores, int n, int k, int* kept) const override {
-    return kernels::StableTopK(scores, n, k, kept);
-  }
-  absl::Status VisionZipMerge(const kernels::VisionZipMergeArgs& args) const override {
-    return kernels::VisionZipMerge(args);
-  }
   absl::Status ArgMaxRows(const float* logits, int rows, int n, int32_t* ids) const override {
     return cpu::ArgMaxRows(logits, rows, n, ids);
   }
   absl::Status TopLogits(const TopLogitsArgs& args) const override { return cpu::TopLogits(args); }
+
+ private:
+  CpuPruning pruning_;
 };
 
 }  // namespace

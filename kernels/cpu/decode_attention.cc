@@ -11,74 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/exp_row.h"
+#include "kernels/op_checks.h"
 
 namespace hap::cpu {
-namespace {
-
-// Sequence i of a batch (DecodeAttentionArgs) as a call of its own.
-DecodeAttentionArgs Sequence(const DecodeAttentionArgs& a, int i) {
-  DecodeAttentionArgs s = a;
-  const int64_t row = int64_t{a.n_heads} * a.head_dim;
-  s.q = a.q + i * row;
-  s.out = a.out + i * row;
-  if (a.span_begin != nullptr) {
-    s.spans = a.spans + a.span_begin[i];
-    s.n_spans = a.span_begin[i + 1] - a.span_begin[i];
-  }
-  s.n_seqs = 1;
-  s.span_begin = nullptr;
-  return s;
-}
-
-absl::Status ValidateOne(const DecodeAttentionArgs& a) {
-  int rows = 0;
-  for (int i = 0; i < a.n_spans; ++i) {
-    if (a.spans[i].rows < 0 || (a.spans[i].rows > 0 && (!a.spans[i].k || !a.spans[i].v))) {
-      return absl::InvalidArgumentError(absl::StrFormat("DecodeAttention: bad span %d", i));
-    }
-    rows += a.spans[i].rows;
-  }
-  if (!a.q || !a.out || (a.n_spans > 0 && !a.spans) || rows <= 0 || a.n_heads <= 0 ||
-      a.n_kv_heads <= 0 || a.head_dim <= 0 || a.n_heads % a.n_kv_heads != 0 ||
-      (a.kv_dtype != DType::kF32 && a.kv_dtype != DType::kBF16)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "DecodeAttention: bad arguments rows=%d heads=%d kv_heads=%d head_dim=%d dtype=%s", rows,
-        a.n_heads, a.n_kv_heads, a.head_dim, std::string(DTypeName(a.kv_dtype))));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status ValidateDecodeAttention(const DecodeAttentionArgs& a) {
-  if (a.n_seqs < 1 || (a.n_seqs > 1 && a.span_begin == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("DecodeAttention: %d sequences %s span_begin", a.n_seqs,
-                        a.span_begin == nullptr ? "without" : "with"));
-  }
-  if (a.span_begin != nullptr) {
-    if (a.span_begin[0] != 0 || a.span_begin[a.n_seqs] != a.n_spans) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "DecodeAttention: span_begin runs from %d to %d, expected 0 to n_spans = %d",
-          a.span_begin[0], a.span_begin[a.n_seqs], a.n_spans));
-    }
-    for (int i = 0; i < a.n_seqs; ++i) {
-      if (a.span_begin[i + 1] < a.span_begin[i]) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("DecodeAttention: span_begin decreases after sequence %d", i));
-      }
-    }
-  }
-  for (int i = 0; i < a.n_seqs; ++i) {
-    if (absl::Status s = ValidateOne(Sequence(a, i)); !s.ok()) {
-      if (a.n_seqs == 1) return s;
-      return absl::InvalidArgumentError(
-          absl::StrFormat("sequence %d of %d: %s", i, a.n_seqs, s.message()));
-    }
-  }
-  return absl::OkStatus();
-}
-
 namespace {
 
 // Element t of a cache row of `dtype` (F32 or BF16), as F32.
@@ -228,7 +163,7 @@ absl::Status DecodeAttention(const DecodeAttentionArgs& batch) {
   std::vector<int> seq_rows(batch.n_seqs, 0);
   int max_rows = 0;
   for (int i = 0; i < batch.n_seqs; ++i) {
-    seqs[i] = Sequence(batch, i);
+    seqs[i] = DecodeAttentionSequence(batch, i);
     for (int sp = 0; sp < seqs[i].n_spans; ++sp) seq_rows[i] += seqs[i].spans[sp].rows;
     max_rows = std::max(max_rows, seq_rows[i]);
   }
@@ -322,7 +257,7 @@ void ReferenceOne(const DecodeAttentionArgs& a) {
 
 void DecodeAttentionReference(const DecodeAttentionArgs& batch) {
   for (int i = 0; i < batch.n_seqs; ++i) {
-    const DecodeAttentionArgs a = Sequence(batch, i);
+    const DecodeAttentionArgs a = DecodeAttentionSequence(batch, i);
     ReferenceOne(a);
   }
 }

@@ -22,12 +22,6 @@ using ::hap::KvSpan;
 // batch it is in, bit for bit.
 absl::Status DecodeAttention(const DecodeAttentionArgs& args);
 
-// The checks DecodeAttention makes before any work: the batch's span_begin table, then each
-// sequence (span rows ≥ 0 with non-null k and v, at least one row, heads, head_dim, KV dtype).
-// Reads the span table and nothing the spans point to, so a device backend runs it on its host
-// copy of the table.
-absl::Status ValidateDecodeAttention(const DecodeAttentionArgs& args);
-
 // Double-precision reference for tests.
 void DecodeAttentionReference(const DecodeAttentionArgs& args);
 

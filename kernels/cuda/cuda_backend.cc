@@ -6,11 +6,12 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/overloaded.h"
 #include "base/status_macros.h"
-#include "kernels/cpu/decode_attention.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/add.h"
 #include "kernels/cuda/argmax.h"
@@ -32,6 +33,7 @@
 #include "kernels/cuda/topk.h"
 #include "kernels/cuda/visionzip_merge.h"
 #include "kernels/cuda/weighted_sum.h"
+#include "kernels/op_checks.h"
 
 namespace hap {
 namespace {
@@ -57,6 +59,17 @@ absl::Status CheckDevice(const void* ptr, size_t bytes, const char* op, const ch
   if (bytes == 0 || cuda::IsDeviceRange(ptr, bytes)) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrFormat("cuda %s: %s (%d bytes) is not device memory", op, what, bytes));
+}
+
+// A weight as the products take it: a contiguous matrix in device memory.
+absl::Status CheckWeight(const TensorView& w, const char* op) {
+  if (w.device != Device::kCuda || w.shape.size() != 2 || !w.contiguous()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cuda %s: weight %s must be a contiguous 2-d view in device memory "
+                        "(Backend::PlaceWeight)",
+                        op, w.Describe()));
+  }
+  return CheckDevice(w.data, static_cast<size_t>(w.bytes()), op, "weight");
 }
 
 // What one calling thread owns: its stream, its product context and a scratch area for the
@@ -133,10 +146,262 @@ absl::StatusOr<ThreadContext*> Context() {
   return &context;
 }
 
+// Copies device memory to the host on the calling thread's stream: a wait for that stream.
+absl::Status DeviceToHost(void* dst, const void* src, size_t bytes) {
+  HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+  return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kDeviceToHost, c->stream()));
+}
+
+class CudaPruning final : public PruningKernels {
+ public:
+  absl::Status TextVisualAttention(const TextVisualAttentionArgs& a) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(a.out, sizeof(float) * a.n_heads * a.n_text * a.n_vis,
+                                    "TextVisualAttention", "out"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::TextVisualAttention(a, c->stream()));
+  }
+  // The PAQ values stay on the device: a map that is not a distribution gets NaN there
+  // (kernels/cuda/paq.h), which the caller finds when it copies the values out.
+  absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis,
+                   float* paq) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(maps, sizeof(float) * n_maps * n_text * n_vis, "Paq", "maps"));
+    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n_maps, "Paq", "paq"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::Paq(maps, n_maps, n_text, n_vis, paq, c->stream()));
+  }
+  absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy, int n_maps,
+                                   int n_text, int n_vis, float* paq) const override {
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(maps, sizeof(float) * n_maps * n_text * n_vis, "PaqFromRowEntropies", "maps"));
+    HAP_RETURN_IF_ERROR(CheckDevice(row_entropy, sizeof(double) * n_maps * n_text,
+                                    "PaqFromRowEntropies", "row_entropy"));
+    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n_maps, "PaqFromRowEntropies", "paq"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(
+        cuda::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis, paq, c->stream()));
+  }
+  absl::Status PaqSoftmaxWeights(const float* paq, int n, double temperature,
+                                 float* weights) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n, "PaqSoftmaxWeights", "paq"));
+    HAP_RETURN_IF_ERROR(CheckDevice(weights, sizeof(float) * n, "PaqSoftmaxWeights", "weights"));
+    if (!std::isfinite(temperature) || !(temperature > 0)) {  // as the CPU backend
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "PaqSoftmaxWeights: temperature %g is not a finite positive number", temperature));
+    }
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::PaqSoftmaxWeights(paq, n, temperature, weights, c->stream()));
+  }
+  absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
+                               int64_t size, float* out) const override {
+    for (int i = 0; i < n_maps; ++i) {
+      HAP_RETURN_IF_ERROR(CheckDevice(maps[i], sizeof(float) * size, "WeightedSumMaps", "a map"));
+    }
+    HAP_RETURN_IF_ERROR(CheckDevice(weights, sizeof(float) * n_maps, "WeightedSumMaps", "weights"));
+    HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, "WeightedSumMaps", "out"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_ASSIGN_OR_RETURN(void* d_maps, c->UploadOnly(maps, sizeof(float*) * n_maps));
+    return ToStatus(cuda::WeightedSumMaps(static_cast<const float* const*>(d_maps), weights, n_maps,
+                                          size, out, c->stream()));
+  }
+  absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
+                                     int64_t size, float* out) const override {
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(maps, sizeof(float) * n_maps * size, "WeightedSumContiguous", "maps"));
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(weights, sizeof(float) * n_maps, "WeightedSumContiguous", "weights"));
+    HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, "WeightedSumContiguous", "out"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::WeightedSumContiguous(maps, weights, n_maps, size, out, c->stream()));
+  }
+  absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
+                           float* scores) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(map, sizeof(float) * n_rows * n_vis, "TokenScores", "map"));
+    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, "TokenScores", "scores"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::TokenScores(map, n_rows, n_vis, scores, c->stream()));
+  }
+  absl::Status TokenScoresOfRows(const float* map, int64_t n_rows, int n_vis, const int* rows,
+                                 int n_sel, float* scores) const override {
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(map, sizeof(float) * n_rows * n_vis, "TokenScoresOfRows", "map"));
+    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, "TokenScoresOfRows", "scores"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_ASSIGN_OR_RETURN(void* d_rows, c->UploadOnly(rows, sizeof(int) * n_sel));
+    return ToStatus(cuda::TokenScoresOfRows(map, n_rows, n_vis, static_cast<const int*>(d_rows),
+                                            n_sel, scores, c->stream()));
+  }
+  // The kept indices come back to the host: the one sync of a pruning stage.
+  absl::Status StableTopK(const float* scores, int n, int k, int* kept) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n, "StableTopK", "scores"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_ASSIGN_OR_RETURN(void* d_kept, c->TakeOnly(sizeof(int) * std::max(k, 1)));
+    HAP_CUDA_RETURN_IF_ERROR(
+        cuda::StableTopK(scores, n, k, static_cast<int*>(d_kept), c->stream()));
+    HAP_RETURN_IF_ERROR(DeviceToHost(kept, d_kept, sizeof(int) * k));
+    // The kernel marks a NaN score (which has no rank) by -1 in every slot.
+    if (k > 0 && kept[0] < 0) {
+      return absl::InvalidArgumentError("StableTopK: a score is NaN (a NaN has no rank)");
+    }
+    return absl::OkStatus();
+  }
+  // The token lists (host) are checked here and uploaded; the counts come back only when the
+  // caller asks for them (the explain record).
+  absl::Status VisionZipMerge(const VisionZipMergeArgs& a) const override {
+    if (a.targets == nullptr || (a.n_sources > 0 && a.sources == nullptr) || a.n_tokens <= 0 ||
+        a.n_heads <= 0 || a.head_dim <= 0 || a.d_model <= 0 || a.n_targets <= 0 ||
+        a.n_sources < 0) {
+      return absl::InvalidArgumentError("VisionZipMerge: null token list or non-positive size");
+    }
+    for (auto [idx, n, what] : {std::tuple{a.targets, a.n_targets, "targets"},
+                                std::tuple{a.sources, a.n_sources, "sources"}}) {
+      for (int i = 0; i < n; ++i) {
+        if (idx[i] < 0 || idx[i] >= a.n_tokens) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "VisionZipMerge: %s[%d] = %d outside [0, %d)", what, i, idx[i], a.n_tokens));
+        }
+      }
+    }
+    const size_t tokens = static_cast<size_t>(a.n_tokens);
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(a.k, sizeof(float) * tokens * a.n_heads * a.head_dim, "VisionZipMerge", "k"));
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(a.hidden, sizeof(float) * tokens * a.d_model, "VisionZipMerge", "hidden"));
+    HAP_RETURN_IF_ERROR(CheckDevice(a.out,
+                                    sizeof(float) * static_cast<size_t>(a.n_targets) * a.d_model,
+                                    "VisionZipMerge", "out"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    const size_t target_bytes = sizeof(int) * a.n_targets;
+    const size_t source_bytes = sizeof(int) * a.n_sources;
+    const size_t work_bytes =
+        cuda::VisionZipMergeWorkspaceBytes(a.n_targets, a.n_sources, a.head_dim);
+    HAP_RETURN_IF_ERROR(
+        c->Reserve(ThreadContext::Padded(target_bytes) + ThreadContext::Padded(source_bytes) +
+                   ThreadContext::Padded(work_bytes) + ThreadContext::Padded(target_bytes)));
+    VisionZipMergeArgs d = a;
+    HAP_ASSIGN_OR_RETURN(void* d_targets, c->Upload(a.targets, target_bytes));
+    d.targets = static_cast<const int*>(d_targets);
+    d.sources = nullptr;
+    if (a.n_sources > 0) {
+      HAP_ASSIGN_OR_RETURN(void* d_sources, c->Upload(a.sources, source_bytes));
+      d.sources = static_cast<const int*>(d_sources);
+    }
+    HAP_ASSIGN_OR_RETURN(void* workspace, c->Take(work_bytes));
+    d.merged_count = nullptr;
+    if (a.merged_count != nullptr) {
+      HAP_ASSIGN_OR_RETURN(void* d_counts, c->Take(target_bytes));
+      d.merged_count = static_cast<int*>(d_counts);
+    }
+    HAP_CUDA_RETURN_IF_ERROR(cuda::VisionZipMerge(d, workspace, c->stream()));
+    if (a.merged_count == nullptr) return absl::OkStatus();
+    return DeviceToHost(a.merged_count, d.merged_count, target_bytes);
+  }
+};
+
+// A planned step on the GPU (kernels/step.h): the backend's ops one by one, except that the
+// rows an RmsNorm writes are rounded to the weights' narrow type once, by the norm itself
+// (RmsNormRounded, into the plan's own workspace), for every product from narrow weights that
+// reads them before they are written again (q, k and v; gate and up), instead of by each
+// product. Bit for bit the op-by-op step: the same F32 rows, the same rounding, the same products.
+class CudaStep final : public PlannedStep {
+ public:
+  CudaStep(const Backend& backend, StepDesc d) : PlannedStep(std::move(d)), backend_(backend) {
+    const std::vector<StepOp>& ops = desc().ops();
+    fused_.resize(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const auto* norm = std::get_if<step_op::RmsNorm>(&ops[i]);
+      if (norm == nullptr) continue;
+      std::vector<size_t> readers;
+      DType type = DType::kF32;
+      for (size_t j = i + 1; j < ops.size() && !MayWrite(ops[j], norm->y); ++j) {
+        const auto* product = std::get_if<step_op::Linear>(&ops[j]);
+        if (product == nullptr || product->x != norm->y || product->m != norm->rows ||
+            product->w.shape[1] != norm->d || product->w.dtype == DType::kF32 ||
+            (type != DType::kF32 && product->w.dtype != type)) {
+          continue;
+        }
+        type = product->w.dtype;
+        readers.push_back(j);
+      }
+      if (readers.empty()) continue;
+      const size_t offset = ReserveWorkspace(sizeof(uint16_t) * norm->rows * norm->d);
+      fused_[i] = {Fused::kNormRounded, type, offset};
+      for (size_t j : readers) fused_[j] = {Fused::kProductOfRounded, type, offset};
+    }
+  }
+
+ private:
+  struct Fused {
+    enum Kind { kNone, kNormRounded, kProductOfRounded } kind = kNone;
+    DType type = DType::kF32;  // the narrow type of the rounded rows
+    size_t offset = 0;         // where they are in the workspace
+  };
+
+  // Whether `op` may write value v (a Call may write anything).
+  static bool MayWrite(const StepOp& op, StepValueId v) {
+    return std::visit(Overloaded{
+                          [&](const step_op::RmsNorm& o) { return o.y == v; },
+                          [&](const step_op::Linear& o) { return o.y == v; },
+                          [&](const step_op::Rope& o) { return o.x == v; },
+                          [&](const step_op::Attention& o) { return o.out == v || o.lse == v; },
+                          [&](const step_op::Add& o) { return o.y == v; },
+                          [&](const step_op::SiluMul& o) { return o.gate == v; },
+                          [&](const step_op::Call&) { return true; },
+                      },
+                      op);
+  }
+
+  absl::Status RunOp(size_t index, const std::vector<void*>& p, void* workspace) const override {
+    const Fused& f = fused_[index];
+    const StepOp& op = desc().ops()[index];
+    if (f.kind == Fused::kNone) return RunStepOp(backend_, op, p);
+    void* rounded = static_cast<char*>(workspace) + f.offset;
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    if (f.kind == Fused::kNormRounded) {
+      const auto& o = std::get<step_op::RmsNorm>(op);
+      const size_t values = static_cast<size_t>(o.rows) * o.d;
+      const auto* x = static_cast<const float*>(p[o.x]);
+      auto* y = static_cast<float*>(p[o.y]);
+      HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * values, "RmsNorm", "x"));
+      HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * values, "RmsNorm", "y"));
+      HAP_RETURN_IF_ERROR(CheckDevice(o.weight, sizeof(float) * o.d, "RmsNorm", "w"));
+      HAP_RETURN_IF_ERROR(
+          CheckDevice(rounded, sizeof(uint16_t) * values, "RmsNorm", "the rounded rows"));
+      return ToStatus(cuda::RmsNormRounded(x, o.weight, y, ElemOf(f.type), rounded, o.rows, o.d,
+                                           o.eps, c->stream()));
+    }
+    const auto& o = std::get<step_op::Linear>(op);
+    HAP_RETURN_IF_ERROR(CheckWeight(o.w, "Linear"));
+    const int n = static_cast<int>(o.w.shape[0]);
+    const int k = static_cast<int>(o.w.shape[1]);
+    auto* y = static_cast<float*>(p[o.y]);
+    HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * o.m * n, "Linear", "y"));
+    if (o.bias != nullptr) {
+      HAP_RETURN_IF_ERROR(CheckDevice(o.bias, sizeof(float) * n, "Linear", "bias"));
+    }
+    return ToStatus(
+        c->gemm().LinearRounded(rounded, o.w.data, ElemOf(f.type), o.bias, y, o.m, n, k));
+  }
+
+  const Backend& backend_;
+  std::vector<Fused> fused_;
+};
+
 class CudaBackendImpl final : public Backend {
  public:
   Device device() const override { return Device::kCuda; }
   std::string_view name() const override { return "cuda"; }
+  BackendCaps caps() const override {
+    BackendCaps caps;
+    caps.host_memory = false;
+    caps.max_head_dim = std::min({cuda::kMaxAttentionHeadDim, cuda::kMaxDecodeHeadDim,
+                                  cuda::kTextVisualAttentionMaxHeadDim});
+    return caps;
+  }
+  const PruningKernels& pruning() const override { return pruning_; }
+  absl::StatusOr<std::unique_ptr<PlannedStep>> Plan(StepDesc desc) const override {
+    HAP_RETURN_IF_ERROR(CheckStep(desc));
+    return std::unique_ptr<PlannedStep>(new CudaStep(*this, std::move(desc)));
+  }
 
   absl::StatusOr<void*> Allocate(size_t bytes) const override {
     void* p = nullptr;
@@ -149,8 +414,7 @@ class CudaBackendImpl final : public Backend {
     return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kHostToDevice, c->stream()));
   }
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) const override {
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kDeviceToHost, c->stream()));
+    return DeviceToHost(dst, src, bytes);
   }
   absl::Status Copy(void* dst, const void* src, size_t bytes) const override {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
@@ -270,7 +534,7 @@ class CudaBackendImpl final : public Backend {
     return ToStatus(cuda::Attention(a, c->stream()));
   }
   absl::Status DecodeAttention(const DecodeAttentionArgs& a) const override {
-    HAP_RETURN_IF_ERROR(cpu::ValidateDecodeAttention(a));
+    HAP_RETURN_IF_ERROR(ValidateDecodeAttention(a));
     const size_t row_bytes =
         DTypeSize(a.kv_dtype) * static_cast<size_t>(a.n_kv_heads) * a.head_dim;
     for (int s = 0; s < a.n_spans; ++s) {
@@ -325,149 +589,6 @@ class CudaBackendImpl final : public Backend {
                                               n_idx, out, c->stream()));
     if (!in_place) return absl::OkStatus();
     return ToStatus(cuda::Copy(dst, out, out_bytes, cuda::CopyKind::kDeviceToDevice, c->stream()));
-  }
-
-  absl::Status TextVisualAttention(const kernels::TextVisualAttentionArgs& a) const override {
-    HAP_RETURN_IF_ERROR(CheckDevice(a.out, sizeof(float) * a.n_heads * a.n_text * a.n_vis,
-                                    "TextVisualAttention", "out"));
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    return ToStatus(cuda::TextVisualAttention(a, c->stream()));
-  }
-  // The PAQ values stay on the device: a map that is not a distribution gets NaN there
-  // (kernels/cuda/paq.h), which the caller finds when it copies the values out.
-  absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis,
-                   float* paq) const override {
-    HAP_RETURN_IF_ERROR(CheckDevice(maps, sizeof(float) * n_maps * n_text * n_vis, "Paq", "maps"));
-    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n_maps, "Paq", "paq"));
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    return ToStatus(cuda::Paq(maps, n_maps, n_text, n_vis, paq, c->stream()));
-  }
-  absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy, int n_maps,
-                                   int n_text, int n_vis, float* paq) const override {
-    HAP_RETURN_IF_ERROR(CheckDevice(maps, sizeof(float) * n_maps * n_text * n_vis,
-                                    "PaqFromRowEntropies", "maps"));
-    HAP_RETURN_IF_ERROR(CheckDevice(row_entropy, sizeof(double) * n_maps * n_text,
-                                    "PaqFromRowEntropies", "row_entropy"));
-    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n_maps, "PaqFromRowEntropies", "paq"));
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    return ToStatus(
-        cuda::PaqFromRowEntropies(maps, row_entropy, n_maps, n_text, n_vis, paq, c->stream()));
-  }
-  absl::Status PaqSoftmaxWeights(const float* paq, int n, double temperature,
-                                 float* weights) const override {
-    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n, "PaqSoftmaxWeights", "paq"));
-    HAP_RETURN_IF_ERROR(CheckDevice(weights, sizeof(float) * n, "PaqSoftmaxWeights", "weights"));
-    if (!std::isfinite(temperature) || !(temperature > 0)) {  // as the CPU backend
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "PaqSoftmaxWeights: temperature %g is not a finite positive number", temperature));
-    }
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    return ToStatus(cuda::PaqSoftmaxWeights(paq, n, temperature, weights, c->stream()));
-  }
-  absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
-                               int64_t size, float* out) const override {
-    for (int i = 0; i < n_maps; ++i) {
-      HAP_RETURN_IF_ERROR(CheckDevice(maps[i], sizeof(float) * size, "WeightedSumMaps", "a map"));
-    }
-    HAP_RETURN_IF_ERROR(
-        CheckDevice(weights, sizeof(float) * n_maps, "WeightedSumMaps", "weights"));
-    HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, "WeightedSumMaps", "out"));
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_maps, c->UploadOnly(maps, sizeof(float*) * n_maps));
-    return ToStatus(cuda::WeightedSumMaps(static_cast<const float* const*>(d_maps), weights,
-                                          n_maps, size, out, c->stream()));
-  }
-  absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
-                                     int64_t size, float* out) const override {
-    HAP_RETURN_IF_ERROR(
-        CheckDevice(maps, sizeof(float) * n_maps * size, "WeightedSumContiguous", "maps"));
-    HAP_RETURN_IF_ERROR(
-        CheckDevice(weights, sizeof(float) * n_maps, "WeightedSumContiguous", "weights"));
-    HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, "WeightedSumContiguous", "out"));
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    return ToStatus(cuda::WeightedSumContiguous(maps, weights, n_maps, size, out, c->stream()));
-  }
-  absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
-                           float* scores) const override {
-    HAP_RETURN_IF_ERROR(CheckDevice(map, sizeof(float) * n_rows * n_vis, "TokenScores", "map"));
-    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, "TokenScores", "scores"));
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    return ToStatus(cuda::TokenScores(map, n_rows, n_vis, scores, c->stream()));
-  }
-  absl::Status TokenScoresOfRows(const float* map, int64_t n_rows, int n_vis, const int* rows,
-                                 int n_sel, float* scores) const override {
-    HAP_RETURN_IF_ERROR(
-        CheckDevice(map, sizeof(float) * n_rows * n_vis, "TokenScoresOfRows", "map"));
-    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, "TokenScoresOfRows", "scores"));
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_rows, c->UploadOnly(rows, sizeof(int) * n_sel));
-    return ToStatus(cuda::TokenScoresOfRows(map, n_rows, n_vis, static_cast<const int*>(d_rows),
-                                            n_sel, scores, c->stream()));
-  }
-  // The kept indices come back to the host: the one sync of a pruning stage.
-  absl::Status StableTopK(const float* scores, int n, int k, int* kept) const override {
-    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n, "StableTopK", "scores"));
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_kept, c->TakeOnly(sizeof(int) * std::max(k, 1)));
-    HAP_CUDA_RETURN_IF_ERROR(
-        cuda::StableTopK(scores, n, k, static_cast<int*>(d_kept), c->stream()));
-    HAP_RETURN_IF_ERROR(CopyToHost(kept, d_kept, sizeof(int) * k));
-    // The kernel marks a NaN score (which has no rank) by -1 in every slot.
-    if (k > 0 && kept[0] < 0) {
-      return absl::InvalidArgumentError("StableTopK: a score is NaN (a NaN has no rank)");
-    }
-    return absl::OkStatus();
-  }
-  // The token lists (host) are checked here and uploaded; the counts come back only when the
-  // caller asks for them (the explain record).
-  absl::Status VisionZipMerge(const kernels::VisionZipMergeArgs& a) const override {
-    if (a.targets == nullptr || (a.n_sources > 0 && a.sources == nullptr) || a.n_tokens <= 0 ||
-        a.n_heads <= 0 || a.head_dim <= 0 || a.d_model <= 0 || a.n_targets <= 0 ||
-        a.n_sources < 0) {
-      return absl::InvalidArgumentError("VisionZipMerge: null token list or non-positive size");
-    }
-    for (auto [idx, n, what] : {std::tuple{a.targets, a.n_targets, "targets"},
-                                std::tuple{a.sources, a.n_sources, "sources"}}) {
-      for (int i = 0; i < n; ++i) {
-        if (idx[i] < 0 || idx[i] >= a.n_tokens) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "VisionZipMerge: %s[%d] = %d outside [0, %d)", what, i, idx[i], a.n_tokens));
-        }
-      }
-    }
-    const size_t tokens = static_cast<size_t>(a.n_tokens);
-    HAP_RETURN_IF_ERROR(CheckDevice(a.k, sizeof(float) * tokens * a.n_heads * a.head_dim,
-                                    "VisionZipMerge", "k"));
-    HAP_RETURN_IF_ERROR(
-        CheckDevice(a.hidden, sizeof(float) * tokens * a.d_model, "VisionZipMerge", "hidden"));
-    HAP_RETURN_IF_ERROR(CheckDevice(
-        a.out, sizeof(float) * static_cast<size_t>(a.n_targets) * a.d_model, "VisionZipMerge",
-        "out"));
-    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    const size_t target_bytes = sizeof(int) * a.n_targets;
-    const size_t source_bytes = sizeof(int) * a.n_sources;
-    const size_t work_bytes =
-        cuda::VisionZipMergeWorkspaceBytes(a.n_targets, a.n_sources, a.head_dim);
-    HAP_RETURN_IF_ERROR(c->Reserve(
-        ThreadContext::Padded(target_bytes) + ThreadContext::Padded(source_bytes) +
-        ThreadContext::Padded(work_bytes) + ThreadContext::Padded(target_bytes)));
-    kernels::VisionZipMergeArgs d = a;
-    HAP_ASSIGN_OR_RETURN(void* d_targets, c->Upload(a.targets, target_bytes));
-    d.targets = static_cast<const int*>(d_targets);
-    d.sources = nullptr;
-    if (a.n_sources > 0) {
-      HAP_ASSIGN_OR_RETURN(void* d_sources, c->Upload(a.sources, source_bytes));
-      d.sources = static_cast<const int*>(d_sources);
-    }
-    HAP_ASSIGN_OR_RETURN(void* workspace, c->Take(work_bytes));
-    d.merged_count = nullptr;
-    if (a.merged_count != nullptr) {
-      HAP_ASSIGN_OR_RETURN(void* d_counts, c->Take(target_bytes));
-      d.merged_count = static_cast<int*>(d_counts);
-    }
-    HAP_CUDA_RETURN_IF_ERROR(cuda::VisionZipMerge(d, workspace, c->stream()));
-    if (a.merged_count == nullptr) return absl::OkStatus();
-    return CopyToHost(a.merged_count, d.merged_count, target_bytes);
   }
 
   // Greedy decoding: one id per row comes back (the step's one sync), not the row.
@@ -526,15 +647,7 @@ class CudaBackendImpl final : public Backend {
   }
 
  private:
-  static absl::Status CheckWeight(const TensorView& w, const char* op) {
-    if (w.device != Device::kCuda || w.shape.size() != 2 || !w.contiguous()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "cuda %s: weight %s must be a contiguous 2-d view in device memory "
-          "(Backend::PlaceWeight)",
-          op, w.Describe()));
-    }
-    return CheckDevice(w.data, static_cast<size_t>(w.bytes()), op, "weight");
-  }
+  CudaPruning pruning_;
 };
 
 }  // namespace

@@ -35,22 +35,41 @@ KernelStatus Gemm::EnsureScratch(size_t bytes) {
   return s;
 }
 
+namespace {
+
+KernelStatus CheckShape(const char* op, int m, int n, int k) {
+  if (m >= 0 && n > 0 && k > 0) return KernelStatus::Ok();
+  return KernelStatus::Error(std::string(op) + ": m=" + std::to_string(m) +
+                             " n=" + std::to_string(n) + " k=" + std::to_string(k));
+}
+
+}  // namespace
+
 KernelStatus Gemm::Linear(const float* x, const void* w, ElemType w_type, const float* bias,
                           float* y, int m, int n, int k) {
-  if (m < 0 || n <= 0 || k <= 0) {
-    return KernelStatus::Error("Linear: m=" + std::to_string(m) + " n=" + std::to_string(n) +
-                               " k=" + std::to_string(k));
+  KernelStatus s = CheckShape("Linear", m, n, k);
+  if (!s.ok || m == 0) return s;
+  if (w_type == ElemType::kF32) return Product(x, w, w_type, bias, y, m, n, k);
+  s = EnsureScratch(static_cast<size_t>(m) * k * sizeof(uint16_t));
+  if (!s.ok) return s;
+  s = RoundF32To(w_type, x, scratch_, int64_t{m} * k, stream_);
+  if (!s.ok) return s;
+  return Product(scratch_, w, w_type, bias, y, m, n, k);
+}
+
+KernelStatus Gemm::LinearRounded(const void* x_narrow, const void* w, ElemType w_type,
+                                 const float* bias, float* y, int m, int n, int k) {
+  KernelStatus s = CheckShape("LinearRounded", m, n, k);
+  if (!s.ok || m == 0) return s;
+  if (w_type == ElemType::kF32) {
+    return KernelStatus::Error("LinearRounded: the weights must be BF16 or F16");
   }
-  if (m == 0) return KernelStatus::Ok();
-  const void* xin = x;
-  if (w_type != ElemType::kF32) {
-    KernelStatus s = EnsureScratch(static_cast<size_t>(m) * k * sizeof(uint16_t));
-    if (!s.ok) return s;
-    s = RoundF32To(w_type, x, scratch_, int64_t{m} * k, stream_);
-    if (!s.ok) return s;
-    xin = scratch_;
-  }
-  KernelStatus s = internal::BlasGemm(blas_, xin, w, w_type, y, m, n, k, stream_);
+  return Product(x_narrow, w, w_type, bias, y, m, n, k);
+}
+
+KernelStatus Gemm::Product(const void* x, const void* w, ElemType type, const float* bias, float* y,
+                           int m, int n, int k) {
+  KernelStatus s = internal::BlasGemm(blas_, x, w, type, y, m, n, k, stream_);
   if (!s.ok || bias == nullptr) return s;
   return AddBias(y, bias, m, n, stream_);
 }

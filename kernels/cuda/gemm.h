@@ -29,10 +29,17 @@ class Gemm {
   // Device pointers. Ordered on the context's stream.
   KernelStatus Linear(const float* x, const void* w, ElemType w_type, const float* bias, float* y,
                       int m, int n, int k);
+  // Linear with x already rounded to the weights' narrow type (x_narrow [m, k] of w_type, kBF16
+  // or kF16: RoundF32To's or RmsNormRounded's output): the same product without rounding again.
+  KernelStatus LinearRounded(const void* x_narrow, const void* w, ElemType w_type,
+                             const float* bias, float* y, int m, int n, int k);
 
  private:
   Gemm() = default;
   KernelStatus EnsureScratch(size_t bytes);
+  // y = x · wᵀ (+ bias) with x already in the weights' type.
+  KernelStatus Product(const void* x, const void* w, ElemType type, const float* bias, float* y,
+                       int m, int n, int k);
 
   Stream stream_ = nullptr;
   void* blas_ = nullptr;     // cublasHandle_t on a GPU

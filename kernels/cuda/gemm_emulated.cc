@@ -1,14 +1,27 @@
 // The emulation's product: the CPU's Linear on the same operands (x already in the weights'
 // type, so each product of two narrow values is exact in F32, as on the GPU).
+#include <atomic>
 #include <vector>
 
 #include "base/dtype.h"
 #include "base/tensor.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/emulation_counts.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/simt/simt.h"
 
-namespace hap::cuda::internal {
+namespace hap::cuda {
+namespace {
+
+std::atomic<int64_t> g_products{0};
+
+}  // namespace
+
+int64_t emulation::Products() { return g_products.load(); }
+int64_t emulation::KernelLaunches() { return static_cast<int64_t>(simt::LaunchCount()); }
+
+namespace internal {
 
 KernelStatus CreateBlas(Stream, void** blas) {
   *blas = nullptr;
@@ -19,6 +32,7 @@ void DestroyBlas(void*) {}
 
 KernelStatus BlasGemm(void*, const void* x, const void* w, ElemType type, float* y, int m, int n,
                       int k, Stream) {
+  g_products.fetch_add(1);
   const DType dtype = type == ElemType::kBF16  ? DType::kBF16
                       : type == ElemType::kF16 ? DType::kF16
                                                : DType::kF32;
@@ -34,4 +48,5 @@ KernelStatus BlasGemm(void*, const void* x, const void* w, ElemType type, float*
   return s.ok() ? KernelStatus::Ok() : KernelStatus::Error("Linear: " + std::string(s.message()));
 }
 
-}  // namespace hap::cuda::internal
+}  // namespace internal
+}  // namespace hap::cuda

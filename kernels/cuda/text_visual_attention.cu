@@ -107,7 +107,7 @@ __global__ void TextVisualAttentionKernel(RowsParams p) {
 
 }  // namespace
 
-KernelStatus TextVisualAttention(const kernels::TextVisualAttentionArgs& a, Stream stream) {
+KernelStatus TextVisualAttention(const TextVisualAttentionArgs& a, Stream stream) {
   if (a.q_text == nullptr || a.k_vis == nullptr || a.out == nullptr ||
       (!a.renormalize && a.lse == nullptr)) {
     return KernelStatus::Error("TextVisualAttention: null pointer argument");

@@ -5,7 +5,7 @@
 
 #include "kernels/cuda/device_types.h"
 #include "kernels/cuda/kernel_status.h"
-#include "kernels/prune/attention_rows.h"
+#include "kernels/op_args.h"
 
 namespace hap::cuda {
 
@@ -20,7 +20,7 @@ namespace hap::cuda {
 // the row entropy is ln Z − Σ e·y / Z (y = logit − max, F64 sums) rather than −Σ p ln p of the
 // rounded output, which needs no logarithm per element and agrees to a few 1e-7.
 // Work: n_heads·n_text·n_vis·head_dim multiply-adds; K is read ceil(n_text / 8) times per head.
-KernelStatus TextVisualAttention(const kernels::TextVisualAttentionArgs& args, Stream stream);
+KernelStatus TextVisualAttention(const TextVisualAttentionArgs& args, Stream stream);
 
 inline constexpr int kTextVisualAttentionMaxHeadDim = 256;
 

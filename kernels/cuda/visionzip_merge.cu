@@ -90,7 +90,7 @@ size_t VisionZipMergeWorkspaceBytes(int n_targets, int n_sources, int head_dim) 
   return (keys + 255) / 256 * 256 + sizeof(int) * static_cast<size_t>(n_sources);
 }
 
-KernelStatus VisionZipMerge(const kernels::VisionZipMergeArgs& a, void* workspace, Stream stream) {
+KernelStatus VisionZipMerge(const VisionZipMergeArgs& a, void* workspace, Stream stream) {
   if (a.k == nullptr || a.hidden == nullptr || a.targets == nullptr || a.out == nullptr ||
       (a.n_sources > 0 && (a.sources == nullptr || workspace == nullptr))) {
     return KernelStatus::Error("VisionZipMerge: null pointer argument");

@@ -7,7 +7,7 @@
 
 #include "kernels/cuda/device_types.h"
 #include "kernels/cuda/kernel_status.h"
-#include "kernels/prune/visionzip_merge.h"
+#include "kernels/op_args.h"
 
 namespace hap::cuda {
 
@@ -30,7 +30,6 @@ size_t VisionZipMergeWorkspaceBytes(int n_targets, int n_sources, int head_dim);
 // uploads them. An index outside [0, n_tokens) is never read; its key is NaN (a source with a NaN
 // key goes to target 0) and the rows it would feed are NaN.
 // Errors: null pointers, non-positive sizes (n_sources may be 0).
-KernelStatus VisionZipMerge(const kernels::VisionZipMergeArgs& args, void* workspace,
-                            Stream stream);
+KernelStatus VisionZipMerge(const VisionZipMergeArgs& args, void* workspace, Stream stream);
 
 }  // namespace hap::cuda

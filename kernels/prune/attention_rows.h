@@ -6,34 +6,11 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/op_args.h"
 
 namespace hap::kernels {
 
-// Arguments of TextVisualAttention. All strides count floats. A CUDA twin of this op takes the
-// same struct (device pointers) plus a cudaStream_t.
-struct TextVisualAttentionArgs {
-  const float* q_text = nullptr;  // F32 [n_text, q_stride]; head h at columns [h·hd, (h+1)·hd)
-  const float* k_vis = nullptr;   // F32 [n_vis, k_stride]; kv head g at columns [g·hd, (g+1)·hd)
-  const float* lse = nullptr;     // F32 [n_heads, lse_stride]; lse[h·lse_stride + j] belongs to
-                                  // text row j. Only read when renormalize is false.
-  int n_text = 0;
-  int n_vis = 0;
-  int n_heads = 0;
-  int n_kv_heads = 0;  // query head h reads kv head h / (n_heads / n_kv_heads)
-  int head_dim = 0;
-  int64_t q_stride = 0;    // 0 → n_heads·head_dim
-  int64_t k_stride = 0;    // 0 → n_kv_heads·head_dim
-  int64_t lse_stride = 0;  // 0 → n_text
-  float scale = 0.f;       // softmax scale, usually 1/sqrt(head_dim)
-  // false: out = α_ji = exp(scale·q_j·k_i − lse_j), the weights of the full softmax row.
-  // true:  out = α_ji / Σ_i' α_ji' (each row a distribution over the visual tokens present).
-  bool renormalize = true;
-  float* out = nullptr;  // F32 [n_heads, n_text, n_vis]
-  // Optional, with renormalize only: F64 [n_heads, n_text], the entropy −Σ_i â_i ln â_i of
-  // each renormalised row, from the logits (no per-element logarithm). PaqFromRowEntropies
-  // turns it into PAQ without taking a logarithm per map element.
-  double* row_entropy = nullptr;
-};
+using ::hap::TextVisualAttentionArgs;  // kernels/op_args.h
 
 // Writes exactly n_heads·n_text·n_vis floats to args.out (and n_heads·n_text doubles to
 // args.row_entropy when given). InvalidArgument on null pointers, non-positive sizes, n_heads not

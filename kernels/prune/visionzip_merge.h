@@ -6,26 +6,11 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/op_args.h"
 
 namespace hap::kernels {
 
-// Arguments of VisionZipMerge. The token lists are host memory for the Backend op (the CUDA
-// backend uploads them); k, hidden and out are in the backend's memory.
-struct VisionZipMergeArgs {
-  const float* k = nullptr;       // F32 [n_tokens, n_heads·head_dim]; head h at [h·hd, (h+1)·hd)
-  const float* hidden = nullptr;  // F32 [n_tokens, d_model]
-  int n_tokens = 0;
-  int n_heads = 0;
-  int head_dim = 0;
-  int d_model = 0;
-  const int* targets = nullptr;  // [n_targets] token indices in [0, n_tokens)
-  int n_targets = 0;
-  const int* sources = nullptr;  // [n_sources] token indices, merged in this order; may be null
-  int n_sources = 0;             // when 0
-  float* out = nullptr;          // F32 [n_targets, d_model]
-  // Optional, host memory for the Backend op: [n_targets] how many sources each target took.
-  int* merged_count = nullptr;
-};
+using ::hap::VisionZipMergeArgs;  // kernels/op_args.h
 
 // With key_t = Σ_h k[t, h, :] / n_heads (F64) and keŷ_t = key_t / max(‖key_t‖, 1e-12):
 //   source s goes to c(s) = argmax_c keŷ_s · keŷ_{targets[c]} (ties → the lower c; a zero key

@@ -123,7 +123,7 @@ absl::Status PagedKv::AppendHostRows(int layer, DType dtype, const void* k, cons
 absl::Status PagedKv::AppendHost(int layer, const float* k, const float* v,
                                  const int32_t* positions, int n) {
   const Backend& backend = pool_->backend();
-  if (backend.device() == Device::kCpu) return Append(backend, layer, k, v, positions, n);
+  if (backend.caps().host_memory) return Append(backend, layer, k, v, positions, n);
   const size_t values = static_cast<size_t>(n) * pool_->kv_dim();
   k_stage_.Rebind(backend);
   v_stage_.Rebind(backend);

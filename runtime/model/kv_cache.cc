@@ -145,7 +145,7 @@ absl::Status KvCache::Append(const Backend& backend, int layer, const float* k, 
   const size_t values = static_cast<size_t>(n) * kv_dim;
   if (dtype_ == DType::kBF16) {
     auto [dk, dv] = Grow(&l.k_bf16, &l.v_bf16, values, 0);
-    if (backend.device() == Device::kCpu) {
+    if (backend.caps().host_memory) {
       HAP_RETURN_IF_ERROR(backend.StoreF32As(DType::kBF16, k, dk, static_cast<int64_t>(values)));
       HAP_RETURN_IF_ERROR(backend.StoreF32As(DType::kBF16, v, dv, static_cast<int64_t>(values)));
     } else {

@@ -74,48 +74,106 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Embed(const std::vector<int32_t
   return out;
 }
 
-absl::Status LlamaDecoder::Activations::Reserve(const LlamaDecoder& d, int n) {
-  const size_t rows = static_cast<size_t>(n);
-  HAP_RETURN_IF_ERROR(h.Resize(rows * d.d_));
-  HAP_RETURN_IF_ERROR(q.Resize(rows * d.n_heads_ * d.head_dim_));
-  HAP_RETURN_IF_ERROR(k.Resize(rows * d.n_kv_heads_ * d.head_dim_));
-  HAP_RETURN_IF_ERROR(v.Resize(rows * d.n_kv_heads_ * d.head_dim_));
-  HAP_RETURN_IF_ERROR(attn.Resize(rows * d.n_heads_ * d.head_dim_));
-  HAP_RETURN_IF_ERROR(gate.Resize(rows * d.ffn_));
-  return up.Resize(rows * d.ffn_);
+LlamaDecoder::StepValues LlamaDecoder::DescribeValues(StepDesc& desc, int n, bool with_lse) const {
+  const int64_t rows = n;
+  StepValues v;
+  v.x = desc.Bound("x", StepElem::kF32, rows * d_);             // F32 [n, hidden]
+  v.positions = desc.Bound("positions", StepElem::kI32, rows);  // I32 [n]
+  v.h = desc.Scratch("h", StepElem::kF32, rows * d_);           // F32 [n, hidden]
+  v.q = desc.Scratch("q", StepElem::kF32, rows * n_heads_ * head_dim_);
+  v.k = desc.Scratch("k", StepElem::kF32, rows * kv_dim());  // F32 [n, kv_heads·hd]
+  v.v = desc.Scratch("v", StepElem::kF32, rows * kv_dim());
+  v.attn = desc.Scratch("attn", StepElem::kF32, rows * n_heads_ * head_dim_);
+  v.gate = desc.Scratch("gate", StepElem::kF32, rows * ffn_);  // F32 [n, ffn]
+  v.up = desc.Scratch("up", StepElem::kF32, rows * ffn_);
+  if (with_lse) v.lse = desc.Scratch("lse", StepElem::kF32, int64_t{n_heads_} * n);
+  return v;
 }
 
-absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions_dev,
-                                 const int32_t* positions_host, int n,
-                                 const std::vector<KvSegment>& segments, Activations& act,
-                                 float* lse) const {
+void LlamaDecoder::DescribeLayer(StepDesc& desc, const StepValues& v, int l, int n, bool prefill,
+                                 int call_id) const {
   const LlamaLayerWeights& lw = w_.layers[l];
+  // A prefill's rows (and a single decode step's one row) are one sequence's tokens; a batched
+  // step's rows are different sequences, which must stay batch-invariant.
+  const LinearRows rows = prefill || n == 1 ? LinearRows::kOneSequence : LinearRows::kIndependent;
+  const int64_t n_hidden = int64_t{n} * d_;
+  desc.Add(step_op::RmsNorm{v.x, v.h, lw.attn_norm.f32(), n, d_, eps_});
+  desc.Add(step_op::Linear{v.h, v.q, lw.q, nullptr, n, rows});
+  desc.Add(step_op::Linear{v.h, v.k, lw.k, nullptr, n, rows});
+  desc.Add(step_op::Linear{v.h, v.v, lw.v, nullptr, n, rows});
+  desc.Add(step_op::Rope{v.q, v.positions, n, n_heads_, head_dim_, theta_});
+  desc.Add(step_op::Rope{v.k, v.positions, n, n_kv_heads_, head_dim_, theta_});
+  if (prefill) {
+    // The rows attend to each other causally, straight from the new K/V.
+    step_op::Attention a{v.q, v.k, v.v, v.attn, v.lse, {}};
+    a.shape.n_q = a.shape.n_kv = n;
+    a.shape.n_heads = n_heads_;
+    a.shape.n_kv_heads = n_kv_heads_;
+    a.shape.head_dim = head_dim_;
+    a.shape.scale = scale_;
+    a.shape.causal = true;
+    desc.Add(a);
+  } else {
+    desc.Add(step_op::Call{call_id});  // AttendDecode
+  }
+  desc.Add(step_op::Linear{v.attn, v.h, lw.o, nullptr, n, rows});
+  desc.Add(step_op::Add{v.x, v.h, n_hidden});
+  desc.Add(step_op::RmsNorm{v.x, v.h, lw.mlp_norm.f32(), n, d_, eps_});
+  desc.Add(step_op::Linear{v.h, v.gate, lw.gate, nullptr, n, rows});
+  desc.Add(step_op::Linear{v.h, v.up, lw.up, nullptr, n, rows});
+  desc.Add(step_op::SiluMul{v.gate, v.up, int64_t{n} * ffn_});
+  desc.Add(step_op::Linear{v.gate, v.h, lw.down, nullptr, n, rows});
+  desc.Add(step_op::Add{v.x, v.h, n_hidden});
+}
+
+absl::StatusOr<std::unique_ptr<PlannedStep>> LlamaDecoder::PlanPrefill(int first, int n,
+                                                                       bool with_lse,
+                                                                       StepValues* values) const {
+  StepDesc desc(absl::StrFormat("prefill, layers %d-%d, %d rows", first, n_layers() - 1, n));
+  *values = DescribeValues(desc, n, with_lse);
+  for (int l = first; l < n_layers(); ++l) {
+    desc.Add(step_op::Call{2 * l});
+    DescribeLayer(desc, *values, l, n, /*prefill=*/true, 0);
+    desc.Add(step_op::Call{2 * l + 1});
+  }
+  return backend_.Plan(std::move(desc));
+}
+
+absl::StatusOr<std::shared_ptr<const PlannedStep>> LlamaDecoder::DecodePlan(
+    int b, StepValues* values) const {
+  {
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    auto it = decode_plans_.find(b);
+    if (it != decode_plans_.end()) {
+      *values = it->second.second;
+      return it->second.first;
+    }
+  }
+  StepDesc desc(absl::StrFormat("decode step, %d sequences", b));
+  StepValues v = DescribeValues(desc, b, /*with_lse=*/false);
+  v.logits = desc.Bound("logits", StepElem::kF32, int64_t{b} * vocab_);  // F32 [b, vocab]
+  for (int l = 0; l < n_layers(); ++l) DescribeLayer(desc, v, l, b, /*prefill=*/false, l);
+  desc.Add(step_op::RmsNorm{v.x, v.h, w_.norm.f32(), b, d_, eps_});
+  desc.Add(step_op::Linear{v.h, v.logits, w_.lm_head, nullptr, b, LinearRows::kIndependent});
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<PlannedStep> planned, backend_.Plan(std::move(desc)));
+  std::shared_ptr<const PlannedStep> plan = std::move(planned);
+  *values = v;
+  if (b <= kMaxKeptDecodePlans) {
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    decode_plans_.emplace(b, std::make_pair(plan, v));
+  }
+  return plan;
+}
+
+absl::Status LlamaDecoder::AttendDecode(int l, const std::vector<KvStore*>& caches,
+                                        const std::vector<int32_t>& positions, const float* q,
+                                        const float* k_new, const float* v_new, float* attn) const {
   const int q_dim = n_heads_ * head_dim_;
-  const int kv_dim = n_kv_heads_ * head_dim_;
-  // One segment: the rows are one sequence's tokens (a prefill or a single decode step);
-  // several: one row per sequence of a batched step, which must stay batch-invariant.
-  const LinearRows rows =
-      segments.size() == 1 ? LinearRows::kOneSequence : LinearRows::kIndependent;
-  float* h = act.h.data();     // F32 [n, hidden]
-  float* q = act.q.data();     // F32 [n, heads·hd]
-  float* k_new = act.k.data();  // F32 [n, kv_dim]
-  float* v_new = act.v.data();  // F32 [n, kv_dim]
-
-  HAP_RETURN_IF_ERROR(backend_.RmsNorm(x, lw.attn_norm.f32(), h, n, d_, eps_));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h, lw.q, nullptr, q, n, rows));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h, lw.k, nullptr, k_new, n, rows));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h, lw.v, nullptr, v_new, n, rows));
-  HAP_RETURN_IF_ERROR(backend_.Rope(q, positions_dev, n, n_heads_, head_dim_, theta_));
-  HAP_RETURN_IF_ERROR(backend_.Rope(k_new, positions_dev, n, n_kv_heads_, head_dim_, theta_));
-
-  float* attn = act.attn.data();  // F32 [n, heads·hd]
-  // Decode steps of consecutive rows (one row per sequence of a batched step) go to the backend
-  // as one batch: one call, one launch on a device, instead of one per sequence.
   std::vector<KvSpan> spans, seq_spans;
   std::vector<int> span_begin = {0};
   int batch_row = 0;                // the first batched sequence's row
   DType batch_dtype = DType::kF32;  // and its cache's dtype
-  auto flush_decode_batch = [&]() -> absl::Status {
+  auto flush_batch = [&]() -> absl::Status {
     const int n_seqs = static_cast<int>(span_begin.size()) - 1;
     if (n_seqs == 0) return absl::OkStatus();
     DecodeAttentionArgs args;
@@ -135,64 +193,42 @@ absl::Status LlamaDecoder::Layer(int l, float* x, const int32_t* positions_dev,
     span_begin.assign(1, 0);
     return s;
   };
-  for (const KvSegment& seg : segments) {
-    // This sequence's new keys/values join its cache; its queries see the cache causally.
-    KvStore* kv = seg.kv;
+  for (int i = 0; i < static_cast<int>(caches.size()); ++i) {
+    KvStore* kv = caches[i];
     const int past = kv->len(l);
-    const int64_t first = static_cast<int64_t>(seg.row) * kv_dim;
-    const float* q_seg = q + static_cast<int64_t>(seg.row) * q_dim;
-    float* out_seg = attn + static_cast<int64_t>(seg.row) * q_dim;
-    HAP_RETURN_IF_ERROR(kv->Append(backend_, l, k_new + first, v_new + first,
-                                   positions_host + seg.row, seg.n));
+    const int64_t first = static_cast<int64_t>(i) * kv_dim();
+    HAP_RETURN_IF_ERROR(
+        kv->Append(backend_, l, k_new + first, v_new + first, positions.data() + i, 1));
     if (past == 0) {
-      // Prefill: the rows attend to each other causally, straight from the new K/V.
+      // A layer that held no rows: the row attends to itself alone.
+      HAP_RETURN_IF_ERROR(flush_batch());
       AttentionArgs args;
-      args.q = q_seg;
+      args.q = q + static_cast<int64_t>(i) * q_dim;
       args.k = k_new + first;
       args.v = v_new + first;
-      args.out = out_seg;
-      args.lse = lse;  // only with a single segment (prefill)
-      args.n_q = seg.n;
-      args.n_kv = seg.n;
+      args.out = attn + static_cast<int64_t>(i) * q_dim;
+      args.n_q = args.n_kv = 1;
       args.n_heads = n_heads_;
       args.n_kv_heads = n_kv_heads_;
       args.head_dim = head_dim_;
       args.scale = scale_;
       args.causal = true;
-      args.causal_offset = 0;
       HAP_RETURN_IF_ERROR(backend_.Attention(args));
-    } else if (seg.n == 1) {
-      // A decode step: the query over every cached row, wherever the cache keeps them. It joins
-      // the batch when its row follows the batch's last and its cache has the batch's dtype.
-      const int n_batched = static_cast<int>(span_begin.size()) - 1;
-      if (n_batched > 0 && (seg.row != batch_row + n_batched || kv->dtype() != batch_dtype)) {
-        HAP_RETURN_IF_ERROR(flush_decode_batch());
-      }
-      if (span_begin.size() == 1) {
-        batch_row = seg.row;
-        batch_dtype = kv->dtype();
-      }
-      kv->Spans(l, &seq_spans);
-      spans.insert(spans.end(), seq_spans.begin(), seq_spans.end());
-      span_begin.push_back(static_cast<int>(spans.size()));
-    } else {
-      return absl::UnimplementedError(absl::StrFormat(
-          "layer %d: %d rows appended to a cache of %d rows (chunked prefill is not supported)",
-          l, seg.n, past));
+      continue;
     }
+    // The query over every cached row, wherever the cache keeps them. It joins the batch when
+    // its cache has the batch's dtype.
+    const int n_batched = static_cast<int>(span_begin.size()) - 1;
+    if (n_batched > 0 && kv->dtype() != batch_dtype) HAP_RETURN_IF_ERROR(flush_batch());
+    if (span_begin.size() == 1) {
+      batch_row = i;
+      batch_dtype = kv->dtype();
+    }
+    kv->Spans(l, &seq_spans);
+    spans.insert(spans.end(), seq_spans.begin(), seq_spans.end());
+    span_begin.push_back(static_cast<int>(spans.size()));
   }
-  HAP_RETURN_IF_ERROR(flush_decode_batch());
-  HAP_RETURN_IF_ERROR(backend_.Linear(attn, lw.o, nullptr, h, n, rows));
-  HAP_RETURN_IF_ERROR(backend_.Add(x, h, static_cast<int64_t>(n) * d_));
-
-  float* gate = act.gate.data();  // F32 [n, ffn]
-  float* up = act.up.data();      // F32 [n, ffn]
-  HAP_RETURN_IF_ERROR(backend_.RmsNorm(x, lw.mlp_norm.f32(), h, n, d_, eps_));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h, lw.gate, nullptr, gate, n, rows));
-  HAP_RETURN_IF_ERROR(backend_.Linear(h, lw.up, nullptr, up, n, rows));
-  HAP_RETURN_IF_ERROR(backend_.SiluMul(gate, up, static_cast<int64_t>(n) * ffn_));
-  HAP_RETURN_IF_ERROR(backend_.Linear(gate, lw.down, nullptr, h, n, rows));
-  return backend_.Add(x, h, static_cast<int64_t>(n) * d_);
+  return flush_batch();
 }
 
 absl::Status LlamaDecoder::LogitsInto(const float* rows, int n,
@@ -267,27 +303,40 @@ absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<in
   HAP_RETURN_IF_ERROR(x.Assign(x_host.data(), x_host.size()));
   std::vector<float>().swap(x_host);  // not read again: the prefill's peak holds one copy
   HAP_RETURN_IF_ERROR(positions_dev.Assign(positions.data(), positions.size()));
-  Activations act(backend_);
-  HAP_RETURN_IF_ERROR(act.Reserve(*this, n));
-  BackendArray<float> lse(backend_);  // F32 [n_heads, n]
-  if (pruner) HAP_RETURN_IF_ERROR(lse.Resize(static_cast<size_t>(n_heads_) * n));
-  for (int l = 0; l < n_layers(); ++l) {
-    // Cancellation is seen before a slice boundary, so a cancelled prefill does not first wait
-    // its turn behind the others while holding its activations and cache.
-    if (CancellationRequested()) {
-      return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));
+  // One workspace for every plan of this prefill: the first is the largest (pruning only
+  // removes rows), so it is allocated once.
+  BackendArray<uint8_t> workspace(backend_);
+  std::unique_ptr<PlannedStep> plan;
+  StepValues v;
+  StepBindings bindings;
+  void* bound[2] = {x.data(), positions_dev.data()};
+  bindings.bound = bound;
+  std::chrono::steady_clock::time_point t0;
+  // The engine's part of each layer: before it, the cancellation checks and the slice boundary;
+  // after it, the new K/V rows into the cache and the pruner's look at the layer, whose pruning
+  // stage stops the run so the layers after it are planned for the rows it keeps.
+  const StepCallFn call = [&](int id) -> absl::StatusOr<StepControl> {
+    const int l = id / 2;
+    if (id % 2 == 0) {
+      // Cancellation is seen before a slice boundary, so a cancelled prefill does not first wait
+      // its turn behind the others while holding its activations and cache.
+      if (CancellationRequested()) {
+        return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));
+      }
+      BeforeLayer(n);  // where a sliced prefill hands the compute on (docs/design.md §6)
+      if (CancellationRequested()) {
+        return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));
+      }
+      t0 = std::chrono::steady_clock::now();
+      if (trace) {
+        trace->tokens_per_layer.push_back(n);
+        trace->visual_tokens_per_layer.push_back(n_vis);
+      }
+      return StepControl::kContinue;
     }
-    BeforeLayer(n);  // where a sliced prefill hands the compute on (docs/design.md §6)
-    if (CancellationRequested()) {
-      return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    if (trace) {
-      trace->tokens_per_layer.push_back(n);
-      trace->visual_tokens_per_layer.push_back(n_vis);
-    }
-    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions_dev.data(), positions.data(), n,
-                              {{cache, 0, n}}, act, pruner ? lse.data() : nullptr));
+    HAP_RETURN_IF_ERROR(cache->Append(backend_, l, plan->At<float>(v.k, bindings),
+                                      plan->At<float>(v.v, bindings), positions.data(), n));
+    StepControl control = StepControl::kContinue;
     double prune_ms = 0;
     if (pruner) {
       const auto tp = std::chrono::steady_clock::now();
@@ -298,9 +347,9 @@ absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<in
       att.n_kv_heads = n_kv_heads_;
       att.head_dim = head_dim_;
       att.scale = scale_;
-      att.q = act.q.data();  // this layer's queries and keys (= the cache's rows of layer l)
-      att.k = act.k.data();
-      att.lse = lse.data();
+      att.q = plan->At<float>(v.q, bindings);  // this layer's queries and keys (= the cache's
+      att.k = plan->At<float>(v.k, bindings);  // rows of layer l)
+      att.lse = plan->At<float>(v.lse, bindings);
       att.backend = &backend_;
       att.vis_begin = vis_begin;
       att.n_vis = n_vis;
@@ -320,6 +369,7 @@ absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<in
         positions.resize(static_cast<size_t>(kept));
         n_vis = static_cast<int>(keep->size());
         n = static_cast<int>(kept);
+        control = StepControl::kStop;
       }
       prune_ms = MsSince(tp);
     }
@@ -327,6 +377,15 @@ absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<in
       trace->layer_ms.push_back(MsSince(t0));
       trace->prune_ms.push_back(prune_ms);
     }
+    return control;
+  };
+  bindings.call = &call;
+  for (int first = 0; first < n_layers();) {
+    HAP_ASSIGN_OR_RETURN(plan, PlanPrefill(first, n, pruner != nullptr, &v));
+    HAP_RETURN_IF_ERROR(workspace.Resize(plan->workspace_bytes()));
+    bindings.workspace = workspace.data();
+    HAP_ASSIGN_OR_RETURN(const int stopped, plan->Run(bindings));
+    first = stopped < 0 ? n_layers() : stopped / 2 + 1;
   }
   cache->next_position = next_position;
   return LogitsInto(x.data() + static_cast<int64_t>(n - 1) * d_, 1, logits);
@@ -376,22 +435,32 @@ absl::Status LlamaDecoder::DecodeBatchInto(const std::vector<int32_t>& tokens,
     HAP_RETURN_IF_ERROR(CheckCanDecode(*caches[i]));
     positions[i] = caches[i]->next_position;
   }
+  StepValues v;
+  HAP_ASSIGN_OR_RETURN(std::shared_ptr<const PlannedStep> plan, DecodePlan(b, &v));
   BackendArray<float> x(backend_);  // F32 [b, hidden]
   HAP_RETURN_IF_ERROR(x.Resize(static_cast<size_t>(b) * d_));
   HAP_RETURN_IF_ERROR(CheckTokenIds(tokens));
   HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, tokens.data(), b, x.data()));
   BackendArray<int32_t> positions_dev(backend_);
   HAP_RETURN_IF_ERROR(positions_dev.Assign(positions.data(), positions.size()));
-  Activations act(backend_);
-  HAP_RETURN_IF_ERROR(act.Reserve(*this, b));
-  std::vector<KvSegment> segments(b);
-  for (int l = 0; l < n_layers(); ++l) {
-    for (int i = 0; i < b; ++i) segments[i] = {caches[i], i, 1};
-    HAP_RETURN_IF_ERROR(Layer(l, x.data(), positions_dev.data(), positions.data(), b, segments,
-                              act, nullptr));
-  }
+  logits->Rebind(backend_);
+  HAP_RETURN_IF_ERROR(logits->Resize(static_cast<size_t>(b) * vocab_));  // F32 [b, vocab]
+  BackendArray<uint8_t> workspace(backend_);
+  HAP_RETURN_IF_ERROR(workspace.Resize(plan->workspace_bytes()));
+  StepBindings bindings;
+  void* bound[3] = {x.data(), positions_dev.data(), logits->data()};
+  bindings.bound = bound;
+  bindings.workspace = workspace.data();
+  const StepCallFn call = [&](int l) -> absl::StatusOr<StepControl> {
+    HAP_RETURN_IF_ERROR(AttendDecode(l, caches, positions, plan->At<float>(v.q, bindings),
+                                     plan->At<float>(v.k, bindings), plan->At<float>(v.v, bindings),
+                                     plan->At<float>(v.attn, bindings)));
+    return StepControl::kContinue;
+  };
+  bindings.call = &call;
+  HAP_RETURN_IF_ERROR(plan->Run(bindings).status());
   for (KvStore* cache : caches) ++cache->next_position;
-  return LogitsInto(x.data(), b, logits);
+  return absl::OkStatus();
 }
 
 }  // namespace hap

@@ -3,6 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -68,33 +72,33 @@ class LlamaDecoder {
   int kv_dim() const { return n_kv_heads_ * head_dim_; }
 
  private:
-  // Rows [row, row + n) of a layer's input that belong to one sequence, whose keys and values
-  // are appended to kv.
-  struct KvSegment {
-    KvStore* kv;
-    int row;
-    int n;
+  // The values of a planned step over n rows (kernels/step.h, docs/design.md §6): the hidden
+  // states, position ids and (decode) logits are bound to the caller's arrays; the rest live in
+  // the run's workspace. After a layer's ops, q, k and v hold that layer's RoPE'd queries, new
+  // keys and new values, which the Call after them appends to the cache.
+  struct StepValues {
+    StepValueId x, positions, logits = kNoStepValue;  // bound
+    StepValueId h, q, k, v, attn, gate, up, lse = kNoStepValue;
   };
-  // A forward pass's activations in the backend's memory, sized once for its rows and reused
-  // by every layer. After Layer(), q and k hold that layer's RoPE'd queries and new keys.
-  struct Activations {
-    explicit Activations(const Backend& b) : h(b), q(b), k(b), v(b), attn(b), gate(b), up(b) {}
-    absl::Status Reserve(const LlamaDecoder& d, int n);
-    BackendArray<float> h;     // F32 [n, hidden]
-    BackendArray<float> q;     // F32 [n, heads·hd]
-    BackendArray<float> k, v;  // F32 [n, kv_heads·hd]
-    BackendArray<float> attn;  // F32 [n, heads·hd]
-    BackendArray<float> gate, up;  // F32 [n, ffn]
-  };
-  // One layer over rows x F32 [n, hidden] (backend memory) made of `segments` (one per
-  // sequence). positions: the rows' position ids, in backend memory (dev) and host memory.
-  // Projections and the MLP run over all n rows at once; each segment's queries see its cached
-  // rows and themselves causally: a segment into an empty layer is a prefill (rows attend to
-  // each other), a single row into a filled one a decode step over the cache's spans. With a
-  // single segment, lse (if non-null) receives F32 [n_heads, n] in backend memory.
-  absl::Status Layer(int l, float* x, const int32_t* positions_dev,
-                     const int32_t* positions_host, int n, const std::vector<KvSegment>& segments,
-                     Activations& act, float* lse) const;
+  StepValues DescribeValues(StepDesc& desc, int n, bool with_lse) const;
+  // Layer l's ops over n rows. `prefill`: the rows attend to each other (Attention op, with the
+  // LSE when the values have one); otherwise a Call with id `call_id` sits between RoPE and the
+  // output projection, where the engine appends each sequence's row and attends over its cache.
+  void DescribeLayer(StepDesc& desc, const StepValues& v, int l, int n, bool prefill,
+                     int call_id) const;
+  // Layers [first, L) of a prefill over n rows, with a Call before each layer (id 2l) and after
+  // it (id 2l + 1): planned again after every pruning stage, for the rows it leaves.
+  absl::StatusOr<std::unique_ptr<PlannedStep>> PlanPrefill(int first, int n, bool with_lse,
+                                                           StepValues* values) const;
+  // A whole decode step of b sequences, the final norm and LM head included, with a Call (id l)
+  // at each layer's attention. Planned once per batch size and kept.
+  absl::StatusOr<std::shared_ptr<const PlannedStep>> DecodePlan(int b, StepValues* values) const;
+  // Layer l's attention in a decode step: each sequence's new row (row i of k/v) joins its
+  // cache, and its query attends over the cache's spans; consecutive rows go to the backend as
+  // one batch (one call, one launch on a device).
+  absl::Status AttendDecode(int l, const std::vector<KvStore*>& caches,
+                            const std::vector<int32_t>& positions, const float* q,
+                            const float* k_new, const float* v_new, float* attn) const;
   // InvalidArgument for an id outside the vocabulary.
   absl::Status CheckTokenIds(const std::vector<int32_t>& ids) const;
   // Final norm and LM head over rows F32 [n, hidden] (backend memory) into `logits`
@@ -106,6 +110,10 @@ class LlamaDecoder {
   const TextWeights& w_;
   int d_, n_heads_, n_kv_heads_, head_dim_, ffn_, vocab_;
   float eps_, theta_, scale_;
+  // Decode plans by batch size (up to kMaxKeptDecodePlans; larger batches plan per step).
+  static constexpr int kMaxKeptDecodePlans = 64;
+  mutable std::mutex plans_mu_;
+  mutable std::map<int, std::pair<std::shared_ptr<const PlannedStep>, StepValues>> decode_plans_;
 };
 
 }  // namespace hap

@@ -14,6 +14,31 @@
 
 namespace hap {
 
+namespace {
+
+// The attention ops of the parts to load must take the model's head widths on this backend
+// (BackendCaps::max_head_dim): refused at load, naming the field, rather than at a request.
+absl::Status CheckHeadDims(const LlavaConfig& cfg, ModelParts parts, const Backend& backend) {
+  const int limit = backend.caps().max_head_dim;
+  auto check = [&](int head_dim, const char* field) -> absl::Status {
+    if (head_dim <= limit) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.json: %s gives heads of %d; the %s backend's attention takes at most %d", field,
+        head_dim, std::string(backend.name()), limit));
+  };
+  if (HasPart(parts, ModelParts::kLanguage)) {
+    HAP_RETURN_IF_ERROR(check(cfg.text.head_dim, "text_config.head_dim"));
+  }
+  if (HasPart(parts, ModelParts::kVision)) {
+    const VisionConfig& v = cfg.vision;
+    HAP_RETURN_IF_ERROR(check(v.hidden_size / std::max(v.num_attention_heads, 1),
+                              "vision_config.hidden_size / num_attention_heads"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& dir,
                                                              const ModelOptions& options) {
   std::error_code ec;
@@ -26,6 +51,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   m->dir_ = dir;
   m->options_ = options;
   HAP_ASSIGN_OR_RETURN(m->config_, LoadLlavaConfig(dir));
+  HAP_RETURN_IF_ERROR(CheckHeadDims(m->config_, options.parts, m->backend()));
   HAP_ASSIGN_OR_RETURN(m->image_processor_, LoadPreprocessorConfig(dir, m->config_));
   HAP_ASSIGN_OR_RETURN(m->weights_, LlavaWeights::Load(dir, m->config_, options.parts));
   const std::string tok_path = (std::filesystem::path(dir) / "tokenizer.model").string();
@@ -90,7 +116,7 @@ absl::StatusOr<std::vector<int32_t>> LlavaModel::SampleWhereTheyAre(
   RowSamplingCounts local;
   if (counts == nullptr) counts = &local;
   *counts = RowSamplingCounts{};
-  if (backend().device() != Device::kCpu) {
+  if (!backend().caps().host_memory) {
     return SampleRows(backend(), logits, rows, vocab, samplers, counts);
   }
   std::vector<int32_t> next(rows);
@@ -162,7 +188,7 @@ absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
   PrefillOutput out;
   out.prompt_tokens = static_cast<int>(ids.size());
   HAP_RETURN_IF_ERROR(out.cache.SetDType(options_.kv_dtype));
-  if (backend().device() == Device::kCpu) {
+  if (backend().caps().host_memory) {
     out.cache.kv_dim = decoder_->kv_dim();
     out.cache.layers.resize(decoder_->n_layers());
   } else {

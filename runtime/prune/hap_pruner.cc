@@ -42,6 +42,7 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   }
   const int64_t map_size = int64_t{n_text} * n_vis;
   const Backend& b = *att.backend;
+  const PruningKernels& ops = b.pruning();
   const PlanGroup& pg = plan_.groups[g];
   // The group's layers run in order (StartLayer checks it) and n_vis is constant within it.
   const int slot = att.layer - pg.first_layer;
@@ -61,13 +62,13 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
                                     &head_maps_, &head_entropy_));
   float* head_paq = scalars + at.head_paq(slot);          // F32 [H]
   float* head_weights = scalars + at.head_weights(slot);  // F32 [H]
-  HAP_RETURN_IF_ERROR(b.PaqFromRowEntropies(head_maps_.data(), head_entropy_.data(), H, n_text,
-                                            n_vis, head_paq));
+  HAP_RETURN_IF_ERROR(
+      ops.PaqFromRowEntropies(head_maps_.data(), head_entropy_.data(), H, n_text, n_vis, head_paq));
   if (weighting_ == Weighting::kUniform) {
     const std::vector<float> uniform(H, 1.f / H);
     HAP_RETURN_IF_ERROR(b.CopyToBackend(head_weights, uniform.data(), sizeof(float) * H));
   } else {
-    HAP_RETURN_IF_ERROR(b.PaqSoftmaxWeights(head_paq, H, paq_temperature_, head_weights));
+    HAP_RETURN_IF_ERROR(ops.PaqSoftmaxWeights(head_paq, H, paq_temperature_, head_weights));
   }
   // A_l = Σ_h w_h Â_h: F32 [n_text, n_vis], into the group's next buffer.
   if (static_cast<int>(group_maps_.size()) <= slot) group_maps_.resize(slot + 1);
@@ -75,9 +76,8 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   layer_map.Rebind(b);
   HAP_RETURN_IF_ERROR(layer_map.Resize(map_size));
   HAP_RETURN_IF_ERROR(
-      b.WeightedSumContiguous(head_maps_.data(), head_weights, H, map_size, layer_map.data()));
-  HAP_RETURN_IF_ERROR(
-      b.Paq(layer_map.data(), 1, n_text, n_vis, scalars + at.layer_paq() + slot));
+      ops.WeightedSumContiguous(head_maps_.data(), head_weights, H, map_size, layer_map.data()));
+  HAP_RETURN_IF_ERROR(ops.Paq(layer_map.data(), 1, n_text, n_vis, scalars + at.layer_paq() + slot));
   if (att.layer != pg.last_layer()) {
     AddTime(Since(start));
     return std::optional<std::vector<int>>();
@@ -91,22 +91,22 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
     HAP_RETURN_IF_ERROR(b.CopyToBackend(layer_weights, uniform.data(), sizeof(float) * n_maps));
   } else {
     HAP_RETURN_IF_ERROR(
-        b.PaqSoftmaxWeights(scalars + at.layer_paq(), n_maps, paq_temperature_, layer_weights));
+        ops.PaqSoftmaxWeights(scalars + at.layer_paq(), n_maps, paq_temperature_, layer_weights));
   }
   std::vector<const float*> maps(n_maps);
   for (int i = 0; i < n_maps; ++i) maps[i] = group_maps_[i].data();
   group_map_.Rebind(b);
   HAP_RETURN_IF_ERROR(group_map_.Resize(map_size));
   HAP_RETURN_IF_ERROR(
-      b.WeightedSumMaps(maps.data(), layer_weights, n_maps, map_size, group_map_.data()));
+      ops.WeightedSumMaps(maps.data(), layer_weights, n_maps, map_size, group_map_.data()));
   float* token_scores = scalars + at.token_scores();  // F32 [n_vis]
-  HAP_RETURN_IF_ERROR(b.TokenScores(group_map_.data(), n_text, n_vis, token_scores));
+  HAP_RETURN_IF_ERROR(ops.TokenScores(group_map_.data(), n_text, n_vis, token_scores));
   const int keep = std::min(plan_.groups[g + 1].visual_tokens, n_vis);
   std::vector<int> kept(keep);
   // The stage's one wait for the device: the kept indices. The scalars follow in one copy (the
   // stream is idle by then); a NaN PAQ found there is the better error than the NaN scores
   // StableTopK refuses.
-  const absl::Status selected = b.StableTopK(token_scores, n_vis, keep, kept.data());
+  const absl::Status selected = ops.StableTopK(token_scores, n_vis, keep, kept.data());
   std::vector<float> host(at.size());
   HAP_RETURN_IF_ERROR(scalars_.CopyTo(host.data()));
   HapGroupExplain gx;

@@ -33,9 +33,11 @@ PrunerBase::KeepResult LastTokenPruner::AfterLayer(const LayerAttention& att) {
   HAP_RETURN_IF_ERROR(RowsAttention(att, att.n_tokens - 1, 1, /*renormalize=*/false, &rows));
   BackendArray<float> scores(*att.backend);  // head mean, F32 [n_vis]
   HAP_RETURN_IF_ERROR(scores.Resize(att.n_vis));
-  HAP_RETURN_IF_ERROR(att.backend->TokenScores(rows.data(), att.n_heads, att.n_vis, scores.data()));
+  HAP_RETURN_IF_ERROR(
+      att.backend->pruning().TokenScores(rows.data(), att.n_heads, att.n_vis, scores.data()));
   std::vector<int> kept(keep);
-  HAP_RETURN_IF_ERROR(att.backend->StableTopK(scores.data(), att.n_vis, keep, kept.data()));
+  HAP_RETURN_IF_ERROR(
+      att.backend->pruning().StableTopK(scores.data(), att.n_vis, keep, kept.data()));
   return Commit(att, std::move(kept), Since(start));
 }
 

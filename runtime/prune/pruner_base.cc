@@ -148,7 +148,7 @@ absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int 
   }
   out->Rebind(*att.backend);
   HAP_RETURN_IF_ERROR(out->Resize(static_cast<size_t>(att.n_heads) * n_rows * att.n_vis));
-  kernels::TextVisualAttentionArgs a;
+  TextVisualAttentionArgs a;
   const int64_t q_stride = int64_t{att.n_heads} * att.head_dim;
   const int64_t k_stride = int64_t{att.n_kv_heads} * att.head_dim;
   a.q_text = att.q + row0 * q_stride;
@@ -170,7 +170,7 @@ absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int 
     HAP_RETURN_IF_ERROR(row_entropy->Resize(static_cast<size_t>(att.n_heads) * n_rows));
     a.row_entropy = row_entropy->data();
   }
-  return att.backend->TextVisualAttention(a);
+  return att.backend->pruning().TextVisualAttention(a);
 }
 
 absl::StatusOr<int> BeforeLlmKeepCount(const std::string& method, double target, int n_visual) {

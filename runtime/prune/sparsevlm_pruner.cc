@@ -105,11 +105,12 @@ PrunerBase::KeepResult SparseVlmPruner::AfterLayer(const LayerAttention& att) {
   }
   BackendArray<float> scores(*att.backend);  // F32 [n_vis]
   HAP_RETURN_IF_ERROR(scores.Resize(att.n_vis));
-  HAP_RETURN_IF_ERROR(att.backend->TokenScoresOfRows(rows.data(), int64_t{att.n_heads} * n_text,
-                                                 att.n_vis, sel.data(),
-                                                 static_cast<int>(sel.size()), scores.data()));
+  HAP_RETURN_IF_ERROR(att.backend->pruning().TokenScoresOfRows(
+      rows.data(), int64_t{att.n_heads} * n_text, att.n_vis, sel.data(),
+      static_cast<int>(sel.size()), scores.data()));
   std::vector<int> kept(keep);
-  HAP_RETURN_IF_ERROR(att.backend->StableTopK(scores.data(), att.n_vis, keep, kept.data()));
+  HAP_RETURN_IF_ERROR(
+      att.backend->pruning().StableTopK(scores.data(), att.n_vis, keep, kept.data()));
   return Commit(att, std::move(kept), Since(start));
 }
 

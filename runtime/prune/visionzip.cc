@@ -36,6 +36,7 @@ absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,
                                                    " tokens"));
   }
   const Backend& b = *in.backend;
+  const PruningKernels& ops = b.pruning();
   const int n = in.n_tokens, H = in.n_heads, d = in.d_model;
 
   // CLS attention summed over heads: cls F32 [n]. Per head, the CLS row of the layer's
@@ -46,7 +47,7 @@ absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,
   if (counts.dominant > 1 || explain != nullptr) {
     HAP_RETURN_IF_ERROR(cls_heads.Resize(static_cast<size_t>(H) * n));
     HAP_RETURN_IF_ERROR(cls.Resize(static_cast<size_t>(n)));
-    kernels::TextVisualAttentionArgs rows;
+    TextVisualAttentionArgs rows;
     rows.q_text = in.q;  // row 0 of Q
     rows.k_vis = in.k;
     rows.n_text = 1;
@@ -56,19 +57,19 @@ absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,
     rows.scale = in.scale;
     rows.renormalize = true;
     rows.out = cls_heads.data();
-    HAP_RETURN_IF_ERROR(b.TextVisualAttention(rows));
+    HAP_RETURN_IF_ERROR(ops.TextVisualAttention(rows));
     const std::vector<float> ones(H, 1.f);
     BackendArray<float> weights(b);  // F32 [H] of 1, in the backend's memory as the op takes it
     HAP_RETURN_IF_ERROR(weights.Assign(ones.data(), ones.size()));
     HAP_RETURN_IF_ERROR(
-        b.WeightedSumContiguous(cls_heads.data(), weights.data(), H, n, cls.data()));
+        ops.WeightedSumContiguous(cls_heads.data(), weights.data(), H, n, cls.data()));
   }
 
   // Dominant: CLS + top (dominant − 1) patches (patch p is token p + 1).
   std::vector<int> dominant = {0};
   if (counts.dominant > 1) {
     std::vector<int> top(counts.dominant - 1);
-    HAP_RETURN_IF_ERROR(b.StableTopK(cls.data() + 1, n - 1, counts.dominant - 1, top.data()));
+    HAP_RETURN_IF_ERROR(ops.StableTopK(cls.data() + 1, n - 1, counts.dominant - 1, top.data()));
     for (int p : top) dominant.push_back(p + 1);
   }
   std::vector<char> is_dominant(n, 0);
@@ -97,7 +98,7 @@ absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,
       if (!is_target[r]) sources.push_back(rest[r]);
     }
     if (explain != nullptr) merged.assign(counts.contextual, 0);
-    kernels::VisionZipMergeArgs m;
+    VisionZipMergeArgs m;
     m.k = in.k;
     m.hidden = in.hidden;
     m.n_tokens = n;
@@ -110,7 +111,7 @@ absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,
     m.n_sources = static_cast<int>(sources.size());
     m.out = rows.data() + static_cast<size_t>(counts.dominant) * d;
     m.merged_count = explain != nullptr ? merged.data() : nullptr;
-    HAP_RETURN_IF_ERROR(b.VisionZipMerge(m));
+    HAP_RETURN_IF_ERROR(ops.VisionZipMerge(m));
   }
   std::vector<float> out(rows.size());
   HAP_RETURN_IF_ERROR(rows.CopyTo(out.data()));

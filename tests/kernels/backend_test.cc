@@ -17,14 +17,16 @@
 #include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/prune/attention_rows.h"
 #include "kernels/prune/paq.h"
 #include "kernels/prune/paq_softmax.h"
 #include "kernels/prune/visionzip_merge.h"
+#include "tests/kernels/backends.h"
 
 namespace hap {
 namespace {
 
-std::vector<const Backend*> Backends() { return {&CpuBackend(), *GetCudaBackend()}; }
+using testing_support::Random;
 
 // A host array mirrored in a backend's memory.
 template <typename T>
@@ -48,14 +50,6 @@ class On {
   size_t n_;
   BackendBuffer buf_;
 };
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
 
 double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-3) {
   double worst = 0;
@@ -309,7 +303,7 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
   const int n_text = 3, n_vis = 6, heads = 2, hd = 8;
   auto q = Random(n_text * heads * hd, 12), k = Random(n_vis * heads * hd, 13);
   On<float> d_q(b(), q), d_k(b(), k);
-  kernels::TextVisualAttentionArgs t;
+  TextVisualAttentionArgs t;
   t.q_text = d_q.p();
   t.k_vis = d_k.p();
   t.n_text = n_text;
@@ -322,7 +316,7 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
   On<double> d_entropy(b(), heads * n_text);
   t.out = d_maps.p();
   t.row_entropy = d_entropy.p();
-  ASSERT_TRUE(b().TextVisualAttention(t).ok());
+  ASSERT_TRUE(b().pruning().TextVisualAttention(t).ok());
   const std::vector<float> maps = d_maps.Host();
   t.q_text = q.data();
   t.k_vis = k.data();
@@ -334,15 +328,16 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
   // PAQ values and PAQ-softmax weights stay in the backend's memory.
   std::vector<float> paq_ref(heads);
   On<float> d_paq(b(), heads), d_paq_e(b(), heads), d_wts(b(), heads);
-  ASSERT_TRUE(b().Paq(d_maps.p(), heads, n_text, n_vis, d_paq.p()).ok());
+  ASSERT_TRUE(b().pruning().Paq(d_maps.p(), heads, n_text, n_vis, d_paq.p()).ok());
   ASSERT_TRUE(kernels::PaqReference(maps.data(), heads, n_text, n_vis, paq_ref.data()).ok());
-  ASSERT_TRUE(b().PaqFromRowEntropies(d_maps.p(), d_entropy.p(), heads, n_text, n_vis,
-                                      d_paq_e.p()).ok());
+  ASSERT_TRUE(b().pruning()
+                  .PaqFromRowEntropies(d_maps.p(), d_entropy.p(), heads, n_text, n_vis, d_paq_e.p())
+                  .ok());
   const std::vector<float> paq = d_paq.Host();
   EXPECT_LT(MaxRelDiff(paq, paq_ref), 1e-5);
   EXPECT_LT(MaxRelDiff(d_paq_e.Host(), paq_ref), 1e-4);
 
-  ASSERT_TRUE(b().PaqSoftmaxWeights(d_paq.p(), heads, 1.0, d_wts.p()).ok());
+  ASSERT_TRUE(b().pruning().PaqSoftmaxWeights(d_paq.p(), heads, 1.0, d_wts.p()).ok());
   const std::vector<float> wts = d_wts.Host();
   std::vector<float> wts_ref(heads);
   ASSERT_TRUE(kernels::PaqSoftmaxWeights(paq.data(), heads, wts_ref.data()).ok());
@@ -353,13 +348,13 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
     const int n = static_cast<int>(many.size());
     On<float> d_many(b(), many), d_w(b(), n);
     for (double tau : {0.01, 0.05, 0.7, 3.0, 100.0}) {
-      ASSERT_TRUE(b().PaqSoftmaxWeights(d_many.p(), n, tau, d_w.p()).ok()) << tau;
+      ASSERT_TRUE(b().pruning().PaqSoftmaxWeights(d_many.p(), n, tau, d_w.p()).ok()) << tau;
       std::vector<float> want(n);
       ASSERT_TRUE(kernels::PaqSoftmaxWeights(many.data(), n, tau, want.data()).ok());
       EXPECT_EQ(d_w.Host(), want) << "tau " << tau;
     }
     for (double tau : {0.0, -2.0, double(NAN), double(INFINITY)}) {
-      EXPECT_EQ(b().PaqSoftmaxWeights(d_many.p(), n, tau, d_w.p()).code(),
+      EXPECT_EQ(b().pruning().PaqSoftmaxWeights(d_many.p(), n, tau, d_w.p()).code(),
                 absl::StatusCode::kInvalidArgument)
           << tau;
     }
@@ -369,16 +364,17 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
 
   const int64_t size = int64_t{n_text} * n_vis;
   On<float> d_layer(b(), size), d_layer2(b(), size);
-  ASSERT_TRUE(b().WeightedSumContiguous(d_maps.p(), d_wts.p(), heads, size, d_layer.p()).ok());
+  ASSERT_TRUE(
+      b().pruning().WeightedSumContiguous(d_maps.p(), d_wts.p(), heads, size, d_layer.p()).ok());
   const float* ptrs[] = {d_maps.p(), d_maps.p() + size};
-  ASSERT_TRUE(b().WeightedSumMaps(ptrs, d_wts.p(), heads, size, d_layer2.p()).ok());
+  ASSERT_TRUE(b().pruning().WeightedSumMaps(ptrs, d_wts.p(), heads, size, d_layer2.p()).ok());
   const std::vector<float> layer = d_layer.Host(), layer2 = d_layer2.Host();
   for (int64_t i = 0; i < size; ++i) {
     EXPECT_NEAR(layer[i], wts[0] * maps[i] + wts[1] * maps[size + i], 1e-6);
     EXPECT_NEAR(layer2[i], layer[i], 1e-6);
   }
   On<float> d_scores(b(), n_vis), d_some(b(), n_vis);
-  ASSERT_TRUE(b().TokenScores(d_layer.p(), n_text, n_vis, d_scores.p()).ok());
+  ASSERT_TRUE(b().pruning().TokenScores(d_layer.p(), n_text, n_vis, d_scores.p()).ok());
   const std::vector<float> scores = d_scores.Host();
   for (int i = 0; i < n_vis; ++i) {
     double mean = 0;
@@ -386,13 +382,13 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
     EXPECT_NEAR(scores[i], mean / n_text, 1e-6);
   }
   const int sel[] = {2};
-  ASSERT_TRUE(b().TokenScoresOfRows(d_layer.p(), n_text, n_vis, sel, 1, d_some.p()).ok());
+  ASSERT_TRUE(b().pruning().TokenScoresOfRows(d_layer.p(), n_text, n_vis, sel, 1, d_some.p()).ok());
   const std::vector<float> some = d_some.Host();
   for (int i = 0; i < n_vis; ++i) EXPECT_NEAR(some[i], layer[2 * n_vis + i], 1e-6);
 
   On<float> d_tied(b(), std::vector<float>{0.5f, 0.9f, 0.5f, 0.1f, 0.9f});
   int kept[3];
-  ASSERT_TRUE(b().StableTopK(d_tied.p(), 5, 3, kept).ok());
+  ASSERT_TRUE(b().pruning().StableTopK(d_tied.p(), 5, 3, kept).ok());
   EXPECT_EQ(kept[0], 0);  // 0.9 at 1 and 4, then 0.5 at 0 (ties to the lower index), ascending
   EXPECT_EQ(kept[1], 1);
   EXPECT_EQ(kept[2], 4);
@@ -409,7 +405,7 @@ TEST_P(BackendTest, VisionZipOpsAgreeWithTheirDefinitions) {
   std::copy(k.begin() + 4 * kw, k.begin() + 5 * kw, k.begin() + 9 * kw);  // token 9 = token 4
   std::fill(k.begin() + 6 * kw, k.begin() + 7 * kw, 0.f);                 // token 6: zero key
   On<float> d_q(b(), q), d_k(b(), k), d_hid(b(), hid), d_heads(b(), heads * n), d_cls(b(), n);
-  kernels::TextVisualAttentionArgs t;
+  TextVisualAttentionArgs t;
   t.q_text = d_q.p();
   t.k_vis = d_k.p();
   t.n_text = 1;
@@ -418,9 +414,9 @@ TEST_P(BackendTest, VisionZipOpsAgreeWithTheirDefinitions) {
   t.head_dim = hd;
   t.scale = 1.f / std::sqrt(static_cast<float>(hd));
   t.out = d_heads.p();
-  ASSERT_TRUE(b().TextVisualAttention(t).ok());
+  ASSERT_TRUE(b().pruning().TextVisualAttention(t).ok());
   On<float> ones(b(), std::vector<float>(heads, 1.f));
-  ASSERT_TRUE(b().WeightedSumContiguous(d_heads.p(), ones.p(), heads, n, d_cls.p()).ok());
+  ASSERT_TRUE(b().pruning().WeightedSumContiguous(d_heads.p(), ones.p(), heads, n, d_cls.p()).ok());
   const std::vector<float> cls = d_cls.Host();
   for (int i = 0; i < n; ++i) {
     double want = 0;
@@ -440,7 +436,7 @@ TEST_P(BackendTest, VisionZipOpsAgreeWithTheirDefinitions) {
   }
 
   const std::vector<int> targets = {4, 9, 15}, sources = {1, 2, 3, 5, 6, 7, 8, 10, 20, 22};
-  kernels::VisionZipMergeArgs m;
+  VisionZipMergeArgs m;
   m.k = k.data();
   m.hidden = hid.data();
   m.n_tokens = n;
@@ -464,20 +460,20 @@ TEST_P(BackendTest, VisionZipOpsAgreeWithTheirDefinitions) {
   m.hidden = d_hid.p();
   m.out = d_out.p();
   m.merged_count = count.data();
-  ASSERT_TRUE(b().VisionZipMerge(m).ok());
+  ASSERT_TRUE(b().pruning().VisionZipMerge(m).ok());
   EXPECT_EQ(count, want_count);
   EXPECT_LT(MaxRelDiff(d_out.Host(), want), 1e-6);
   m.merged_count = nullptr;  // the counts are optional
-  ASSERT_TRUE(b().VisionZipMerge(m).ok());
+  ASSERT_TRUE(b().pruning().VisionZipMerge(m).ok());
   EXPECT_LT(MaxRelDiff(d_out.Host(), want), 1e-6);
 
   const int bad_sources[] = {1, n};
   m.sources = bad_sources;
   m.n_sources = 2;
-  EXPECT_EQ(b().VisionZipMerge(m).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b().pruning().VisionZipMerge(m).code(), absl::StatusCode::kInvalidArgument);
   m.n_sources = 0;  // no sources: the targets' own rows
   m.sources = nullptr;
-  ASSERT_TRUE(b().VisionZipMerge(m).ok());
+  ASSERT_TRUE(b().pruning().VisionZipMerge(m).ok());
   const std::vector<float> own = d_out.Host();
   for (int c = 0; c < 3; ++c) {
     for (int e = 0; e < d; ++e) EXPECT_EQ(own[c * d + e], hid[targets[c] * d + e]);
@@ -492,7 +488,7 @@ TEST_P(BackendTest, AMapThatIsNoDistributionIsRefusedOrFlaggedNaN) {
   std::vector<float> maps = {0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.8f,    // map 0: rows sum to 1
                              0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.3f};   // map 1: row 1 sums to 0.5
   On<float> d_maps(b(), maps), d_paq(b(), 2), d_wts(b(), 2);
-  const absl::Status paq = b().Paq(d_maps.p(), 2, n_text, n_vis, d_paq.p());
+  const absl::Status paq = b().pruning().Paq(d_maps.p(), 2, n_text, n_vis, d_paq.p());
   if (b().device() == Device::kCpu) {
     EXPECT_EQ(paq.code(), absl::StatusCode::kInvalidArgument) << paq;
     return;
@@ -501,7 +497,7 @@ TEST_P(BackendTest, AMapThatIsNoDistributionIsRefusedOrFlaggedNaN) {
   const std::vector<float> got = d_paq.Host();
   EXPECT_TRUE(std::isfinite(got[0]));
   EXPECT_TRUE(std::isnan(got[1]));
-  ASSERT_TRUE(b().PaqSoftmaxWeights(d_paq.p(), 2, 1.0, d_wts.p()).ok());
+  ASSERT_TRUE(b().pruning().PaqSoftmaxWeights(d_paq.p(), 2, 1.0, d_wts.p()).ok());
   for (float w : d_wts.Host()) EXPECT_TRUE(std::isnan(w));
 }
 
@@ -575,7 +571,7 @@ TEST_P(BackendTest, SamplingOpsAgreeWithTheSamplersOrder) {
   EXPECT_EQ(b().TopLogits(bad).code(), absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, BackendTest, ::testing::ValuesIn(Backends()),
+INSTANTIATE_TEST_SUITE_P(All, BackendTest, ::testing::ValuesIn(testing_support::AllBackends()),
                          [](const ::testing::TestParamInfo<const Backend*>& info) {
                            return std::string(info.param->name());
                          });

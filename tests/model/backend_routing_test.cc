@@ -59,7 +59,7 @@ TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
   };
   const Run plain = run(**cpu_model);
   // The prefill's pruning ran through the backend too (checked before the decode step resets).
-  const Run counted = [&] {
+  Run counted = [&] {
     auto encoded = EncodeImage(**counted_model, png, prune);
     EXPECT_TRUE(encoded.ok());
     // The vision layers up to the feature layer (-2 of 2: one), the projector's two products.
@@ -73,6 +73,8 @@ TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
     EXPECT_GT(counting.count("TextVisualAttention"), 0);
     EXPECT_GT(counting.count("StableTopK"), 0);
     EXPECT_EQ(counting.count("GatherRows"), 2 * counting.count("StableTopK"));
+    // One planned step for the layers before the first pruning stage, one after each stage.
+    EXPECT_EQ(counting.count("Plan"), 1 + counting.count("StableTopK"));
     // A backend in host memory: the first token is sampled from the logits in place.
     EXPECT_EQ(counting.count("ArgMaxRows") + counting.count("TopLogits"), 0);
     EXPECT_EQ(prefill->first_token_sampling.host, 1);
@@ -97,6 +99,14 @@ TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
   EXPECT_EQ(counting.count("DecodeAttention"), L);
   EXPECT_EQ(counting.count("Attention"), 0);
   EXPECT_EQ(counting.count("Embedding"), 1);
+  // The step was planned once; the next step of one sequence reuses that plan, ops and all.
+  EXPECT_EQ(counting.count("Plan"), 1);
+  counting.Reset();
+  auto next = (*counted_model)->DecodeStep(counted.prefill.first_token, &counted.prefill.cache);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(counting.count("Plan"), 0);
+  EXPECT_EQ(counting.count("Linear"), 7 * L + 1);
+  EXPECT_EQ(counting.count("DecodeAttention"), L);
 
   // VisionZip compresses the feature layer on the backend: one CLS attention row per head, its
   // sum over heads, one top-k, the dominant rows gathered, one merge; bit-identical features.

@@ -1,9 +1,12 @@
 // A Backend that counts each op by name and forwards it to another backend (the CPU one by
 // default): the model tests use it to check which ops a prefill or a decode step makes, and how
-// often a device backend copies back to the host.
+// often a device backend copies back to the host. Pruning ops count under their own names too.
+// Planned steps run op by op on this backend (Backend::Plan's default), so their ops are counted
+// one by one; Plan itself counts as "Plan".
 #pragma once
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -11,12 +14,9 @@
 
 namespace hap::testing_support {
 
-class CountingBackend final : public Backend {
+// Op counts by name, shared by a CountingBackend and its pruning kernels.
+class OpCounts {
  public:
-  explicit CountingBackend(const Backend& inner = CpuBackend()) : inner_(inner) {}
-
-  Device device() const override { return inner_.device(); }
-  std::string_view name() const override { return "counting"; }
   int count(const std::string& op) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = counts_.find(op);
@@ -26,12 +26,63 @@ class CountingBackend final : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     counts_.clear();
   }
-
-#define HAP_FORWARD(op, params, args) \
-  absl::Status op params const override { \
-    Count(#op);                          \
-    return inner_.op args;               \
+  void Count(const char* op) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counts_[op];
   }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::map<std::string, int> counts_;
+};
+
+#define HAP_FORWARD(op, params, args)     \
+  absl::Status op params const override { \
+    counts_.Count(#op);                   \
+    return inner_.op args;                \
+  }
+
+class CountingPruning final : public PruningKernels {
+ public:
+  CountingPruning(const PruningKernels& inner, const OpCounts& counts)
+      : inner_(inner), counts_(counts) {}
+
+  HAP_FORWARD(TextVisualAttention, (const TextVisualAttentionArgs& a), (a))
+  HAP_FORWARD(Paq, (const float* m, int n, int t, int v, float* p), (m, n, t, v, p))
+  HAP_FORWARD(PaqFromRowEntropies, (const float* m, const double* e, int n, int t, int v, float* p),
+              (m, e, n, t, v, p))
+  HAP_FORWARD(PaqSoftmaxWeights, (const float* p, int n, double t, float* w), (p, n, t, w))
+  HAP_FORWARD(WeightedSumMaps, (const float* const* m, const float* w, int n, int64_t s, float* o),
+              (m, w, n, s, o))
+  HAP_FORWARD(WeightedSumContiguous, (const float* m, const float* w, int n, int64_t s, float* o),
+              (m, w, n, s, o))
+  HAP_FORWARD(TokenScores, (const float* m, int64_t r, int v, float* s), (m, r, v, s))
+  HAP_FORWARD(TokenScoresOfRows, (const float* m, int64_t r, int v, const int* rs, int n, float* s),
+              (m, r, v, rs, n, s))
+  HAP_FORWARD(StableTopK, (const float* s, int n, int k, int* kept), (s, n, k, kept))
+  HAP_FORWARD(VisionZipMerge, (const VisionZipMergeArgs& a), (a))
+
+ private:
+  const PruningKernels& inner_;
+  const OpCounts& counts_;
+};
+
+class CountingBackend final : public Backend {
+ public:
+  explicit CountingBackend(const Backend& inner = CpuBackend())
+      : inner_(inner), pruning_(inner.pruning(), counts_) {}
+
+  Device device() const override { return inner_.device(); }
+  std::string_view name() const override { return "counting"; }
+  BackendCaps caps() const override { return inner_.caps(); }
+  const PruningKernels& pruning() const override { return pruning_; }
+  absl::StatusOr<std::unique_ptr<PlannedStep>> Plan(StepDesc desc) const override {
+    counts_.Count("Plan");
+    return Backend::Plan(std::move(desc));
+  }
+  int count(const std::string& op) const { return counts_.count(op); }
+  void Reset() { counts_.Reset(); }
+
   absl::StatusOr<void*> Allocate(size_t bytes) const override { return inner_.Allocate(bytes); }
   void Free(void* p) const override { inner_.Free(p); }
   HAP_FORWARD(CopyToBackend, (void* d, const void* s, size_t n), (d, s, n))
@@ -61,32 +112,14 @@ class CountingBackend final : public Backend {
   HAP_FORWARD(DecodeAttention, (const DecodeAttentionArgs& a), (a))
   HAP_FORWARD(GatherRows, (const void* s, int64_t n, size_t rb, const int* i, int64_t ni, void* d),
               (s, n, rb, i, ni, d))
-  HAP_FORWARD(TextVisualAttention, (const kernels::TextVisualAttentionArgs& a), (a))
-  HAP_FORWARD(Paq, (const float* m, int n, int t, int v, float* p), (m, n, t, v, p))
-  HAP_FORWARD(PaqFromRowEntropies,
-              (const float* m, const double* e, int n, int t, int v, float* p), (m, e, n, t, v, p))
-  HAP_FORWARD(PaqSoftmaxWeights, (const float* p, int n, double t, float* w), (p, n, t, w))
-  HAP_FORWARD(WeightedSumMaps, (const float* const* m, const float* w, int n, int64_t s, float* o),
-              (m, w, n, s, o))
-  HAP_FORWARD(WeightedSumContiguous, (const float* m, const float* w, int n, int64_t s, float* o),
-              (m, w, n, s, o))
-  HAP_FORWARD(TokenScores, (const float* m, int64_t r, int v, float* s), (m, r, v, s))
-  HAP_FORWARD(TokenScoresOfRows, (const float* m, int64_t r, int v, const int* rs, int n, float* s),
-              (m, r, v, rs, n, s))
-  HAP_FORWARD(StableTopK, (const float* s, int n, int k, int* kept), (s, n, k, kept))
-  HAP_FORWARD(VisionZipMerge, (const kernels::VisionZipMergeArgs& a), (a))
   HAP_FORWARD(ArgMaxRows, (const float* x, int r, int n, int32_t* ids), (x, r, n, ids))
   HAP_FORWARD(TopLogits, (const TopLogitsArgs& a), (a))
-#undef HAP_FORWARD
 
  private:
-  void Count(const char* op) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counts_[op];
-  }
   const Backend& inner_;
-  mutable std::mutex mu_;
-  mutable std::map<std::string, int> counts_;
+  OpCounts counts_;
+  CountingPruning pruning_;
 };
+#undef HAP_FORWARD
 
 }  // namespace hap::testing_support

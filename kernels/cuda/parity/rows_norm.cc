@@ -1,6 +1,7 @@
 // Parity rows: RMSNorm and LayerNorm against kernels/cpu/norm.h.
 #include <string>
 
+#include "base/dtype.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/parity/rows.h"
@@ -26,6 +27,41 @@ CaseResult RmsNormCase(int rows, int d, bool in_place) {
   c.Output("y", in_place ? dx : dy, want, kF32Tol);
   c.Unchanged("w", dw, w.data());
   if (!in_place) c.Unchanged("x", dx, x.data());
+  return c.Result(ms);
+}
+
+// RmsNormRounded: its F32 rows as RmsNorm's, and its narrow rows exactly those rows rounded
+// (what the products that read them would have rounded themselves), so a planned step that
+// fuses the rounding into the norm gives the op-by-op step's bits.
+CaseResult RmsNormRoundedCase(int rows, int d, ElemType type) {
+  const std::vector<float> x = RandomFloats(int64_t{rows} * d, 31 + d);
+  const std::vector<float> w = RandomFloats(d, 32 + d, 0.5f, 1.5f);
+  std::vector<float> want(x.size());
+  const float eps = 1e-5f;
+  Checker c;
+  if (absl::Status s = cpu::RmsNorm(x.data(), w.data(), want.data(), rows, d, eps); !s.ok()) {
+    c.Fail("the CPU reference failed: " + std::string(s.message()));
+    return c.Result(0);
+  }
+  DeviceBuffer dx = DeviceBuffer::Of(x), dw = DeviceBuffer::Of(w), dy(x.size() * sizeof(float));
+  DeviceBuffer dn(x.size() * sizeof(uint16_t));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return RmsNormRounded(dx.as<float>(), dw.as<float>(), dy.as<float>(), type, dn.data(), rows,
+                              d, eps, nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Output("y", dy, want, kF32Tol);
+  const DType dtype = type == ElemType::kBF16 ? DType::kBF16 : DType::kF16;
+  const std::vector<float> y = dy.Download<float>();
+  std::vector<uint16_t> rounded(y.size());
+  ConvertFromF32(dtype, y.data(), rounded.data(), y.size());
+  c.Exact("y rounded", dn, rounded.data());
+  c.Guards("y rounded", dn);
+  c.Unchanged("x", dx, x.data());
+  c.Unchanged("w", dw, w.data());
   return c.Result(ms);
 }
 
@@ -67,6 +103,16 @@ void AddNormCases(std::vector<Case>& cases) {
                          (in_place ? " in place" : ""),
                      {"RmsNormKernel"},
                      [=] { return RmsNormCase(rows, d, in_place); }});
+  }
+  for (auto [rows, d, type] : {std::tuple{1, 64, ElemType::kBF16},
+                               {7, 1000, ElemType::kBF16},
+                               {3, 31, ElemType::kF16},
+                               {2, 5120, ElemType::kF16}}) {
+    const bool bf16 = type == ElemType::kBF16;
+    cases.push_back({std::string("RmsNormRounded ") + (bf16 ? "BF16 " : "F16 ") +
+                         std::to_string(rows) + "x" + std::to_string(d),
+                     {bf16 ? "RmsNormBf16Kernel" : "RmsNormF16Kernel"},
+                     [=] { return RmsNormRoundedCase(rows, d, type); }});
   }
   for (auto [rows, d, in_place] : {std::tuple{1, 64, false}, {5, 1000, true}, {9, 1025, false},
                                    {3, 1, false}}) {

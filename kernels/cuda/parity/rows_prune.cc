@@ -145,7 +145,7 @@ CaseResult TextVisualAttentionCase(const AttentionShape& s) {
   std::vector<float> want(n_out);
   std::vector<double> want_h(s.entropy ? int64_t{s.n_heads} * s.n_text : 0);
 
-  kernels::TextVisualAttentionArgs a;
+  TextVisualAttentionArgs a;
   a.n_text = s.n_text;
   a.n_vis = s.n_vis;
   a.n_heads = s.n_heads;
@@ -156,7 +156,7 @@ CaseResult TextVisualAttentionCase(const AttentionShape& s) {
   a.lse_stride = s.pad ? lse_stride : 0;
   a.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
   a.renormalize = s.renormalize;
-  kernels::TextVisualAttentionArgs ref = a;
+  TextVisualAttentionArgs ref = a;
   ref.q_text = q.data();
   ref.k_vis = k.data();
   ref.lse = lse.data();
@@ -202,7 +202,7 @@ Maps MakeMaps(int n_maps, int n_text, int n_vis, uint64_t seed) {
   Maps m;
   m.a.resize(int64_t{n_maps} * n_text * n_vis);
   m.h.resize(int64_t{n_maps} * n_text);
-  kernels::TextVisualAttentionArgs a;
+  TextVisualAttentionArgs a;
   a.q_text = q.data();
   a.k_vis = k.data();
   a.n_text = n_text;
@@ -571,7 +571,7 @@ CaseResult RejectsBadArgumentsCase() {
   DeviceBuffer buf(4096);
   float* f = buf.as<float>();
   int* i = buf.as<int>();
-  kernels::TextVisualAttentionArgs a;
+  TextVisualAttentionArgs a;
   a.q_text = a.k_vis = a.lse = f;
   a.out = f;
   a.n_text = a.n_vis = a.n_heads = a.n_kv_heads = 2;
@@ -581,7 +581,7 @@ CaseResult RejectsBadArgumentsCase() {
   auto expect_error = [&](const char* what, const KernelStatus& st) {
     if (st.ok) c.Fail(std::string(what) + " was accepted");
   };
-  kernels::TextVisualAttentionArgs bad = a;
+  TextVisualAttentionArgs bad = a;
   bad.head_dim = kTextVisualAttentionMaxHeadDim + 1;
   expect_error("TextVisualAttention head_dim 257", TextVisualAttention(bad, nullptr));
   bad = a;

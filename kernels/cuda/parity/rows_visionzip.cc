@@ -70,7 +70,7 @@ CaseResult MergeCase(const MergeShape& s) {
     std::fill(row(sources[1]), row(sources[1]) + kw, 0.f);
   }
 
-  kernels::VisionZipMergeArgs a;
+  VisionZipMergeArgs a;
   a.n_tokens = s.n_tokens;
   a.n_heads = s.n_heads;
   a.head_dim = s.head_dim;
@@ -79,7 +79,7 @@ CaseResult MergeCase(const MergeShape& s) {
   a.n_sources = s.n_sources;
   std::vector<float> want(int64_t{s.n_targets} * s.d_model);
   std::vector<int> want_count(s.n_targets);
-  kernels::VisionZipMergeArgs ref = a;
+  VisionZipMergeArgs ref = a;
   ref.k = k.data();
   ref.hidden = hidden.data();
   ref.targets = targets.data();
@@ -127,7 +127,7 @@ CaseResult MergeBadIndexCase() {
   DeviceBuffer dt = DeviceBuffer::Of(targets), ds = DeviceBuffer::Of(sources);
   DeviceBuffer dout(targets.size() * d * sizeof(float));
   DeviceBuffer work(VisionZipMergeWorkspaceBytes(4, 10, hd));
-  kernels::VisionZipMergeArgs a;
+  VisionZipMergeArgs a;
   a.k = dk.as<float>();
   a.hidden = dh.as<float>();
   a.n_tokens = n;
@@ -157,15 +157,15 @@ CaseResult MergeBadIndexCase() {
 
 CaseResult MergeRejectsCase() {
   DeviceBuffer buf(4096);
-  kernels::VisionZipMergeArgs a;
+  VisionZipMergeArgs a;
   a.k = a.hidden = a.out = buf.as<float>();
   a.targets = a.sources = buf.as<int>();
   a.n_tokens = a.n_heads = a.head_dim = a.d_model = a.n_targets = a.n_sources = 2;
   Checker c;
-  auto expect_error = [&](const char* what, const kernels::VisionZipMergeArgs& bad, void* work) {
+  auto expect_error = [&](const char* what, const VisionZipMergeArgs& bad, void* work) {
     if (VisionZipMerge(bad, work, nullptr).ok) c.Fail(std::string(what) + " was accepted");
   };
-  kernels::VisionZipMergeArgs bad = a;
+  VisionZipMergeArgs bad = a;
   expect_error("a null workspace", a, nullptr);
   bad.targets = nullptr;
   expect_error("null targets", bad, buf.data());

@@ -448,6 +448,8 @@ int LaneId() { return Runner().current().linear % kWarpSize; }
 void* SharedArray(size_t bytes, size_t align) { return Runner().SharedArray(bytes, align); }
 void* DynamicShared() { return Runner().DynamicShared(); }
 void Fault(const std::string& message) { Runner().Fault(message); }
+uint64_t LaunchCount() { return g_launches.load(); }
+
 void SetSeed(uint64_t seed) { g_seed.store(seed); }
 
 std::string Launch(const char* name, dim3 grid, dim3 block, size_t dynamic_smem,

@@ -68,6 +68,9 @@ void* DynamicShared();
 std::string Launch(const char* name, dim3 grid, dim3 block, size_t dynamic_smem,
                    const std::function<void()>& kernel);
 
+// Launches so far (every Launch call, failed ones included).
+uint64_t LaunchCount();
+
 // The seed of the scheduler's thread order for the next launches (each block's order is drawn
 // from the seed, the launch count and the block index). HAP_SIMT_SEED sets it at start-up.
 void SetSeed(uint64_t seed);

@@ -1,0 +1,52 @@
+// The ops that score and select visual tokens (docs/design.md §3–4), behind an interface of their
+// own: each backend implements it beside its general ops (Backend::pruning()), and only the
+// pruning methods (runtime/prune) and `hapctl explain` call it. Memory as in kernels/backend.h:
+// a pointer is in the backend's memory unless a comment says "host".
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/op_args.h"
+
+namespace hap {
+
+class PruningKernels {
+ public:
+  virtual ~PruningKernels() = default;
+
+  // Text→visual attention rows (kernels/prune/attention_rows.h documents the arithmetic).
+  virtual absl::Status TextVisualAttention(const TextVisualAttentionArgs& args) const = 0;
+  // paq: one value per map, in the backend's memory. A map that is not a distribution over the
+  // visual tokens is InvalidArgument on the CPU backend; a device backend, which does not wait
+  // to look, writes NaN for it instead, which PaqSoftmaxWeights carries on into the weights (the
+  // caller checks the values it copies out).
+  virtual absl::Status Paq(const float* maps, int n_maps, int n_text, int n_vis,
+                           float* paq) const = 0;
+  virtual absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy, int n_maps,
+                                           int n_text, int n_vis, float* paq) const = 0;
+  // n is heads or layers; temperature τ > 0 and finite divides the centred PAQs (1 = the paper's
+  // PAQ-softmax, bit for bit; InvalidArgument otherwise, on every backend). A non-finite PAQ:
+  // InvalidArgument on the CPU backend, NaN weights on a device backend (see Paq).
+  virtual absl::Status PaqSoftmaxWeights(const float* paq, int n, double temperature,
+                                         float* weights) const = 0;
+  // maps: a host array of n_maps map pointers (each in the backend's memory).
+  virtual absl::Status WeightedSumMaps(const float* const* maps, const float* weights, int n_maps,
+                                       int64_t size, float* out) const = 0;
+  virtual absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
+                                             int64_t size, float* out) const = 0;
+  virtual absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
+                                   float* scores) const = 0;
+  // rows: host.
+  virtual absl::Status TokenScoresOfRows(const float* map, int64_t n_rows, int n_vis,
+                                         const int* rows, int n_sel, float* scores) const = 0;
+  // kept: host, k indices strictly ascending (score descending, ties to the lower index): a
+  // device backend's wait for its stream, once per pruning stage.
+  virtual absl::Status StableTopK(const float* scores, int n, int k, int* kept) const = 0;
+  // VisionZip's contextual rows. args.targets, args.sources and args.merged_count (optional:
+  // the explain record's counts, a sync point on a GPU) are host; k, hidden and out are in the
+  // backend's memory. VisionZip's CLS attention is TextVisualAttention + WeightedSumContiguous.
+  virtual absl::Status VisionZipMerge(const VisionZipMergeArgs& args) const = 0;
+};
+
+}  // namespace hap

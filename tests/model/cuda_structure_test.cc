@@ -1,0 +1,81 @@
+// Structural counts of the CUDA backend's work, on the SIMT emulation (ctest -L cuda_structure):
+// the kernel launches and products (one cuBLAS call each on a GPU) one decoder layer enqueues, in
+// an unpruned prefill and in a decode step. Counted as the difference between a 4-layer and a
+// 2-layer checkpoint that differ in nothing else, divided by 2, so the embedding, the final norm,
+// the LM head and the sampling cancel out.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/emulation_counts.h"
+#include "runtime/model/pipeline.h"
+#include "runtime/tiny/tiny_model.h"
+#include "tests/common/pattern_png.h"
+
+namespace hap {
+namespace {
+
+int64_t Enqueued() { return cuda::emulation::KernelLaunches() + cuda::emulation::Products(); }
+
+struct Counts {
+  int64_t prefill = 0;
+  int64_t decode_step = 0;
+};
+
+// What an unpruned prefill and the first decode step after it enqueue on a `layers`-layer
+// checkpoint of `dtype` weights.
+Counts Count(int layers, DType dtype) {
+  TinyModelOptions o;
+  o.seed = 5;
+  o.layers = layers;
+  o.image_size = 56;
+  o.dtype = dtype;
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_" +
+                          std::to_string(layers) + "_" + std::string(DTypeName(dtype));
+  EXPECT_TRUE(WriteTinyModel(o, dir).ok());
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(dir, on_cuda);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  PruneRequest none;
+  none.method = "none";
+  absl::StatusOr<EncodeResult> encoded = EncodeImage(**model, hap::testing::PatternPng(), none);
+  EXPECT_TRUE(encoded.ok()) << encoded.status();
+  if (!encoded.ok()) return {};
+  Sampler sampler{SamplingParams{}};
+  Counts counts;
+  int64_t before = Enqueued();
+  absl::StatusOr<PrefillResult> prefill =
+      RunPrefill(**model, "What is in the picture?", *encoded, none, &sampler, 4);
+  EXPECT_TRUE(prefill.ok()) << prefill.status();
+  if (!prefill.ok()) return {};
+  counts.prefill = Enqueued() - before;
+  before = Enqueued();
+  EXPECT_TRUE((*model)->DecodeStep(prefill->first_token, &prefill->kv()).ok());
+  counts.decode_step = Enqueued() - before;
+  return counts;
+}
+
+// Per layer, BF16 weights: 2 RMSNorms that also round their rows for the products after them
+// (RmsNormRounded), 7 products, the rounding of the o and down products' inputs (2), RoPE on q
+// and k (2), the attention (1: prefill attention, or decode attention over the cache), 2
+// residual adds and 1 SiLU·up = 17, where rounding before each product took 22.
+TEST(CudaStructure, LaunchesPerDecoderLayerOnBf16Weights) {
+  const Counts two = Count(2, DType::kBF16), four = Count(4, DType::kBF16);
+  EXPECT_EQ((four.prefill - two.prefill) / 2, 17);
+  EXPECT_EQ((four.prefill - two.prefill) % 2, 0);
+  EXPECT_EQ((four.decode_step - two.decode_step) / 2, 17);
+}
+
+// F32 weights multiply in F32: no rounding, so 2 norms, 7 products, 2 RoPE, 1 attention, 2 adds
+// and 1 SiLU·up = 15.
+TEST(CudaStructure, LaunchesPerDecoderLayerOnF32Weights) {
+  const Counts two = Count(2, DType::kF32), four = Count(4, DType::kF32);
+  EXPECT_EQ((four.prefill - two.prefill) / 2, 15);
+  EXPECT_EQ((four.decode_step - two.decode_step) / 2, 15);
+}
+
+}  // namespace
+}  // namespace hap
