@@ -74,12 +74,18 @@ clean-tsan:
 
 # Every test (unit, parity, e2e) on the release build, then the unit tests under ASan+UBSan,
 # then each fuzz target for FUZZ_TIME seconds from its committed corpus (crash inputs found
-# earlier are in it, so they are replayed first).
+# earlier are in it, so they are replayed first). At the end (or where a ctest run fails) the
+# tests and GoogleTest cases that were skipped, each with its reason (tools/ctest_skipped.py
+# reads ctest's JUnit files): a skip is not a pass.
+CTEST_SKIPPED = /usr/bin/python3 $(CURDIR)/tools/ctest_skipped.py
 test: build build-asan
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j$(JOBS) -L unit -LE parity
+	cd $(BUILD) && { ctest --output-on-failure -j$(JOBS) --output-junit "$$PWD/Testing/junit.xml" || \
+	  { rc=$$?; $(CTEST_SKIPPED) "$$PWD/Testing/junit.xml"; exit $$rc; }; }
+	cd $(ASAN_BUILD) && { ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j$(JOBS) -L unit -LE parity --output-junit "$$PWD/Testing/junit.xml" || \
+	  { rc=$$?; $(CTEST_SKIPPED) "$$PWD/Testing/junit.xml"; exit $$rc; }; }
 	$(MAKE) fuzz
+	@$(CTEST_SKIPPED) $(BUILD)/Testing/junit.xml $(ASAN_BUILD)/Testing/junit.xml
 
 test-unit: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
