@@ -132,6 +132,11 @@ void Checker::Status(const KernelStatus& status) {
   if (!status.ok) Fail(status.message);
 }
 
+bool Checker::Reference(const absl::Status& status) {
+  if (!status.ok()) Fail("the CPU reference failed: " + status.ToString());
+  return status.ok();
+}
+
 void Checker::Output(const std::string& what, const DeviceBuffer& got,
                      const std::vector<float>& want, Tolerance tol) {
   Guards(what, got);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "kernels/cuda/device_memory.h"
 
 namespace hap::cuda::parity {
@@ -104,6 +105,9 @@ class Checker {
   void Unchanged(const std::string& what, const DeviceBuffer& buffer, const void* original);
   void Fail(const std::string& message);
   void Status(const KernelStatus& status);
+  // The CPU reference's status, to check before running the kernel: a reference that failed
+  // leaves `want` unwritten, so the case fails with the reference's error. Returns status.ok().
+  bool Reference(const absl::Status& status);
   CaseResult Result(double ms) const { return {failure_, worst_, ms}; }
 
  private:

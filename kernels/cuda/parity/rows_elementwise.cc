@@ -20,9 +20,11 @@ CaseResult RopeCase(int rows, int n_heads, int head_dim, float theta) {
   std::vector<int32_t> pos(rows);
   for (int r = 0; r < rows; ++r) pos[r] = 3 + r * 7 + (r % 3);
   std::vector<float> want = x;
-  (void)cpu::Rope(want.data(), pos.data(), rows, n_heads, head_dim, theta);
-  DeviceBuffer dx = DeviceBuffer::Of(x), dpos = DeviceBuffer::Of(pos);
   Checker c;
+  if (!c.Reference(cpu::Rope(want.data(), pos.data(), rows, n_heads, head_dim, theta))) {
+    return c.Result(0);
+  }
+  DeviceBuffer dx = DeviceBuffer::Of(x), dpos = DeviceBuffer::Of(pos);
   KernelStatus st;
   const double ms = TimedMs(
       [&] {

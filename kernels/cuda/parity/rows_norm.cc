@@ -15,10 +15,12 @@ CaseResult RmsNormCase(int rows, int d, bool in_place) {
   const std::vector<float> w = RandomFloats(d, 12 + d, 0.5f, 1.5f);
   std::vector<float> want(x.size());
   const float eps = 1e-5f;
-  (void)cpu::RmsNorm(x.data(), w.data(), want.data(), rows, d, eps);
+  Checker c;
+  if (!c.Reference(cpu::RmsNorm(x.data(), w.data(), want.data(), rows, d, eps))) {
+    return c.Result(0);
+  }
   DeviceBuffer dx = DeviceBuffer::Of(x), dw = DeviceBuffer::Of(w), dy(x.size() * sizeof(float));
   float* out = in_place ? dx.as<float>() : dy.as<float>();
-  Checker c;
   KernelStatus st;
   const double ms =
       TimedMs([&] { return RmsNorm(dx.as<float>(), dw.as<float>(), out, rows, d, eps, nullptr); },
@@ -72,11 +74,13 @@ CaseResult LayerNormCase(int rows, int d, bool in_place) {
   const std::vector<float> b = RandomFloats(d, 23 + d);
   std::vector<float> want(x.size());
   const float eps = 1e-5f;
-  (void)cpu::LayerNorm(x.data(), w.data(), b.data(), want.data(), rows, d, eps);
+  Checker c;
+  if (!c.Reference(cpu::LayerNorm(x.data(), w.data(), b.data(), want.data(), rows, d, eps))) {
+    return c.Result(0);
+  }
   DeviceBuffer dx = DeviceBuffer::Of(x), dw = DeviceBuffer::Of(w), db = DeviceBuffer::Of(b);
   DeviceBuffer dy(x.size() * sizeof(float));
   float* out = in_place ? dx.as<float>() : dy.as<float>();
-  Checker c;
   KernelStatus st;
   const double ms = TimedMs(
       [&] {

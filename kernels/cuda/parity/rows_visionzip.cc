@@ -86,7 +86,7 @@ CaseResult MergeCase(const MergeShape& s) {
   ref.sources = sources.data();
   ref.out = want.data();
   ref.merged_count = want_count.data();
-  if (!kernels::VisionZipMerge(ref).ok()) c.Fail("the reference rejected the case");
+  if (!c.Reference(kernels::VisionZipMerge(ref))) return c.Result(0);
   if (s.ties && s.n_sources >= 2 && (want_count[2] != 0 || want_count[1] == 0)) {
     c.Fail("the reference broke a tie towards the later target");
   }

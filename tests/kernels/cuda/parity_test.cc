@@ -68,5 +68,36 @@ TEST(ParityCoverageTest, EveryGlobalKernelHasACase) {
   }
 }
 
+// A row that discarded its CPU reference's status compared the kernel against an unwritten
+// array when the reference failed; every reference call goes through Checker::Reference instead.
+TEST(ParityCoverageTest, NoRowDiscardsItsReferenceStatus) {
+  const std::regex discarded(R"(\(void\)\s*(?:cpu|kernels)::\w+\s*\()");
+  int rows = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(HAP_SOURCE_DIR) +
+                                                               "/kernels/cuda/parity")) {
+    if (entry.path().filename().string().rfind("rows_", 0) != 0) continue;
+    ++rows;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string s = text.str();
+    for (std::sregex_iterator it(s.begin(), s.end(), discarded), end; it != end; ++it) {
+      ADD_FAILURE() << entry.path().filename() << " discards a reference's status: "
+                    << it->str();
+    }
+  }
+  EXPECT_GT(rows, 0) << "no rows_*.cc found";
+}
+
+TEST(CheckerTest, AFailedReferenceFailsTheCaseWithItsError) {
+  Checker c;
+  EXPECT_FALSE(c.Reference(absl::InvalidArgumentError("d must be positive")));
+  EXPECT_EQ(c.Result(0).failure,
+            "the CPU reference failed: INVALID_ARGUMENT: d must be positive");
+  Checker ok;
+  EXPECT_TRUE(ok.Reference(absl::OkStatus()));
+  EXPECT_EQ(ok.Result(0).failure, "");
+}
+
 }  // namespace
 }  // namespace hap::cuda::parity
