@@ -158,14 +158,17 @@ TEST(ComputeGate, RaisingTheBoundLetsWaitersStart) {
 }
 
 // Spend() before each piece: a budget of 10 with pieces of 4 yields before the 3rd, 5th, ...
-// piece (after 8 units), and only when somebody waits.
+// piece (after 8 units), and only when somebody waits. waited_ms is the time the yields waited
+// for the others' turns.
 TEST(TurnBudget, YieldsWhenTheNextPieceWouldPassTheBudget) {
   ComputeGate gate;
   ComputeGate::Hold h = gate.Enter();
   TurnBudget alone(&h, 10);
   for (int i = 0; i < 6; ++i) alone.Spend(4);
   EXPECT_EQ(alone.yields(), 0);  // nobody waited
+  EXPECT_EQ(alone.waited_ms(), 0.0);
 
+  constexpr int kTurnMs = 20;  // each other caller's turn
   std::atomic<int> others_ran{0};
   std::vector<std::thread> threads;
   TurnBudget shared(&h, 10);
@@ -173,6 +176,7 @@ TEST(TurnBudget, YieldsWhenTheNextPieceWouldPassTheBudget) {
   for (int piece = 0; piece < 6; ++piece) {
     threads.emplace_back([&] {
       ComputeGate::Hold o = gate.Enter();
+      std::this_thread::sleep_for(milliseconds(kTurnMs));
       ++others_ran;
     });
     ASSERT_TRUE(WaitFor([&] { return gate.waiting_turns() == 1; }));
@@ -185,7 +189,8 @@ TEST(TurnBudget, YieldsWhenTheNextPieceWouldPassTheBudget) {
   // Pieces 0, 1 fit (0+4, 4+4 <= 10); piece 2 (8+4 > 10) yields first; then 4, 4 again.
   EXPECT_EQ(yields_after, (std::vector<int>{0, 0, 1, 1, 2, 2}));
   EXPECT_EQ(others_ran.load(), 6);
-  EXPECT_GE(shared.waited_ms(), 0.0);
+  // Two yields, each through one other caller's whole turn.
+  EXPECT_GE(shared.waited_ms(), 2.0 * kTurnMs);
 }
 
 TEST(TurnBudget, APieceLargerThanTheBudgetRunsWholeInItsOwnTurn) {
