@@ -8,6 +8,7 @@
 #include "kernels/backend.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
+#include "runtime/prune/planner.h"
 #include "runtime/tiny/tiny_model.h"
 #include "tests/model/counting_backend.h"
 
@@ -40,6 +41,13 @@ TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
   PruneRequest prune;
   prune.method = "hap";
   prune.retain = 32;
+  // HAP's plan for that budget: the layers of every group but the last score the text-visual
+  // attention once each, and each of those groups ends in one top-k.
+  const absl::StatusOr<Plan> plan =
+      MakePlan(DimsOf((*counted_model)->config()), Budget::Retain(*prune.retain));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GE(plan->M, 2) << "the budget should prune on the tiny model";
+  const int scored_layers = plan->groups[plan->M - 1].first_layer;
 
   struct Run {
     PrefillResult prefill;
@@ -62,16 +70,17 @@ TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
   Run counted = [&] {
     auto encoded = EncodeImage(**counted_model, png, prune);
     EXPECT_TRUE(encoded.ok());
-    // The vision layers up to the feature layer (-2 of 2: one), the projector's two products.
+    // The vision layers up to the feature layer (-2 of 2: one), each with q, k, v, o, fc1 and
+    // fc2; the patch embedding; the projector's two products.
     EXPECT_EQ(counting.count("Attention"), o.vision_layers - 1);
-    EXPECT_GT(counting.count("Linear"), 0);
+    EXPECT_EQ(counting.count("Linear"), 6 * (o.vision_layers - 1) + 1 + 2);
     counting.Reset();
     Sampler sampler{SamplingParams{}};
     auto prefill = RunPrefill(**counted_model, "What is in the picture?", *encoded, prune, &sampler);
     EXPECT_TRUE(prefill.ok());
     EXPECT_EQ(counting.count("Attention"), o.layers);
-    EXPECT_GT(counting.count("TextVisualAttention"), 0);
-    EXPECT_GT(counting.count("StableTopK"), 0);
+    EXPECT_EQ(counting.count("TextVisualAttention"), scored_layers);
+    EXPECT_EQ(counting.count("StableTopK"), plan->M - 1);
     EXPECT_EQ(counting.count("GatherRows"), 2 * counting.count("StableTopK"));
     // One planned step for the layers before the first pruning stage, one after each stage.
     EXPECT_EQ(counting.count("Plan"), 1 + counting.count("StableTopK"));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_memory.h"
@@ -19,6 +20,7 @@
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/engine/paged_kv.h"
 #include "runtime/image/png_encode.h"
+#include "runtime/io/config.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/model/row_sampling.h"
 #include "runtime/prune/factory.h"
@@ -44,6 +46,36 @@ std::string Png() { return hap::testing::PatternPng(); }
 struct Tolerance {
   double atol, rtol;
 };
+
+// The bytes a device backend uploads for a checkpoint whose tensors are all stored in `dtype`,
+// from the config's shapes: each tensor the model reads, once. The products' weight matrices stay
+// in `dtype`; the rest (patch conv, embeddings of the vision tower, norms, biases) is read as F32.
+// Vision layers past the feature layer and the unused post-LayerNorm are not read; a tied LM head
+// shares the embedding.
+int64_t WeightBytes(const LlavaConfig& cfg, DType dtype) {
+  const VisionConfig& v = cfg.vision;
+  const TextConfig& t = cfg.text;
+  const int64_t dv = v.hidden_size, iv = v.intermediate_size;
+  const int64_t dt = t.hidden_size, it = t.intermediate_size;
+  const int64_t q_out = int64_t{t.num_attention_heads} * t.head_dim;
+  const int64_t kv_out = int64_t{t.num_key_value_heads} * t.head_dim;
+  const int64_t vision_layers = cfg.vision_layers_used();
+  // Matrices: per vision layer q, k, v, out [dv, dv], fc1 [iv, dv], fc2 [dv, iv]; the projector
+  // [dt, dv] and [dt, dt]; the embedding (and an untied LM head) [vocab, dt]; per decoder layer
+  // q [q_out, dt], o [dt, q_out], k and v [kv_out, dt], gate, up [it, dt] and down [dt, it].
+  const int64_t matrices = vision_layers * (4 * dv * dv + 2 * iv * dv) + dt * dv + dt * dt +
+                           int64_t{t.vocab_size} * dt * (t.tie_word_embeddings ? 1 : 2) +
+                           t.num_hidden_layers * (2 * q_out * dt + 2 * kv_out * dt + 3 * it * dt);
+  // F32: the patch conv [dv, c, p, p], class embedding, positions [patches + 1, dv], pre-LN; per
+  // vision layer four biases, two LayerNorms, the fc biases; the projector's biases; the final
+  // norm and two RMSNorms per decoder layer.
+  const int64_t f32 = dv * v.num_channels * v.patch_size * v.patch_size + dv +
+                      (int64_t{v.num_patches()} + 1) * dv + 2 * dv +
+                      vision_layers * (4 * dv + 2 * 2 * dv + iv + dv) +
+                      (cfg.projector_bias ? 2 * dt : 0) + dt + t.num_hidden_layers * 2 * dt;
+  return matrices * static_cast<int64_t>(DTypeSize(dtype)) +
+         f32 * static_cast<int64_t>(sizeof(float));
+}
 
 // The checkpoint these tests share: 4 decoder layers, 112 px (64 visual tokens).
 TinyModelOptions SmallModel(uint64_t seed, DType dtype = DType::kF32) {
@@ -98,12 +130,14 @@ TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
   ModelOptions on_cuda;
   on_cuda.backend = *cuda;
   auto cpu_model = LlavaModel::Load(dir, {});
+  const int64_t before_load = (*cuda)->DeviceBytesInUse();
   auto cuda_model = LlavaModel::Load(dir, on_cuda);
   ASSERT_TRUE(cpu_model.ok()) << cpu_model.status();
   ASSERT_TRUE(cuda_model.ok()) << cuda_model.status();
   const LlavaModel& cpu = **cpu_model;
   const LlavaModel& gpu = **cuda_model;
-  EXPECT_GT((*cuda)->DeviceBytesInUse(), 0);  // the weights were uploaded
+  // The weights were uploaded, each once, and nothing else stays allocated.
+  EXPECT_EQ((*cuda)->DeviceBytesInUse() - before_load, WeightBytes(gpu.config(), dtype));
 
   // F32: the CUDA kernels differ from the CPU's in summation order only. BF16: both backends
   // round activations to BF16 before products on BF16 weights, but not always the same ones
@@ -276,8 +310,13 @@ TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
     }
     EXPECT_EQ((*gpu_pool)->stats().blocks_in_use, 0);  // every block back
     const int64_t held = cuda->DeviceBytesInUse();   // the slabs stay with the pool until it goes
+    const int64_t peak_blocks = (*gpu_pool)->stats().blocks_peak;
     gpu_pool->reset();
-    EXPECT_LT(cuda->DeviceBytesInUse(), held);
+    // Exactly the pool's slabs come back: 64 blocks each, as many as its peak took, a block being
+    // K and V of 16 rows of kv_dim values. A calling thread's scratch area, which the backend
+    // keeps and grows for reuse, is the backend's and stays.
+    const int64_t slab_bytes = 64 * 2 * 16 * int64_t{kv_dim} * DTypeSize(kv_dtype);
+    EXPECT_EQ(held - cuda->DeviceBytesInUse(), (peak_blocks + 63) / 64 * slab_bytes);
   }
 }
 
