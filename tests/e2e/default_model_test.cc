@@ -15,8 +15,9 @@ namespace hap::e2e {
 namespace {
 
 constexpr int kQuestions = 20;
-// The committed model answers 92.8% of the whole test split and 19 of these 20 (models/
-// scenes-llava/README.md); a loader or runtime bug lands near chance (~25-40%).
+// At least kMinCorrect of these kQuestions, unpruned: well below the committed model's accuracy
+// on the whole split (models/scenes-llava/README.md gives it), well above the chance level
+// (~25-40%) where a loader or runtime bug lands.
 constexpr int kMinCorrect = 16;
 
 struct Question {
