@@ -1,7 +1,8 @@
 // Prefill in slices through the three services: long unpruned prompts and short pruned ones sent
 // at the same time, once per --prefill-chunk-tokens value (a fresh pipeline each). Prints each
 // class's TTFT percentiles and completed requests, and the aggregate tokens/s: what slicing buys
-// the short requests and what it costs the long ones.
+// the short requests and what it costs the long ones. Exits 1, naming the first error, when any
+// request (a warm-up included) failed or a client could not connect.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -64,7 +65,12 @@ void Drive(const std::string& address, const hap::v1::GenerateRequest& req, int 
   for (int s = 0; s < streams; ++s) {
     threads->emplace_back([&address, &req, &stop, out, mu] {
       auto client = sdk::Client::Connect(address);
-      while (client.ok() && !stop.load()) {
+      if (!client.ok()) {
+        std::lock_guard<std::mutex> lock(*mu);
+        if (out->failures++ == 0) out->first_error = client.status().ToString();
+        return;
+      }
+      while (!stop.load()) {
         auto got = (*client)->Generate(req);
         std::lock_guard<std::mutex> lock(*mu);
         if (!got.ok()) {
@@ -129,6 +135,12 @@ int Main(int argc, char** argv) {
   short_req.mutable_pruning()->set_method("hap");
   short_req.mutable_pruning()->set_retain(o->Get("short-retain"));
 
+  int failures = 0;
+  std::string first_error;
+  auto tally = [&](const absl::Status& s) {
+    if (s.ok()) return;
+    if (failures++ == 0) first_error = s.ToString();
+  };
   std::printf("model %s; %d long (unpruned) + %d short (hap %s) streams, %d tokens each, %d s "
               "per configuration\n",
               model.c_str(), static_cast<int>(*long_streams), static_cast<int>(*short_streams),
@@ -152,9 +164,10 @@ int Main(int argc, char** argv) {
     const std::string address = (*pipeline)->front_door();
     {  // warm-up: one of each
       auto client = sdk::Client::Connect(address);
+      tally(client.status());
       if (client.ok()) {
-        (void)(*client)->Generate(long_req);
-        (void)(*client)->Generate(short_req);
+        tally((*client)->Generate(long_req).status());
+        tally((*client)->Generate(short_req).status());
       }
     }
     ClassResult long_r, short_r;
@@ -174,6 +187,15 @@ int Main(int argc, char** argv) {
     PrintClass("long", long_r, wall_s);
     PrintClass("short", short_r, wall_s);
     std::fflush(stdout);
+    for (const ClassResult* r : {&long_r, &short_r}) {
+      if (r->failures > 0 && failures == 0) first_error = r->first_error;
+      failures += r->failures;
+    }
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "prefill_slices_bench: %d request(s) failed; the first: %s\n", failures,
+                 first_error.c_str());
+    return 1;
   }
   return 0;
 }

@@ -2,11 +2,13 @@
 // threads each send --rounds Generate calls back to back; prints the aggregate generated
 // tokens/s over the wall time of the whole run, the aggregate decode tokens/s (tokens after the
 // first over the time from the first TTFT to the last token), TTFT and inter-token latency
-// percentiles. Unpruned and with one pruning budget.
+// percentiles. Unpruned and with one pruning budget. Exits 1, naming the first error, when any
+// request (the warm-up included) failed or a client could not connect.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -41,6 +43,8 @@ std::vector<svc::OptionSpec> Specs() {
       {"max-new-tokens", "HAP_BENCH_MAX_NEW_TOKENS", "32", "tokens per request"},
       {"threads", "HAP_THREADS", "0", "compute threads per service"},
       {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
+      {"address", "HAP_BENCH_ADDRESS", "",
+       "front door of services already running (default: start the three services here)"},
   };
 }
 
@@ -64,7 +68,14 @@ Round RunStreams(const std::string& address, const hap::v1::GenerateRequest& req
   for (int s = 0; s < streams; ++s) {
     threads.emplace_back([&] {
       auto client = sdk::Client::Connect(address);
-      for (int i = 0; i < rounds && client.ok(); ++i) {
+      if (!client.ok()) {
+        // Its requests were never sent: each counts as failed.
+        std::lock_guard<std::mutex> lock(mu);
+        if (r.failures == 0) r.first_error = client.status().ToString();
+        r.failures += rounds;
+        return;
+      }
+      for (int i = 0; i < rounds; ++i) {
         const double start_s = MsSince(t0) / 1e3;
         auto got = (*client)->Generate(req);
         std::lock_guard<std::mutex> lock(mu);
@@ -118,25 +129,36 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const int most = *std::max_element(counts.begin(), counts.end());
-  sdk::LocalPipelineOptions po;
-  po.model_dir = model;
-  po.bin_dir = o->Get("bin-dir");
-  po.echo_output = false;
-  // Every stream admitted at once: the services' limits must not be what is measured.
-  const std::vector<std::string> common = {"--threads", o->Get("threads"), "--max-concurrent",
-                                           absl::StrCat(most), "--queue-length",
-                                           absl::StrCat(most)};
-  po.encoder_args = po.decode_args = po.prefill_args = common;
-  auto pipeline = sdk::LocalPipeline::Start(po);
-  if (!pipeline.ok()) {
-    std::fprintf(stderr, "streams_bench: %s\n", pipeline.status().ToString().c_str());
-    return 1;
+  std::string address = o->Get("address");
+  std::unique_ptr<sdk::LocalPipeline> pipeline;
+  if (address.empty()) {
+    sdk::LocalPipelineOptions po;
+    po.model_dir = model;
+    po.bin_dir = o->Get("bin-dir");
+    po.echo_output = false;
+    // Every stream admitted at once: the services' limits must not be what is measured.
+    const std::vector<std::string> common = {"--threads", o->Get("threads"), "--max-concurrent",
+                                             absl::StrCat(most), "--queue-length",
+                                             absl::StrCat(most)};
+    po.encoder_args = po.decode_args = po.prefill_args = common;
+    auto started = sdk::LocalPipeline::Start(po);
+    if (!started.ok()) {
+      std::fprintf(stderr, "streams_bench: %s\n", started.status().ToString().c_str());
+      return 1;
+    }
+    pipeline = std::move(*started);
+    address = pipeline->front_door();
   }
-  const std::string address = (*pipeline)->front_door();
   std::printf("model %s, %d tokens per request, %d request(s) per stream\n", model.c_str(),
               static_cast<int>(*max_new), static_cast<int>(*rounds));
   std::printf("  %-20s %7s %10s %10s %9s %9s %9s %9s %6s\n", "config", "streams", "agg tok/s",
               "dec tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "fails");
+  int failures = 0;
+  std::string first_error;
+  auto tally = [&](const Round& r) {
+    if (r.failures > 0 && failures == 0) first_error = r.first_error;
+    failures += r.failures;
+  };
   for (const std::string& method : {std::string("none"), o->Get("method")}) {
     hap::v1::GenerateRequest req;
     req.set_image(image);
@@ -144,11 +166,12 @@ int Main(int argc, char** argv) {
     req.set_max_new_tokens(static_cast<int>(*max_new));
     req.mutable_pruning()->set_method(method);
     if (method != "none") req.mutable_pruning()->set_retain(o->Get("retain"));
-    RunStreams(address, req, 1, 1);  // warm-up
+    tally(RunStreams(address, req, 1, 1));  // warm-up
     const std::string name =
         method == "none" ? "none (unpruned)" : absl::StrCat(method, " ", o->Get("retain"));
     for (int n : counts) {
       Round r = RunStreams(address, req, n, static_cast<int>(*rounds));
+      tally(r);
       std::printf("  %-20s %7d %10.1f %10.1f %7.0fms %7.0fms %7.1fms %7.1fms %6d\n", name.c_str(), n,
                   r.tokens / r.wall_s, r.decode_span_s > 0 ? r.decode_tokens / r.decode_span_s : 0,
                   Median(r.ttft_ms), Percentile(r.ttft_ms, 0.99), Median(r.itl_ms),
@@ -156,6 +179,11 @@ int Main(int argc, char** argv) {
       if (r.failures > 0) std::printf("    first failure: %s\n", r.first_error.c_str());
       std::fflush(stdout);
     }
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "streams_bench: %d request(s) failed; the first: %s\n", failures,
+                 first_error.c_str());
+    return 1;
   }
   return 0;
 }
