@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/device_types.h"
 #include "kernels/cuda/kernel_status.h"
@@ -33,9 +34,13 @@ int64_t DeviceToHostCopies();
 int64_t DeviceToHostBytes();
 // The device's name and total memory ("emulated" and 0 on the emulation).
 KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes);
-// True when [ptr, ptr + bytes) lies inside one live DeviceAlloc allocation. Only the emulation
-// can tell (a GPU build answers true): it is how the emulated backend checks that the model
-// hands it device memory, never a host buffer.
+// How many GPUs this process sees (the emulation: its one device). None is not an error: with
+// *count == 0, *why_none says why (no device, or no NVIDIA driver installed). Any other failure
+// of the runtime or the driver, with a GPU likely present, is an error naming the CUDA error.
+KernelStatus DeviceCount(int* count, std::string* why_none);
+// True when [ptr, ptr + bytes) is device memory: it is how the backend checks that the model hands
+// it device memory, never a host buffer. The emulation knows every live DeviceAlloc allocation;
+// on a GPU the runtime answers (device or managed memory at both ends of the range).
 bool IsDeviceRange(const void* ptr, size_t bytes);
 
 }  // namespace hap::cuda

@@ -1,6 +1,7 @@
 // Device memory on a GPU: the CUDA runtime's calls, errors as KernelStatus values
 // (kernels/cuda/device_memory.h).
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <atomic>
 #include <cstring>
@@ -110,6 +111,51 @@ KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_byt
   return st;
 }
 
-bool IsDeviceRange(const void*, size_t) { return true; }
+KernelStatus DeviceCount(int* count, std::string* why_none) {
+  *count = 0;
+  why_none->clear();
+  const cudaError_t e = cudaGetDeviceCount(count);
+  if (e == cudaSuccess && *count > 0) return KernelStatus::Ok();
+  if (e == cudaSuccess || e == cudaErrorNoDevice) {
+    *count = 0;
+    *why_none = std::string("cudaGetDeviceCount: ") +
+                (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+    return KernelStatus::Ok();
+  }
+  (void)cudaGetLastError();
+  *count = 0;
+  // Without the driver library the runtime reports an insufficient driver; with it, that error
+  // means a driver too old for this runtime on a machine that has a GPU, which is a failure.
+  if (e == cudaErrorInsufficientDriver) {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) {
+      *why_none = std::string("no NVIDIA driver (libcuda.so.1 not found; cudaGetDeviceCount: ") +
+                  cudaGetErrorString(e) + ")";
+      return KernelStatus::Ok();
+    }
+    dlclose(driver);
+  }
+  return FromCuda(e, "cudaGetDeviceCount");
+}
+
+namespace {
+
+bool IsDevicePointer(const void* ptr) {
+  cudaPointerAttributes attributes;
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    // An unknown pointer is an error on older runtimes; it must not linger for the next call.
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
+}  // namespace
+
+bool IsDeviceRange(const void* ptr, size_t bytes) {
+  if (ptr == nullptr) return false;
+  const char* first = static_cast<const char*>(ptr);
+  return IsDevicePointer(first) && (bytes <= 1 || IsDevicePointer(first + bytes - 1));
+}
 
 }  // namespace hap::cuda

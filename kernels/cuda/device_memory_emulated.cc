@@ -97,4 +97,10 @@ KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_byt
   return KernelStatus::Ok();
 }
 
+KernelStatus DeviceCount(int* count, std::string* why_none) {
+  *count = 1;
+  why_none->clear();
+  return KernelStatus::Ok();
+}
+
 }  // namespace hap::cuda
