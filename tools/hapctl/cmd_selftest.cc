@@ -1,7 +1,8 @@
 // hapctl selftest --device cuda: runs the CUDA kernels' parity table (kernels/cuda/parity) on
 // this machine's GPU and prints each case's worst error and time. Exit 0 when every case
-// passes, 1 when one fails, 77 (ctest's "skipped") when there is no GPU or this build has no
-// CUDA backend.
+// passes; 1 when one fails or the CUDA runtime or driver fails; 2 on bad flags, a --filter that
+// matches no case included; 77 (ctest's "skipped") only when there is no GPU (cudaGetDeviceCount
+// finds none, or no NVIDIA driver is installed) or this build has no CUDA backend.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -46,23 +47,52 @@ int CmdSelftest(const std::vector<std::string>& args) {
                "emulation in `make test` (kernels_cuda_parity_test)\n");
   return kSkipped;
 #else
+  // The filter first: a run that would check nothing is an error, GPU or not.
+  const std::string filter = flags->GetOr("filter", "");
+  const std::vector<cuda::parity::Case> all = cuda::parity::AllCases();
+  std::vector<const cuda::parity::Case*> selected;
+  for (const cuda::parity::Case& c : all) {
+    if (filter.empty() || c.name.find(filter) != std::string::npos) selected.push_back(&c);
+  }
+  if (selected.empty()) {
+    std::fprintf(stderr,
+                 "hapctl selftest: --filter '%s' matches none of the %zu case names (a case name "
+                 "is its op and shape, e.g. '%s'); nothing to check\n",
+                 filter.c_str(), all.size(), all.empty() ? "" : all.front().name.c_str());
+    return 2;
+  }
+  // Skipped only when there is no GPU to run on; a GPU whose runtime or driver fails is a failure.
+  int count = 0;
+  std::string why_none;
+  const cuda::KernelStatus probe = cuda::DeviceCount(&count, &why_none);
+  if (!probe.ok) {
+    std::fprintf(stderr, "hapctl selftest: the CUDA runtime failed: %s\n", probe.message.c_str());
+    return 1;
+  }
+  if (count == 0) {
+    std::fprintf(stderr, "hapctl selftest: no GPU (%s) — skipped\n", why_none.c_str());
+    return kSkipped;
+  }
   absl::StatusOr<const Backend*> backend = GetCudaBackend();
   if (!backend.ok()) {
-    std::fprintf(stderr, "hapctl selftest: %s — skipped\n", backend.status().ToString().c_str());
-    return kSkipped;
+    std::fprintf(stderr, "hapctl selftest: %d GPU(s) present, but %s\n", count,
+                 backend.status().ToString().c_str());
+    return 1;
   }
   char name[256];
   int64_t total = 0;
-  cuda::DeviceDescription(name, sizeof name, &total);
+  const cuda::KernelStatus described = cuda::DeviceDescription(name, sizeof name, &total);
+  if (!described.ok) {
+    std::fprintf(stderr, "hapctl selftest: %s\n", described.message.c_str());
+    return 1;
+  }
   std::printf("device: %s, %.1f GiB\n", name, total / 1073741824.0);
-  const std::string filter = flags->GetOr("filter", "");
   int passed = 0, failed = 0;
-  for (const cuda::parity::Case& c : cuda::parity::AllCases()) {
-    if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
-    const cuda::parity::CaseResult r = c.run();
+  for (const cuda::parity::Case* c : selected) {
+    const cuda::parity::CaseResult r = c->run();
     const bool ok = r.failure.empty();
     std::printf("%-4s %-48s worst %8.3f of tolerance %9.3f ms%s%s\n", ok ? "ok" : "FAIL",
-                c.name.c_str(), r.worst, r.ms, ok ? "" : "  ", r.failure.c_str());
+                c->name.c_str(), r.worst, r.ms, ok ? "" : "  ", r.failure.c_str());
     (ok ? passed : failed)++;
   }
   std::printf("%d passed, %d failed\n", passed, failed);
