@@ -16,6 +16,7 @@
 #include "kernels/cuda/add.h"
 #include "kernels/cuda/argmax.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/block_cache.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_memory.h"
@@ -403,12 +404,14 @@ class CudaBackendImpl final : public Backend {
     return std::unique_ptr<PlannedStep>(new CudaStep(*this, std::move(desc)));
   }
 
+  // Through the block cache (kernels/cuda/block_cache.h): after a warm-up the request path
+  // neither allocates nor frees device memory, and so never waits for the device to do so.
   absl::StatusOr<void*> Allocate(size_t bytes) const override {
     void* p = nullptr;
-    HAP_CUDA_RETURN_IF_ERROR(cuda::DeviceAlloc(&p, bytes));
+    HAP_CUDA_RETURN_IF_ERROR(cuda::BlockCache::Get().Allocate(&p, bytes));
     return p;
   }
-  void Free(void* ptr) const override { cuda::DeviceFree(ptr); }
+  void Free(void* ptr) const override { cuda::BlockCache::Get().Free(ptr); }
   absl::Status CopyToBackend(void* dst, const void* src, size_t bytes) const override {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kHostToDevice, c->stream()));
@@ -441,7 +444,12 @@ class CudaBackendImpl final : public Backend {
     placed.strides.clear();
     return placed;
   }
-  int64_t DeviceBytesInUse() const override { return cuda::DeviceBytesInUse(); }
+  // What the process's allocations asked for and still hold: the block cache's size-class
+  // rounding and the blocks it keeps for reuse are left out (block_cache.h).
+  int64_t DeviceBytesInUse() const override {
+    const cuda::BlockCache& cache = cuda::BlockCache::Get();
+    return cuda::DeviceBytesInUse() - cache.HeldBytes() + cache.LiveBytes();
+  }
   absl::Status StoreF32As(DType dtype, const float* src, void* dst, int64_t n) const override {
     HAP_RETURN_IF_ERROR(CheckDevice(src, sizeof(float) * n, "StoreF32As", "src"));
     HAP_RETURN_IF_ERROR(CheckDevice(dst, DTypeSize(dtype) * n, "StoreF32As", "dst"));

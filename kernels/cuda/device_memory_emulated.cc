@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/emulation_counts.h"
 
 namespace hap::cuda {
 namespace {
@@ -19,13 +20,19 @@ std::map<uintptr_t, size_t>& Allocations() {
 std::atomic<int64_t> g_in_use{0};
 std::atomic<int64_t> g_to_host{0};
 std::atomic<int64_t> g_to_host_bytes{0};
+std::atomic<int64_t> g_allocations{0};
+std::atomic<int64_t> g_frees{0};
 
 }  // namespace
+
+int64_t emulation::DeviceAllocations() { return g_allocations.load(); }
+int64_t emulation::DeviceFrees() { return g_frees.load(); }
 
 KernelStatus DeviceAlloc(void** ptr, size_t bytes) {
   *ptr = nullptr;
   void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + (bytes == 0 ? 256 : 0));
   if (p == nullptr) return KernelStatus::OutOfMemory("DeviceAlloc: out of memory");
+  ++g_allocations;
   std::lock_guard<std::mutex> lock(g_mu);
   Allocations()[reinterpret_cast<uintptr_t>(p)] = bytes;
   g_in_use += static_cast<int64_t>(bytes);
@@ -35,6 +42,7 @@ KernelStatus DeviceAlloc(void** ptr, size_t bytes) {
 
 KernelStatus DeviceFree(void* ptr) {
   if (ptr == nullptr) return KernelStatus::Ok();
+  ++g_frees;
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = Allocations().find(reinterpret_cast<uintptr_t>(ptr));
   if (it == Allocations().end()) return KernelStatus::Error("DeviceFree: not a device allocation");

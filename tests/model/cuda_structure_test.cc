@@ -1,9 +1,12 @@
 // Structural counts of the CUDA backend's work, on the SIMT emulation (ctest -L cuda_structure):
 // the kernel launches and products (one cuBLAS call each on a GPU) one decoder layer enqueues, in
-// an unpruned prefill and in a decode step. Counted as the difference between a 4-layer and a
+// an unpruned prefill and in a decode step — counted as the difference between a 4-layer and a
 // 2-layer checkpoint that differ in nothing else, divided by 2, so the embedding, the final norm,
-// the LM head and the sampling cancel out.
+// the LM head and the sampling cancel out — and the device allocations and frees of a request
+// once a first one has run.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -75,6 +78,57 @@ TEST(CudaStructure, LaunchesPerDecoderLayerOnF32Weights) {
   const Counts two = Count(2, DType::kF32), four = Count(4, DType::kF32);
   EXPECT_EQ((four.prefill - two.prefill) / 2, 15);
   EXPECT_EQ((four.decode_step - two.decode_step) / 2, 15);
+}
+
+// After one request has run, the same request again allocates and frees no device memory: the
+// encoder's activations, the prefill's workspace, HAP's maps and scores, the KV cache's layers, a
+// decode step's workspace and logits all come out of the block cache and go back to it.
+TEST(CudaStructure, NoDeviceAllocationOrFreeAfterWarmUp) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the block cache caches nothing under AddressSanitizer (it checks the frees)";
+#endif
+  TinyModelOptions o;
+  o.seed = 6;
+  o.layers = 4;
+  o.image_size = 112;  // 64 visual tokens
+  o.dtype = DType::kBF16;
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_warm";
+  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(dir, on_cuda);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (const char* method : {"none", "hap"}) {
+    PruneRequest prune;
+    prune.method = method;
+    if (prune.method == "hap") prune.retain = 24;
+    auto request = [&] {
+      absl::StatusOr<EncodeResult> encoded =
+          EncodeImage(**model, hap::testing::PatternPng(), prune);
+      ASSERT_TRUE(encoded.ok()) << encoded.status();
+      Sampler sampler{SamplingParams{}};
+      absl::StatusOr<PrefillResult> prefill =
+          RunPrefill(**model, "What is in the picture?", *encoded, prune, &sampler, 3);
+      ASSERT_TRUE(prefill.ok()) << prefill.status();
+      int32_t token = prefill->first_token;
+      for (int step = 0; step < 3; ++step) {
+        absl::StatusOr<std::vector<float>> logits = (*model)->DecodeStep(token, &prefill->kv());
+        ASSERT_TRUE(logits.ok()) << logits.status();
+        token = static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) -
+                                     logits->begin());
+      }
+    };
+    const int64_t cold = cuda::emulation::DeviceAllocations();
+    request();  // warm-up
+    // The first request on the model takes its memory from the device (the counter counts).
+    if (prune.method == "none") EXPECT_GT(cuda::emulation::DeviceAllocations() - cold, 0);
+    const int64_t allocations = cuda::emulation::DeviceAllocations();
+    const int64_t frees = cuda::emulation::DeviceFrees();
+    request();
+    EXPECT_EQ(cuda::emulation::DeviceAllocations() - allocations, 0) << method;
+    EXPECT_EQ(cuda::emulation::DeviceFrees() - frees, 0) << method;
+  }
 }
 
 }  // namespace
