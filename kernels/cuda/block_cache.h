@@ -6,9 +6,11 @@
 // use — and its next allocation of the same size class takes it without calling the runtime. A
 // block freed by another thread, every block of a thread that ends, and every cached block when
 // an allocation finds the device full (Trim) go back to the device: cudaFree orders them after all
-// pending work. Sizes are rounded up to classes: multiples of 256 bytes up to 4 KiB, eight classes
-// per power of two up to 16 MiB, multiples of 2 MiB from there (at most 12.5% more than asked,
-// and next to nothing for weight matrices, which are multiples of 2 MiB or close). Under
+// pending work. This relies on how the backend is used: a thread never frees a block while another
+// thread's stream still has work queued on it (hand-overs between threads go through copies that
+// wait). Sizes are rounded up to classes: multiples of 256 bytes up to 4 KiB, eight classes per
+// power of two up to 16 MiB, multiples of 2 MiB from there (at most 12.5% more than asked, and
+// next to nothing for weight matrices, which are multiples of 2 MiB or close). Under
 // AddressSanitizer nothing is cached, so a use after Free of emulated device memory is still
 // reported.
 #pragma once
