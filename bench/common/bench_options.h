@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "services/common/options.h"
+#include "services/server/options.h"
 
 namespace hap::bench {
 

@@ -19,13 +19,13 @@
 #include "bench/kv_transfer/tcp_copy.h"
 #include "hap/v1/decode.grpc.pb.h"
 #include "runtime/io/config.h"
+#include "runtime/io/model_dir.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/prune/planner.h"
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
-#include "services/common/kv_codec.h"
-#include "services/common/options.h"
-#include "runtime/io/model_dir.h"
+#include "services/server/options.h"
+#include "services/wire/kv_codec.h"
 
 namespace hap::bench {
 namespace {

@@ -23,7 +23,7 @@
 #include "runtime/io/model_dir.h"
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
-#include "services/common/options.h"
+#include "services/server/options.h"
 
 namespace hap::bench {
 namespace {

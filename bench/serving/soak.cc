@@ -27,7 +27,7 @@
 #include "sdk/client.h"
 #include "sdk/held_state.h"
 #include "sdk/local_pipeline.h"
-#include "services/common/options.h"
+#include "services/server/options.h"
 
 namespace hap::bench {
 namespace {

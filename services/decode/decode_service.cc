@@ -10,11 +10,11 @@
 #include "runtime/engine/decode_engine.h"
 #include "runtime/model/generate.h"
 #include "runtime/model/sampler.h"
-#include "services/common/convert.h"
-#include "services/common/kv_codec.h"
-#include "services/common/outbox_reactor.h"
-#include "services/common/service_metrics.h"
-#include "services/common/status.h"
+#include "services/server/service_metrics.h"
+#include "services/server/status.h"
+#include "services/wire/kv_codec.h"
+#include "services/wire/outbox_reactor.h"
+#include "services/wire/proto_convert.h"
 #include "telemetry/tracer.h"
 
 namespace hap::svc {

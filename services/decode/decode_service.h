@@ -8,10 +8,10 @@
 #include "hap/v1/decode.grpc.pb.h"
 #include "runtime/engine/decode_engine.h"
 #include "runtime/model/llava_model.h"
-#include "services/common/service_metrics.h"
-#include "services/common/kv_registry.h"
-#include "services/common/server_state.h"
-#include "services/common/worker_pool.h"
+#include "services/server/server_state.h"
+#include "services/server/service_metrics.h"
+#include "services/server/worker_pool.h"
+#include "services/wire/kv_registry.h"
 
 namespace hap::svc {
 

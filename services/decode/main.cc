@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/model/kv_cache.h"
-#include "services/common/model_loader.h"
-#include "services/common/service_host.h"
-#include "services/common/service_metrics.h"
 #include "services/decode/decode_service.h"
+#include "services/server/model_loader.h"
+#include "services/server/service_host.h"
+#include "services/server/service_metrics.h"
 
 namespace hap::svc {
 namespace {

@@ -8,11 +8,11 @@
 #include "base/status_macros.h"
 #include "runtime/model/cancellation.h"
 #include "runtime/model/pipeline.h"
-#include "services/common/convert.h"
-#include "services/common/embed_codec.h"
-#include "services/common/outbox_reactor.h"
-#include "services/common/service_metrics.h"
-#include "services/common/status.h"
+#include "services/server/service_metrics.h"
+#include "services/server/status.h"
+#include "services/wire/embed_codec.h"
+#include "services/wire/outbox_reactor.h"
+#include "services/wire/proto_convert.h"
 #include "telemetry/tracer.h"
 
 namespace hap::svc {

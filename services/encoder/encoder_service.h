@@ -7,9 +7,9 @@
 
 #include "hap/v1/encoder.grpc.pb.h"
 #include "runtime/model/llava_model.h"
-#include "services/common/service_metrics.h"
-#include "services/common/server_state.h"
-#include "services/common/worker_pool.h"
+#include "services/server/server_state.h"
+#include "services/server/service_metrics.h"
+#include "services/server/worker_pool.h"
 
 namespace hap::svc {
 

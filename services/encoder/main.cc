@@ -2,9 +2,9 @@
 #include <string>
 #include <vector>
 
-#include "services/common/model_loader.h"
-#include "services/common/service_host.h"
 #include "services/encoder/encoder_service.h"
+#include "services/server/model_loader.h"
+#include "services/server/service_host.h"
 
 namespace hap::svc {
 namespace {

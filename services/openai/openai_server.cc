@@ -11,7 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "services/common/status.h"
+#include "services/server/status.h"
 
 namespace hap::svc::openai {
 namespace {

@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
 #include "hap/v1/generate.grpc.pb.h"
-#include "services/common/token_auth.h"
+#include "services/auth/token_auth.h"
 #include "services/openai/chat_api.h"
 
 namespace httplib {

@@ -16,8 +16,8 @@
 #include "grpcpp/grpcpp.h"
 #include "hap/v1/debug.grpc.pb.h"
 #include "hap/v1/decode.grpc.pb.h"
-#include "services/common/periodic_task.h"
-#include "services/common/replica_set.h"
+#include "services/routing/replica_set.h"
+#include "services/server/periodic_task.h"
 
 namespace hap::svc {
 

@@ -13,8 +13,8 @@
 #include "absl/status/statusor.h"
 #include "hap/v1/generate.grpc.pb.h"
 #include "runtime/model/pipeline.h"
-#include "services/common/outbox_reactor.h"
 #include "services/prefill/prefill_service.h"
+#include "services/wire/outbox_reactor.h"
 
 namespace hap::svc {
 

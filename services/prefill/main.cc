@@ -11,13 +11,13 @@
 #include "rpc/credentials.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/pipeline.h"
-#include "services/common/convert.h"
-#include "services/common/model_loader.h"
-#include "services/common/service_host.h"
-#include "services/common/status.h"
-#include "services/common/token_auth.h"
+#include "services/auth/token_auth.h"
 #include "services/openai/openai_server.h"
 #include "services/prefill/prefill_service.h"
+#include "services/server/model_loader.h"
+#include "services/server/service_host.h"
+#include "services/server/status.h"
+#include "services/wire/proto_convert.h"
 
 namespace hap::svc {
 namespace {

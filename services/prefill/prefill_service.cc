@@ -7,8 +7,8 @@
 #include "base/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "runtime/model/pipeline.h"
-#include "services/common/convert.h"
 #include "services/prefill/generate_reactor.h"
+#include "services/wire/proto_convert.h"
 
 namespace hap::svc {
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/security/credentials.h"
 #include "hap/v1/decode.grpc.pb.h"
 #include "hap/v1/encoder.grpc.pb.h"
 #include "hap/v1/generate.grpc.pb.h"
@@ -16,15 +17,14 @@
 #include "runtime/model/llava_model.h"
 #include "runtime/model/sampler.h"
 #include "runtime/prune/factory.h"
-#include "grpcpp/security/credentials.h"
-#include "services/common/kv_registry.h"
-#include "services/common/replica_set.h"
-#include "services/common/service_metrics.h"
-#include "services/common/server_state.h"
-#include "services/common/token_auth.h"
-#include "services/common/worker_pool.h"
-#include "services/common/periodic_task.h"
+#include "services/auth/token_auth.h"
 #include "services/prefill/decode_load.h"
+#include "services/routing/replica_set.h"
+#include "services/server/periodic_task.h"
+#include "services/server/server_state.h"
+#include "services/server/service_metrics.h"
+#include "services/server/worker_pool.h"
+#include "services/wire/kv_registry.h"
 
 namespace hap::svc {
 

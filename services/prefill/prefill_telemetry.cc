@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "services/common/convert.h"
-#include "services/common/service_metrics.h"
+#include "services/server/service_metrics.h"
+#include "services/wire/proto_convert.h"
 #include "telemetry/tracer.h"
 
 namespace hap::svc {

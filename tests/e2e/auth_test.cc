@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
-#include "services/common/token_auth.h"
+#include "services/auth/token_auth.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/telemetry/test_collector.h"
 

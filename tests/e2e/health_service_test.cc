@@ -1,6 +1,6 @@
-// services/common/health_service: NOT_SERVING from the start until told otherwise, per-service
+// services/server/health_service: NOT_SERVING from the start until told otherwise, per-service
 // answers, Watch streams every change, Shutdown ends the streams. An in-process server on port 0.
-#include "services/common/health_service.h"
+#include "services/server/health_service.h"
 
 #include <chrono>
 #include <future>

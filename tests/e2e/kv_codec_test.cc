@@ -1,15 +1,15 @@
 // The KV transfer codec on its own: CRC-32C, chunks under the message limit that reassemble
 // into the identical cache, and the receiver's checks on headers and chunks.
-#include "services/common/kv_codec.h"
+#include "services/wire/kv_codec.h"
 
 #include <cstring>
 
+#include "base/crc32c.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/engine/paged_kv.h"
-#include "services/common/crc32c.h"
-#include "services/common/embed_codec.h"
+#include "services/wire/embed_codec.h"
 
 namespace hap::svc {
 namespace {

@@ -14,7 +14,7 @@
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/tiny/tiny_model.h"
-#include "services/common/kv_codec.h"
+#include "services/wire/kv_codec.h"
 #include "tests/common/pattern_png.h"
 
 namespace hap::svc {

@@ -3,7 +3,7 @@
 // executor thread, as gRPC does, and runs OnDone inside Finish; under AddressSanitizer (make test's unit
 // run) any touch of a deleted reactor fails the test. Also: every call finishes exactly once,
 // with the first Close's status, after all of its messages were written.
-#include "services/common/outbox_reactor.h"
+#include "services/wire/outbox_reactor.h"
 
 #include <atomic>
 #include <condition_variable>

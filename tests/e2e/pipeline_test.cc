@@ -12,7 +12,7 @@
 #include "runtime/prune/planner.h"
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
-#include "services/common/kv_codec.h"
+#include "services/wire/kv_codec.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace hap::e2e {

@@ -1,6 +1,6 @@
 // ReplicaSet's choice rules without servers: by reported free KV memory (KvReports) when every
 // replica has a fresh report, by the fewest calls in flight otherwise.
-#include "services/common/replica_set.h"
+#include "services/routing/replica_set.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,7 +1,7 @@
 // TokenAuth without servers: the tokens file format and its errors, the Authorization forms
 // accepted and refused (one message for all refusals, never the token), the per-client limit,
 // and the re-read of the file when it changes or on SIGHUP (a revoked token stops working).
-#include "services/common/token_auth.h"
+#include "services/auth/token_auth.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-// Fuzzes prefill's receipt of the encoder's embedding stream (services/common/embed_codec.cc
+// Fuzzes prefill's receipt of the encoder's embedding stream (services/wire/embed_codec.cc
 // EmbeddingAssembler): the input's first byte holds flags (bit 0: recompute each chunk's
 // CRC-32C so mutations get past the checksum), the rest is a stream of hap.v1.EncodeResponse
 // messages (see fuzz_util.h SplitStream), fed until the first error as prefill does. Errors are
@@ -7,9 +7,9 @@
 #include <cstring>
 #include <vector>
 
+#include "base/crc32c.h"
 #include "hap/v1/encoder.pb.h"
-#include "services/common/crc32c.h"
-#include "services/common/embed_codec.h"
+#include "services/wire/embed_codec.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/proto_mutator.h"
 
@@ -34,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       status = assembler.OnHeader(response.header());
     } else if (response.has_chunk()) {
       hap::v1::EmbeddingChunk* chunk = response.mutable_chunk();
-      if (fix_crc) chunk->set_crc32c(hap::svc::Crc32c(0, chunk->data()));
+      if (fix_crc) chunk->set_crc32c(hap::Crc32c(0, chunk->data()));
       status = assembler.OnChunk(*chunk);
     } else {
       return 0;

@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "runtime/model/llava_model.h"
-#include "services/common/server_state.h"
 #include "services/prefill/prefill_service.h"
+#include "services/server/server_state.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace hap::fuzz {

@@ -8,7 +8,7 @@
 
 #include "hap/v1/generate.pb.h"
 #include "runtime/model/pipeline.h"
-#include "services/common/convert.h"
+#include "services/wire/proto_convert.h"
 #include "tests/fuzz/front_door.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/proto_mutator.h"

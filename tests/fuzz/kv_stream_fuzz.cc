@@ -1,4 +1,4 @@
-// Fuzzes the receiving side of the KV-cache transfer (services/common/kv_codec.cc KvAssembler):
+// Fuzzes the receiving side of the KV-cache transfer (services/wire/kv_codec.cc KvAssembler):
 // the input's first byte holds flags (bit 0: recompute each chunk's CRC-32C so mutations get
 // past the checksum; bit 1: assemble into a small KV block pool, as hap-decode does; bit 2: the
 // pool holds BF16 rather than F32), the rest
@@ -12,7 +12,7 @@
 #include "hap/v1/decode.pb.h"
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/engine/paged_kv.h"
-#include "services/common/kv_codec.h"
+#include "services/wire/kv_codec.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/proto_mutator.h"
 

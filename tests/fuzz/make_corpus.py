@@ -97,7 +97,7 @@ _CRC_TABLE = _crc_table()
 
 
 def crc32c(crc, data):
-    """services/common/crc32c.h Crc32c: extends `crc` (0 to start) over `data`."""
+    """base/crc32c.h Crc32c: extends `crc` (0 to start) over `data`."""
     crc ^= 0xFFFFFFFF
     for b in data:
         crc = _CRC_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)

@@ -65,7 +65,7 @@ class Service:
         self._reader.start()
 
     def _read(self):
-        # "<service> listening on <host>:<port>" (services/common/service_host.cc).
+        # "<service> listening on <host>:<port>" (services/server/service_host.cc).
         for line in self.proc.stdout:
             self._log.write(line)
             if " listening on " in line and self.address is None:

@@ -1,11 +1,10 @@
 // PruneFromProto: the prefill service's check of a request's pruning options, here the
 // PAQ-softmax temperature (unset = 1; [0.01, 100]; hap and hap-flat only).
-#include "services/common/convert.h"
-
 #include <cmath>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "services/wire/proto_convert.h"
 
 namespace hap::svc {
 namespace {

@@ -1,7 +1,7 @@
 // WorkerPool's admission: a task that releases its place before answering lets the next call
 // in at once (a client that saw the answer must not find the server busy), and the counts stay
 // consistent whichever way the ticket is released.
-#include "services/common/worker_pool.h"
+#include "services/server/worker_pool.h"
 
 #include <chrono>
 #include <future>

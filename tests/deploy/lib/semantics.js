@@ -7,7 +7,7 @@
 const COMPONENT = "app.kubernetes.io/component";
 const SERVICES = ["encoder", "prefill", "decode"];
 const WORKLOAD_KINDS = new Set(["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"]);
-// HAP_* variables the services parse as integers (services/common/options.cc).
+// HAP_* variables the services parse as integers (services/server/options.cc).
 const INTEGER_ENV = new Set([
   "HAP_PORT", "HAP_THREADS", "HAP_MAX_CONCURRENT", "HAP_QUEUE_LENGTH", "HAP_MAX_MESSAGE_BYTES",
   "HAP_DRAIN_TIMEOUT_MS", "HAP_MAX_IMAGE_BYTES", "HAP_MAX_IMAGE_PIXELS", "HAP_MAX_PROMPT_TOKENS",

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace hap::svc {
+namespace hap {
 
 // Extends `crc` (0 to start) over `n` bytes: Crc32c(Crc32c(0, a), b) == Crc32c(0, a + b).
 uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
@@ -14,4 +14,4 @@ inline uint32_t Crc32c(uint32_t crc, std::string_view bytes) {
   return Crc32c(crc, bytes.data(), bytes.size());
 }
 
-}  // namespace hap::svc
+}  // namespace hap

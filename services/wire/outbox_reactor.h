@@ -14,7 +14,7 @@
 
 #include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
-#include "services/common/reaction_order.h"
+#include "services/wire/reaction_order.h"
 #include "telemetry/rpc.h"
 
 namespace hap::svc {

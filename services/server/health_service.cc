@@ -1,10 +1,9 @@
-#include "services/common/health_service.h"
+#include "services/server/health_service.h"
 
 #include <utility>
 
 #include "grpcpp/impl/server_builder_option.h"
-
-#include "services/common/reaction_order.h"
+#include "services/wire/reaction_order.h"
 
 namespace hap::svc {
 
@@ -17,7 +16,8 @@ using grpc::health::v1::HealthCheckResponse;
 // keeps between the calls is told to ThreadSanitizer (reaction_order.h).
 class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheckResponse> {
  public:
-  Watcher(HealthService* owner, std::string service) : owner_(owner), service_(std::move(service)) {}
+  Watcher(HealthService* owner, std::string service)
+      : owner_(owner), service_(std::move(service)) {}
 
   // Called with the owner's lock held.
   void Notify(HealthCheckResponse::ServingStatus status) {
@@ -105,7 +105,8 @@ HealthService::HealthService(std::vector<std::string> services)
 HealthService::~HealthService() { Shutdown(); }
 
 HealthCheckResponse::ServingStatus HealthService::StatusOf(const std::string& service) const {
-  if (!service.empty() && services_.count(service) == 0) return HealthCheckResponse::SERVICE_UNKNOWN;
+  if (!service.empty() && services_.count(service) == 0)
+    return HealthCheckResponse::SERVICE_UNKNOWN;
   return serving_ ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
 }
 

@@ -1,4 +1,4 @@
-#include "services/common/crc32c.h"
+#include "base/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <nmmintrin.h>
 #endif
 
-namespace hap::svc {
+namespace hap {
 namespace {
 
 constexpr uint32_t kPoly = 0x82f63b78;  // reflected Castagnoli polynomial
@@ -74,4 +74,4 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
   return ~Software(crc, p, n);
 }
 
-}  // namespace hap::svc
+}  // namespace hap

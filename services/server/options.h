@@ -28,7 +28,7 @@ class Options {
   bool help() const { return help_; }
   // The value and where it came from (flag, env or default); "" when unset everywhere.
   std::string Get(const std::string& flag) const;
-  bool IsSet(const std::string& flag) const;  // given as a flag or in the environment
+  bool IsSet(const std::string& flag) const;   // given as a flag or in the environment
   bool IsFlag(const std::string& flag) const;  // given as a flag
   absl::StatusOr<int64_t> Int(const std::string& flag, int64_t min, int64_t max) const;
   absl::StatusOr<double> Double(const std::string& flag) const;
@@ -49,13 +49,13 @@ struct CommonOptions {
   std::string host = "0.0.0.0";
   int port = 0;  // 0 = pick a free port (printed on stdout)
   std::string model_dir;
-  std::string device = "cpu";        // compute backend: cpu | cuda (runtime/device)
-  int threads = 0;                   // model CPU threads; 0 = all cores
+  std::string device = "cpu";                     // compute backend: cpu | cuda (runtime/device)
+  int threads = 0;                                // model CPU threads; 0 = all cores
   int pool_spin_us = ThreadPool::kDefaultSpinUs;  // compute pool hand-over spin before sleeping
-  int max_concurrent = 4;            // requests running at once
-  int queue_length = 16;             // admitted requests waiting for a worker
-  int max_message_bytes = 4 << 20;   // no gRPC message above this
-  int64_t drain_timeout_ms = 30000;  // SIGTERM: wait this long for in-flight requests
+  int max_concurrent = 4;                         // requests running at once
+  int queue_length = 16;                          // admitted requests waiting for a worker
+  int max_message_bytes = 4 << 20;                // no gRPC message above this
+  int64_t drain_timeout_ms = 30000;               // SIGTERM: wait this long for in-flight requests
   // TLS: serve with this PEM certificate chain and key (both or neither); with client_ca set,
   // clients must present a certificate it signed (mutual TLS).
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;

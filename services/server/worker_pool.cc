@@ -1,4 +1,4 @@
-#include "services/common/worker_pool.h"
+#include "services/server/worker_pool.h"
 
 #include "absl/strings/str_cat.h"
 

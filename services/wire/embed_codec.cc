@@ -1,10 +1,10 @@
-#include "services/common/embed_codec.h"
+#include "services/wire/embed_codec.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "services/common/crc32c.h"
-#include "services/common/kv_codec.h"
+#include "base/crc32c.h"
+#include "services/wire/kv_codec.h"
 
 namespace hap::svc {
 namespace {

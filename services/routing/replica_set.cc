@@ -1,4 +1,4 @@
-#include "services/common/replica_set.h"
+#include "services/routing/replica_set.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -1,11 +1,11 @@
-#include "services/common/model_loader.h"
+#include "services/server/model_loader.h"
 
 #include <cstdio>
 
 #include "base/timer.h"
 #include "runtime/device/device_backend.h"
+#include "services/server/status.h"
 #include "telemetry/metrics.h"
-#include "services/common/status.h"
 
 namespace hap::svc {
 

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/model/llava_model.h"
-#include "services/common/options.h"
+#include "services/server/options.h"
 
 namespace hap::svc {
 

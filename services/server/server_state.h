@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "hap/v1/debug.pb.h"
 #include "runtime/engine/kv_block_pool.h"
-#include "services/common/kv_registry.h"
-#include "services/common/worker_pool.h"
+#include "services/server/worker_pool.h"
+#include "services/wire/kv_registry.h"
 
 namespace hap::svc {
 

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "hap/v1/debug.grpc.pb.h"
-#include "services/common/server_state.h"
-#include "services/common/token_auth.h"
+#include "services/auth/token_auth.h"
+#include "services/server/server_state.h"
 
 namespace hap::svc {
 

@@ -14,10 +14,10 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
-#include "services/common/health_service.h"
-#include "services/common/options.h"
-#include "services/common/server_state.h"
-#include "services/common/token_auth.h"
+#include "services/auth/token_auth.h"
+#include "services/server/health_service.h"
+#include "services/server/options.h"
+#include "services/server/server_state.h"
 #include "telemetry/http_server.h"
 #include "telemetry/tracing.h"
 

@@ -1,4 +1,4 @@
-#include "services/common/periodic_task.h"
+#include "services/server/periodic_task.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "services/common/convert.h"
+#include "services/wire/proto_convert.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "services/common/options.h"
+#include "services/server/options.h"
 
 #include <cstdlib>
 
@@ -147,8 +147,8 @@ absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options) {
   c.model_dir = ResolveModelDir(options.Get("model"));
   c.device = options.Get("device");
   if (c.device != "cpu" && c.device != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat("--device must be cpu or cuda, got '",
-                                                   c.device, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu or cuda, got '", c.device, "'"));
   }
   HAP_ASSIGN_OR_RETURN(int64_t threads, options.Int("threads", 0, 1024));
   c.threads = static_cast<int>(threads);

@@ -1,4 +1,4 @@
-#include "services/common/server_state.h"
+#include "services/server/server_state.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -1,4 +1,4 @@
-#include "services/common/status.h"
+#include "services/server/status.h"
 
 #include <string>
 

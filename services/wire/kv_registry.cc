@@ -1,4 +1,4 @@
-#include "services/common/kv_registry.h"
+#include "services/wire/kv_registry.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "services/common/token_auth.h"
+#include "services/auth/token_auth.h"
 
 #include <fcntl.h>
 #include <openssl/crypto.h>

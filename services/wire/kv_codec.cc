@@ -1,14 +1,14 @@
-#include "services/common/kv_codec.h"
+#include "services/wire/kv_codec.h"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/crc32c.h"
 #include "base/status_macros.h"
-#include "services/common/convert.h"
-#include "services/common/crc32c.h"
-#include "services/common/status.h"
+#include "services/server/status.h"
+#include "services/wire/proto_convert.h"
 
 namespace hap::svc {
 namespace {
@@ -73,9 +73,9 @@ bool KvChunker::Next(hap::v1::KvChunk* chunk) {
   chunk->mutable_positions()->Resize(n, 0);
   chunk->mutable_k()->resize(bytes);
   chunk->mutable_v()->resize(bytes);
-  status_ = cache_->ReadRows(layer_, row_, n, chunk->mutable_k()->data(),
-                             chunk->mutable_v()->data(),
-                             chunk->mutable_positions()->mutable_data());
+  status_ =
+      cache_->ReadRows(layer_, row_, n, chunk->mutable_k()->data(), chunk->mutable_v()->data(),
+                       chunk->mutable_positions()->mutable_data());
   if (!status_.ok()) {
     // Reading the sender's own cache failed: a server fault whatever the cause (a row range the
     // chunker computed, a device copy), so the caller sees INTERNAL, not the cause's code.

@@ -1,4 +1,4 @@
-#include "services/common/service_host.h"
+#include "services/server/service_host.h"
 
 #include <signal.h>
 
@@ -10,14 +10,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/stop_signals.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "hap/v1/debug.grpc.pb.h"
 #include "hap/v1/decode.grpc.pb.h"
 #include "hap/v1/encoder.grpc.pb.h"
 #include "hap/v1/generate.grpc.pb.h"
-#include "base/status_macros.h"
-#include "base/stop_signals.h"
-#include "services/common/debug_service.h"
+#include "services/server/debug_service.h"
 #include "telemetry/metrics.h"
 #include "telemetry/rpc.h"
 

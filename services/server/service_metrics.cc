@@ -1,4 +1,4 @@
-#include "services/common/service_metrics.h"
+#include "services/server/service_metrics.h"
 
 #include "telemetry/rpc.h"
 

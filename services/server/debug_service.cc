@@ -1,6 +1,6 @@
-#include "services/common/debug_service.h"
+#include "services/server/debug_service.h"
 
-#include "services/common/status.h"
+#include "services/server/status.h"
 
 namespace hap::svc {
 
