@@ -185,6 +185,7 @@ PlannedStep::PlannedStep(StepDesc desc) : desc_(std::move(desc)) {
   const std::vector<StepValue>& values = desc_.values();
   offset_.assign(values.size(), 0);
   bound_slot_.assign(values.size(), -1);
+  for (const StepOp& op : desc_.ops()) has_calls_ |= std::holds_alternative<step_op::Call>(op);
   int slot = 0;
   for (size_t i = 0; i < values.size(); ++i) {
     if (values[i].bound) {
@@ -222,6 +223,10 @@ absl::StatusOr<int> PlannedStep::Run(const StepBindings& b) const {
         absl::StrFormat("step \"%s\" needs a workspace of %d bytes aligned to %d", desc_.name(),
                         workspace_bytes_, kStepWorkspaceAlign));
   }
+  if (has_calls_ && (b.call == nullptr || !*b.call)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("step \"%s\" has Call ops and no call function", desc_.name()));
+  }
   std::vector<void*> ptrs(desc_.values().size());
   for (size_t i = 0; i < ptrs.size(); ++i) {
     ptrs[i] = Address(static_cast<StepValueId>(i), b);
@@ -232,10 +237,6 @@ absl::StatusOr<int> PlannedStep::Run(const StepBindings& b) const {
   }
   for (size_t i = 0; i < desc_.ops().size(); ++i) {
     if (const auto* call = std::get_if<step_op::Call>(&desc_.ops()[i])) {
-      if (b.call == nullptr || !*b.call) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("step \"%s\" has Call ops and no call function", desc_.name()));
-      }
       HAP_ASSIGN_OR_RETURN(StepControl control, (*b.call)(call->id));
       if (control == StepControl::kStop) return call->id;
       continue;

@@ -145,9 +145,9 @@ class PlannedStep {
   }
 
   // Runs the ops in order. Returns the id of the Call that stopped the run, or -1 when every op
-  // ran. InvalidArgument when the bindings do not match the description (count, null pointers,
-  // a missing workspace or call function); an op's error ends the run with that error, naming
-  // the op and its place in the step.
+  // ran. InvalidArgument, before any op runs, when the bindings do not match the description
+  // (count, null pointers, a missing workspace or call function); an op's error ends the run
+  // with that error, naming the op and its place in the step.
   absl::StatusOr<int> Run(const StepBindings& bindings) const;
 
  protected:
@@ -166,6 +166,7 @@ class PlannedStep {
   std::vector<size_t> offset_;   // per value: its workspace offset (scratch values)
   std::vector<int> bound_slot_;  // per value: its index among the bound ones, or -1
   size_t workspace_bytes_ = 0;
+  bool has_calls_ = false;
 };
 
 // OK when every operand of every op names a value of the right element type holding at least

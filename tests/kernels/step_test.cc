@@ -398,6 +398,7 @@ TEST_P(StepTest, ARunWithBindingsThatDoNotMatchIsRefused) {
   absl::Status st = (*plan)->Run(no_call).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(st.message(), "has Call ops and no call function"));
+  EXPECT_EQ(Download(dy), (std::vector<float>{1, 2, 3, 4}));  // refused before any op ran
 }
 
 TEST_P(StepTest, AnOpsErrorNamesTheStepAndTheOp) {
