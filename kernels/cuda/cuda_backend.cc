@@ -73,6 +73,23 @@ absl::Status CheckWeight(const TensorView& w, const char* op) {
   return CheckDevice(w.data, static_cast<size_t>(w.bytes()), op, "weight");
 }
 
+// What RmsNorm reads and writes, in device memory: x and y F32 [rows, d], w F32 [d].
+absl::Status CheckRmsNorm(const float* x, const float* w, const float* y, int rows, int d) {
+  HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * rows * d, "RmsNorm", "x"));
+  HAP_RETURN_IF_ERROR(CheckDevice(w, sizeof(float) * d, "RmsNorm", "w"));
+  return CheckDevice(y, sizeof(float) * rows * d, "RmsNorm", "y");
+}
+
+// A product's weight, output y F32 [m, n] and optional bias F32 [n] (its x is the caller's to
+// check: F32, or already rounded).
+absl::Status CheckProduct(const TensorView& w, const float* bias, const float* y, int m) {
+  HAP_RETURN_IF_ERROR(CheckWeight(w, "Linear"));
+  const int64_t n = w.shape[0];
+  HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * m * n, "Linear", "y"));
+  if (bias == nullptr) return absl::OkStatus();
+  return CheckDevice(bias, sizeof(float) * n, "Linear", "bias");
+}
+
 // What one calling thread owns: its stream, its product context and a scratch area for the
 // small host arrays some ops take (indices, span tables, weights), uploaded per call.
 class ThreadContext {
@@ -362,23 +379,17 @@ class CudaStep final : public PlannedStep {
       const size_t values = static_cast<size_t>(o.rows) * o.d;
       const auto* x = static_cast<const float*>(p[o.x]);
       auto* y = static_cast<float*>(p[o.y]);
-      HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * values, "RmsNorm", "x"));
-      HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * values, "RmsNorm", "y"));
-      HAP_RETURN_IF_ERROR(CheckDevice(o.weight, sizeof(float) * o.d, "RmsNorm", "w"));
+      HAP_RETURN_IF_ERROR(CheckRmsNorm(x, o.weight, y, o.rows, o.d));
       HAP_RETURN_IF_ERROR(
           CheckDevice(rounded, sizeof(uint16_t) * values, "RmsNorm", "the rounded rows"));
       return ToStatus(cuda::RmsNormRounded(x, o.weight, y, ElemOf(f.type), rounded, o.rows, o.d,
                                            o.eps, c->stream()));
     }
     const auto& o = std::get<step_op::Linear>(op);
-    HAP_RETURN_IF_ERROR(CheckWeight(o.w, "Linear"));
+    auto* y = static_cast<float*>(p[o.y]);
+    HAP_RETURN_IF_ERROR(CheckProduct(o.w, o.bias, y, o.m));
     const int n = static_cast<int>(o.w.shape[0]);
     const int k = static_cast<int>(o.w.shape[1]);
-    auto* y = static_cast<float*>(p[o.y]);
-    HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * o.m * n, "Linear", "y"));
-    if (o.bias != nullptr) {
-      HAP_RETURN_IF_ERROR(CheckDevice(o.bias, sizeof(float) * n, "Linear", "bias"));
-    }
     return ToStatus(
         c->gemm().LinearRounded(rounded, o.w.data, ElemOf(f.type), o.bias, y, o.m, n, k));
   }
@@ -471,12 +482,10 @@ class CudaBackendImpl final : public Backend {
 
   absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m,
                       LinearRows) const override {
-    HAP_RETURN_IF_ERROR(CheckWeight(w, "Linear"));
+    HAP_RETURN_IF_ERROR(CheckProduct(w, bias, y, m));
     const int n = static_cast<int>(w.shape[0]);
     const int k = static_cast<int>(w.shape[1]);
     HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * m * k, "Linear", "x"));
-    HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * m * n, "Linear", "y"));
-    if (bias != nullptr) HAP_RETURN_IF_ERROR(CheckDevice(bias, sizeof(float) * n, "Linear", "bias"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     // One product for every row count: cuBLAS's result for a row does not depend on the other
     // rows of the call only up to its own kernel choice, which the batching test bounds.
@@ -484,9 +493,7 @@ class CudaBackendImpl final : public Backend {
   }
   absl::Status RmsNorm(const float* x, const float* w, float* y, int rows, int d,
                        float eps) const override {
-    HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * rows * d, "RmsNorm", "x"));
-    HAP_RETURN_IF_ERROR(CheckDevice(w, sizeof(float) * d, "RmsNorm", "w"));
-    HAP_RETURN_IF_ERROR(CheckDevice(y, sizeof(float) * rows * d, "RmsNorm", "y"));
+    HAP_RETURN_IF_ERROR(CheckRmsNorm(x, w, y, rows, d));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::RmsNorm(x, w, y, rows, d, eps, c->stream()));
   }
