@@ -43,6 +43,10 @@ struct BackendCaps {
   // The largest head_dim the attention ops (prefill, decode, text→visual rows) take; a model
   // with wider heads is refused when it is loaded, naming the field and this limit.
   int max_head_dim = INT_MAX;
+  // Attention with BF16/F16 operands (AttentionArgs::operands) is this backend's fast path
+  // (tensor cores): a model of narrow weights computes its prefill attention that way unless
+  // told otherwise (ModelOptions::attention_dtype).
+  bool narrow_attention = false;
 };
 
 class Backend {

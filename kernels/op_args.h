@@ -31,6 +31,12 @@ struct AttentionArgs {
   // Causal: query row r sees keys [0, causal_offset + r]; otherwise every key.
   bool causal = false;
   int causal_offset = 0;
+  // The type of the products' operands. kF32: q, k, v and the probabilities as they are.
+  // kBF16 / kF16: q, k and v are rounded to it (nearest even) before q·k and the probabilities
+  // (normalised, exp(s − max) / Σ) before p·v, with F32 accumulation: what tensor cores compute,
+  // and what attention over a BF16 checkpoint's activations in that dtype amounts to. The
+  // log-sum-exp comes from the rounded q·k.
+  DType operands = DType::kF32;
 };
 
 // `rows` consecutive cache rows: k and v each [rows, n_kv_heads * head_dim] of the cache dtype.

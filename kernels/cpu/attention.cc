@@ -33,11 +33,35 @@ absl::Status Validate(const AttentionArgs& a) {
 // Rows per block: bounds the score buffer at kRowBlock × n_kv floats.
 constexpr int kRowBlock = 256;
 
+// x rounded to `type` (BF16 or F16) and widened back: the values a narrow product multiplies.
+float RoundTo(DType type, float x) {
+  return type == DType::kBF16 ? BF16ToF32(F32ToBF16(x)) : F16ToF32(F32ToF16(x));
+}
+std::vector<float> RoundedCopy(DType type, const float* x, int64_t n) {
+  std::vector<float> out(x, x + n);
+  for (float& v : out) v = RoundTo(type, v);
+  return out;
+}
+
 }  // namespace
 
-absl::Status Attention(const AttentionArgs& a) {
-  if (absl::Status s = Validate(a); !s.ok()) return s;
-  if (a.n_q == 0) return absl::OkStatus();
+absl::Status Attention(const AttentionArgs& args) {
+  if (absl::Status s = Validate(args); !s.ok()) return s;
+  if (args.n_q == 0) return absl::OkStatus();
+  // Narrow operands: q, k and v rounded once here; the probabilities below, row by row. The
+  // products of rounded values are then exact in F32, as on tensor cores.
+  AttentionArgs a = args;
+  std::vector<float> q_r, k_r, v_r;
+  const bool narrow = a.operands != DType::kF32;
+  if (narrow) {
+    const int64_t kv_n = int64_t{a.n_kv} * a.n_kv_heads * a.head_dim;
+    q_r = RoundedCopy(a.operands, a.q, int64_t{a.n_q} * a.n_heads * a.head_dim);
+    k_r = RoundedCopy(a.operands, a.k, kv_n);
+    v_r = RoundedCopy(a.operands, a.v, kv_n);
+    a.q = q_r.data();
+    a.k = k_r.data();
+    a.v = v_r.data();
+  }
   const int hd = a.head_dim;
   const int q_stride = a.n_heads * hd;
   const int kv_stride = a.n_kv_heads * hd;
@@ -67,6 +91,9 @@ absl::Status Attention(const AttentionArgs& a) {
         const auto [mx, sum] = ExpRow(s, limit);
         const float inv = static_cast<float>(1.0 / sum);
         for (int j = 0; j < limit; ++j) s[j] *= inv;
+        if (narrow) {
+          for (int j = 0; j < limit; ++j) s[j] = RoundTo(a.operands, s[j]);
+        }
         for (int j = limit; j < n_keys; ++j) s[j] = 0.f;
         if (a.lse) a.lse[static_cast<int64_t>(h) * a.n_q + r0 + r] = mx + static_cast<float>(std::log(sum));
       }
@@ -79,7 +106,19 @@ absl::Status Attention(const AttentionArgs& a) {
   return absl::OkStatus();
 }
 
-void AttentionReference(const AttentionArgs& a) {
+void AttentionReference(const AttentionArgs& args) {
+  AttentionArgs a = args;
+  std::vector<float> q_r, k_r, v_r;
+  const bool narrow = a.operands != DType::kF32;
+  if (narrow) {
+    const int64_t kv_n = int64_t{a.n_kv} * a.n_kv_heads * a.head_dim;
+    q_r = RoundedCopy(a.operands, a.q, int64_t{a.n_q} * a.n_heads * a.head_dim);
+    k_r = RoundedCopy(a.operands, a.k, kv_n);
+    v_r = RoundedCopy(a.operands, a.v, kv_n);
+    a.q = q_r.data();
+    a.k = k_r.data();
+    a.v = v_r.data();
+  }
   const int hd = a.head_dim;
   const int q_stride = a.n_heads * hd;
   const int kv_stride = a.n_kv_heads * hd;
@@ -105,7 +144,9 @@ void AttentionReference(const AttentionArgs& a) {
       for (int t = 0; t < hd; ++t) {
         double acc = 0;
         for (int j = 0; j < limit; ++j) {
-          acc += std::exp(s[j] - mx) / sum * a.v[static_cast<int64_t>(j) * kv_stride + kvh * hd + t];
+          double p = std::exp(s[j] - mx) / sum;
+          if (narrow) p = RoundTo(a.operands, static_cast<float>(p));
+          acc += p * a.v[static_cast<int64_t>(j) * kv_stride + kvh * hd + t];
         }
         a.out[static_cast<int64_t>(r) * q_stride + h * hd + t] = static_cast<float>(acc);
       }

@@ -1,8 +1,12 @@
-#include "kernels/cuda/attention.h"
-
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.cuh"
+#include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/reduce.cuh"
 
 // Fully unrolled loops over a thread's output elements keep acc[] in registers on the GPU (nvcc
 // otherwise leaves it in local memory). GCC would warn on the unknown pragma.
@@ -150,9 +154,63 @@ __global__ __launch_bounds__(kThreads) void AttentionKernel(AttentionArgs a, int
   }
 }
 
-}  // namespace
+constexpr int kSoftmaxThreads = 128;
 
-KernelStatus Attention(const AttentionArgs& a, Stream stream) {
+// Block (x = row of the chunk, y = head) of the narrow path: the row's scores s F32 [n_keys]
+// (scale applied) → p = exp(s − max) / Σ rounded to `type` over the keys the row sees, 0 past
+// them, and the row's log-sum-exp.
+__global__ __launch_bounds__(kSoftmaxThreads) void ChunkSoftmaxKernel(
+    const float* scores, uint16_t* probs, float* lse, int rows, int n_keys, int r0, int n_q,
+    bool causal, int causal_offset, ElemType type) {
+  HAP_SHARED(float, scratch, 32);
+  const int r = blockIdx.x;
+  const int h = blockIdx.y;
+  const int64_t at = (static_cast<int64_t>(h) * rows + r) * n_keys;
+  const float* s = scores + at;
+  uint16_t* p = probs + at;
+  const int limit = causal ? min(n_keys, causal_offset + r0 + r + 1) : n_keys;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < limit; j += kSoftmaxThreads) mx = fmaxf(mx, s[j]);
+  mx = BlockMax(mx, scratch);
+  float sum = 0.f;
+  for (int j = threadIdx.x; j < limit; j += kSoftmaxThreads) sum += expf(s[j] - mx);
+  sum = BlockSum(sum, scratch);
+  const float inv = 1.f / sum;
+  for (int j = threadIdx.x; j < n_keys; j += kSoftmaxThreads) {
+    const float v = j < limit ? expf(s[j] - mx) * inv : 0.f;
+    p[j] = type == ElemType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+  }
+  if (threadIdx.x == 0 && lse != nullptr) {
+    lse[static_cast<int64_t>(h) * n_q + r0 + r] = mx + logf(sum);
+  }
+}
+
+// q, k and v rounded to `type` in one launch: blockIdx.y picks the array.
+struct QkvRounding {
+  const float* x[3];
+  uint16_t* out[3];
+  int64_t n[3];
+};
+__global__ void RoundQkvKernel(QkvRounding r, ElemType type) {
+  const int a = blockIdx.y;
+  const float* x = r.x[a];
+  uint16_t* out = r.out[a];
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < r.n[a];
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = type == ElemType::kBF16 ? F32ToBf16(x[i]) : F32ToF16(x[i]);
+  }
+}
+
+size_t Align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Query rows per chunk of the narrow path: the chunk's scores and probabilities fit in
+// chunk_bytes (at least one row).
+int ChunkRows(const AttentionArgs& a, int64_t chunk_bytes) {
+  const int64_t per_row = int64_t{a.n_heads} * a.n_kv * (sizeof(float) + sizeof(uint16_t));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(a.n_q, chunk_bytes / per_row)));
+}
+
+KernelStatus CheckArgs(const AttentionArgs& a) {
   if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.out == nullptr) {
     return KernelStatus::Error("Attention: null q, k, v or out");
   }
@@ -170,6 +228,91 @@ KernelStatus Attention(const AttentionArgs& a, Stream stream) {
                                std::to_string(a.n_kv) + " keys");
   }
   if (a.n_heads > 65535) return KernelStatus::Error("Attention: more than 65535 heads");
+  return KernelStatus::Ok();
+}
+
+// The workspace of the narrow path: q, k, v rounded, then one chunk's scores and probabilities.
+struct NarrowLayout {
+  size_t q, k, v, scores, probs, bytes;
+};
+NarrowLayout LayoutOf(const AttentionArgs& a, int64_t chunk_bytes) {
+  NarrowLayout l{};
+  const size_t q_bytes = sizeof(uint16_t) * a.n_q * a.n_heads * a.head_dim;
+  const size_t kv_bytes = sizeof(uint16_t) * a.n_kv * a.n_kv_heads * a.head_dim;
+  const size_t chunk = static_cast<size_t>(ChunkRows(a, chunk_bytes)) * a.n_heads * a.n_kv;
+  l.q = 0;
+  l.k = l.q + Align256(q_bytes);
+  l.v = l.k + Align256(kv_bytes);
+  l.scores = l.v + Align256(kv_bytes);
+  l.probs = l.scores + Align256(sizeof(float) * chunk);
+  l.bytes = l.probs + Align256(sizeof(uint16_t) * chunk);
+  return l;
+}
+
+}  // namespace
+
+size_t NarrowAttentionWorkspaceBytes(const AttentionArgs& a, int64_t chunk_bytes) {
+  return CheckArgs(a).ok && a.n_q > 0 ? LayoutOf(a, chunk_bytes).bytes : 0;
+}
+
+KernelStatus NarrowAttention(const AttentionArgs& a, ElemType type, Gemm& gemm, void* workspace,
+                             int64_t chunk_bytes) {
+  KernelStatus st = CheckArgs(a);
+  if (!st.ok) return st;
+  if (type == ElemType::kF32) {
+    return KernelStatus::Error("NarrowAttention: the operands must be BF16 or F16");
+  }
+  if (a.n_q == 0) return KernelStatus::Ok();
+  if (workspace == nullptr) return KernelStatus::Error("NarrowAttention: no workspace");
+  const Stream stream = gemm.stream();
+  const NarrowLayout l = LayoutOf(a, chunk_bytes);
+  char* ws = static_cast<char*>(workspace);
+  auto* q = reinterpret_cast<uint16_t*>(ws + l.q);
+  auto* k = reinterpret_cast<uint16_t*>(ws + l.k);
+  auto* v = reinterpret_cast<uint16_t*>(ws + l.v);
+  auto* scores = reinterpret_cast<float*>(ws + l.scores);
+  auto* probs = reinterpret_cast<uint16_t*>(ws + l.probs);
+  const int hd = a.head_dim;
+  const int64_t q_stride = int64_t{a.n_heads} * hd;
+  const int64_t kv_stride = int64_t{a.n_kv_heads} * hd;
+  const int group = a.n_heads / a.n_kv_heads;
+  const QkvRounding rounding{
+      {a.q, a.k, a.v}, {q, k, v}, {a.n_q * q_stride, a.n_kv * kv_stride, a.n_kv * kv_stride}};
+  const int64_t longest = std::max(rounding.n[0], rounding.n[1]);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(CeilDiv(longest, 256), 2048));
+  st = Launch("RoundQkvKernel", RoundQkvKernel, dim3(blocks, 3), dim3(256), 0, stream, rounding,
+              type);
+  if (!st.ok) return st;
+  const int chunk = ChunkRows(a, chunk_bytes);
+  for (int r0 = 0; r0 < a.n_q; r0 += chunk) {
+    const int rows = std::min(chunk, a.n_q - r0);
+    // Keys past the causal limit of the chunk's last row are never needed.
+    const int n_keys = a.causal ? std::min(a.n_kv, a.causal_offset + r0 + rows) : a.n_kv;
+    const int64_t head_block = int64_t{rows} * n_keys;  // one head's scores in the chunk
+    // Query head h = g·group + i reads kv head g: one batched product per i, over g.
+    for (int i = 0; i < group; ++i) {
+      st = gemm.BatchedProduct(type, /*b_transposed=*/true, rows, n_keys, hd, a.scale,
+                               q + r0 * q_stride + i * hd, q_stride, group * hd, k, kv_stride, hd,
+                               scores + i * head_block, n_keys, group * head_block, a.n_kv_heads);
+      if (!st.ok) return st;
+    }
+    st = Launch("ChunkSoftmaxKernel", ChunkSoftmaxKernel, dim3(rows, a.n_heads),
+                dim3(kSoftmaxThreads), 0, stream, scores, probs, a.lse, rows, n_keys, r0, a.n_q,
+                a.causal, a.causal_offset, type);
+    if (!st.ok) return st;
+    for (int i = 0; i < group; ++i) {
+      st = gemm.BatchedProduct(type, /*b_transposed=*/false, rows, hd, n_keys, 1.f,
+                               probs + i * head_block, n_keys, group * head_block, v, kv_stride, hd,
+                               a.out + r0 * q_stride + i * hd, q_stride, group * hd, a.n_kv_heads);
+      if (!st.ok) return st;
+    }
+  }
+  return KernelStatus::Ok();
+}
+
+KernelStatus Attention(const AttentionArgs& a, Stream stream) {
+  KernelStatus st = CheckArgs(a);
+  if (!st.ok) return st;
   if (a.n_q == 0) return KernelStatus::Ok();
   // The widest key tile that fits: 32 keys (one per lane) up to head_dim 136, fewer beyond.
   int kv_tile = 32;

@@ -3,7 +3,11 @@
 // heads, causal or not. Flash-style: a block holds a tile of 16 query rows of one head and walks
 // the keys in tiles with an online softmax (running max and sum), so no [n_q, n_kv] buffer
 // exists. CUDA cores only (F32 FMAs, no tensor cores); head_dim up to kMaxAttentionHeadDim.
+// NarrowAttention below is the tensor-core path, for BF16/F16 operands.
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
 
 #include "kernels/cuda/device_types.h"
 #include "kernels/cuda/kernel_status.h"
@@ -20,5 +24,20 @@ inline constexpr int kMaxAttentionHeadDim = 256;
 // offset that leaves a query row past the last key) and null pointers are an Error; n_q = 0 does
 // nothing.
 KernelStatus Attention(const AttentionArgs& args, Stream stream);
+
+class Gemm;
+
+// The narrow path, for args.operands BF16 or F16 (`type`; args.operands itself is not read):
+// q, k and v rounded to `type`, then per chunk of query rows s = scale · q·kᵀ (cuBLAS, batched
+// over heads, F32 accumulation), each row's softmax rounded to `type` with its log-sum-exp
+// (one kernel), out = p·v (cuBLAS, F32). A chunk's scores and probabilities take at most
+// chunk_bytes (or one query row's), so no [n_q, n_kv] buffer per head grows with the prompt
+// past that bound. Ordered on gemm's stream; `workspace`: NarrowAttentionWorkspaceBytes(args,
+// chunk_bytes) of device memory. Arguments as Attention's, with the same errors.
+inline constexpr int64_t kNarrowAttentionChunkBytes = int64_t{64} << 20;
+size_t NarrowAttentionWorkspaceBytes(const AttentionArgs& args,
+                                     int64_t chunk_bytes = kNarrowAttentionChunkBytes);
+KernelStatus NarrowAttention(const AttentionArgs& args, ElemType type, Gemm& gemm, void* workspace,
+                             int64_t chunk_bytes = kNarrowAttentionChunkBytes);
 
 }  // namespace hap::cuda

@@ -405,6 +405,7 @@ class CudaBackendImpl final : public Backend {
   BackendCaps caps() const override {
     BackendCaps caps;
     caps.host_memory = false;
+    caps.narrow_attention = true;
     caps.max_head_dim = std::min({cuda::kMaxAttentionHeadDim, cuda::kMaxDecodeHeadDim,
                                   cuda::kTextVisualAttentionMaxHeadDim});
     return caps;
@@ -546,7 +547,11 @@ class CudaBackendImpl final : public Backend {
           CheckDevice(a.lse, sizeof(float) * a.n_heads * a.n_q, "Attention", "lse"));
     }
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    return ToStatus(cuda::Attention(a, c->stream()));
+    if (a.operands == DType::kF32) return ToStatus(cuda::Attention(a, c->stream()));
+    // The scratch grows to the largest shape seen and is then reused: no allocation per call.
+    HAP_ASSIGN_OR_RETURN(void* workspace,
+                         c->TakeOnly(std::max<size_t>(1, cuda::NarrowAttentionWorkspaceBytes(a))));
+    return ToStatus(cuda::NarrowAttention(a, ElemOf(a.operands), c->gemm(), workspace));
   }
   absl::Status DecodeAttention(const DecodeAttentionArgs& a) const override {
     HAP_RETURN_IF_ERROR(ValidateDecodeAttention(a));

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/device_types.h"
 #include "kernels/cuda/kernel_status.h"
+#include "kernels/cuda/op_profile.h"
 
 #if defined(__CUDACC__)
 
@@ -138,8 +139,10 @@ KernelStatus Launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 
     int i = 0;
     ((pointers[i++] = static_cast<void*>(&v)), ...);
   }, values);
+  profile::Begin(stream);
   const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block,
                                          pointers, smem, static_cast<cudaStream_t>(stream));
+  profile::End(stream, name);
   if (e != cudaSuccess) {
     return KernelStatus::Error(std::string(name) + ": " + cudaGetErrorString(e));
   }

@@ -3,20 +3,25 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/op_profile.h"
 
 namespace hap::cuda {
 namespace {
 
+// Every live DeviceAlloc allocation by address: what DeviceBytesInUse sums, and the fast answer
+// of IsDeviceRange (a lookup here instead of two cudaPointerGetAttributes calls, which the
+// backend would otherwise make for every operand of every op).
 std::mutex g_mu;
-std::unordered_map<const void*, size_t>& Sizes() {
-  static auto* sizes = new std::unordered_map<const void*, size_t>();
+std::map<const char*, size_t>& Sizes() {
+  static auto* sizes = new std::map<const char*, size_t>();
   return *sizes;
 }
 std::atomic<int64_t> g_in_use{0};
@@ -37,7 +42,7 @@ KernelStatus DeviceAlloc(void** ptr, size_t bytes) {
   KernelStatus s = FromCuda(cudaMalloc(ptr, bytes == 0 ? 1 : bytes), "cudaMalloc");
   if (!s.ok) return s;
   std::lock_guard<std::mutex> lock(g_mu);
-  Sizes()[*ptr] = bytes;
+  Sizes()[static_cast<const char*>(*ptr)] = bytes;
   g_in_use += static_cast<int64_t>(bytes);
   return s;
 }
@@ -46,7 +51,7 @@ KernelStatus DeviceFree(void* ptr) {
   if (ptr == nullptr) return KernelStatus::Ok();
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    auto it = Sizes().find(ptr);
+    auto it = Sizes().find(static_cast<const char*>(ptr));
     if (it != Sizes().end()) {
       g_in_use -= static_cast<int64_t>(it->second);
       Sizes().erase(it);
@@ -65,14 +70,21 @@ KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Strea
     ++g_to_host;
     g_to_host_bytes += static_cast<int64_t>(bytes);
   }
+  profile::Begin(stream);
   KernelStatus st = FromCuda(cudaMemcpyAsync(dst, src, bytes, k, s), "cudaMemcpyAsync");
+  profile::End(stream, kind == CopyKind::kHostToDevice   ? "copy host to device"
+                       : kind == CopyKind::kDeviceToHost ? "copy device to host"
+                                                         : "copy device to device");
   if (!st.ok || kind != CopyKind::kDeviceToHost) return st;
   return FromCuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
 KernelStatus Fill(void* dst, unsigned char value, size_t bytes, Stream stream) {
-  return FromCuda(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)),
-                  "cudaMemsetAsync");
+  profile::Begin(stream);
+  KernelStatus st = FromCuda(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)),
+                             "cudaMemsetAsync");
+  profile::End(stream, "fill");
+  return st;
 }
 
 KernelStatus Synchronize(Stream stream) {
@@ -155,6 +167,17 @@ bool IsDevicePointer(const void* ptr) {
 bool IsDeviceRange(const void* ptr, size_t bytes) {
   if (ptr == nullptr) return false;
   const char* first = static_cast<const char*>(ptr);
+  {
+    // Inside one of this process's allocations: the allocation at or below ptr holds the range.
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = Sizes().upper_bound(first);
+    if (it != Sizes().begin()) {
+      --it;
+      const size_t offset = static_cast<size_t>(first - it->first);
+      if (offset < std::max<size_t>(it->second, 1) && bytes <= it->second - offset) return true;
+    }
+  }
+  // Memory from elsewhere (another allocator, an IPC mapping): the runtime's answer.
   return IsDevicePointer(first) && (bytes <= 1 || IsDevicePointer(first + bytes - 1));
 }
 

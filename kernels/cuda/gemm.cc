@@ -1,5 +1,6 @@
 #include "kernels/cuda/gemm.h"
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/add.h"
@@ -65,6 +66,25 @@ KernelStatus Gemm::LinearRounded(const void* x_narrow, const void* w, ElemType w
     return KernelStatus::Error("LinearRounded: the weights must be BF16 or F16");
   }
   return Product(x_narrow, w, w_type, bias, y, m, n, k);
+}
+
+KernelStatus Gemm::BatchedProduct(ElemType type, bool b_transposed, int m, int n, int k,
+                                  float alpha, const void* a, int64_t lda, int64_t stride_a,
+                                  const void* b, int64_t ldb, int64_t stride_b, float* c,
+                                  int64_t ldc, int64_t stride_c, int batch) {
+  KernelStatus s = CheckShape("BatchedProduct", m, n, k);
+  if (!s.ok) return s;
+  const int64_t b_cols = b_transposed ? k : n;
+  if (batch < 0 || lda < k || ldb < b_cols || ldc < n || stride_a < 0 || stride_b < 0 ||
+      stride_c < 0 || lda > INT32_MAX || ldb > INT32_MAX || ldc > INT32_MAX) {
+    return KernelStatus::Error("BatchedProduct: lda=" + std::to_string(lda) +
+                               " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc) +
+                               " batch=" + std::to_string(batch) + " for m=" + std::to_string(m) +
+                               " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  }
+  if (m == 0 || batch == 0) return KernelStatus::Ok();
+  return internal::BlasGemmBatched(blas_, type, b_transposed, m, n, k, alpha, a, lda, stride_a, b,
+                                   ldb, stride_b, c, ldc, stride_c, batch, stream_);
 }
 
 KernelStatus Gemm::Product(const void* x, const void* w, ElemType type, const float* bias, float* y,

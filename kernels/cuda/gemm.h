@@ -33,6 +33,15 @@ class Gemm {
   // or kF16: RoundF32To's or RmsNormRounded's output): the same product without rounding again.
   KernelStatus LinearRounded(const void* x_narrow, const void* w, ElemType w_type,
                              const float* bias, float* y, int m, int n, int k);
+  // `batch` products c_i = alpha · a_i · op(b_i) (F32 accumulation, F32 out), row-major: a_i
+  // [m, k] with rows lda elements apart, c_i [m, n] with rows ldc apart; b_i [n, k] with
+  // b_transposed (c = a·bᵀ) or [k, n] (c = a·b), rows ldb apart. Operand i starts stride_* elements
+  // after operand i − 1. a and b of `type`. Attention's q·kᵀ and p·v over heads.
+  KernelStatus BatchedProduct(ElemType type, bool b_transposed, int m, int n, int k, float alpha,
+                              const void* a, int64_t lda, int64_t stride_a, const void* b,
+                              int64_t ldb, int64_t stride_b, float* c, int64_t ldc,
+                              int64_t stride_c, int batch);
+  Stream stream() const { return stream_; }
 
  private:
   Gemm() = default;
@@ -55,6 +64,11 @@ KernelStatus CreateBlas(Stream stream, void** blas);
 void DestroyBlas(void* blas);
 KernelStatus BlasGemm(void* blas, const void* x, const void* w, ElemType type, float* y, int m,
                       int n, int k, Stream stream);
+// Gemm::BatchedProduct's product, its arguments checked.
+KernelStatus BlasGemmBatched(void* blas, ElemType type, bool b_transposed, int m, int n, int k,
+                             float alpha, const void* a, int64_t lda, int64_t stride_a,
+                             const void* b, int64_t ldb, int64_t stride_b, float* c, int64_t ldc,
+                             int64_t stride_c, int batch, Stream stream);
 
 }  // namespace internal
 }  // namespace hap::cuda

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/op_profile.h"
 
 namespace hap::cuda::internal {
 namespace {
@@ -27,6 +28,12 @@ struct Cublas {
                             const void*, const void*, cudaDataType, int, const void*, cudaDataType,
                             int, const void*, void*, cudaDataType, int, cublasComputeType_t,
                             cublasGemmAlgo_t) = nullptr;
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                            int, int, int, const void*, const void*, cudaDataType,
+                                            int, long long, const void*, cudaDataType, int,
+                                            long long, const void*, void*, cudaDataType, int,
+                                            long long, int, cublasComputeType_t,
+                                            cublasGemmAlgo_t) = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;
   std::string error;  // why loading failed; empty once loaded
 };
@@ -62,6 +69,7 @@ const Cublas& LoadCublas() {
     resolve(c->destroy, "cublasDestroy_v2");
     resolve(c->set_stream, "cublasSetStream_v2");
     resolve(c->gemm_ex, "cublasGemmEx");
+    resolve(c->gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
     resolve(c->status_string, "cublasGetStatusString");
     return c;
   }();
@@ -95,11 +103,44 @@ KernelStatus CreateBlas(Stream stream, void** blas) {
 // Called only for a handle CreateBlas made, so cuBLAS is loaded.
 void DestroyBlas(void* blas) { LoadCublas().destroy(static_cast<cublasHandle_t>(blas)); }
 
+namespace {
+
+cudaDataType_t CudaType(ElemType type) {
+  return type == ElemType::kBF16 ? CUDA_R_16BF : type == ElemType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+}  // namespace
+
+KernelStatus BlasGemmBatched(void* blas, ElemType type, bool b_transposed, int m, int n, int k,
+                             float alpha, const void* a, int64_t lda, int64_t stride_a,
+                             const void* b, int64_t ldb, int64_t stride_b, float* c, int64_t ldc,
+                             int64_t stride_c, int batch, Stream stream) {
+  const cudaDataType_t t = CudaType(type);
+  const float beta = 0.f;
+  profile::Begin(stream);
+  struct Done {
+    Stream stream;
+    ~Done() { profile::End(stream, "cublas batched product"); }
+  } done{stream};
+  // Column-major view: cᵀ [n, m] = op(b) · aᵀ, where a row-major [m, k] is aᵀ column-major with
+  // leading dimension lda, and b row-major [n, k] (transposed) is column-major [k, n].
+  return FromCublas(
+      LoadCublas().gemm_strided_batched_ex(
+          static_cast<cublasHandle_t>(blas), b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+          n, m, k, &alpha, b, t, static_cast<int>(ldb), stride_b, a, t, static_cast<int>(lda),
+          stride_a, &beta, c, CUDA_R_32F, static_cast<int>(ldc), stride_c, batch,
+          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmStridedBatchedEx");
+}
+
 KernelStatus BlasGemm(void* blas, const void* x, const void* w, ElemType type, float* y, int m,
-                      int n, int k, Stream) {
-  const cudaDataType_t t = type == ElemType::kBF16  ? CUDA_R_16BF
-                           : type == ElemType::kF16 ? CUDA_R_16F
-                                                    : CUDA_R_32F;
+                      int n, int k, Stream stream) {
+  const cudaDataType_t t = CudaType(type);
+  profile::Begin(stream);
+  struct Done {
+    Stream stream;
+    ~Done() { profile::End(stream, "cublas product"); }
+  } done{stream};
   const float alpha = 1.f, beta = 0.f;
   // Column-major view: yᵀ [n, m] = w [n, k] · xᵀ [k, m]; w row-major [n, k] is column-major
   // [k, n] with leading dimension k, hence the transpose.

@@ -48,5 +48,42 @@ KernelStatus BlasGemm(void*, const void* x, const void* w, ElemType type, float*
   return s.ok() ? KernelStatus::Ok() : KernelStatus::Error("Linear: " + std::string(s.message()));
 }
 
+KernelStatus BlasGemmBatched(void*, ElemType type, bool b_transposed, int m, int n, int k,
+                             float alpha, const void* a, int64_t lda, int64_t stride_a,
+                             const void* b, int64_t ldb, int64_t stride_b, float* c, int64_t ldc,
+                             int64_t stride_c, int batch, Stream) {
+  g_products.fetch_add(1);
+  const DType dtype = type == ElemType::kBF16  ? DType::kBF16
+                      : type == ElemType::kF16 ? DType::kF16
+                                               : DType::kF32;
+  const size_t esize = DTypeSize(dtype);
+  const int64_t last = batch - 1;
+  const int64_t b_rows = b_transposed ? n : k, b_cols = b_transposed ? k : n;
+  if (!IsDeviceRange(a, esize * (last * stride_a + (m - 1) * lda + k)) ||
+      !IsDeviceRange(b, esize * (last * stride_b + (b_rows - 1) * ldb + b_cols)) ||
+      !IsDeviceRange(c, sizeof(float) * (last * stride_c + (m - 1) * ldc + n))) {
+    return KernelStatus::Error("BatchedProduct: an operand is not device memory");
+  }
+  // Each product of two narrow values is exact in F32; F32 sums in k order.
+  auto load = [&](const void* base, int64_t i) {
+    float v;
+    ConvertToF32(dtype, static_cast<const char*>(base) + i * esize, &v, 1);
+    return v;
+  };
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        float acc = 0.f;
+        for (int t = 0; t < k; ++t) {
+          const int64_t bj = b_transposed ? int64_t{j} * ldb + t : int64_t{t} * ldb + j;
+          acc += load(a, bi * stride_a + i * lda + t) * load(b, bi * stride_b + bj);
+        }
+        c[bi * stride_c + i * ldc + j] = alpha * acc;
+      }
+    }
+  }
+  return KernelStatus::Ok();
+}
+
 }  // namespace internal
 }  // namespace hap::cuda

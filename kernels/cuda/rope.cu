@@ -7,19 +7,31 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// Block per row; thread t handles frequency i = t % half of head t / half, striding over heads.
+// Widest head RopeKernel takes (its per-row table holds head_dim / 2 angles).
+constexpr int kMaxHeadDim = 1024;
+
+// Block per row. The row's angles are the same for every head: the first half of the threads
+// compute cos and sin of position · θ^(−2i/head_dim) (in F64, as the CPU's reference) once into
+// shared memory, then thread t rotates pair i = t % half of head t / half, striding over heads.
 __global__ void RopeKernel(float* x, const int32_t* positions, int n_heads, int head_dim,
                            float theta) {
+  HAP_SHARED(float, cos_table, kMaxHeadDim / 2);
+  HAP_SHARED(float, sin_table, kMaxHeadDim / 2);
   const int half = head_dim / 2;
   const double position = positions[blockIdx.x];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const double inv_freq = 1.0 / pow(static_cast<double>(theta), (2.0 * i) / head_dim);
+    double s, c;
+    sincos(position * inv_freq, &s, &c);
+    cos_table[i] = static_cast<float>(c);
+    sin_table[i] = static_cast<float>(s);
+  }
+  __syncthreads();
   float* row = x + static_cast<int64_t>(blockIdx.x) * n_heads * head_dim;
   for (int t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
     const int h = t / half;
     const int i = t % half;
-    const double inv_freq = 1.0 / pow(static_cast<double>(theta), (2.0 * i) / head_dim);
-    double s, c;
-    sincos(position * inv_freq, &s, &c);
-    const float cs = static_cast<float>(c), sn = static_cast<float>(s);
+    const float cs = cos_table[i], sn = sin_table[i];
     float* v = row + h * head_dim;
     const float a = v[i], b = v[i + half];
     v[i] = a * cs - b * sn;
@@ -31,10 +43,11 @@ __global__ void RopeKernel(float* x, const int32_t* positions, int n_heads, int 
 
 KernelStatus Rope(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
                   float theta, Stream stream) {
-  if (head_dim <= 0 || head_dim % 2 != 0 || rows < 0 || n_heads <= 0) {
-    return KernelStatus::Error("Rope: rows=" + std::to_string(rows) + " heads=" +
-                               std::to_string(n_heads) + " head_dim=" + std::to_string(head_dim) +
-                               " (head_dim must be even)");
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxHeadDim || rows < 0 || n_heads <= 0) {
+    return KernelStatus::Error(
+        "Rope: rows=" + std::to_string(rows) + " heads=" + std::to_string(n_heads) +
+        " head_dim=" + std::to_string(head_dim) + " (head_dim must be even, at most " +
+        std::to_string(kMaxHeadDim) + ")");
   }
   if (rows == 0) return KernelStatus::Ok();
   return Launch("RopeKernel", RopeKernel, dim3(rows), dim3(kThreads), 0, stream, x, positions,

@@ -39,7 +39,7 @@ absl::Status CheckKeepList(const std::vector<int>& keep, int n_vis, const char* 
 }  // namespace
 
 LlamaDecoder::LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights,
-                           const Backend& backend)
+                           const Backend& backend, DType attention_operands)
     : backend_(backend),
       cfg_(cfg),
       w_(weights),
@@ -51,7 +51,8 @@ LlamaDecoder::LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights,
       vocab_(cfg.text.vocab_size),
       eps_(cfg.text.rms_norm_eps),
       theta_(cfg.text.rope_theta),
-      scale_(1.f / std::sqrt(static_cast<float>(cfg.text.head_dim))) {}
+      scale_(1.f / std::sqrt(static_cast<float>(cfg.text.head_dim))),
+      attention_operands_(attention_operands) {}
 
 absl::Status LlamaDecoder::CheckTokenIds(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) {
@@ -112,6 +113,7 @@ void LlamaDecoder::DescribeLayer(StepDesc& desc, const StepValues& v, int l, int
     a.shape.head_dim = head_dim_;
     a.shape.scale = scale_;
     a.shape.causal = true;
+    a.shape.operands = attention_operands_;
     desc.Add(a);
   } else {
     desc.Add(step_op::Call{call_id});  // AttendDecode
@@ -126,12 +128,12 @@ void LlamaDecoder::DescribeLayer(StepDesc& desc, const StepValues& v, int l, int
   desc.Add(step_op::Add{v.x, v.h, n_hidden});
 }
 
-absl::StatusOr<std::unique_ptr<PlannedStep>> LlamaDecoder::PlanPrefill(int first, int n,
+absl::StatusOr<std::unique_ptr<PlannedStep>> LlamaDecoder::PlanPrefill(int first, int last, int n,
                                                                        bool with_lse,
                                                                        StepValues* values) const {
-  StepDesc desc(absl::StrFormat("prefill, layers %d-%d, %d rows", first, n_layers() - 1, n));
+  StepDesc desc(absl::StrFormat("prefill, layers %d-%d, %d rows", first, last, n));
   *values = DescribeValues(desc, n, with_lse);
-  for (int l = first; l < n_layers(); ++l) {
+  for (int l = first; l <= last; ++l) {
     desc.Add(step_op::Call{2 * l});
     DescribeLayer(desc, *values, l, n, /*prefill=*/true, 0);
     desc.Add(step_op::Call{2 * l + 1});
@@ -380,13 +382,29 @@ absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<in
     return control;
   };
   bindings.call = &call;
+  // A run ends at the pruner's next scheduled stage (where its stop would end it anyway), so
+  // planning costs one layer's ops per layer however many stages there are (HAP at 32 of 576
+  // prunes after every layer). A stage off the schedule still stops the run where it happens.
+  const std::vector<int>* schedule =
+      pruner != nullptr &&
+              static_cast<int>(pruner->stats().planned_layer_tokens.size()) == n_layers()
+          ? &pruner->stats().planned_layer_tokens
+          : nullptr;
+  auto run_end = [&](int first) {
+    for (int l = first; schedule != nullptr && l + 1 < n_layers(); ++l) {
+      if ((*schedule)[l + 1] < (*schedule)[l]) return l;
+    }
+    return n_layers() - 1;
+  };
   for (int first = 0; first < n_layers();) {
-    HAP_ASSIGN_OR_RETURN(plan, PlanPrefill(first, n, pruner != nullptr, &v));
+    const int last = run_end(first);
+    HAP_ASSIGN_OR_RETURN(plan, PlanPrefill(first, last, n, pruner != nullptr, &v));
     HAP_RETURN_IF_ERROR(workspace.Resize(plan->workspace_bytes()));
     bindings.workspace = workspace.data();
     HAP_ASSIGN_OR_RETURN(const int stopped, plan->Run(bindings));
-    first = stopped < 0 ? n_layers() : stopped / 2 + 1;
+    first = stopped < 0 ? last + 1 : stopped / 2 + 1;
   }
+  if (pruner) HAP_RETURN_IF_ERROR(pruner->Finish());
   cache->next_position = next_position;
   return LogitsInto(x.data() + static_cast<int64_t>(n - 1) * d_, 1, logits);
 }

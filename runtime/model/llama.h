@@ -29,7 +29,10 @@ struct PrefillTrace {
 class LlamaDecoder {
  public:
   // Every op runs on `backend` (which must outlive the decoder).
-  LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights, const Backend& backend);
+  // attention_operands: AttentionArgs::operands of the prefill's attention
+  // (ModelOptions::attention_dtype).
+  LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights, const Backend& backend,
+               DType attention_operands = DType::kF32);
 
   // Token embeddings F32 [n, hidden] for ids (InvalidArgument for an id outside the vocab).
   absl::StatusOr<std::vector<float>> Embed(const std::vector<int32_t>& ids) const;
@@ -86,10 +89,11 @@ class LlamaDecoder {
   // output projection, where the engine appends each sequence's row and attends over its cache.
   void DescribeLayer(StepDesc& desc, const StepValues& v, int l, int n, bool prefill,
                      int call_id) const;
-  // Layers [first, L) of a prefill over n rows, with a Call before each layer (id 2l) and after
-  // it (id 2l + 1): planned again after every pruning stage, for the rows it leaves.
-  absl::StatusOr<std::unique_ptr<PlannedStep>> PlanPrefill(int first, int n, bool with_lse,
-                                                           StepValues* values) const;
+  // Layers [first, last] of a prefill over n rows, with a Call before each layer (id 2l) and
+  // after it (id 2l + 1): planned up to the pruner's next scheduled stage, and again after every
+  // pruning stage, for the rows it leaves.
+  absl::StatusOr<std::unique_ptr<PlannedStep>> PlanPrefill(int first, int last, int n,
+                                                           bool with_lse, StepValues* values) const;
   // A whole decode step of b sequences, the final norm and LM head included, with a Call (id l)
   // at each layer's attention. Planned once per batch size and kept.
   absl::StatusOr<std::shared_ptr<const PlannedStep>> DecodePlan(int b, StepValues* values) const;
@@ -110,6 +114,7 @@ class LlamaDecoder {
   const TextWeights& w_;
   int d_, n_heads_, n_kv_heads_, head_dim_, ffn_, vocab_;
   float eps_, theta_, scale_;
+  DType attention_operands_;
   // Decode plans by batch size (up to kMaxKeptDecodePlans; larger batches plan per step).
   static constexpr int kMaxKeptDecodePlans = 64;
   mutable std::mutex plans_mu_;

@@ -37,6 +37,12 @@ absl::Status CheckHeadDims(const LlavaConfig& cfg, ModelParts parts, const Backe
   return absl::OkStatus();
 }
 
+// ModelOptions::attention_dtype for attention layers whose projections are stored in `weights`.
+DType AttentionOperands(const ModelOptions& options, DType weights, const Backend& backend) {
+  if (options.attention_dtype.has_value()) return *options.attention_dtype;
+  return backend.caps().narrow_attention && weights != DType::kF32 ? weights : DType::kF32;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& dir,
@@ -58,8 +64,18 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   HAP_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::Load(tok_path));
   HAP_ASSIGN_OR_RETURN(PlacedWeights placed, PlacedWeights::Place(m->backend(), *m->weights_));
   m->placed_ = std::make_unique<PlacedWeights>(std::move(placed));
+  if (HasPart(options.parts, ModelParts::kVision) && !m->weights_->vision().layers.empty()) {
+    m->vision_attention_ =
+        AttentionOperands(options, m->weights_->vision().layers[0].q_w.dtype, m->backend());
+  }
   if (HasPart(options.parts, ModelParts::kLanguage)) {
-    m->decoder_ = std::make_unique<LlamaDecoder>(m->config_, m->placed_->text(), m->backend());
+    DType text_attention = DType::kF32;
+    if (!m->weights_->text().layers.empty()) {
+      text_attention =
+          AttentionOperands(options, m->weights_->text().layers[0].q.dtype, m->backend());
+    }
+    m->decoder_ = std::make_unique<LlamaDecoder>(m->config_, m->placed_->text(), m->backend(),
+                                                 text_attention);
   }
   return m;
 }
@@ -141,7 +157,8 @@ absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
         absl::StrFormat("pixels hold %d values, expected %d (3 x %d x %d)", pixels.size(), want,
                         config_.vision.image_size, config_.vision.image_size));
   }
-  return RunVisionTower(backend(), config_, placed_->vision(), pixels.data(), feature_layer);
+  return RunVisionTower(backend(), config_, placed_->vision(), pixels.data(), feature_layer,
+                        vision_attention_);
 }
 
 absl::StatusOr<std::vector<float>> LlavaModel::Project(const std::vector<float>& features,

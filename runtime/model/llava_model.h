@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ struct ModelOptions {
   // the F32 ones (half the memory and transfer). The prefill's own attention reads the F32
   // rows, so its logits do not depend on it; the decode steps read the cache as stored.
   DType kv_dtype = DType::kF32;
+  // The operand type of attention in the prefill and the vision tower (AttentionArgs::operands):
+  // F32, or BF16/F16 rounded operands with F32 accumulation. Unset: the type of the attention
+  // layers' weights where the backend's fast path is narrow attention (BackendCaps::
+  // narrow_attention: the CUDA backend, on tensor cores), F32 otherwise (the CPU backend, whose
+  // F32 attention matches transformers in F32). Decode attention reads the cache as stored.
+  std::optional<DType> attention_dtype;
 };
 
 // A request's prompt: a question the LLaVA template wraps ("USER: <image>\n{question}
@@ -162,6 +169,7 @@ class LlavaModel {
   std::unique_ptr<PlacedWeights> placed_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<LlamaDecoder> decoder_;
+  DType vision_attention_ = DType::kF32;  // AttentionArgs::operands of the vision tower
 };
 
 }  // namespace hap

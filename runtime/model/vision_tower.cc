@@ -10,9 +10,9 @@
 namespace hap {
 
 absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const LlavaConfig& cfg,
-                                                  const VisionWeights& w,
-                                                  const float* pixels,
-                                                  VisionFeatureLayer* feature_layer) {
+                                                  const VisionWeights& w, const float* pixels,
+                                                  VisionFeatureLayer* feature_layer,
+                                                  DType attention_operands) {
   const VisionConfig& vc = cfg.vision;
   const int d = vc.hidden_size;
   const int p = vc.patch_size;
@@ -84,6 +84,7 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
     args.n_kv_heads = heads;
     args.head_dim = hd;
     args.scale = 1.f / std::sqrt(static_cast<float>(hd));
+    args.operands = attention_operands;
     HAP_RETURN_IF_ERROR(backend.Attention(args));
     HAP_RETURN_IF_ERROR(backend.Linear(attn.data(), lw.o_w, lw.o_b.f32(), proj.data(), n, kRows));
     HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));

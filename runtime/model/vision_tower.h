@@ -25,10 +25,11 @@ struct VisionFeatureLayer {
 // pixels: F32 [3, image_size, image_size] (CLIP-normalised). Returns the selected features
 // F32 [num_visual_tokens, vision.hidden_size] at vision_feature_layer. When feature_layer is
 // non-null it receives the feature layer's Q, K and output (the tower's own buffers, moved).
+// attention_operands: AttentionArgs::operands of its attention (ModelOptions::attention_dtype).
 absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const LlavaConfig& cfg,
-                                                  const VisionWeights& w,
-                                                  const float* pixels,
-                                                  VisionFeatureLayer* feature_layer);
+                                                  const VisionWeights& w, const float* pixels,
+                                                  VisionFeatureLayer* feature_layer,
+                                                  DType attention_operands = DType::kF32);
 
 // features F32 [n, vision.hidden] → image embeddings F32 [n, text.hidden]
 // (linear_1 → GELU → linear_2).

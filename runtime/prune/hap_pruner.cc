@@ -1,6 +1,7 @@
 // HapPruner: layer aggregation every layer of a pruning group, group aggregation + top-k at its
 // last layer. PAQs, weights and token scores stay in the backend's memory; the group's pruning
-// step brings back its kept indices, then its scalars for the explain record.
+// step brings back its kept indices, and its scalars for the explain record come back then (CPU
+// backend) or with every other group's in Finish (a device backend: one wait per step, not two).
 #include "runtime/prune/hap_pruner.h"
 
 #include <algorithm>
@@ -47,14 +48,24 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   // The group's layers run in order (StartLayer checks it) and n_vis is constant within it.
   const int slot = att.layer - pg.first_layer;
   const ScalarLayout at{pg.n_layers, H, n_vis};
-  if (slot == 0) {
+  if (g == 0 && slot == 0) {
+    // Every scored group's scalars, laid out from the plan's group shapes.
+    scalar_offsets_.assign(plan_.M - 1, 0);
+    size_t total = 0;
+    for (int i = 0; i + 1 < plan_.M; ++i) {
+      scalar_offsets_[i] = total;
+      total += ScalarLayout{plan_.groups[i].n_layers, H, plan_.groups[i].visual_tokens}.size();
+    }
+    pending_.clear();
     scalars_.Rebind(b);
-    HAP_RETURN_IF_ERROR(scalars_.Resize(at.size()));
-  } else if (scalars_.size() != at.size()) {
-    return absl::InternalError(absl::StrCat(stats_.method, ": layer ", att.layer, " of group ", g,
-                                            " does not match the group's first layer's shape"));
+    HAP_RETURN_IF_ERROR(scalars_.Resize(total));
   }
-  float* scalars = scalars_.data();
+  if (scalar_offsets_.size() != static_cast<size_t>(plan_.M - 1) || n_vis != pg.visual_tokens) {
+    return absl::InternalError(absl::StrCat(stats_.method, ": layer ", att.layer, " of group ", g,
+                                            " holds ", n_vis, " visual tokens, the plan ",
+                                            pg.visual_tokens, ", or group 0 did not run first"));
+  }
+  float* scalars = scalars_.data() + scalar_offsets_[g];
 
   // Â_h for every head: F32 [H, n_text, n_vis], rows renormalised over the visual tokens, and
   // the entropy of each row, which gives PAQ(Â_h) without a logarithm per element.
@@ -103,20 +114,43 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   HAP_RETURN_IF_ERROR(ops.TokenScores(group_map_.data(), n_text, n_vis, token_scores));
   const int keep = std::min(plan_.groups[g + 1].visual_tokens, n_vis);
   std::vector<int> kept(keep);
-  // The stage's one wait for the device: the kept indices. The scalars follow in one copy (the
-  // stream is idle by then); a NaN PAQ found there is the better error than the NaN scores
-  // StableTopK refuses.
+  // The stage's one wait for the device: the kept indices.
   const absl::Status selected = ops.StableTopK(token_scores, n_vis, keep, kept.data());
-  std::vector<float> host(at.size());
-  HAP_RETURN_IF_ERROR(scalars_.CopyTo(host.data()));
   HapGroupExplain gx;
-  HAP_RETURN_IF_ERROR(RecordGroup(g, at, host, &gx));
-  HAP_RETURN_IF_ERROR(selected);
+  if (b.caps().host_memory || !selected.ok()) {
+    // The scalars where they are (CPU), or, on a failed selection, copied now: a NaN PAQ found
+    // there is the better error than the NaN scores StableTopK refuses.
+    std::vector<float> host(at.size());
+    HAP_RETURN_IF_ERROR(b.CopyToHost(host.data(), scalars, sizeof(float) * at.size()));
+    HAP_RETURN_IF_ERROR(RecordGroup(g, at, host, &gx));
+    HAP_RETURN_IF_ERROR(selected);
+  }
   gx.kept = kept;
   gx.kept_original.resize(keep);
   for (int r = 0; r < keep; ++r) gx.kept_original[r] = present()[kept[r]];
-  stats_.hap_groups.push_back(std::move(gx));
+  if (b.caps().host_memory) {
+    stats_.hap_groups.push_back(std::move(gx));
+  } else {
+    pending_.push_back({g, at, std::move(gx)});
+  }
   return Commit(att, std::move(kept), Since(start));
+}
+
+absl::Status HapPruner::Finish() {
+  if (pending_.empty()) return absl::OkStatus();
+  // Every pending group's scalars in one copy.
+  std::vector<float> host(scalars_.size());
+  HAP_RETURN_IF_ERROR(scalars_.CopyTo(host.data()));
+  std::vector<Pending> pending = std::move(pending_);
+  pending_.clear();
+  for (Pending& p : pending) {
+    const auto begin = host.begin() + static_cast<std::ptrdiff_t>(scalar_offsets_[p.group]);
+    const std::vector<float> group(begin, begin + static_cast<std::ptrdiff_t>(p.at.size()));
+    HapGroupExplain gx = std::move(p.explain);
+    HAP_RETURN_IF_ERROR(RecordGroup(p.group, p.at, group, &gx));
+    stats_.hap_groups.push_back(std::move(gx));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status HapPruner::RecordGroup(int g, const ScalarLayout& at, const std::vector<float>& host,

@@ -21,9 +21,11 @@ class HapPruner : public PrunerBase {
 
   // The plan must be for dims (same L and V); its schedule names the method (MethodName).
   // stats() gains one HapLayerExplain per layer of groups 0..M−2 and one HapGroupExplain per
-  // pruning step, both when the group's pruning step runs (its layers' PAQs and weights stay in
-  // the backend's memory until then); layers of the last group are not scored (nothing is
-  // pruned after them), so M = 1 costs nothing.
+  // pruning step: on the CPU backend when the group's pruning step runs; on a device backend,
+  // whose copy back would be a second wait per step, all of them in Finish (their PAQs, weights
+  // and scores stay in the backend's memory until then, and the step waits only for its kept
+  // indices). Layers of the last group are not scored (nothing is pruned after them), so M = 1
+  // costs nothing.
   // paq_temperature τ (kPaqSoftmax only; > 0, finite) divides the centred PAQs at both the head
   // and the layer level: w_c = softmax((PAQ_c − mean PAQ) / τ). τ = 1 is the paper's definition
   // (docs/design.md §3), bit for bit; τ < 1 concentrates the weights. MakePruner checks requests
@@ -32,6 +34,7 @@ class HapPruner : public PrunerBase {
             double paq_temperature = 1.0);
 
   KeepResult AfterLayer(const LayerAttention& att) override;
+  absl::Status Finish() override;
 
   const Plan& plan() const { return plan_; }
 
@@ -63,7 +66,17 @@ class HapPruner : public PrunerBase {
   BackendArray<float> head_maps_;      // F32 [H, n_text, n_vis]: Â_h of the current layer
   BackendArray<double> head_entropy_;  // F64 [H, n_text]: entropy of each row of Â_h
   BackendArray<float> group_map_;      // F32 [n_text, n_vis]: A_g at the end of a group
-  BackendArray<float> scalars_;        // the current group's scalars (ScalarLayout)
+  // The scalars of every scored group, group g's at scalar_offsets_[g] (ScalarLayout), sized
+  // from the plan at the request's first scored layer.
+  BackendArray<float> scalars_;
+  std::vector<size_t> scalar_offsets_;
+  // Pruning steps whose explain records wait for Finish (device backends).
+  struct Pending {
+    int group;
+    ScalarLayout at;
+    HapGroupExplain explain;  // kept and kept_original filled; the rest from the scalars
+  };
+  std::vector<Pending> pending_;
 };
 
 }  // namespace hap

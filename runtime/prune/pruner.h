@@ -73,6 +73,11 @@ class Pruner {
   // std::nullopt keeps every token.
   virtual absl::StatusOr<std::optional<std::vector<int>>> AfterLayer(const LayerAttention& att) = 0;
 
+  // Called once after the last layer: a method that kept records in the backend's memory to
+  // spare the device a wait per stage (HAP's explain data on a GPU) brings them back here, in
+  // one copy, before stats() is read.
+  virtual absl::Status Finish() { return absl::OkStatus(); }
+
   // What the method did for this request so far (schedule, stages, timings, HAP explain).
   const PruneStats& stats() const { return stats_; }
 

@@ -446,6 +446,52 @@ TEST(KernelsCpu, AttentionCausalRowIgnoresLaterKeys) {
   for (int t = 0; t < hd; ++t) EXPECT_FLOAT_EQ(out[t], v[t]);
 }
 
+// BF16/F16 operands: equal to the reference that rounds the same operands (F64 sums), and equal
+// to F32 attention over inputs that were already narrow, up to the probabilities' rounding; far
+// from F32 attention over the unrounded inputs, so the rounding happens.
+TEST(KernelsCpu, AttentionWithNarrowOperands) {
+  const int n = 45, heads = 4, kv_heads = 2, hd = 32;
+  auto q = Random(static_cast<size_t>(n) * heads * hd, 21, 2.f);
+  auto k = Random(static_cast<size_t>(n) * kv_heads * hd, 22, 2.f);
+  auto v = Random(static_cast<size_t>(n) * kv_heads * hd, 23);
+  for (DType type : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(type));
+    std::vector<float> out(q.size()), ref(q.size()), f32(q.size()), lse(heads * n),
+        ref_lse(heads * n);
+    cpu::AttentionArgs a;
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.out = out.data();
+    a.lse = lse.data();
+    a.n_q = a.n_kv = n;
+    a.n_heads = heads;
+    a.n_kv_heads = kv_heads;
+    a.head_dim = hd;
+    a.scale = 1.f / std::sqrt(static_cast<float>(hd));
+    a.causal = true;
+    a.operands = type;
+    ASSERT_TRUE(cpu::Attention(a).ok());
+    cpu::AttentionArgs r = a;
+    r.out = ref.data();
+    r.lse = ref_lse.data();
+    cpu::AttentionReference(r);
+    EXPECT_TRUE(Close(out.data(), ref.data(), out.size(), 4e-3, 1e-2));
+    EXPECT_TRUE(Close(lse.data(), ref_lse.data(), lse.size(), 1e-5, 1e-5));
+    // Every probability is a narrow value: out is a sum of products of narrow numbers.
+    cpu::AttentionArgs wide = a;
+    wide.operands = DType::kF32;
+    wide.out = f32.data();
+    wide.lse = nullptr;
+    ASSERT_TRUE(cpu::Attention(wide).ok());
+    double worst = 0;
+    for (size_t i = 0; i < out.size(); ++i)
+      worst = std::max(worst, double{std::fabs(out[i] - f32[i])});
+    EXPECT_GT(worst, 1e-4) << "narrow operands give the F32 result: nothing was rounded";
+    EXPECT_LT(worst, 0.1);
+  }
+}
+
 TEST(KernelsCpu, AttentionRejectsBadGrouping) {
   float x = 0;
   cpu::AttentionArgs a;

@@ -2,12 +2,19 @@
 // attention over span lists against cpu::DecodeAttentionReference (both accumulate in F64).
 //
 // Tolerance: kF32Tol (atol 1e-5, rtol 1e-4) for every output, out and lse, F32 and BF16 KV
-// alike. The kernels differ from the references only in F32 rounding (dot products in F32, an
-// online softmax rescaled per tile/chunk, sums in another order); BF16 caches are compared on
-// the same bit patterns the reference widens, exactly, so BF16 storage adds no error of its own.
+// alike, except the narrow path's out (BF16/F16 operands, NarrowAttention): kNarrowOutTol
+// (atol 4e-3, rtol 1e-2). The reference rounds q, k, v and the probabilities as the kernel does,
+// but from probabilities computed in F64 rather than F32: where the two fall on either side of
+// a rounding boundary, one probability differs by one unit in the last place (2^-8 of it for
+// BF16), so out can differ by that much of one value row; a wrong rounding, row or head is off
+// by orders of magnitude more. The kernels differ from the references only in F32 rounding (dot
+// products in F32, an online softmax rescaled per tile/chunk, sums in another order); BF16 caches
+// are compared on the same bit patterns the reference widens, exactly, so BF16 storage adds no
+// error of its own.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -18,6 +25,7 @@
 #include "kernels/cpu/decode_attention.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/parity/rows.h"
 
 namespace hap::cuda::parity {
@@ -31,7 +39,12 @@ struct PrefillShape {
   // q uniform in [-q_range, q_range) and k, v in [-1, 1); scale 1 / sqrt(head_dim) unless set.
   float q_range = 1.f;
   float scale = 0.f;
+  // kBF16 / kF16: the narrow path, its scores in chunks of chunk_bytes (0: the default bound).
+  DType operands = DType::kF32;
+  int64_t chunk_bytes = 0;
 };
+
+inline constexpr Tolerance kNarrowOutTol{4e-3, 1e-2};
 
 std::string PrefillName(const PrefillShape& s) {
   std::string name = "Attention " + std::to_string(s.n_q) + "x" + std::to_string(s.n_kv) + " h" +
@@ -40,6 +53,12 @@ std::string PrefillName(const PrefillShape& s) {
   name += s.causal ? " causal+" + std::to_string(s.causal_offset) : " full";
   name += s.lse ? " lse" : " no-lse";
   if (s.scale != 0.f) name += " scale " + std::to_string(static_cast<int>(s.scale));
+  if (s.operands != DType::kF32) {
+    name += ' ';
+    name += DTypeName(s.operands);
+    name += " operands";
+  }
+  if (s.chunk_bytes != 0) name += " chunks of " + std::to_string(s.chunk_bytes) + " B";
   return name;
 }
 
@@ -60,6 +79,7 @@ CaseResult PrefillCase(const PrefillShape& s) {
   args.scale = s.scale != 0.f ? s.scale : 1.f / std::sqrt(static_cast<float>(s.head_dim));
   args.causal = s.causal;
   args.causal_offset = s.causal_offset;
+  args.operands = s.operands;
 
   std::vector<float> want_out(q_elems), want_lse(int64_t{s.n_heads} * s.n_q);
   AttentionArgs ref = args;
@@ -79,9 +99,20 @@ CaseResult PrefillCase(const PrefillShape& s) {
   args.lse = s.lse ? dlse.as<float>() : nullptr;
   Checker c;
   KernelStatus st;
-  const double ms = TimedMs([&] { return Attention(args, nullptr); }, &st);
+  double ms = 0;
+  if (s.operands == DType::kF32) {
+    ms = TimedMs([&] { return Attention(args, nullptr); }, &st);
+  } else {
+    std::unique_ptr<Gemm> gemm;
+    c.Status(Gemm::Create(nullptr, &gemm));
+    if (gemm == nullptr) return c.Result(0);
+    const int64_t chunk = s.chunk_bytes != 0 ? s.chunk_bytes : kNarrowAttentionChunkBytes;
+    DeviceBuffer workspace(NarrowAttentionWorkspaceBytes(args, chunk));
+    const ElemType type = s.operands == DType::kBF16 ? ElemType::kBF16 : ElemType::kF16;
+    ms = TimedMs([&] { return NarrowAttention(args, type, *gemm, workspace.data(), chunk); }, &st);
+  }
   c.Status(st);
-  c.Output("out", dout, want_out, kF32Tol);
+  c.Output("out", dout, want_out, s.operands == DType::kF32 ? kF32Tol : kNarrowOutTol);
   if (s.lse) c.Output("lse", dlse, want_lse, kF32Tol);
   c.Unchanged("q", dq, q.data());
   c.Unchanged("k", dk, k.data());
@@ -334,6 +365,18 @@ CaseResult ArgumentChecks() {
   a = good;
   a.n_kv = 0;
   expect_error("Attention with no key", Attention(a, nullptr));
+  std::unique_ptr<Gemm> gemm;
+  c.Status(Gemm::Create(nullptr, &gemm));
+  if (gemm != nullptr) {
+    a = good;
+    a.n_kv_heads = 3;
+    expect_error("NarrowAttention with 4 heads on 3 kv heads",
+                 NarrowAttention(a, ElemType::kBF16, *gemm, p));
+    expect_error("NarrowAttention with F32 operands",
+                 NarrowAttention(good, ElemType::kF32, *gemm, p));
+    expect_error("NarrowAttention without a workspace",
+                 NarrowAttention(good, ElemType::kBF16, *gemm, nullptr));
+  }
 
   DecodeAttentionArgs d;
   d.q = p;
@@ -377,6 +420,23 @@ void AddAttentionCases(std::vector<Case>& cases) {
   for (const PrefillShape& s : prefill) {
     cases.push_back({PrefillName(s), {"AttentionKernel"}, [=] { return PrefillCase(s); }});
   }
+  // The narrow path (cuBLAS products around ChunkSoftmaxKernel).
+  PrefillShape narrow[] = {
+      {77, 77, 8, 2, 24, true, 0, true},   // GQA, square causal: the decoder's prefill
+      {65, 65, 4, 4, 32, false, 0, true},  // full: the vision tower
+      {7, 50, 4, 4, 10, true, 43, false},  // causal offset, no lse
+      {9, 40, 3, 1, 17, false, 0, true},   // odd head_dim, 3 query heads on one kv head
+      {60, 60, 4, 2, 16, true, 0, true},   // in chunks of 5 rows (4 of them past the first)
+      {33, 65, 4, 2, 32, true, 32, true, 2.f, 1.f},  // peaked scores
+      {40, 40, 2, 2, 64, true, 0, true},             // F16
+  };
+  narrow[4].chunk_bytes = 5 * 4 * 60 * 6;
+  for (int i = 0; i < 6; ++i) narrow[i].operands = DType::kBF16;
+  narrow[6].operands = DType::kF16;
+  for (const PrefillShape& s : narrow) {
+    cases.push_back(
+        {PrefillName(s), {"RoundQkvKernel", "ChunkSoftmaxKernel"}, [=] { return PrefillCase(s); }});
+  }
 
   // Blocks of 16 rows, the last one partial.
   auto blocks = [](int rows) {
@@ -403,8 +463,9 @@ void AddAttentionCases(std::vector<Case>& cases) {
                      {"DecodeAttentionKernel"},
                      [dtype] { return DecodeBatchCase(dtype); }});
   }
-  cases.push_back(
-      {"Attention, DecodeAttention argument checks", {"AttentionKernel"}, ArgumentChecks});
+  cases.push_back({"Attention, DecodeAttention argument checks",
+                   {"AttentionKernel", "RoundQkvKernel", "ChunkSoftmaxKernel"},
+                   ArgumentChecks});
 }
 
 }  // namespace hap::cuda::parity

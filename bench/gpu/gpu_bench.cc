@@ -1,0 +1,554 @@
+// The CUDA backend on a real GPU at LLaVA-1.5-7B shapes: encode, prefill and first token of whole
+// requests unpruned and with a pruning method at several budgets; the method's scoring and
+// selection kernels in device time; where one request's GPU time goes (CUDA events around every
+// op, kernels/cuda/op_profile.h), and each op's device time and host issue time. Request stages
+// start after a device synchronisation and end on a host copy of their result (a sync), each op's
+// time is taken between two synchronisations (the op repeated in between), medians after warm-up;
+// no host clock runs around work still queued. bench/gpu/README.md says how to run it with a
+// 7B-shape checkpoint and transformers beside it (bench/gpu/run.sh).
+//
+//   gpu_bench --model DIR [--image FILE] [--prompt TEXT] [--retain 192,128,64,32]
+//             [--method hap] [--requests N] [--warmup N] [--json OUT]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "base/dtype.h"
+#include "base/status_macros.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/op_profile.h"
+#include "nlohmann/json.hpp"
+#include "runtime/device/device_backend.h"
+#include "runtime/image/image.h"
+#include "runtime/image/png_encode.h"
+#include "runtime/model/pipeline.h"
+
+namespace hap {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+[[noreturn]] void Die(const std::string& what, const absl::Status& s) {
+  std::fprintf(stderr, "gpu_bench: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
+  std::exit(1);
+}
+
+void Check(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) Die(what, s);
+}
+
+// One call of an op: its device time (ms) — two warm-up batches, then the median over 7 batches of
+// `reps` calls each, every batch between two synchronisations of the backend's stream — and the
+// host's time to issue it (µs; the same median, of the time until the last call returned, before
+// the batch's synchronisation). Where the host's exceeds the device's, a run of such ops leaves the
+// GPU waiting for the host.
+struct OpTime {
+  double device_ms = 0, host_us = 0;
+};
+OpTime TimeOp(const Backend& b, const std::string& name, const std::function<absl::Status()>& op,
+              int reps = 20) {
+  std::vector<double> device, host;
+  for (int batch = 0; batch < 9; ++batch) {
+    Check(b.Synchronize(), name);
+    const auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) Check(op(), name);
+    const double issued = MsSince(t0);
+    Check(b.Synchronize(), name);
+    if (batch < 2) continue;
+    device.push_back(MsSince(t0) / reps);
+    host.push_back(issued * 1e3 / reps);
+  }
+  return {Median(device), Median(host)};
+}
+
+// Device arrays of random values for the op table.
+class Arena {
+ public:
+  explicit Arena(const Backend& b) : b_(b) {}
+  float* F32(int64_t n, float scale = 1.f) {
+    std::vector<float> host(n);
+    for (float& x : host) x = scale * dist_(rng_);
+    return static_cast<float*>(Put(host.data(), sizeof(float) * n));
+  }
+  double* F64(int64_t n) {
+    std::vector<double> host(n, 1.0);
+    return static_cast<double*>(Put(host.data(), sizeof(double) * n));
+  }
+  int32_t* Positions(int n) {
+    std::vector<int32_t> host(n);
+    for (int i = 0; i < n; ++i) host[i] = i;
+    return static_cast<int32_t*>(Put(host.data(), sizeof(int32_t) * n));
+  }
+  // A BF16 weight [n, k] with entries of about 0.02.
+  TensorView Bf16(int64_t n, int64_t k) {
+    std::vector<uint16_t> host(n * k);
+    for (uint16_t& x : host) x = F32ToBF16(0.02f * dist_(rng_));
+    return TensorView(Put(host.data(), host.size() * 2), DType::kBF16, Device::kCuda, {n, k});
+  }
+
+ private:
+  void* Put(const void* host, size_t bytes) {
+    absl::StatusOr<BackendBuffer> buf = BackendBuffer::Allocate(b_, bytes);
+    if (!buf.ok()) Die("allocate", buf.status());
+    Check(b_.CopyToBackend(buf->data(), host, bytes), "upload");
+    buffers_.push_back(*std::move(buf));
+    return buffers_.back().data();
+  }
+  const Backend& b_;
+  std::mt19937 rng_{7};
+  std::normal_distribution<float> dist_{0.f, 1.f};
+  std::vector<BackendBuffer> buffers_;
+};
+
+struct OpRow {
+  std::string part, op, shape;
+  OpTime t;
+  double gflop = 0;  // real floating-point work, 0 where not a product
+};
+
+// The ops of one decoder layer, one vision layer and one HAP scoring layer and stage.
+std::vector<OpRow> OpTable(const Backend& b, int n_text) {
+  Arena a(b);
+  std::vector<OpRow> rows;
+  auto add = [&](std::string part, std::string op, std::string shape, double gflop,
+                 const std::function<absl::Status()>& fn) {
+    rows.push_back({part, op, shape, TimeOp(b, op, fn), gflop});
+  };
+  // Decoder layer: 576 visual + text rows (unpruned), then 32 visual + text rows (a layer after
+  // HAP kept 32), hidden 4096, 32 heads of 128, FFN 11008.
+  for (const int n : {576 + n_text, 32 + n_text}) {
+    const std::string part = n == 576 + n_text ? "llm" : "llm, pruned";
+    const int d = 4096, heads = 32, hd = 128, f = 11008;
+    const std::string rows_s = std::to_string(n);
+    float* x = a.F32(int64_t{n} * d);
+    float* y = a.F32(int64_t{n} * d);
+    float* q = a.F32(int64_t{n} * d);
+    float* k = a.F32(int64_t{n} * d);
+    float* v = a.F32(int64_t{n} * d);
+    float* out = a.F32(int64_t{n} * d);
+    float* lse = a.F32(int64_t{heads} * n);
+    float* gate = a.F32(int64_t{n} * f);
+    float* up = a.F32(int64_t{n} * f);
+    float* norm_w = a.F32(d);
+    int32_t* pos = a.Positions(n);
+    const TensorView wq = a.Bf16(d, d), wg = a.Bf16(f, d), wd = a.Bf16(d, f);
+    add(part, "RmsNorm", rows_s + "x4096", 0, [&] { return b.RmsNorm(x, norm_w, y, n, d, 1e-5f); });
+    add(part, "Linear q/k/v/o", rows_s + "x4096 · 4096x4096", 2e-9 * n * d * d,
+        [&] { return b.Linear(y, wq, nullptr, q, n, LinearRows::kOneSequence); });
+    add(part, "Linear gate/up", rows_s + "x4096 · 11008x4096", 2e-9 * n * d * f,
+        [&] { return b.Linear(y, wg, nullptr, gate, n, LinearRows::kOneSequence); });
+    add(part, "Linear down", rows_s + "x11008 · 4096x11008", 2e-9 * n * d * f,
+        [&] { return b.Linear(gate, wd, nullptr, y, n, LinearRows::kOneSequence); });
+    add(part, "Rope", rows_s + "x32x128", 0, [&] { return b.Rope(q, pos, n, heads, hd, 10000.f); });
+    AttentionArgs at;
+    at.q = q;
+    at.k = k;
+    at.v = v;
+    at.out = out;
+    at.lse = lse;
+    at.n_q = at.n_kv = n;
+    at.n_heads = at.n_kv_heads = heads;
+    at.head_dim = hd;
+    at.scale = 1.f / std::sqrt(float{hd});
+    at.causal = true;
+    const double attention_gflop = 2e-9 * 2 * heads * hd * n * (n + 1.0) / 2;
+    add(part, "Attention causal, F32", rows_s + "x32x128", attention_gflop,
+        [&] { return b.Attention(at); });
+    AttentionArgs narrow = at;
+    narrow.operands = DType::kBF16;
+    add(part, "Attention causal, BF16 operands", rows_s + "x32x128", attention_gflop,
+        [&] { return b.Attention(narrow); });
+    add(part, "SiluMul", rows_s + "x11008", 0, [&] { return b.SiluMul(gate, up, int64_t{n} * f); });
+    add(part, "Add", rows_s + "x4096", 0, [&] { return b.Add(y, x, int64_t{n} * d); });
+  }
+  // Vision layer (CLIP ViT-L/14 at 336 px): 577 rows, hidden 1024, 16 heads of 64, MLP 4096.
+  {
+    const int n = 577, d = 1024, heads = 16, hd = 64, f = 4096;
+    float* x = a.F32(int64_t{n} * d);
+    float* y = a.F32(int64_t{n} * d);
+    float* h = a.F32(int64_t{n} * f);
+    float* q = a.F32(int64_t{n} * d);
+    float* k = a.F32(int64_t{n} * d);
+    float* v = a.F32(int64_t{n} * d);
+    float* w = a.F32(d);
+    const TensorView wq = a.Bf16(d, d), w1 = a.Bf16(f, d), w2 = a.Bf16(d, f);
+    add("vision", "LayerNorm", "577x1024", 0, [&] { return b.LayerNorm(x, w, w, y, n, d, 1e-5f); });
+    add("vision", "Linear q/k/v/o", "577x1024 · 1024x1024", 2e-9 * n * d * d,
+        [&] { return b.Linear(x, wq, w, y, n, LinearRows::kOneSequence); });
+    add("vision", "Linear fc1", "577x1024 · 4096x1024", 2e-9 * n * d * f,
+        [&] { return b.Linear(x, w1, nullptr, h, n, LinearRows::kOneSequence); });
+    add("vision", "Linear fc2", "577x4096 · 1024x4096", 2e-9 * n * d * f,
+        [&] { return b.Linear(h, w2, nullptr, y, n, LinearRows::kOneSequence); });
+    add("vision", "QuickGelu", "577x4096", 0,
+        [&] { return b.Activate(Activation::kQuickGelu, h, int64_t{n} * f); });
+    AttentionArgs at;
+    at.q = q;
+    at.k = k;
+    at.v = v;
+    at.out = y;
+    at.n_q = at.n_kv = n;
+    at.n_heads = at.n_kv_heads = heads;
+    at.head_dim = hd;
+    at.scale = 1.f / std::sqrt(float{hd});
+    add("vision", "Attention, F32", "577x16x64", 2e-9 * 2 * heads * hd * n * n,
+        [&] { return b.Attention(at); });
+    AttentionArgs narrow = at;
+    narrow.operands = DType::kBF16;
+    add("vision", "Attention, BF16 operands", "577x16x64", 2e-9 * 2 * heads * hd * n * n,
+        [&] { return b.Attention(narrow); });
+  }
+  return rows;
+}
+
+struct Args {
+  std::string model, image, json;
+  std::string prompt = "What colour is the shape in the top left corner of the picture?";
+  std::string method = "hap";
+  std::vector<double> retain = {192, 128, 64, 32};
+  int requests = 20, warmup = 3;
+};
+
+bool ParseArgs(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "gpu_bench: %s needs a value\n", k.c_str());
+      return false;
+    }
+    const std::string v = argv[i + 1];
+    auto count = [&](int min, int* out) {
+      if (absl::SimpleAtoi(v, out) && *out >= min) return true;
+      std::fprintf(stderr, "gpu_bench: %s '%s' is not a whole number >= %d\n", k.c_str(), v.c_str(),
+                   min);
+      return false;
+    };
+    if (k == "--model") {
+      a->model = v;
+    } else if (k == "--image") {
+      a->image = v;
+    } else if (k == "--prompt") {
+      a->prompt = v;
+    } else if (k == "--method") {
+      a->method = v;
+    } else if (k == "--json") {
+      a->json = v;
+    } else if (k == "--requests") {
+      if (!count(1, &a->requests)) return false;
+    } else if (k == "--warmup") {
+      if (!count(0, &a->warmup)) return false;
+    } else if (k == "--retain") {
+      a->retain.clear();
+      for (auto part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+        double x;
+        if (!absl::SimpleAtod(part, &x) || !(x > 0)) {
+          std::fprintf(stderr, "gpu_bench: --retain '%s': '%s' is not a positive number\n",
+                       v.c_str(), std::string(part).c_str());
+          return false;
+        }
+        a->retain.push_back(x);
+      }
+    } else {
+      std::fprintf(stderr, "gpu_bench: unknown flag %s\n", k.c_str());
+      return false;
+    }
+  }
+  if (a->model.empty()) {
+    std::fprintf(stderr,
+                 "usage: gpu_bench --model DIR [--image FILE] [--retain 192,128,64,32] "
+                 "[--method hap] [--requests N] [--warmup N] [--json OUT]\n");
+    return false;
+  }
+  return true;
+}
+
+// A 336×336 PNG of a fixed, non-repeating pattern (visual tokens that differ from each other).
+std::string PatternImage() {
+  RgbImage img;
+  img.width = img.height = 336;
+  img.pixels.resize(size_t{336} * 336 * 3);
+  for (size_t i = 0; i < img.pixels.size(); ++i) {
+    img.pixels[i] = static_cast<uint8_t>((i * 37 + i / 301 * 11) % 253);
+  }
+  absl::StatusOr<std::string> png = EncodePng(img);
+  if (!png.ok()) Die("image", png.status());
+  return *png;
+}
+
+// One configuration's requests: the medians and what the last one's prefill reported.
+struct RequestTimes {
+  std::string name;
+  PruneRequest prune;
+  std::vector<double> encode_ms, prefill_ms;
+  double encode = 0, prefill = 0, first_token = 0, flops_ratio = 1;
+  double avg_visual = 0;
+  int prompt_tokens = 0;
+  PruneStats stats;
+};
+
+// `warmup` + `requests` rounds, each running every configuration once (so a clock that changes
+// during the run weighs on all alike). Each stage starts after a synchronisation and ends on the
+// host copy of its result (the embeddings; the first token), then the medians.
+void TimeRequests(const LlavaModel& model, const Backend& b, const std::string& image,
+                  const PromptText& prompt, const Args& a, std::vector<RequestTimes>* configs) {
+  for (int round = 0; round < a.warmup + a.requests; ++round) {
+    for (RequestTimes& t : *configs) {
+      Check(b.Synchronize(), "sync");
+      const auto t0 = Clock::now();
+      absl::StatusOr<EncodeResult> e = EncodeImage(model, image, t.prune);
+      if (!e.ok()) Die("encode", e.status());
+      const double encode_ms = MsSince(t0);
+      const auto t1 = Clock::now();
+      Sampler greedy{SamplingParams{}};
+      absl::StatusOr<PrefillResult> p = RunPrefill(model, prompt, *e, t.prune, &greedy);
+      if (!p.ok()) Die("prefill (" + t.name + ")", p.status());
+      Check(b.Synchronize(), "sync");
+      const double prefill_ms = MsSince(t1);
+      if (round < a.warmup) continue;
+      t.encode_ms.push_back(encode_ms);
+      t.prefill_ms.push_back(prefill_ms);
+      t.flops_ratio = p->stats.flops_full / p->stats.unpruned_flops_full;
+      t.avg_visual = p->stats.average_visual_tokens;
+      t.prompt_tokens = p->stats.prompt_tokens;
+      t.stats = p->stats.prune;
+    }
+  }
+  for (RequestTimes& t : *configs) {
+    t.encode = Median(t.encode_ms);
+    t.prefill = Median(t.prefill_ms);
+    std::vector<double> first(t.encode_ms.size());
+    for (size_t i = 0; i < first.size(); ++i) first[i] = t.encode_ms[i] + t.prefill_ms[i];
+    t.first_token = Median(first);
+  }
+}
+
+// The pruning methods' scoring and selection kernels (kernels/cuda: text→visual rows, PAQ,
+// PAQ-softmax, weighted sums, token scores, top-k).
+bool IsPruningKernel(const std::string& name) {
+  for (const char* k : {"TextVisualAttentionKernel", "PaqKernel", "PaqSoftmaxKernel",
+                        "WeightedSumKernel", "TokenScoresKernel", "StableTopKKernel"}) {
+    if (name == k) return true;
+  }
+  return false;
+}
+
+// One request of `t`'s configuration with every op bracketed by CUDA events
+// (kernels/cuda/op_profile.h): how long the GPU was busy, how long it sat idle waiting for the
+// host, and the ops that took the most of either. The events add host work of their own, so the
+// idle time is an upper bound.
+Json ProfileRequest(const LlavaModel& model, const Backend& b, const std::string& image,
+                    const PromptText& prompt, const RequestTimes& t, bool print) {
+  Json j;
+  for (const char* stage : {"encode", "prefill"}) {
+    absl::StatusOr<EncodeResult> e = EncodeImage(model, image, t.prune);
+    if (!e.ok()) Die("encode", e.status());
+    Check(b.Synchronize(), "sync");
+    cuda::profile::Enable();
+    if (std::string(stage) == "encode") {
+      e = EncodeImage(model, image, t.prune);
+      if (!e.ok()) Die("encode", e.status());
+    } else {
+      Sampler greedy{SamplingParams{}};
+      absl::StatusOr<PrefillResult> p = RunPrefill(model, prompt, *e, t.prune, &greedy);
+      if (!p.ok()) Die("prefill", p.status());
+    }
+    cuda::profile::Summary sum;
+    const cuda::KernelStatus st = cuda::profile::Take(&sum);
+    if (!st.ok) Die("profile", absl::InternalError(st.message));
+    if (!print) {
+      double pruning_ms = 0;
+      for (const auto& x : sum.entries) {
+        if (IsPruningKernel(x.name)) pruning_ms += x.device_ms;
+      }
+      j[stage] = {{"ops", sum.ops},
+                  {"busy_ms", sum.busy_ms},
+                  {"span_ms", sum.span_ms},
+                  {"pruning_kernels_ms", pruning_ms}};
+      continue;
+    }
+    std::printf("\n%s, %s: %lld ops, GPU busy %.2f of %.2f ms (idle %.2f ms, %.0f%%)\n",
+                t.name.c_str(), stage, static_cast<long long>(sum.ops), sum.busy_ms, sum.span_ms,
+                sum.span_ms - sum.busy_ms, 100 * (sum.span_ms - sum.busy_ms) / sum.span_ms);
+    std::printf("| op | count | device ms | GPU idle before it, ms |\n|---|---|---|---|\n");
+    std::vector<cuda::profile::Entry> by_idle = sum.entries;
+    std::sort(by_idle.begin(), by_idle.end(),
+              [](const auto& x, const auto& y) { return x.idle_before_ms > y.idle_before_ms; });
+    // The ten that took the most device time, then any other among the five with most idle.
+    std::vector<cuda::profile::Entry> shown(
+        sum.entries.begin(), sum.entries.begin() + std::min<size_t>(10, sum.entries.size()));
+    for (size_t i = 0; i < std::min<size_t>(5, by_idle.size()); ++i) {
+      if (std::none_of(shown.begin(), shown.end(),
+                       [&](const auto& x) { return x.name == by_idle[i].name; })) {
+        shown.push_back(by_idle[i]);
+      }
+    }
+    Json entries = Json::array();
+    for (const auto& x : shown) {
+      std::printf("| %s | %lld | %.3f | %.3f |\n", x.name.c_str(), static_cast<long long>(x.count),
+                  x.device_ms, x.idle_before_ms);
+      entries.push_back({{"op", x.name},
+                         {"count", x.count},
+                         {"device_ms", x.device_ms},
+                         {"idle_before_ms", x.idle_before_ms}});
+    }
+    double pruning_ms = 0;
+    for (const auto& x : sum.entries) {
+      if (IsPruningKernel(x.name)) pruning_ms += x.device_ms;
+    }
+    j[stage] = {{"ops", sum.ops},
+                {"busy_ms", sum.busy_ms},
+                {"span_ms", sum.span_ms},
+                {"pruning_kernels_ms", pruning_ms},
+                {"entries", entries}};
+  }
+  return j;
+}
+
+int Main(int argc, char** argv) {
+  Args a;
+  if (!ParseArgs(argc, argv, &a)) return 2;
+  absl::StatusOr<const Backend*> backend = BackendForDevice("cuda");
+  if (!backend.ok()) Die("--device cuda", backend.status());
+  const Backend& b = **backend;
+
+  Json out;
+  cudaDeviceProp prop{};
+  int device = 0, driver = 0, runtime = 0;
+  cudaGetDevice(&device);
+  cudaGetDeviceProperties(&prop, device);
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  std::printf("GPU: %s (%d SMs, %.0f GiB), CUDA driver %d.%d, runtime %d.%d, %s\n", prop.name,
+              prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, driver / 1000,
+              driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, date);
+  out["gpu"] = prop.name;
+  out["cuda_driver"] = std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+  out["date"] = date;
+
+  ModelOptions options;
+  options.backend = &b;
+  const auto t_load = Clock::now();
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(a.model, options);
+  if (!model.ok()) Die("load " + a.model, model.status());
+  std::printf("model %s: loaded in %.1f s\n", a.model.c_str(), MsSince(t_load) / 1e3);
+  const LlavaConfig& c = (*model)->config();
+  const int V = c.num_visual_tokens();
+
+  std::string image = PatternImage();
+  if (!a.image.empty()) {
+    std::ifstream f(a.image, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    image = ss.str();
+  }
+  const PromptText prompt(a.prompt);
+
+  // Whole requests first (the op table's random arrays would otherwise share the device).
+  std::vector<RequestTimes> configs(1);
+  configs[0].name = "none";
+  configs[0].prune.method = "none";
+  for (double r576 : a.retain) {
+    RequestTimes t;
+    t.name = a.method + " " + std::to_string(static_cast<int>(r576));
+    t.prune.method = a.method;
+    t.prune.retain = r576 * V / 576.0;
+    configs.push_back(t);
+  }
+  TimeRequests(**model, b, image, prompt, a, &configs);
+  const RequestTimes& base = configs[0];
+  const int n_text = base.prompt_tokens - V;
+  std::printf(
+      "\nprompt: %d tokens (%d visual, %d text); median of %d rounds after %d warm-up, "
+      "each round one request of every configuration\n",
+      base.prompt_tokens, V, n_text, a.requests, a.warmup);
+  std::printf(
+      "\n| config | encode ms | prefill ms | first token ms | prefill speedup | FLOPs ratio "
+      "| %s kernels ms (device, one profiled request) | share of prefill |\n",
+      a.method.c_str());
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf("| none | %.2f | %.2f | %.2f | 1.00x | 1.000 | — | — |\n", base.encode, base.prefill,
+              base.first_token);
+  Json reqs = Json::array();
+  reqs.push_back({{"config", "none"},
+                  {"encode_ms", base.encode},
+                  {"prefill_ms", base.prefill},
+                  {"first_token_ms", base.first_token},
+                  {"prompt_tokens", base.prompt_tokens}});
+  Json profiles;
+  for (const RequestTimes& t : configs) {
+    profiles[t.name] = ProfileRequest(**model, b, image, prompt, t, /*print=*/false);
+  }
+  for (size_t i = 1; i < configs.size(); ++i) {
+    const RequestTimes& t = configs[i];
+    // The method's kernels over the whole prefill, device time (events around each).
+    const double select_ms = profiles[t.name]["prefill"]["pruning_kernels_ms"].get<double>();
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2fx | %.3f | %.2f | %.1f%% |\n", t.name.c_str(),
+                t.encode, t.prefill, t.first_token, base.prefill / t.prefill, t.flops_ratio,
+                select_ms, 100 * select_ms / t.prefill);
+    reqs.push_back({{"config", t.name},
+                    {"encode_ms", t.encode},
+                    {"prefill_ms", t.prefill},
+                    {"first_token_ms", t.first_token},
+                    {"flops_ratio", t.flops_ratio},
+                    {"avg_visual_tokens", t.avg_visual},
+                    {"select_ms_device", select_ms}});
+  }
+  out["requests"] = reqs;
+  for (const RequestTimes& t : configs) {
+    if (t.name == "none" || t.name == configs.back().name) {
+      profiles[t.name] = ProfileRequest(**model, b, image, prompt, t, /*print=*/true);
+    }
+  }
+  out["profiles"] = profiles;
+
+  std::printf(
+      "\n| part | op | shape | device ms | TFLOP/s | host µs to issue |\n"
+      "|---|---|---|---|---|---|\n");
+  Json ops = Json::array();
+  for (const OpRow& r : OpTable(b, n_text)) {
+    const std::string tflops = r.gflop > 0 ? std::to_string(r.gflop / r.t.device_ms) : "";
+    std::printf("| %s | %s | %s | %.4f | %s | %.1f |\n", r.part.c_str(), r.op.c_str(),
+                r.shape.c_str(), r.t.device_ms, tflops.substr(0, 5).c_str(), r.t.host_us);
+    ops.push_back({{"part", r.part},
+                   {"op", r.op},
+                   {"shape", r.shape},
+                   {"ms", r.t.device_ms},
+                   {"host_us", r.t.host_us}});
+  }
+  out["ops"] = ops;
+  if (!a.json.empty()) {
+    std::ofstream f(a.json);
+    f << out.dump(2) << "\n";
+    if (!f) Die("--json", absl::InternalError("cannot write " + a.json));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace hap
+
+int main(int argc, char** argv) { return hap::Main(argc, argv); }
