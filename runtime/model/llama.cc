@@ -263,12 +263,43 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
 absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<int32_t> positions,
                                        int vis_begin, int n_vis, Pruner* pruner, KvStore* cache,
                                        PrefillTrace* trace, BackendArray<float>* logits) const {
+  return PrefillRowsInto(std::move(x_host), nullptr, nullptr, std::move(positions), vis_begin,
+                         n_vis, pruner, cache, trace, logits);
+}
+
+absl::Status LlamaDecoder::PrefillSplicedInto(const std::vector<int32_t>& ids,
+                                              const float* image_embeds,
+                                              std::vector<int32_t> positions, int vis_begin,
+                                              int n_vis, Pruner* pruner, KvStore* cache,
+                                              PrefillTrace* trace,
+                                              BackendArray<float>* logits) const {
+  if (pruner != nullptr && pruner->ReadsInputEmbeddings()) {
+    return absl::InvalidArgumentError(
+        "prefill: this pruning method reads the input embeddings on the host; splice them there");
+  }
+  if (ids.size() != positions.size() || (n_vis > 0 && image_embeds == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prefill: %d token ids for %d positions, image rows %s", ids.size(),
+                        positions.size(), image_embeds == nullptr ? "missing" : "given"));
+  }
+  HAP_RETURN_IF_ERROR(CheckTokenIds(ids));
+  return PrefillRowsInto({}, &ids, image_embeds, std::move(positions), vis_begin, n_vis, pruner,
+                         cache, trace, logits);
+}
+
+absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
+                                           const std::vector<int32_t>* ids,
+                                           const float* image_embeds,
+                                           std::vector<int32_t> positions, int vis_begin, int n_vis,
+                                           Pruner* pruner, KvStore* cache, PrefillTrace* trace,
+                                           BackendArray<float>* logits) const {
   int n = static_cast<int>(positions.size());
-  if (n == 0 || x_host.size() != static_cast<size_t>(n) * d_ || vis_begin < 0 || n_vis < 0 ||
+  const size_t rows_given = ids != nullptr ? ids->size() * d_ : x_host.size();
+  if (n == 0 || rows_given != static_cast<size_t>(n) * d_ || vis_begin < 0 || n_vis < 0 ||
       vis_begin + n_vis > n) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "prefill: %d positions, %d embedding values (hidden %d), visual rows [%d, %d)", n,
-        x_host.size(), d_, vis_begin, vis_begin + n_vis));
+        rows_given, d_, vis_begin, vis_begin + n_vis));
   }
   if (cache->n_layers() != n_layers() || cache->total_rows() != 0 ||
       cache->row_bytes() != kv_dim() * static_cast<int64_t>(DTypeSize(cache->dtype()))) {
@@ -279,8 +310,14 @@ absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<in
   }
   const int32_t next_position = positions.back() + 1;
   if (pruner) {
-    PrefillInput input{x_host.data(), n, d_, vis_begin, n_vis, n_layers()};
+    // Spliced on the device, the embeddings are not on the host: the pruner does not read them.
+    PrefillInput input{
+        ids != nullptr ? nullptr : x_host.data(), n, d_, vis_begin, n_vis, n_layers()};
     HAP_ASSIGN_OR_RETURN(std::optional<std::vector<int>> keep, pruner->Begin(input));
+    if (keep.has_value() && ids != nullptr) {
+      return absl::InternalError(
+          "prefill: a pruner that chooses before the LLM needs the input embeddings on the host");
+    }
     if (keep.has_value()) {
       // Pruned before the LLM (PruneStage::kBeforeLlm): the other visual rows leave the input
       // embeddings and position ids here, on the host, before anything is uploaded or cached;
@@ -302,8 +339,15 @@ absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<in
   // host (the cache records them) and are compacted on both sides.
   BackendArray<float> x(backend_);           // F32 [n, hidden]
   BackendArray<int32_t> positions_dev(backend_);  // [n]
-  HAP_RETURN_IF_ERROR(x.Assign(x_host.data(), x_host.size()));
-  std::vector<float>().swap(x_host);  // not read again: the prefill's peak holds one copy
+  if (ids != nullptr) {
+    HAP_RETURN_IF_ERROR(x.Resize(static_cast<size_t>(n) * d_));
+    HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, ids->data(), n, x.data()));
+    HAP_RETURN_IF_ERROR(backend_.CopyToBackend(x.data() + static_cast<int64_t>(vis_begin) * d_,
+                                               image_embeds, sizeof(float) * n_vis * d_));
+  } else {
+    HAP_RETURN_IF_ERROR(x.Assign(x_host.data(), x_host.size()));
+    std::vector<float>().swap(x_host);  // not read again: the prefill's peak holds one copy
+  }
   HAP_RETURN_IF_ERROR(positions_dev.Assign(positions.data(), positions.size()));
   // One workspace for every plan of this prefill: the first is the largest (pruning only
   // removes rows), so it is allocated once.

@@ -193,12 +193,18 @@ absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
         prompt.n_vis, d));
   }
   // Text rows come from the embedding table; the image token rows are replaced by the image
-  // embeddings (the image token id itself may lie outside the embedding table).
+  // embeddings (the image token id itself may lie outside the embedding table). On a device
+  // the two are spliced there, unless the pruner reads the whole input on the host.
   std::vector<int32_t> ids = prompt.ids;
   for (int i = 0; i < prompt.n_vis; ++i) ids[prompt.vis_begin + i] = 0;
-  HAP_ASSIGN_OR_RETURN(std::vector<float> x, decoder_->Embed(ids));
-  std::memcpy(x.data() + static_cast<int64_t>(prompt.vis_begin) * d, image_embeds.data(),
-              image_embeds.size() * sizeof(float));
+  const bool splice_on_device =
+      !backend().caps().host_memory && (pruner == nullptr || !pruner->ReadsInputEmbeddings());
+  std::vector<float> x;
+  if (!splice_on_device) {
+    HAP_ASSIGN_OR_RETURN(x, decoder_->Embed(ids));
+    std::memcpy(x.data() + static_cast<int64_t>(prompt.vis_begin) * d, image_embeds.data(),
+                image_embeds.size() * sizeof(float));
+  }
   std::vector<int32_t> positions(ids.size());
   for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
 
@@ -214,9 +220,15 @@ absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
                                           options_.kv_dtype, kv_reserve_rows));
   }
   BackendArray<float> logits(backend());  // F32 [1, vocab]
-  HAP_RETURN_IF_ERROR(decoder_->PrefillInto(std::move(x), std::move(positions), prompt.vis_begin,
-                                            prompt.n_vis, pruner, &out.kv(), &out.trace,
-                                            &logits));
+  if (splice_on_device) {
+    HAP_RETURN_IF_ERROR(decoder_->PrefillSplicedInto(ids, image_embeds.data(), std::move(positions),
+                                                     prompt.vis_begin, prompt.n_vis, pruner,
+                                                     &out.kv(), &out.trace, &logits));
+  } else {
+    HAP_RETURN_IF_ERROR(decoder_->PrefillInto(std::move(x), std::move(positions), prompt.vis_begin,
+                                              prompt.n_vis, pruner, &out.kv(), &out.trace,
+                                              &logits));
+  }
   if (sampler == nullptr) {
     out.logits.resize(logits.size());
     HAP_RETURN_IF_ERROR(logits.CopyTo(out.logits.data()));

@@ -46,6 +46,7 @@ class DivPrunePruner : public PrunerBase {
 
   // Selects the K tokens; required before layer 0.
   KeepResult Begin(const PrefillInput& input) override;
+  bool ReadsInputEmbeddings() const override { return true; }
   KeepResult AfterLayer(const LayerAttention& att) override;
 
   int keep() const { return keep_; }

@@ -66,6 +66,9 @@ class Pruner {
   virtual absl::StatusOr<std::optional<std::vector<int>>> Begin(const PrefillInput& input) {
     return std::optional<std::vector<int>>();
   }
+  // Whether Begin reads input.embeddings. Otherwise a device backend builds the input rows in
+  // its own memory, and Begin gets none.
+  virtual bool ReadsInputEmbeddings() const { return false; }
 
   // Called after layer att.layer's attention. Returning a value prunes: the engine keeps the
   // listed visual tokens (indices into the n_vis tokens currently present, strictly ascending)

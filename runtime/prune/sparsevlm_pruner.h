@@ -18,6 +18,7 @@ class SparseVlmPruner : public PrunerBase {
 
   // Picks the raters from the input embeddings (prunes nothing there); required before layer 0.
   KeepResult Begin(const PrefillInput& input) override;
+  bool ReadsInputEmbeddings() const override { return true; }
   KeepResult AfterLayer(const LayerAttention& att) override;
 
   const StageSchedule& schedule() const { return schedule_; }

@@ -324,10 +324,10 @@ TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
   }
 }
 
-// What comes back to the host. A prefill: the token embeddings once (they are spliced with the
-// image's on the host), its first token's id (greedy), and per pruning stage its kept indices —
-// for HAP also, once at the end, one copy of every stage's PAQs, weights and token scores —, no
-// PAQ scalar per layer and nothing of its KV cache, which stays in the backend's memory. A decode
+// What comes back to the host. A prefill: its first token's id (greedy) and per pruning stage
+// its kept indices — for HAP also, once at the end, one copy of every stage's PAQs, weights and
+// token scores —; not the prompt's embeddings (spliced with the image's in the backend's
+// memory), no PAQ scalar per layer and nothing of its KV cache, which stays there too. A decode
 // step that samples on the device: the greedy rows' ids and the other rows' candidates (one copy
 // each), and a row of logits only for a row counted in full_rows; each row's token is exactly
 // Sampler::Sample's on the same backend's logits, with the same seed, batched or not, and a seeded
@@ -362,7 +362,7 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
       EXPECT_EQ(static_cast<int>(pre->stats.prune.hap_groups.size()), stages);
     }
     // The cache stays in device memory: no copy per layer.
-    EXPECT_EQ(copies, 1 + 1 + stages + (hap ? 1 : 0));
+    EXPECT_EQ(copies, 1 + stages + (hap ? 1 : 0));
     EXPECT_EQ(pre->first_token_sampling.argmax, 1);
     if (prune.method == "hap") prefill = std::move(*pre);
   }
@@ -595,7 +595,7 @@ TEST(CudaModelTest, ThePrefillSamplesItsFirstTokenWhereTheLogitsAre) {
       } else {
         // HAP: per stage its kept indices, and every stage's scalars in one copy at the end.
         const int stages = static_cast<int>(pre_gpu->stats.prune.stages.size());
-        EXPECT_EQ(copies, 1 + stages + 1 + (need == Sampler::Need::kRow ? 0 : 1) + c.full_rows);
+        EXPECT_EQ(copies, stages + 1 + (need == Sampler::Need::kRow ? 0 : 1) + c.full_rows);
       }
       std::printf("%s, first token %d: %d argmax, %d by candidates, %d rows copied; %lld copies, "
                   "%lld bytes\n", method, pre_gpu->first_token, c.argmax, c.top, c.full_rows,

@@ -125,7 +125,9 @@ TEST(CudaStructure, NoDeviceAllocationOrFreeAfterWarmUp) {
     const int64_t cold = cuda::emulation::DeviceAllocations();
     request();  // warm-up
     // The first request on the model takes its memory from the device (the counter counts).
-    if (prune.method == "none") EXPECT_GT(cuda::emulation::DeviceAllocations() - cold, 0);
+    if (prune.method == "none") {
+      EXPECT_GT(cuda::emulation::DeviceAllocations() - cold, 0);
+    }
     const int64_t allocations = cuda::emulation::DeviceAllocations();
     const int64_t frees = cuda::emulation::DeviceFrees();
     request();
