@@ -122,6 +122,23 @@ class Arena {
   std::vector<BackendBuffer> buffers_;
 };
 
+// Self-attention over n rows of `heads` heads of hd (as many kv heads), F32 operands.
+AttentionArgs SelfAttention(const float* q, const float* k, const float* v, float* out, float* lse,
+                            int n, int heads, int hd, bool causal) {
+  AttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.out = out;
+  a.lse = lse;
+  a.n_q = a.n_kv = n;
+  a.n_heads = a.n_kv_heads = heads;
+  a.head_dim = hd;
+  a.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  a.causal = causal;
+  return a;
+}
+
 struct OpRow {
   std::string part, op, shape;
   OpTime t;
@@ -162,17 +179,7 @@ std::vector<OpRow> OpTable(const Backend& b, int n_text) {
     add(part, "Linear down", rows_s + "x11008 · 4096x11008", 2e-9 * n * d * f,
         [&] { return b.Linear(gate, wd, nullptr, y, n, LinearRows::kOneSequence); });
     add(part, "Rope", rows_s + "x32x128", 0, [&] { return b.Rope(q, pos, n, heads, hd, 10000.f); });
-    AttentionArgs at;
-    at.q = q;
-    at.k = k;
-    at.v = v;
-    at.out = out;
-    at.lse = lse;
-    at.n_q = at.n_kv = n;
-    at.n_heads = at.n_kv_heads = heads;
-    at.head_dim = hd;
-    at.scale = 1.f / std::sqrt(float{hd});
-    at.causal = true;
+    const AttentionArgs at = SelfAttention(q, k, v, out, lse, n, heads, hd, /*causal=*/true);
     const double attention_gflop = 2e-9 * 2 * heads * hd * n * (n + 1.0) / 2;
     add(part, "Attention causal, F32", rows_s + "x32x128", attention_gflop,
         [&] { return b.Attention(at); });
@@ -203,15 +210,7 @@ std::vector<OpRow> OpTable(const Backend& b, int n_text) {
         [&] { return b.Linear(h, w2, nullptr, y, n, LinearRows::kOneSequence); });
     add("vision", "QuickGelu", "577x4096", 0,
         [&] { return b.Activate(Activation::kQuickGelu, h, int64_t{n} * f); });
-    AttentionArgs at;
-    at.q = q;
-    at.k = k;
-    at.v = v;
-    at.out = y;
-    at.n_q = at.n_kv = n;
-    at.n_heads = at.n_kv_heads = heads;
-    at.head_dim = hd;
-    at.scale = 1.f / std::sqrt(float{hd});
+    const AttentionArgs at = SelfAttention(q, k, v, y, nullptr, n, heads, hd, /*causal=*/false);
     add("vision", "Attention, F32", "577x16x64", 2e-9 * 2 * heads * hd * n * n,
         [&] { return b.Attention(at); });
     AttentionArgs narrow = at;

@@ -43,25 +43,34 @@ std::vector<float> RoundedCopy(DType type, const float* x, int64_t n) {
   return out;
 }
 
+// args with q, k and v pointing at rounded copies when its operands are narrow (args itself
+// otherwise): the products of rounded values are then exact in F32, as on tensor cores.
+struct RoundedOperands {
+  explicit RoundedOperands(const AttentionArgs& in) : args(in) {
+    if (in.operands == DType::kF32) return;
+    const int64_t kv_n = int64_t{in.n_kv} * in.n_kv_heads * in.head_dim;
+    q = RoundedCopy(in.operands, in.q, int64_t{in.n_q} * in.n_heads * in.head_dim);
+    k = RoundedCopy(in.operands, in.k, kv_n);
+    v = RoundedCopy(in.operands, in.v, kv_n);
+    args.q = q.data();
+    args.k = k.data();
+    args.v = v.data();
+  }
+  RoundedOperands(const RoundedOperands&) = delete;
+  RoundedOperands& operator=(const RoundedOperands&) = delete;
+  AttentionArgs args;
+  std::vector<float> q, k, v;
+};
+
 }  // namespace
 
 absl::Status Attention(const AttentionArgs& args) {
   if (absl::Status s = Validate(args); !s.ok()) return s;
   if (args.n_q == 0) return absl::OkStatus();
-  // Narrow operands: q, k and v rounded once here; the probabilities below, row by row. The
-  // products of rounded values are then exact in F32, as on tensor cores.
-  AttentionArgs a = args;
-  std::vector<float> q_r, k_r, v_r;
+  // Narrow operands: q, k and v rounded once here; the probabilities below, row by row.
+  const RoundedOperands rounded(args);
+  const AttentionArgs& a = rounded.args;
   const bool narrow = a.operands != DType::kF32;
-  if (narrow) {
-    const int64_t kv_n = int64_t{a.n_kv} * a.n_kv_heads * a.head_dim;
-    q_r = RoundedCopy(a.operands, a.q, int64_t{a.n_q} * a.n_heads * a.head_dim);
-    k_r = RoundedCopy(a.operands, a.k, kv_n);
-    v_r = RoundedCopy(a.operands, a.v, kv_n);
-    a.q = q_r.data();
-    a.k = k_r.data();
-    a.v = v_r.data();
-  }
   const int hd = a.head_dim;
   const int q_stride = a.n_heads * hd;
   const int kv_stride = a.n_kv_heads * hd;
@@ -107,18 +116,9 @@ absl::Status Attention(const AttentionArgs& args) {
 }
 
 void AttentionReference(const AttentionArgs& args) {
-  AttentionArgs a = args;
-  std::vector<float> q_r, k_r, v_r;
+  const RoundedOperands rounded(args);
+  const AttentionArgs& a = rounded.args;
   const bool narrow = a.operands != DType::kF32;
-  if (narrow) {
-    const int64_t kv_n = int64_t{a.n_kv} * a.n_kv_heads * a.head_dim;
-    q_r = RoundedCopy(a.operands, a.q, int64_t{a.n_q} * a.n_heads * a.head_dim);
-    k_r = RoundedCopy(a.operands, a.k, kv_n);
-    v_r = RoundedCopy(a.operands, a.v, kv_n);
-    a.q = q_r.data();
-    a.k = k_r.data();
-    a.v = v_r.data();
-  }
   const int hd = a.head_dim;
   const int q_stride = a.n_heads * hd;
   const int kv_stride = a.n_kv_heads * hd;

@@ -37,6 +37,20 @@ absl::Status CheckHeadDims(const LlavaConfig& cfg, ModelParts parts, const Backe
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::StatusOr<std::optional<DType>> ParseAttentionDTypeFlagValue(std::string_view flag,
+                                                                  std::string_view value) {
+  if (value == "auto") return std::optional<DType>();
+  if (value == "f32") return DType::kF32;
+  if (value == "bf16") return DType::kBF16;
+  if (value == "f16") return DType::kF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(flag), " '", std::string(value), "' is not auto, f32, bf16 or f16"));
+}
+
+namespace {
+
 // ModelOptions::attention_dtype for attention layers whose projections are stored in `weights`.
 DType AttentionOperands(const ModelOptions& options, DType weights, const Backend& backend) {
   if (options.attention_dtype.has_value()) return *options.attention_dtype;

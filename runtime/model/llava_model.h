@@ -48,6 +48,12 @@ struct ModelOptions {
   std::optional<DType> attention_dtype;
 };
 
+// The attention dtype a command-line flag names (--attention-dtype, HAP_ATTENTION_DTYPE): "auto"
+// (unset: ModelOptions::attention_dtype's default), "f32", "bf16" or "f16". InvalidArgument naming
+// `flag`, the value and the accepted names otherwise.
+absl::StatusOr<std::optional<DType>> ParseAttentionDTypeFlagValue(std::string_view flag,
+                                                                  std::string_view value);
+
 // A request's prompt: a question the LLaVA template wraps ("USER: <image>\n{question}
 // ASSISTANT:"), or a whole prompt a chat template already rendered, holding exactly one
 // "<image>" placeholder. Converts implicitly from a question.

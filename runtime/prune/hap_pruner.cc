@@ -60,7 +60,8 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
     scalars_.Rebind(b);
     HAP_RETURN_IF_ERROR(scalars_.Resize(total));
   }
-  if (scalar_offsets_.size() != static_cast<size_t>(plan_.M - 1) || n_vis != pg.visual_tokens) {
+  // The group's slot was sized for the plan's token count: more would overrun it.
+  if (scalar_offsets_.size() != static_cast<size_t>(plan_.M - 1) || n_vis > pg.visual_tokens) {
     return absl::InternalError(absl::StrCat(stats_.method, ": layer ", att.layer, " of group ", g,
                                             " holds ", n_vis, " visual tokens, the plan ",
                                             pg.visual_tokens, ", or group 0 did not run first"));

@@ -1,4 +1,5 @@
 // hap-encoder: the vision-encoder service (image bytes → visual embeddings).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@ std::vector<OptionSpec> Specs() {
                    "largest encoded image accepted (RESOURCE_EXHAUSTED above)"});
   specs.push_back({"max-image-pixels", "HAP_MAX_IMAGE_PIXELS", "40000000",
                    "largest width*height accepted (RESOURCE_EXHAUSTED above)"});
+  specs.push_back({"attention-dtype", "HAP_ATTENTION_DTYPE", "auto",
+                   "the vision tower attention's operands: auto (the weights' type on cuda, f32 "
+                   "on cpu), f32, bf16 or f16"});
   return specs;
 }
 
@@ -47,6 +51,10 @@ int Main(int argc, char** argv) {
   model_options.parts = ModelParts::kVision;  // vision tower + projector only
   model_options.image_limits.max_bytes = config.max_image_bytes;
   model_options.image_limits.max_pixels = *max_pixels;
+  const absl::StatusOr<std::optional<DType>> attention_dtype =
+      ParseAttentionDTypeFlagValue("--attention-dtype", options.Get("attention-dtype"));
+  if (!attention_dtype.ok()) return StartupFailure(host.name(), attention_dtype.status());
+  model_options.attention_dtype = *attention_dtype;
   auto loaded = LoadServiceModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);

@@ -79,6 +79,9 @@ std::vector<OptionSpec> Specs() {
   specs.push_back({"kv-dtype", "HAP_KV_DTYPE", "f32",
                    "KV cache element type the prefill writes and sends to hap-decode: f32, or "
                    "bf16 (half the memory and transfer; give hap-decode the same)"});
+  specs.push_back({"attention-dtype", "HAP_ATTENTION_DTYPE", "auto",
+                   "the prefill attention's operands: auto (the weights' type on cuda, f32 on "
+                   "cpu), f32, bf16 or f16"});
   specs.push_back({"openai-port", "HAP_OPENAI_PORT", "",
                    "serve the OpenAI-compatible HTTP API (/v1/chat/completions, /v1/models) on "
                    "this port; 0 = a free port; empty = off"});
@@ -262,6 +265,10 @@ int Main(int argc, char** argv) {
   model_options.parts = ModelParts::kLanguage;  // the encoder service holds the vision tower
   model_options.max_prompt_tokens = static_cast<int>(*max_prompt);
   model_options.kv_dtype = *kv_dtype;
+  const absl::StatusOr<std::optional<DType>> attention_dtype =
+      ParseAttentionDTypeFlagValue("--attention-dtype", options.Get("attention-dtype"));
+  if (!attention_dtype.ok()) return StartupFailure(host.name(), attention_dtype.status());
+  model_options.attention_dtype = *attention_dtype;
   auto loaded = LoadServiceModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);

@@ -218,6 +218,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LoadModel(const Flags& flags) {
   ModelOptions options;
   options.threads = static_cast<int>(threads);
   HAP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeFlag(flags));
+  HAP_ASSIGN_OR_RETURN(options.attention_dtype, ParseAttentionDTypeFlag(flags));
   HAP_ASSIGN_OR_RETURN(options.backend, BackendForDevice(DeviceFlag(flags)));
   return LlavaModel::Load(ResolveModelDir(flags.GetOr("model", "")), options);
 }
@@ -471,17 +472,21 @@ constexpr char kUsage[] =
     "usage: hapctl eval [--model DIR] --data DIR [--method M] [--retain K|P% | --flops F]\n"
     "         [--limit N] [--max-new-tokens N (4)] [--predictions FILE] [--json] [--no-baseline]\n"
     "         [--seed S] [--threads N] [--device cpu|cuda] [--kv-dtype f32|bf16]\n"
+    "         [--attention-dtype auto|f32|bf16|f16]\n"
     "       hapctl eval [--model DIR] --question-file FILE --image-folder DIR --answers-file OUT\n"
     "         [--method M|M1,M2,...|all] [--retain K|P% | --flops F] [--limit N]\n"
     "         [--max-new-tokens N (128)] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
     "         [--conv-mode llava_hf|vicuna_v1] [--num-chunks N --chunk-idx K]\n"
     "         [--threads N] [--device cpu|cuda] [--kv-dtype f32|bf16]\n"
+    "         [--attention-dtype auto|f32|bf16|f16]\n"
     "\n"
     "--data: a visual-QA folder (questions.jsonl + images, data/scenes-test/README.md); prints\n"
     "accuracy next to the unpruned model's. --question-file: a LLaVA question file (question_id,\n"
     "image, text per line); writes LLaVA's answer file, one line per answer as it completes.\n"
     "With several methods, OUT holds {method}: answers/{method}.jsonl. See docs/llava-eval.md.\n"
-    "--kv-dtype: what the KV cache holds (default f32; bf16 halves it, as hapctl run's).\n";
+    "--kv-dtype: what the KV cache holds (default f32; bf16 halves it, as hapctl run's).\n"
+    "--attention-dtype: the prefill's and vision tower's attention operands (auto: the weights'\n"
+    "type on cuda, f32 on cpu; docs/design.md §6).\n";
 
 // Flags that belong to one of the two modes only.
 const std::vector<std::string> kFolderOnly = {"data", "predictions", "json", "no-baseline"};
@@ -491,12 +496,12 @@ const std::vector<std::string> kLlavaOnly = {"question-file", "image-folder", "a
 
 int CmdEval(const std::vector<std::string>& args) {
   auto flags =
-      Flags::Parse(args, {"model",           "data",         "method",     "retain",
-                          "flops",           "seed",         "limit",      "max-new-tokens",
-                          "predictions",     "threads",      "device",     "question-file",
-                          "image-folder",    "answers-file", "conv-mode",  "temperature",
-                          "top-p",           "top-k",        "num-chunks", "chunk-idx",
-                          "paq-temperature", "kv-dtype"},
+      Flags::Parse(args, {"model",           "data",         "method",         "retain",
+                          "flops",           "seed",         "limit",          "max-new-tokens",
+                          "predictions",     "threads",      "device",         "question-file",
+                          "image-folder",    "answers-file", "conv-mode",      "temperature",
+                          "top-p",           "top-k",        "num-chunks",     "chunk-idx",
+                          "paq-temperature", "kv-dtype",     "attention-dtype"},
                    {"json", "no-baseline", "help"});
   if (!flags.ok()) return Fail("eval", flags.status());
   if (flags->Bool("help")) {

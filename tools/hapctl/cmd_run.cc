@@ -18,7 +18,8 @@ namespace hap::cli {
 namespace {
 
 int CmdRun(const std::vector<std::string>& args) {
-  std::set<std::string> value_flags = {"model", "image", "prompt", "threads", "device", "kv-dtype"};
+  std::set<std::string> value_flags = {"model",  "image",    "prompt",         "threads",
+                                       "device", "kv-dtype", "attention-dtype"};
   std::set<std::string> bool_flags = {"json"};
   AddGenerationFlags(&value_flags);
   auto flags = Flags::Parse(args, value_flags, bool_flags);
@@ -29,11 +30,14 @@ int CmdRun(const std::vector<std::string>& args) {
   if (!threads.ok()) return Fail("run", threads.status());
   auto kv_dtype = ParseKvDTypeFlag(*flags);
   if (!kv_dtype.ok()) return Fail("run", kv_dtype.status());
+  auto attention_dtype = ParseAttentionDTypeFlag(*flags);
+  if (!attention_dtype.ok()) return Fail("run", attention_dtype.status());
 
   const auto t0 = std::chrono::steady_clock::now();
   ModelOptions options;
   options.threads = static_cast<int>(*threads);
   options.kv_dtype = *kv_dtype;
+  options.attention_dtype = *attention_dtype;
   auto backend = BackendForDevice(DeviceFlag(*flags));
   if (!backend.ok()) return Fail("run", backend.status());
   options.backend = *backend;

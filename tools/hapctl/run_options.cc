@@ -78,6 +78,10 @@ absl::StatusOr<DType> ParseKvDTypeFlag(const Flags& flags) {
   return ParseKvDTypeFlagValue("--kv-dtype", flags.GetOr("kv-dtype", "f32"));
 }
 
+absl::StatusOr<std::optional<DType>> ParseAttentionDTypeFlag(const Flags& flags) {
+  return ParseAttentionDTypeFlagValue("--attention-dtype", flags.GetOr("attention-dtype", "auto"));
+}
+
 absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags) {
   SamplingParams sampling;
   HAP_ASSIGN_OR_RETURN(double temperature, flags.Double("temperature", 0.0));

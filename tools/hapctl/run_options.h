@@ -1,6 +1,7 @@
 // Generation flags and result printing shared by `hapctl run`, `generate` and `eval`.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 
@@ -25,6 +26,8 @@ absl::StatusOr<int> ParseMaxNewTokens(const Flags& flags, int default_value);
 // --kv-dtype f32|bf16 (default f32, as hap-prefill and hap-decode): what the KV cache holds
 // (ModelOptions::kv_dtype). `run`, `eval`, `dump` and `up` take it.
 absl::StatusOr<DType> ParseKvDTypeFlag(const Flags& flags);
+// --attention-dtype auto|f32|bf16|f16 (default auto): ModelOptions::attention_dtype.
+absl::StatusOr<std::optional<DType>> ParseAttentionDTypeFlag(const Flags& flags);
 
 // The sampling flags --temperature --top-p --top-k --seed, checked (ValidateSamplingParams).
 absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags);
