@@ -59,7 +59,7 @@ struct Block {
       // q [heads·hd, d], k and v [kv_heads·hd, d], gate and up [ffn, d], o [d, heads·hd]
       const int n = i == 0 ? kHeads * kHd : i < 3 ? kKvHeads * kHd : i < 5 ? kFfn : kD;
       const int k = i < 5 ? kD : kHeads * kHd;
-      host[i] = Random(size_t{n} * k, 20 + i, 0.2f);
+      host[i] = Random(static_cast<size_t>(n) * k, 20 + i, 0.2f);
       const void* data = host[i].data();
       if (dtype != DType::kF32) {
         narrow[i].resize(host[i].size());
@@ -421,7 +421,9 @@ TEST_P(StepTest, AnOpsErrorNamesTheStepAndTheOp) {
   absl::Status s = (*plan)->Run(bindings).status();
   ASSERT_FALSE(s.ok());
   // The op's own code (the CPU op's InvalidArgument; a kernel's refusal is Internal on CUDA).
-  if (b().caps().host_memory) EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  if (b().caps().host_memory) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  }
   EXPECT_TRUE(Contains(s.message(), "step \"failing\", op 0 (Attention): "));
 }
 
