@@ -162,8 +162,7 @@ absl::Status LlavaModel::CheckCanDecode(const KvStore& cache) const {
   return decoder_->CheckCanDecode(cache);
 }
 
-absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
-    const std::vector<float>& pixels, VisionFeatureLayer* feature_layer) const {
+absl::Status LlavaModel::CheckPixels(const std::vector<float>& pixels) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kVision));
   const int64_t want = 3LL * config_.vision.image_size * config_.vision.image_size;
   if (static_cast<int64_t>(pixels.size()) != want) {
@@ -171,6 +170,19 @@ absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
         absl::StrFormat("pixels hold %d values, expected %d (3 x %d x %d)", pixels.size(), want,
                         config_.vision.image_size, config_.vision.image_size));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> LlavaModel::ImageEmbeddings(
+    const std::vector<float>& pixels) const {
+  HAP_RETURN_IF_ERROR(CheckPixels(pixels));
+  return RunVisionToEmbeddings(backend(), config_, placed_->vision(), placed_->projector(),
+                               pixels.data(), vision_attention_);
+}
+
+absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
+    const std::vector<float>& pixels, VisionFeatureLayer* feature_layer) const {
+  HAP_RETURN_IF_ERROR(CheckPixels(pixels));
   return RunVisionTower(backend(), config_, placed_->vision(), pixels.data(), feature_layer,
                         vision_attention_);
 }

@@ -119,6 +119,9 @@ class LlavaModel {
                                                     VisionFeatureLayer* feature_layer) const;
   // Vision features F32 [n, vision_hidden] → image embeddings F32 [n, hidden].
   absl::StatusOr<std::vector<float>> Project(const std::vector<float>& features, int n) const;
+  // Project(VisionFeatures(pixels)) with the features kept in the backend's memory between the
+  // two (on a device they never come to the host): image embeddings F32 [V, hidden].
+  absl::StatusOr<std::vector<float>> ImageEmbeddings(const std::vector<float>& pixels) const;
 
   // The prompt's ids with `n_visual` image tokens (InvalidArgument for an empty or too long
   // prompt, and for a rendered one without exactly one "<image>").
@@ -175,6 +178,8 @@ class LlavaModel {
   std::unique_ptr<PlacedWeights> placed_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<LlamaDecoder> decoder_;
+  // InvalidArgument unless pixels hold 3 × image_size² values (and the vision part is loaded).
+  absl::Status CheckPixels(const std::vector<float>& pixels) const;
   DType vision_attention_ = DType::kF32;  // AttentionArgs::operands of the vision tower
 };
 

@@ -47,26 +47,31 @@ absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_vi
   if (prune.method == "visionzip") {
     HAP_ASSIGN_OR_RETURN(zip, VisionZipCountsFor(prune, DimsOf(cfg)));
   }
-  VisionFeatureLayer feature_layer;
-  HAP_ASSIGN_OR_RETURN(std::vector<float> features,
-                       model.VisionFeatures(pixels, zip.enabled() ? &feature_layer : nullptr));
-  int n = static_cast<int>(features.size() / cfg.vision.hidden_size);
-  if (zip.enabled()) {
-    VisionZipInput in;
-    in.q = feature_layer.q.data();
-    in.k = feature_layer.k.data();
-    in.hidden = feature_layer.hidden.data();
-    in.n_tokens = feature_layer.n_tokens;
-    in.n_heads = feature_layer.n_heads;
-    in.head_dim = feature_layer.head_dim;
-    in.d_model = cfg.vision.hidden_size;
-    in.scale = feature_layer.scale;
-    in.backend = &feature_layer.hidden.backend();  // the model's backend, which ran the tower
-    HAP_ASSIGN_OR_RETURN(features, VisionZipCompress(in, zip));
-    n = zip.total();
+  if (!zip.enabled()) {
+    // Tower and projector with the features handed over in the backend's memory.
+    HAP_ASSIGN_OR_RETURN(out.embeds, model.ImageEmbeddings(pixels));
+    out.n_vis = static_cast<int>(out.embeds.size() / cfg.text.hidden_size);
+    out.preprocess_ms = MsBetween(t0, t1);
+    out.encode_ms = MsBetween(t1, Clock::now());
+    return out;
   }
-  HAP_ASSIGN_OR_RETURN(out.embeds, model.Project(features, n));
-  out.n_vis = n;
+  // VisionZip compresses the feature layer's rows from its Q, K and output, which stay in the
+  // backend's memory for it.
+  VisionFeatureLayer feature_layer;
+  HAP_RETURN_IF_ERROR(model.VisionFeatures(pixels, &feature_layer).status());
+  VisionZipInput in;
+  in.q = feature_layer.q.data();
+  in.k = feature_layer.k.data();
+  in.hidden = feature_layer.hidden.data();
+  in.n_tokens = feature_layer.n_tokens;
+  in.n_heads = feature_layer.n_heads;
+  in.head_dim = feature_layer.head_dim;
+  in.d_model = cfg.vision.hidden_size;
+  in.scale = feature_layer.scale;
+  in.backend = &feature_layer.hidden.backend();  // the model's backend, which ran the tower
+  HAP_ASSIGN_OR_RETURN(std::vector<float> features, VisionZipCompress(in, zip));
+  HAP_ASSIGN_OR_RETURN(out.embeds, model.Project(features, zip.total()));
+  out.n_vis = zip.total();
   out.preprocess_ms = MsBetween(t0, t1);
   out.encode_ms = MsBetween(t1, Clock::now());
   return out;

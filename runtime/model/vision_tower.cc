@@ -9,10 +9,14 @@
 
 namespace hap {
 
-absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const LlavaConfig& cfg,
-                                                  const VisionWeights& w, const float* pixels,
-                                                  VisionFeatureLayer* feature_layer,
-                                                  DType attention_operands) {
+namespace {
+
+// The tower up to its feature layer: *x_out = its output F32 [n, d] (CLS first) in the backend's
+// memory; with feature_layer, that layer's Q, K and shape (its output is *x_out: the caller moves
+// it there when done with it).
+absl::Status RunTower(const Backend& backend, const LlavaConfig& cfg, const VisionWeights& w,
+                      const float* pixels, VisionFeatureLayer* feature_layer,
+                      DType attention_operands, BackendArray<float>* x_out) {
   const VisionConfig& vc = cfg.vision;
   const int d = vc.hidden_size;
   const int p = vc.patch_size;
@@ -98,8 +102,6 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
     HAP_RETURN_IF_ERROR(backend.Linear(mlp.data(), lw.fc2_w, lw.fc2_b.f32(), proj.data(), n, kRows));
     HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));
   }
-  std::vector<float> out(x.size());
-  HAP_RETURN_IF_ERROR(x.CopyTo(out.data()));
   if (feature_layer != nullptr && n_layers > 0) {
     // The last layer's Q, K and output stay in the backend's memory for VisionZip.
     feature_layer->n_tokens = n;
@@ -108,24 +110,26 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
     feature_layer->scale = 1.f / std::sqrt(static_cast<float>(hd));
     feature_layer->q = std::move(q);
     feature_layer->k = std::move(k);
-    feature_layer->hidden = std::move(x);
   }
-  if (cfg.vision_feature_select_strategy == "full") return out;
-  // "default" drops CLS.
-  return std::vector<float>(out.begin() + d, out.end());
+  *x_out = std::move(x);
+  return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<float>> RunProjector(const Backend& backend, const LlavaConfig& cfg,
-                                                const ProjectorWeights& w,
-                                                const float* features, int n) {
+// The first row of the selected features: "default" drops CLS, "full" keeps it.
+int FirstFeatureRow(const LlavaConfig& cfg) {
+  return cfg.vision_feature_select_strategy == "full" ? 0 : 1;
+}
+
+// features F32 [n, dv] in the backend's memory → image embeddings on the host.
+absl::StatusOr<std::vector<float>> ProjectRows(const Backend& backend, const LlavaConfig& cfg,
+                                               const ProjectorWeights& w, const float* features,
+                                               int n) {
   const int dt = cfg.text.hidden_size;  // the projector's input width comes with w.l1_w
-  const int64_t dv = w.l1_w.shape[1];
-  BackendArray<float> in(backend), h(backend), out(backend);  // [n, dv], [n, dt], [n, dt]
-  HAP_RETURN_IF_ERROR(in.Assign(features, static_cast<size_t>(n) * dv));
+  BackendArray<float> h(backend), out(backend);  // [n, dt], [n, dt]
   HAP_RETURN_IF_ERROR(h.Resize(static_cast<size_t>(n) * dt));
   HAP_RETURN_IF_ERROR(out.Resize(static_cast<size_t>(n) * dt));
-  HAP_RETURN_IF_ERROR(backend.Linear(in.data(), w.l1_w, w.l1_b.f32(), h.data(), n,
-                                     LinearRows::kOneSequence));
+  HAP_RETURN_IF_ERROR(
+      backend.Linear(features, w.l1_w, w.l1_b.f32(), h.data(), n, LinearRows::kOneSequence));
   const Activation act =
       cfg.projector_hidden_act == "gelu" ? Activation::kGelu : Activation::kGeluTanh;
   HAP_RETURN_IF_ERROR(backend.Activate(act, h.data(), static_cast<int64_t>(n) * dt));
@@ -134,6 +138,41 @@ absl::StatusOr<std::vector<float>> RunProjector(const Backend& backend, const Ll
   std::vector<float> result(out.size());
   HAP_RETURN_IF_ERROR(out.CopyTo(result.data()));
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const LlavaConfig& cfg,
+                                                  const VisionWeights& w, const float* pixels,
+                                                  VisionFeatureLayer* feature_layer,
+                                                  DType attention_operands) {
+  BackendArray<float> x(backend);
+  HAP_RETURN_IF_ERROR(RunTower(backend, cfg, w, pixels, feature_layer, attention_operands, &x));
+  const size_t first = static_cast<size_t>(FirstFeatureRow(cfg)) * cfg.vision.hidden_size;
+  std::vector<float> out(x.size() - first);
+  HAP_RETURN_IF_ERROR(backend.CopyToHost(out.data(), x.data() + first, sizeof(float) * out.size()));
+  if (feature_layer != nullptr && feature_layer->n_tokens > 0) feature_layer->hidden = std::move(x);
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> RunVisionToEmbeddings(
+    const Backend& backend, const LlavaConfig& cfg, const VisionWeights& w,
+    const ProjectorWeights& projector, const float* pixels, DType attention_operands) {
+  BackendArray<float> x(backend);
+  HAP_RETURN_IF_ERROR(RunTower(backend, cfg, w, pixels, nullptr, attention_operands, &x));
+  const int first = FirstFeatureRow(cfg);
+  const int n = static_cast<int>(x.size() / cfg.vision.hidden_size) - first;
+  return ProjectRows(backend, cfg, projector,
+                     x.data() + static_cast<int64_t>(first) * cfg.vision.hidden_size, n);
+}
+
+absl::StatusOr<std::vector<float>> RunProjector(const Backend& backend, const LlavaConfig& cfg,
+                                                const ProjectorWeights& w, const float* features,
+                                                int n) {
+  const int64_t dv = w.l1_w.shape[1];
+  BackendArray<float> in(backend);  // [n, dv]
+  HAP_RETURN_IF_ERROR(in.Assign(features, static_cast<size_t>(n) * dv));
+  return ProjectRows(backend, cfg, w, in.data(), n);
 }
 
 }  // namespace hap

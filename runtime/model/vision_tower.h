@@ -31,6 +31,13 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
                                                   VisionFeatureLayer* feature_layer,
                                                   DType attention_operands = DType::kF32);
 
+// RunVisionTower then RunProjector, the selected features handed over in the backend's memory
+// (on a device: no trip through the host): image embeddings F32 [num_visual_tokens,
+// text.hidden_size], on the host.
+absl::StatusOr<std::vector<float>> RunVisionToEmbeddings(
+    const Backend& backend, const LlavaConfig& cfg, const VisionWeights& w,
+    const ProjectorWeights& projector, const float* pixels, DType attention_operands = DType::kF32);
+
 // features F32 [n, vision.hidden] → image embeddings F32 [n, text.hidden]
 // (linear_1 → GELU → linear_2).
 absl::StatusOr<std::vector<float>> RunProjector(const Backend& backend, const LlavaConfig& cfg,
