@@ -375,17 +375,15 @@ Json ProfileRequest(const LlavaModel& model, const Backend& b, const std::string
     cuda::profile::Summary sum;
     const cuda::KernelStatus st = cuda::profile::Take(&sum);
     if (!st.ok) Die("profile", absl::InternalError(st.message));
-    if (!print) {
-      double pruning_ms = 0;
-      for (const auto& x : sum.entries) {
-        if (IsPruningKernel(x.name)) pruning_ms += x.device_ms;
-      }
-      j[stage] = {{"ops", sum.ops},
-                  {"busy_ms", sum.busy_ms},
-                  {"span_ms", sum.span_ms},
-                  {"pruning_kernels_ms", pruning_ms}};
-      continue;
+    double pruning_ms = 0;
+    for (const auto& x : sum.entries) {
+      if (IsPruningKernel(x.name)) pruning_ms += x.device_ms;
     }
+    j[stage] = {{"ops", sum.ops},
+                {"busy_ms", sum.busy_ms},
+                {"span_ms", sum.span_ms},
+                {"pruning_kernels_ms", pruning_ms}};
+    if (!print) continue;
     std::printf("\n%s, %s: %lld ops, GPU busy %.2f of %.2f ms (idle %.2f ms, %.0f%%)\n",
                 t.name.c_str(), stage, static_cast<long long>(sum.ops), sum.busy_ms, sum.span_ms,
                 sum.span_ms - sum.busy_ms, 100 * (sum.span_ms - sum.busy_ms) / sum.span_ms);
@@ -411,15 +409,7 @@ Json ProfileRequest(const LlavaModel& model, const Backend& b, const std::string
                          {"device_ms", x.device_ms},
                          {"idle_before_ms", x.idle_before_ms}});
     }
-    double pruning_ms = 0;
-    for (const auto& x : sum.entries) {
-      if (IsPruningKernel(x.name)) pruning_ms += x.device_ms;
-    }
-    j[stage] = {{"ops", sum.ops},
-                {"busy_ms", sum.busy_ms},
-                {"span_ms", sum.span_ms},
-                {"pruning_kernels_ms", pruning_ms},
-                {"entries", entries}};
+    j[stage]["entries"] = entries;
   }
   return j;
 }
