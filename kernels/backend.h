@@ -10,7 +10,9 @@
 // the same backend (a GPU backend runs them on one stream per calling thread). Weights arrive
 // as TensorViews whose device names where they live. Results that decide control flow on the
 // host are host pointers, and are the only points inside the ops where a GPU backend waits for
-// its stream: StableTopK's kept indices (once per pruning stage), the sampling ops' token ids
+// its stream: StableTopK's kept indices (a pruning stage decided on the host; the engine's HAP
+// prefill uses StableTopKToBackend and GatherKeptRows instead, which wait for nothing), the
+// sampling ops' token ids
 // and candidates (once per decode step), VisionZipMerge's optional counts. PAQ values and
 // PAQ-softmax weights stay in the backend's memory (the caller copies out what it reports when
 // it next waits anyway). docs/design.md §6 lists every device→host copy of a prefill and a step.
@@ -115,6 +117,15 @@ class Backend {
   // pruning stage.
   virtual absl::Status GatherRows(const void* src, int64_t n_rows, size_t row_bytes,
                                   const int* idx, int64_t n_idx, void* dst) const = 0;
+  // The compaction after a pruning stage decided in the backend's memory (kernels/prune/
+  // gather_rows.h GatherKeptRows): dst = the rows [0, vis_begin), the kept visual rows
+  // vis_begin + kept[r] (r < n_kept), then the rows [vis_begin + n_vis, n_tokens), out of place.
+  // kept is in the backend's memory, so a GPU backend neither waits nor uploads: it cannot check
+  // the indices, and copies row vis_begin for one outside [0, n_vis) (the caller checks kept when
+  // it copies it back); the CPU backend checks them (InvalidArgument).
+  virtual absl::Status GatherKeptRows(const void* src, int n_tokens, size_t row_bytes,
+                                      int vis_begin, int n_vis, const int32_t* kept, int n_kept,
+                                      void* dst) const = 0;
 
   // --- Pruning ops: scoring and selection of visual tokens (kernels/pruning_kernels.h) ---
   virtual const PruningKernels& pruning() const = 0;

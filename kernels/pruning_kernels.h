@@ -43,6 +43,12 @@ class PruningKernels {
   // kept: host, k indices strictly ascending (score descending, ties to the lower index): a
   // device backend's wait for its stream, once per pruning stage.
   virtual absl::Status StableTopK(const float* scores, int n, int k, int* kept) const = 0;
+  // StableTopK with kept in the backend's memory: nothing waits, so a pruning stage can be
+  // decided and applied (Backend::GatherKeptRows) with no trip through the host. A NaN score is
+  // InvalidArgument on the CPU backend; a device backend, which does not look, writes −1 to every
+  // slot of kept, which the caller finds when it copies kept out.
+  virtual absl::Status StableTopKToBackend(const float* scores, int n, int k,
+                                           int32_t* kept) const = 0;
   // VisionZip's contextual rows. args.targets, args.sources and args.merged_count (optional:
   // the explain record's counts, a sync point on a GPU) are host; k, hidden and out are in the
   // backend's memory. VisionZip's CLS attention is TextVisualAttention + WeightedSumContiguous.

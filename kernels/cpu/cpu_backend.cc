@@ -61,6 +61,10 @@ class CpuPruning final : public PruningKernels {
   absl::Status StableTopK(const float* scores, int n, int k, int* kept) const override {
     return kernels::StableTopK(scores, n, k, kept);
   }
+  absl::Status StableTopKToBackend(const float* scores, int n, int k,
+                                   int32_t* kept) const override {
+    return kernels::StableTopK(scores, n, k, kept);
+  }
   absl::Status VisionZipMerge(const VisionZipMergeArgs& args) const override {
     return kernels::VisionZipMerge(args);
   }
@@ -183,6 +187,11 @@ class Cpu final : public Backend {
   absl::Status GatherRows(const void* src, int64_t n_rows, size_t row_bytes, const int* idx,
                           int64_t n_idx, void* dst) const override {
     return kernels::GatherRows(src, 1, n_rows, row_bytes, idx, n_idx, dst);
+  }
+  absl::Status GatherKeptRows(const void* src, int n_tokens, size_t row_bytes, int vis_begin,
+                              int n_vis, const int32_t* kept, int n_kept,
+                              void* dst) const override {
+    return kernels::GatherKeptRows(src, n_tokens, row_bytes, vis_begin, n_vis, kept, n_kept, dst);
   }
   absl::Status ArgMaxRows(const float* logits, int rows, int n, int32_t* ids) const override {
     return cpu::ArgMaxRows(logits, rows, n, ids);

@@ -262,6 +262,13 @@ class CudaPruning final : public PruningKernels {
     }
     return absl::OkStatus();
   }
+  absl::Status StableTopKToBackend(const float* scores, int n, int k,
+                                   int32_t* kept) const override {
+    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n, "StableTopKToBackend", "scores"));
+    HAP_RETURN_IF_ERROR(CheckDevice(kept, sizeof(int32_t) * k, "StableTopKToBackend", "kept"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::StableTopK(scores, n, k, kept, c->stream()));
+  }
   // The token lists (host) are checked here and uploaded; the counts come back only when the
   // caller asks for them (the explain record).
   absl::Status VisionZipMerge(const VisionZipMergeArgs& a) const override {
@@ -319,7 +326,11 @@ class CudaPruning final : public PruningKernels {
 // rows an RmsNorm writes are rounded to the weights' narrow type once, by the norm itself
 // (RmsNormRounded, into the plan's own workspace), for every product from narrow weights that
 // reads them before they are written again (q, k and v; gate and up), instead of by each
-// product. Bit for bit the op-by-op step: the same F32 rows, the same rounding, the same products.
+// product; and consecutive such products whose weights lie back to back (PlacedWeights::Place
+// puts a layer's q, k, v and its gate, up so) run as one strided batched product: 7 products per
+// LLaMA layer become 4. The same F32 rows, the same rounding and the same products as the
+// op-by-op step (a batched product may sum in another order on a GPU, where cuBLAS picks its
+// kernels by shape).
 class CudaStep final : public PlannedStep {
  public:
   CudaStep(const Backend& backend, StepDesc d) : PlannedStep(std::move(d)), backend_(backend) {
@@ -343,15 +354,40 @@ class CudaStep final : public PlannedStep {
       if (readers.empty()) continue;
       const size_t offset = ReserveWorkspace(sizeof(uint16_t) * norm->rows * norm->d);
       fused_[i] = {Fused::kNormRounded, type, offset};
-      for (size_t j : readers) fused_[j] = {Fused::kProductOfRounded, type, offset};
+      for (size_t r = 0; r < readers.size();) {
+        // Readers in consecutive ops whose weights have one shape, no bias, and lie a constant
+        // stride apart (PlacedWeights places q, k, v and gate, up so) are one batched product.
+        const auto& lead = std::get<step_op::Linear>(ops[readers[r]]);
+        const int64_t stride = lead.w.numel();
+        size_t g = 1;
+        while (lead.bias == nullptr && r + g < readers.size() && readers[r + g] == readers[r] + g) {
+          const auto& next = std::get<step_op::Linear>(ops[readers[r + g]]);
+          const auto* expected = static_cast<const char*>(lead.w.data) +
+                                 static_cast<int64_t>(g) * stride * DTypeSize(lead.w.dtype);
+          if (next.bias != nullptr || next.w.shape != lead.w.shape ||
+              next.w.dtype != lead.w.dtype || next.w.data != expected) {
+            break;
+          }
+          ++g;
+        }
+        fused_[readers[r]] = {Fused::kProductOfRounded, type, offset, static_cast<int>(g), stride};
+        for (size_t m = 1; m < g; ++m) {
+          fused_[readers[r + m]] = {Fused::kBatchMember, type, offset};
+        }
+        r += g;
+      }
     }
   }
 
  private:
   struct Fused {
-    enum Kind { kNone, kNormRounded, kProductOfRounded } kind = kNone;
+    enum Kind { kNone, kNormRounded, kProductOfRounded, kBatchMember } kind = kNone;
     DType type = DType::kF32;  // the narrow type of the rounded rows
     size_t offset = 0;         // where they are in the workspace
+    // kProductOfRounded: this product and the batch − 1 after it (kBatchMember, run here), whose
+    // weights follow this one's w_stride elements apart.
+    int batch = 1;
+    int64_t w_stride = 0;
   };
 
   // Whether `op` may write value v (a Call may write anything).
@@ -372,6 +408,7 @@ class CudaStep final : public PlannedStep {
     const Fused& f = fused_[index];
     const StepOp& op = desc().ops()[index];
     if (f.kind == Fused::kNone) return RunStepOp(backend_, op, p);
+    if (f.kind == Fused::kBatchMember) return absl::OkStatus();  // its batch's first product ran it
     void* rounded = static_cast<char*>(workspace) + f.offset;
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     if (f.kind == Fused::kNormRounded) {
@@ -386,12 +423,31 @@ class CudaStep final : public PlannedStep {
                                            o.eps, c->stream()));
     }
     const auto& o = std::get<step_op::Linear>(op);
-    auto* y = static_cast<float*>(p[o.y]);
-    HAP_RETURN_IF_ERROR(CheckProduct(o.w, o.bias, y, o.m));
     const int n = static_cast<int>(o.w.shape[0]);
     const int k = static_cast<int>(o.w.shape[1]);
-    return ToStatus(
-        c->gemm().LinearRounded(rounded, o.w.data, ElemOf(f.type), o.bias, y, o.m, n, k));
+    // The batch's outputs: one product when they too lie a constant stride apart (the step's
+    // scratch values of one size do), else one product each.
+    bool batched = f.batch > 1;
+    int64_t y_stride = 0;
+    for (int b = 0; b < f.batch; ++b) {
+      const auto& ob = std::get<step_op::Linear>(desc().ops()[index + b]);
+      const auto* yb = static_cast<const float*>(p[ob.y]);
+      HAP_RETURN_IF_ERROR(CheckProduct(ob.w, ob.bias, yb, ob.m));
+      const int64_t d = yb - static_cast<const float*>(p[o.y]);
+      if (b == 1) y_stride = d;
+      if (b > 0) batched = batched && d == y_stride * b && y_stride >= int64_t{o.m} * n;
+    }
+    if (batched) {
+      return ToStatus(c->gemm().BatchedProduct(ElemOf(f.type), /*b_transposed=*/true, o.m, n, k,
+                                               1.f, rounded, k, 0, o.w.data, k, f.w_stride,
+                                               static_cast<float*>(p[o.y]), n, y_stride, f.batch));
+    }
+    for (int b = 0; b < f.batch; ++b) {
+      const auto& ob = std::get<step_op::Linear>(desc().ops()[index + b]);
+      HAP_RETURN_IF_ERROR(ToStatus(c->gemm().LinearRounded(
+          rounded, ob.w.data, ElemOf(f.type), ob.bias, static_cast<float*>(p[ob.y]), ob.m, n, k)));
+    }
+    return absl::OkStatus();
   }
 
   const Backend& backend_;
@@ -609,6 +665,22 @@ class CudaBackendImpl final : public Backend {
                                               n_idx, out, c->stream()));
     if (!in_place) return absl::OkStatus();
     return ToStatus(cuda::Copy(dst, out, out_bytes, cuda::CopyKind::kDeviceToDevice, c->stream()));
+  }
+
+  absl::Status GatherKeptRows(const void* src, int n_tokens, size_t row_bytes, int vis_begin,
+                              int n_vis, const int32_t* kept, int n_kept,
+                              void* dst) const override {
+    if (n_tokens < 0 || n_kept < 0 || n_kept > n_vis) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "GatherKeptRows: %d of %d visual rows kept in %d", n_kept, n_vis, n_tokens));
+    }
+    const int64_t n_out = int64_t{n_tokens} - n_vis + n_kept;
+    HAP_RETURN_IF_ERROR(CheckDevice(src, row_bytes * n_tokens, "GatherKeptRows", "src"));
+    HAP_RETURN_IF_ERROR(CheckDevice(dst, row_bytes * n_out, "GatherKeptRows", "dst"));
+    HAP_RETURN_IF_ERROR(CheckDevice(kept, sizeof(int32_t) * n_kept, "GatherKeptRows", "kept"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::GatherKeptRows(src, n_tokens, row_bytes, vis_begin, n_vis, kept, n_kept,
+                                         dst, c->stream()));
   }
 
   // Greedy decoding: one id per row comes back (the step's one sync), not the row.

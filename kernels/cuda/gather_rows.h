@@ -26,4 +26,16 @@ namespace hap::cuda {
 KernelStatus GatherRows(const void* src, size_t row_bytes, const int* idx, int64_t n_idx, void* dst,
                         Stream stream);
 
+// The compaction after a pruning stage whose kept indices were chosen on the device
+// (kernels::GatherKeptRows): dst = src rows [0, vis_begin), then vis_begin + kept[r] for
+// r < n_kept, then [vis_begin + n_vis, n_tokens), with no host copy of kept. Each thread finds its
+// row's source from kept itself. An entry of kept outside [0, n_vis) — a selection that found a
+// NaN score writes −1 throughout — copies row vis_begin instead, so nothing reads out of bounds;
+// the caller, which copies kept back once the prefill ends, reports it then.
+//   src: [n_tokens, row_bytes]   dst: [n_tokens − n_vis + n_kept, row_bytes]   kept: I32 [n_kept]
+// Errors: null pointers, a layout outside [0, n_tokens), n_kept outside [0, n_vis] (n_vis ≥ 1
+// when n_kept > 0), dst overlapping src.
+KernelStatus GatherKeptRows(const void* src, int n_tokens, size_t row_bytes, int vis_begin,
+                            int n_vis, const int* kept, int n_kept, void* dst, Stream stream);
+
 }  // namespace hap::cuda

@@ -5,26 +5,57 @@
 namespace hap::cuda {
 namespace {
 
-// One thread.
+constexpr int kMaxThreads = 256;
+constexpr int kStored = 1024;  // values kept in shared memory; beyond, recomputed from paq
+
+// One block. The sums and the maximum run in c order on thread 0, as the reference's (F64 adds
+// of a few hundred values cost nothing); the exponentials, the expensive part, are spread over
+// the threads.
 __global__ void PaqSoftmaxKernel(const float* paq, int n, double temperature, float* weights) {
-  double mean = 0.0;
-  bool finite = true;
-  for (int c = 0; c < n; ++c) {
-    finite &= fabs(static_cast<double>(paq[c])) < INFINITY;  // NaN fails too
-    mean += paq[c];
+  HAP_SHARED(double, e, kStored);  // paq[c], then exp(s_c − max s), for c < kStored
+  HAP_SHARED(double, at, 3);       // mean (NaN: a PAQ is not finite), max s, Σ exp
+  const int t = static_cast<int>(threadIdx.x);
+  for (int c = t; c < n && c < kStored; c += blockDim.x) e[c] = paq[c];
+  __syncthreads();
+  if (t == 0) {
+    double mean = 0.0;
+    bool finite = true;
+    for (int c = 0; c < n; ++c) {
+      const double p = c < kStored ? e[c] : static_cast<double>(paq[c]);
+      finite &= fabs(p) < INFINITY;  // NaN fails too
+      mean += p;
+    }
+    mean /= n;
+    // s_c = (PAQ_c − mean) / τ, as the reference (τ = 1 divides exactly).
+    double mx = -1e300;
+    for (int c = 0; c < n; ++c) {
+      mx = fmax(mx, ((c < kStored ? e[c] : static_cast<double>(paq[c])) - mean) / temperature);
+    }
+    at[0] = finite ? mean : NAN;
+    at[1] = mx;
   }
-  if (!finite) {
-    for (int c = 0; c < n; ++c) weights[c] = NAN;
+  __syncthreads();
+  const double mean = at[0], mx = at[1];
+  if (mean != mean) {  // uniform: every thread leaves here
+    for (int c = t; c < n; c += blockDim.x) weights[c] = NAN;
     return;
   }
-  mean /= n;
-  double mx = -1e300;
-  // s_c = (PAQ_c − mean) / τ, as the reference (τ = 1 divides exactly).
-  for (int c = 0; c < n; ++c) mx = fmax(mx, (paq[c] - mean) / temperature);
-  double sum = 0.0;
-  for (int c = 0; c < n; ++c) sum += exp((paq[c] - mean) / temperature - mx);
-  for (int c = 0; c < n; ++c) {
-    weights[c] = static_cast<float>(exp((paq[c] - mean) / temperature - mx) / sum);
+  for (int c = t; c < n && c < kStored; c += blockDim.x)
+    e[c] = exp((e[c] - mean) / temperature - mx);
+  __syncthreads();
+  if (t == 0) {
+    double sum = 0.0;
+    for (int c = 0; c < n; ++c) {
+      sum += c < kStored ? e[c] : exp((static_cast<double>(paq[c]) - mean) / temperature - mx);
+    }
+    at[2] = sum;
+  }
+  __syncthreads();
+  const double sum = at[2];
+  for (int c = t; c < n; c += blockDim.x) {
+    const double x =
+        c < kStored ? e[c] : exp((static_cast<double>(paq[c]) - mean) / temperature - mx);
+    weights[c] = static_cast<float>(x / sum);
   }
 }
 
@@ -39,7 +70,8 @@ KernelStatus PaqSoftmaxWeights(const float* paq, int n, double temperature, floa
   if (!(temperature > 0) || !(temperature < INFINITY)) {
     return KernelStatus::Error("PaqSoftmaxWeights: temperature is not a finite positive number");
   }
-  return Launch("PaqSoftmaxKernel", PaqSoftmaxKernel, dim3(1), dim3(1), 0, stream, paq, n,
+  const int threads = n < kMaxThreads ? static_cast<int>(CeilDiv(n, 32)) * 32 : kMaxThreads;
+  return Launch("PaqSoftmaxKernel", PaqSoftmaxKernel, dim3(1), dim3(threads), 0, stream, paq, n,
                 temperature, weights);
 }
 

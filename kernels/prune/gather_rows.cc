@@ -1,7 +1,9 @@
 // CPU reference of GatherRows and SequenceKeepRows.
 #include "kernels/prune/gather_rows.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -56,6 +58,24 @@ absl::Status SequenceKeepRows(int n_tokens, int vis_begin, int n_vis, const int*
   }
   for (int r = vis_begin + n_vis; r < n_tokens; ++r) rows[out++] = r;
   return absl::OkStatus();
+}
+
+absl::Status GatherKeptRows(const void* src, int n_tokens, size_t row_bytes, int vis_begin,
+                            int n_vis, const int* kept_vis, int n_kept, void* dst) {
+  if (src == nullptr || dst == nullptr) {
+    return absl::InvalidArgumentError("GatherKeptRows: null pointer");
+  }
+  const int n_out = n_tokens - n_vis + n_kept;
+  std::vector<int> rows(static_cast<size_t>(std::max(n_out, 0)));
+  absl::Status s = SequenceKeepRows(n_tokens, vis_begin, n_vis, kept_vis, n_kept, rows.data());
+  if (!s.ok()) return s;
+  const auto* a = static_cast<const unsigned char*>(src);
+  const auto* b = static_cast<const unsigned char*>(dst);
+  if (a < b + static_cast<size_t>(n_out) * row_bytes &&
+      b < a + static_cast<size_t>(n_tokens) * row_bytes) {
+    return absl::InvalidArgumentError("GatherKeptRows: dst overlaps src");
+  }
+  return GatherRows(src, 1, n_tokens, row_bytes, rows.data(), n_out, dst);
 }
 
 }  // namespace hap::kernels

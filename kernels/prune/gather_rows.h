@@ -25,4 +25,13 @@ absl::Status GatherRows(const void* src, int64_t n_batch, int64_t n_rows, size_t
 absl::Status SequenceKeepRows(int n_tokens, int vis_begin, int n_vis, const int* kept_vis,
                               int n_kept, int* rows);
 
+// GatherRows of SequenceKeepRows' rows, out of place: dst = the rows [0, vis_begin), the kept
+// visual rows vis_begin + kept_vis[r], then the rows [vis_begin + n_vis, n_tokens), each row_bytes
+// wide. The compaction after a pruning stage whose kept indices stay in the backend's memory
+// (Backend::GatherKeptRows).
+//   src: [n_tokens, row_bytes]   dst: [n_tokens − n_vis + n_kept, row_bytes], not overlapping src
+// InvalidArgument as SequenceKeepRows, or on overlapping buffers.
+absl::Status GatherKeptRows(const void* src, int n_tokens, size_t row_bytes, int vis_begin,
+                            int n_vis, const int* kept_vis, int n_kept, void* dst);
+
 }  // namespace hap::kernels

@@ -203,6 +203,12 @@ absl::Status PagedKv::ReadRows(int layer, int row, int n, void* k, void* v,
   return absl::OkStatus();
 }
 
+absl::Status PagedKv::RewritePositions(int layer, int row, const int32_t* positions, int n) {
+  HAP_RETURN_IF_ERROR(CheckRows(layer, row, n));
+  std::copy(positions, positions + n, layers_[layer].positions.begin() + row);
+  return absl::OkStatus();
+}
+
 absl::Status PagedKv::ReserveRows(int rows) {
   for (int l = 0; l < n_layers(); ++l) {
     const int64_t room = int64_t{blocks(l)} * pool_->block_rows();

@@ -55,6 +55,7 @@ class PagedKv final : public KvStore {
   absl::Status AppendHostRows(int layer, DType dtype, const void* k, const void* v,
                               const int32_t* positions, int n);
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
+  absl::Status RewritePositions(int layer, int row, const int32_t* positions, int n) override;
   DType dtype() const override { return pool_->dtype(); }
   Device device() const override { return pool_->backend().device(); }
   int64_t row_bytes() const override {

@@ -31,6 +31,18 @@ absl::Status KvStore::CheckRows(int layer, int row, int n) const {
   return absl::OkStatus();
 }
 
+absl::Status KvCache::RewritePositions(int layer, int row, const int32_t* positions, int n) {
+  HAP_RETURN_IF_ERROR(CheckRows(layer, row, n));
+  std::copy(positions, positions + n, layers[layer].positions.begin() + row);
+  return absl::OkStatus();
+}
+
+absl::Status DeviceKv::RewritePositions(int layer, int row, const int32_t* positions, int n) {
+  HAP_RETURN_IF_ERROR(CheckRows(layer, row, n));
+  std::copy(positions, positions + n, layers_[layer].positions.begin() + row);
+  return absl::OkStatus();
+}
+
 absl::Status CheckKvDType(DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache dtype ", std::string(DTypeName(dtype)),

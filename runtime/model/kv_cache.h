@@ -53,6 +53,10 @@ class KvStore {
   // layer each) neither moves a layer's rows through the host nor fails. FailedPrecondition
   // where the cache cannot make it (a PagedKv holds the blocks it was created with).
   virtual absl::Status ReserveRows(int rows) = 0;
+  // Sets the position ids of rows [row, row + n) of `layer` (host): a device prefill whose
+  // pruning stages were decided in the backend's memory learns its visual rows' positions only
+  // once the prefill ends. OutOfRange unless those rows lie in the layer.
+  virtual absl::Status RewritePositions(int layer, int row, const int32_t* positions, int n) = 0;
 
   // Σ_l len(l).
   int64_t total_rows() const;
@@ -110,6 +114,7 @@ class KvCache : public KvStore {
   // Reserves the vectors (a vector growing by doubling would copy the layer and hold up to twice
   // its memory). Never fails.
   absl::Status ReserveRows(int rows) override;
+  absl::Status RewritePositions(int layer, int row, const int32_t* positions, int n) override;
 
  private:
   DType dtype_ = DType::kF32;
@@ -148,6 +153,7 @@ class DeviceKv final : public KvStore {
                         int32_t* positions) const override;
   // A layer short of room moves into a larger allocation by a copy within the backend's memory.
   absl::Status ReserveRows(int rows) override;
+  absl::Status RewritePositions(int layer, int row, const int32_t* positions, int n) override;
   // A host copy: 2 device→host copies per layer.
   absl::StatusOr<KvCache> ToHost() const;
   int capacity(int layer) const { return layers_[layer].capacity; }

@@ -1,12 +1,13 @@
 #include "runtime/model/llama.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "base/timer.h"
 #include "base/status_macros.h"
+#include "base/timer.h"
 #include "kernels/backend.h"
 #include "runtime/model/cancellation.h"
 
@@ -349,6 +350,21 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
     std::vector<float>().swap(x_host);  // not read again: the prefill's peak holds one copy
   }
   HAP_RETURN_IF_ERROR(positions_dev.Assign(positions.data(), positions.size()));
+  // Stages a pruner decides in the backend's memory (a device backend): the rows are compacted
+  // there into these buffers (swapped with x and positions_dev), and the kept indices are
+  // gathered in stage_kept, copied back once after the last layer. Until then the visual rows'
+  // position ids are not known on the host: they are −1 in `positions`, and the layers that
+  // appended them are rewritten at the end (stage_of_layer: the stages before each layer).
+  BackendKeep backend_keep;
+  BackendArray<float> x_alt(backend_);
+  BackendArray<int32_t> positions_alt(backend_), stage_kept(backend_);
+  struct BackendStage {
+    int after_layer, n_vis, offset, count;
+  };
+  std::vector<BackendStage> backend_stages;
+  std::vector<int> stage_of_layer(static_cast<size_t>(n_layers()), 0);
+  std::vector<int32_t> visual_positions;  // of the visual rows before the first such stage
+  const bool decide_on_backend = pruner != nullptr && !backend_.caps().host_memory;
   // One workspace for every plan of this prefill: the first is the largest (pruning only
   // removes rows), so it is allocated once.
   BackendArray<uint8_t> workspace(backend_);
@@ -374,6 +390,7 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
         return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));
       }
       t0 = std::chrono::steady_clock::now();
+      stage_of_layer[l] = static_cast<int>(backend_stages.size());
       if (trace) {
         trace->tokens_per_layer.push_back(n);
         trace->visual_tokens_per_layer.push_back(n_vis);
@@ -401,8 +418,48 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
       att.n_vis = n_vis;
       att.hidden = x.data();  // the layer's output, F32 [n, hidden]
       att.d_model = d_;
+      backend_keep = BackendKeep{};
+      att.backend_keep = decide_on_backend ? &backend_keep : nullptr;
       HAP_ASSIGN_OR_RETURN(std::optional<std::vector<int>> keep, pruner->AfterLayer(att));
-      if (keep.has_value()) {
+      if (!keep.has_value() && backend_keep.kept != nullptr) {
+        const int count = backend_keep.count;
+        if (count < 0 || count > n_vis) {
+          return absl::InternalError(
+              absl::StrFormat("pruner kept %d of %d visual tokens at layer %d", count, n_vis, l));
+        }
+        if (backend_stages.empty()) {
+          visual_positions.assign(positions.begin() + vis_begin,
+                                  positions.begin() + vis_begin + n_vis);
+          HAP_RETURN_IF_ERROR(
+              stage_kept.Resize(static_cast<size_t>(n_layers()) * std::max(n_vis, 1)));
+        }
+        const int offset =
+            backend_stages.empty() ? 0 : backend_stages.back().offset + backend_stages.back().count;
+        if (static_cast<size_t>(offset + count) > stage_kept.size()) {
+          return absl::InternalError("prefill: more pruning stages than layers");
+        }
+        HAP_RETURN_IF_ERROR(
+            backend_.Copy(stage_kept.data() + offset, backend_keep.kept, sizeof(int32_t) * count));
+        backend_stages.push_back({l, n_vis, offset, count});
+        const int kept = n - n_vis + count;
+        HAP_RETURN_IF_ERROR(x_alt.Resize(static_cast<size_t>(kept) * d_));
+        HAP_RETURN_IF_ERROR(positions_alt.Resize(static_cast<size_t>(kept)));
+        HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(x.data(), n, sizeof(float) * d_, vis_begin,
+                                                    n_vis, backend_keep.kept, count, x_alt.data()));
+        HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(positions_dev.data(), n, sizeof(int32_t),
+                                                    vis_begin, n_vis, backend_keep.kept, count,
+                                                    positions_alt.data()));
+        std::swap(x, x_alt);
+        std::swap(positions_dev, positions_alt);
+        bound[0] = x.data();
+        bound[1] = positions_dev.data();
+        positions.erase(positions.begin() + vis_begin + count,
+                        positions.begin() + vis_begin + n_vis);
+        std::fill(positions.begin() + vis_begin, positions.begin() + vis_begin + count, -1);
+        n_vis = count;
+        n = kept;
+        control = StepControl::kStop;
+      } else if (keep.has_value()) {
         HAP_RETURN_IF_ERROR(
             CheckKeepList(*keep, n_vis, absl::StrFormat("at layer %d", l).c_str()));
         const std::vector<int> rows = KeptRows(n, vis_begin, n_vis, *keep);
@@ -448,7 +505,35 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
     HAP_ASSIGN_OR_RETURN(const int stopped, plan->Run(bindings));
     first = stopped < 0 ? last + 1 : stopped / 2 + 1;
   }
-  if (pruner) HAP_RETURN_IF_ERROR(pruner->Finish());
+  if (pruner) {
+    // The stages decided in the backend's memory: their kept indices in one copy, the pruner's
+    // records completed from them, and the position ids of the visual rows they left in the
+    // cache written where −1 stood.
+    std::vector<std::vector<int>> kept_lists;
+    if (!backend_stages.empty()) {
+      const BackendStage& last = backend_stages.back();
+      std::vector<int32_t> all(static_cast<size_t>(last.offset + last.count));
+      HAP_RETURN_IF_ERROR(
+          backend_.CopyToHost(all.data(), stage_kept.data(), sizeof(int32_t) * all.size()));
+      for (const BackendStage& st : backend_stages) {
+        kept_lists.emplace_back(all.begin() + st.offset, all.begin() + st.offset + st.count);
+      }
+    }
+    HAP_RETURN_IF_ERROR(pruner->Finish(kept_lists));
+    for (size_t i = 0; i < backend_stages.size(); ++i) {
+      const BackendStage& st = backend_stages[i];
+      HAP_RETURN_IF_ERROR(CheckKeepList(kept_lists[i], st.n_vis,
+                                        absl::StrFormat("at layer %d", st.after_layer).c_str()));
+      std::vector<int32_t> next(kept_lists[i].size());
+      for (size_t r = 0; r < next.size(); ++r) next[r] = visual_positions[kept_lists[i][r]];
+      visual_positions = std::move(next);
+      for (int l = st.after_layer + 1; l < n_layers(); ++l) {
+        if (stage_of_layer[l] != static_cast<int>(i) + 1) continue;
+        HAP_RETURN_IF_ERROR(cache->RewritePositions(l, vis_begin, visual_positions.data(),
+                                                    static_cast<int>(visual_positions.size())));
+      }
+    }
+  }
   cache->next_position = next_position;
   return LogitsInto(x.data() + static_cast<int64_t>(n - 1) * d_, 1, logits);
 }

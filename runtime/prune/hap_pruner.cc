@@ -1,7 +1,7 @@
 // HapPruner: layer aggregation every layer of a pruning group, group aggregation + top-k at its
-// last layer. PAQs, weights and token scores stay in the backend's memory; the group's pruning
-// step brings back its kept indices, and its scalars for the explain record come back then (CPU
-// backend) or with every other group's in Finish (a device backend: one wait per step, not two).
+// last layer. PAQs, weights and token scores stay in the backend's memory; so do the kept
+// indices where the engine takes them there (a device backend's prefill: no wait per step). The
+// explain records are filled when the step runs (CPU backend) or in Finish (a device backend).
 #include "runtime/prune/hap_pruner.h"
 
 #include <algorithm>
@@ -51,14 +51,21 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   if (g == 0 && slot == 0) {
     // Every scored group's scalars, laid out from the plan's group shapes.
     scalar_offsets_.assign(plan_.M - 1, 0);
-    size_t total = 0;
+    kept_offsets_.assign(plan_.M - 1, 0);
+    size_t total = 0, total_kept = 0;
     for (int i = 0; i + 1 < plan_.M; ++i) {
       scalar_offsets_[i] = total;
       total += ScalarLayout{plan_.groups[i].n_layers, H, plan_.groups[i].visual_tokens}.size();
+      kept_offsets_[i] = total_kept;
+      total_kept += plan_.groups[i + 1].visual_tokens;
     }
     pending_.clear();
     scalars_.Rebind(b);
     HAP_RETURN_IF_ERROR(scalars_.Resize(total));
+    if (att.backend_keep != nullptr) {
+      kept_.Rebind(b);
+      HAP_RETURN_IF_ERROR(kept_.Resize(total_kept));
+    }
   }
   // The group's slot was sized for the plan's token count: more would overrun it.
   if (scalar_offsets_.size() != static_cast<size_t>(plan_.M - 1) || n_vis > pg.visual_tokens) {
@@ -114,6 +121,18 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   float* token_scores = scalars + at.token_scores();  // F32 [n_vis]
   HAP_RETURN_IF_ERROR(ops.TokenScores(group_map_.data(), n_text, n_vis, token_scores));
   const int keep = std::min(plan_.groups[g + 1].visual_tokens, n_vis);
+  if (att.backend_keep != nullptr && !b.caps().host_memory) {
+    // Decided and applied on the device; the indices and the explain record come back in Finish.
+    if (kept_.size() < kept_offsets_[g] + keep) {
+      return absl::InternalError(absl::StrCat(stats_.method, ": no room for group ", g,
+                                              "'s kept indices (the engine took the first "
+                                              "group's on the host)"));
+    }
+    int32_t* kept = kept_.data() + kept_offsets_[g];
+    HAP_RETURN_IF_ERROR(ops.StableTopKToBackend(token_scores, n_vis, keep, kept));
+    pending_.push_back({g, at, HapGroupExplain{}});
+    return CommitInBackend(att, kept, keep, Since(start));
+  }
   std::vector<int> kept(keep);
   // The stage's one wait for the device: the kept indices.
   const absl::Status selected = ops.StableTopK(token_scores, n_vis, keep, kept.data());
@@ -137,20 +156,35 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   return Commit(att, std::move(kept), Since(start));
 }
 
-absl::Status HapPruner::Finish() {
-  if (pending_.empty()) return absl::OkStatus();
-  // Every pending group's scalars in one copy.
-  std::vector<float> host(scalars_.size());
-  HAP_RETURN_IF_ERROR(scalars_.CopyTo(host.data()));
+absl::Status HapPruner::Finish(const std::vector<std::vector<int>>& backend_kept) {
   std::vector<Pending> pending = std::move(pending_);
   pending_.clear();
+  if (pending.empty()) return PrunerBase::Finish(backend_kept);
+  // Every pending group's scalars in one copy. A NaN PAQ found there is the better error than
+  // the −1s its scores left in the kept lists, so the records go first.
+  std::vector<float> host(scalars_.size());
+  HAP_RETURN_IF_ERROR(scalars_.CopyTo(host.data()));
+  std::vector<HapGroupExplain> groups;
   for (Pending& p : pending) {
     const auto begin = host.begin() + static_cast<std::ptrdiff_t>(scalar_offsets_[p.group]);
     const std::vector<float> group(begin, begin + static_cast<std::ptrdiff_t>(p.at.size()));
-    HapGroupExplain gx = std::move(p.explain);
-    HAP_RETURN_IF_ERROR(RecordGroup(p.group, p.at, group, &gx));
-    stats_.hap_groups.push_back(std::move(gx));
+    groups.push_back(std::move(p.explain));
+    HAP_RETURN_IF_ERROR(RecordGroup(p.group, p.at, group, &groups.back()));
   }
+  // Stages decided in the backend's memory: one per pending group, in order.
+  const std::vector<int> stage_of = backend_stages();
+  HAP_RETURN_IF_ERROR(PrunerBase::Finish(backend_kept));
+  if (!stage_of.empty()) {
+    if (stage_of.size() != groups.size()) {
+      return absl::InternalError(absl::StrCat(stats_.method, ": ", stage_of.size(), " stages for ",
+                                              groups.size(), " groups"));
+    }
+    for (size_t i = 0; i < groups.size(); ++i) {
+      groups[i].kept = backend_kept[i];
+      groups[i].kept_original = stats_.stages[stage_of[i]].kept_original;
+    }
+  }
+  for (HapGroupExplain& gx : groups) stats_.hap_groups.push_back(std::move(gx));
   return absl::OkStatus();
 }
 

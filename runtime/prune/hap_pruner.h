@@ -22,10 +22,12 @@ class HapPruner : public PrunerBase {
   // The plan must be for dims (same L and V); its schedule names the method (MethodName).
   // stats() gains one HapLayerExplain per layer of groups 0..M−2 and one HapGroupExplain per
   // pruning step: on the CPU backend when the group's pruning step runs; on a device backend,
-  // whose copy back would be a second wait per step, all of them in Finish (their PAQs, weights
-  // and scores stay in the backend's memory until then, and the step waits only for its kept
-  // indices). Layers of the last group are not scored (nothing is pruned after them), so M = 1
-  // costs nothing.
+  // whose copy back would be a wait per step, all of them in Finish (their PAQs, weights and
+  // scores stay in the backend's memory until then). Where the engine takes decisions in the
+  // backend's memory (LayerAttention::backend_keep, a device backend's prefill), the kept
+  // indices stay there too and a step waits for nothing: the plan fixes each step's count.
+  // Otherwise a step on a device waits once, for its kept indices. Layers of the last group are
+  // not scored (nothing is pruned after them), so M = 1 costs nothing.
   // paq_temperature τ (kPaqSoftmax only; > 0, finite) divides the centred PAQs at both the head
   // and the layer level: w_c = softmax((PAQ_c − mean PAQ) / τ). τ = 1 is the paper's definition
   // (docs/design.md §3), bit for bit; τ < 1 concentrates the weights. MakePruner checks requests
@@ -34,7 +36,7 @@ class HapPruner : public PrunerBase {
             double paq_temperature = 1.0);
 
   KeepResult AfterLayer(const LayerAttention& att) override;
-  absl::Status Finish() override;
+  absl::Status Finish(const std::vector<std::vector<int>>& backend_kept) override;
 
   const Plan& plan() const { return plan_; }
 
@@ -70,6 +72,10 @@ class HapPruner : public PrunerBase {
   // from the plan at the request's first scored layer.
   BackendArray<float> scalars_;
   std::vector<size_t> scalar_offsets_;
+  // The kept indices of every scored group decided in the backend's memory, group g's at
+  // kept_offsets_[g]: I32 [Σ_g N_v(g+1)].
+  BackendArray<int32_t> kept_;
+  std::vector<size_t> kept_offsets_;
   // Pruning steps whose explain records wait for Finish (device backends).
   struct Pending {
     int group;

@@ -21,6 +21,14 @@ namespace hap {
 // n_tokens rows in original order; the visual tokens still present are the contiguous rows
 // [vis_begin, vis_begin + n_vis). Rows after them are the query text (N_t = n_tokens -
 // vis_begin - n_vis).
+// A pruning stage decided in the backend's memory (LayerAttention::backend_keep).
+struct BackendKeep {
+  // [count] indices into the n_vis visual tokens present, strictly ascending, in the backend's
+  // memory, valid until Pruner::Finish.
+  const int32_t* kept = nullptr;
+  int count = 0;  // 0: no stage
+};
+
 struct LayerAttention {
   int layer = 0;
   int n_tokens = 0;
@@ -40,6 +48,13 @@ struct LayerAttention {
   int d_model = 0;
   // Runs the method's ops; q, k, lse and hidden are in its memory (host for the CPU backend).
   const Backend* backend = &CpuBackend();
+  // Where the engine takes a stage decided in the backend's memory (a device backend's prefill;
+  // null where the engine needs host lists). A method may fill it instead of returning a list,
+  // and return std::nullopt: the engine then compacts on the backend, and nothing waits for the
+  // device until the prefill ends, when the engine copies every such stage's indices back at once
+  // and hands them to Finish. The count must be what the method's plan fixed in advance (the
+  // host never learns the indices before Finish).
+  BackendKeep* backend_keep = nullptr;
 };
 
 // Input embeddings before layer 0 (SparseVLM picks its raters from them; DivPrune and
@@ -76,10 +91,15 @@ class Pruner {
   // std::nullopt keeps every token.
   virtual absl::StatusOr<std::optional<std::vector<int>>> AfterLayer(const LayerAttention& att) = 0;
 
-  // Called once after the last layer: a method that kept records in the backend's memory to
-  // spare the device a wait per stage (HAP's explain data on a GPU) brings them back here, in
-  // one copy, before stats() is read.
-  virtual absl::Status Finish() { return absl::OkStatus(); }
+  // Called once after the last layer, before stats() is read. backend_kept: the kept lists of
+  // the stages this method left in the backend's memory (LayerAttention::backend_keep), in
+  // order, as the engine copied them back; their records are completed here. A method that
+  // kept other records in the backend's memory to spare the device a wait per stage (HAP's
+  // explain data on a GPU) brings them back here too, in one copy.
+  virtual absl::Status Finish(const std::vector<std::vector<int>>& backend_kept) {
+    if (backend_kept.empty()) return absl::OkStatus();
+    return absl::InternalError("a pruning method that decides on the host got stages back");
+  }
 
   // What the method did for this request so far (schedule, stages, timings, HAP explain).
   const PruneStats& stats() const { return stats_; }

@@ -27,6 +27,8 @@ void PrunerBase::ResetRequest(int n_vis) {
   no_image_ = n_vis == 0;
   present_.resize(n_vis);
   std::iota(present_.begin(), present_.end(), 0);
+  n_present_ = n_vis;
+  backend_stages_.clear();
   stats_.kept_original = present_;
   stats_.layer_tokens.clear();
   stats_.stages.clear();
@@ -82,10 +84,10 @@ absl::StatusOr<bool> PrunerBase::StartLayer(const LayerAttention& att) {
                                                       next_layer_, " of ", dims_.n_layers, ", got ",
                                                       att.layer));
   }
-  if (att.n_vis != static_cast<int>(present_.size())) {
+  if (att.n_vis != n_present_) {
     return absl::FailedPreconditionError(absl::StrCat(stats_.method, ": layer ", att.layer, " has ",
-                                                      att.n_vis, " visual tokens, but ",
-                                                      present_.size(), " were kept"));
+                                                      att.n_vis, " visual tokens, but ", n_present_,
+                                                      " were kept"));
   }
   if (att.vis_begin < 0 || att.n_vis < 0 || att.vis_begin + att.n_vis > att.n_tokens) {
     return absl::InvalidArgumentError(
@@ -117,8 +119,67 @@ PrunerBase::KeepResult PrunerBase::CommitBeforeLlm(std::vector<int> kept, double
   return Record(PruneStage::kBeforeLlm, std::move(kept), select_us);
 }
 
+PrunerBase::KeepResult PrunerBase::CommitInBackend(const LayerAttention& att, const int32_t* kept,
+                                                   int count, double select_us) {
+  if (att.backend_keep == nullptr || kept == nullptr || count < 0 || count > n_present_) {
+    return absl::InternalError(absl::StrCat(stats_.method, ": layer ", att.layer, " kept ", count,
+                                            " of ", n_present_,
+                                            " tokens in the backend's memory, where the engine "
+                                            "takes none"));
+  }
+  stats_.score_select_us += select_us;
+  PruneStage stage;
+  stage.after_layer = att.layer;
+  stage.tokens_before = n_present_;
+  stage.tokens_kept = count;
+  stage.select_us = select_us;
+  backend_stages_.push_back(static_cast<int>(stats_.stages.size()));
+  stats_.stages.push_back(std::move(stage));
+  n_present_ = count;
+  *att.backend_keep = BackendKeep{kept, count};
+  return std::optional<std::vector<int>>();
+}
+
+absl::Status PrunerBase::Finish(const std::vector<std::vector<int>>& backend_kept) {
+  if (backend_kept.size() != backend_stages_.size()) {
+    return absl::InternalError(absl::StrCat(stats_.method, ": ", backend_kept.size(),
+                                            " kept lists came back for ", backend_stages_.size(),
+                                            " stages"));
+  }
+  for (size_t i = 0; i < backend_kept.size(); ++i) {
+    PruneStage& stage = stats_.stages[backend_stages_[i]];
+    const std::vector<int>& kept = backend_kept[i];
+    if (static_cast<int>(kept.size()) != stage.tokens_kept ||
+        stage.tokens_before != static_cast<int>(present_.size())) {
+      return absl::InternalError(absl::StrCat(stats_.method, ": the stage after layer ",
+                                              stage.after_layer, " kept ", kept.size(),
+                                              " tokens; it recorded ", stage.tokens_kept));
+    }
+    for (size_t r = 0; r < kept.size(); ++r) {
+      if (kept[r] < 0 || kept[r] >= stage.tokens_before || (r > 0 && kept[r] <= kept[r - 1])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            stats_.method, ": the selection after layer ", stage.after_layer, " kept token ",
+            kept[r], " of ", stage.tokens_before,
+            kept[r] < 0 ? " (a token score was NaN: a NaN has no rank)" : " (not ascending)"));
+      }
+    }
+    std::vector<int> next(kept.size());
+    for (size_t r = 0; r < kept.size(); ++r) next[r] = present_[kept[r]];
+    stage.kept_original = next;
+    present_ = std::move(next);
+  }
+  backend_stages_.clear();
+  stats_.kept_original = present_;
+  return absl::OkStatus();
+}
+
 PrunerBase::KeepResult PrunerBase::Record(int after_layer, std::vector<int> kept,
                                           double select_us) {
+  if (!backend_stages_.empty()) {
+    return absl::InternalError(absl::StrCat(stats_.method, ": a stage after layer ", after_layer,
+                                            " decided on the host follows one decided in the "
+                                            "backend's memory"));
+  }
   stats_.score_select_us += select_us;
   std::vector<int> next(kept.size());
   for (size_t r = 0; r < kept.size(); ++r) next[r] = present_[kept[r]];
@@ -130,6 +191,7 @@ PrunerBase::KeepResult PrunerBase::Record(int after_layer, std::vector<int> kept
   stage.kept_original = next;
   stats_.stages.push_back(std::move(stage));
   present_ = std::move(next);
+  n_present_ = static_cast<int>(present_.size());
   stats_.kept_original = present_;
   return std::optional<std::vector<int>>(std::move(kept));
 }

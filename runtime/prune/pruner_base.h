@@ -19,6 +19,11 @@ class PrunerBase : public Pruner {
  public:
   using KeepResult = absl::StatusOr<std::optional<std::vector<int>>>;
 
+  // Completes the stages CommitInBackend recorded, from the engine's host copies of their kept
+  // lists: InvalidArgument naming the layer for an entry outside the tokens present (the device
+  // writes −1 where a token score was NaN) or a list that does not ascend.
+  absl::Status Finish(const std::vector<std::vector<int>>& backend_kept) override;
+
  protected:
   // planned_layer_tokens: [L] visual tokens each layer is scheduled to process.
   PrunerBase(std::string method, const ModelDims& dims, std::vector<int> planned_layer_tokens);
@@ -32,6 +37,12 @@ class PrunerBase : public Pruner {
   // tokens (strictly ascending). Records the stage; returns what AfterLayer should return.
   KeepResult Commit(const LayerAttention& att, std::vector<int> kept, double select_us);
 
+  // A decision left in the backend's memory (att.backend_keep, which must be non-null): `count`
+  // tokens kept at `kept` (backend memory, valid until Finish). Records the stage, whose kept
+  // tokens are filled in by Finish; returns what AfterLayer should return (std::nullopt). A
+  // stage decided on the host may not follow one of these in the same request (Internal).
+  KeepResult CommitInBackend(const LayerAttention& att, const int32_t* kept, int count,
+                             double select_us);
   // For methods that choose their visual tokens before the LLM (in Begin): validates `in`
   // (layout, embeddings, V as planned) and starts the request's record, which layer 0 then
   // continues instead of resetting. Returns false when the request has no visual tokens.
@@ -58,8 +69,12 @@ class PrunerBase : public Pruner {
   static int NumText(const LayerAttention& att) { return att.n_tokens - TextBegin(att); }
 
   const ModelDims& dims() const { return dims_; }
-  // Indices into the image's V tokens of the tokens present now, ascending.
+  // Indices into the image's V tokens of the tokens present now, ascending. Not known between
+  // a stage decided in the backend's memory and Finish (the count is: n_present()).
   const std::vector<int>& present() const { return present_; }
+  int n_present() const { return n_present_; }
+  // Indices into stats().stages of the stages recorded by CommitInBackend and not yet completed.
+  const std::vector<int>& backend_stages() const { return backend_stages_; }
 
   // Microseconds since `start`.
   static double Since(std::chrono::steady_clock::time_point start) {
@@ -75,6 +90,8 @@ class PrunerBase : public Pruner {
 
   ModelDims dims_;
   std::vector<int> present_;
+  int n_present_ = 0;
+  std::vector<int> backend_stages_;
   int next_layer_ = 0;
   bool no_image_ = false;
   bool begun_ = false;          // StartBeforeLlm ran for the request layer 0 will start

@@ -60,6 +60,7 @@ class CountingPruning final : public PruningKernels {
   HAP_FORWARD(TokenScoresOfRows, (const float* m, int64_t r, int v, const int* rs, int n, float* s),
               (m, r, v, rs, n, s))
   HAP_FORWARD(StableTopK, (const float* s, int n, int k, int* kept), (s, n, k, kept))
+  HAP_FORWARD(StableTopKToBackend, (const float* s, int n, int k, int32_t* kept), (s, n, k, kept))
   HAP_FORWARD(VisionZipMerge, (const VisionZipMergeArgs& a), (a))
 
  private:
@@ -112,6 +113,9 @@ class CountingBackend final : public Backend {
   HAP_FORWARD(DecodeAttention, (const DecodeAttentionArgs& a), (a))
   HAP_FORWARD(GatherRows, (const void* s, int64_t n, size_t rb, const int* i, int64_t ni, void* d),
               (s, n, rb, i, ni, d))
+  HAP_FORWARD(GatherKeptRows,
+              (const void* s, int n, size_t rb, int vb, int nv, const int32_t* k, int nk, void* d),
+              (s, n, rb, vb, nv, k, nk, d))
   HAP_FORWARD(ArgMaxRows, (const float* x, int r, int n, int32_t* ids), (x, r, n, ids))
   HAP_FORWARD(TopLogits, (const TopLogitsArgs& a), (a))
 

@@ -2,16 +2,18 @@
 // the kernel launches and products (one cuBLAS call each on a GPU) one decoder layer enqueues, in
 // an unpruned prefill and in a decode step — counted as the difference between a 4-layer and a
 // 2-layer checkpoint that differ in nothing else, divided by 2, so the embedding, the final norm,
-// the LM head and the sampling cancel out — and the device allocations and frees of a request
-// once a first one has run.
+// the LM head and the sampling cancel out — the device→host waits inside a HAP prefill, and the
+// device allocations and frees of a request once a first one has run.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/emulation_counts.h"
 #include "runtime/model/pipeline.h"
+#include "runtime/prune/factory.h"
 #include "runtime/tiny/tiny_model.h"
 #include "tests/common/pattern_png.h"
 
@@ -62,17 +64,18 @@ Counts Count(int layers, DType dtype) {
 }
 
 // Per layer, BF16 weights: 2 RMSNorms that also round their rows for the products after them
-// (RmsNormRounded), 7 products, the rounding of the o and down products' inputs (2), RoPE on q
-// and k (2), 2 residual adds and 1 SiLU·up = 16 (rounding before each product took 21), and the
-// attention. In a decode step that is one kernel over the cache: 17. In the prefill, with BF16
-// operands (ModelOptions::attention_dtype unset on a BF16 checkpoint, on a backend whose caps
-// say narrow_attention), it is q, k and v rounded (one launch), the q·kᵀ and p·v products (2)
-// and the softmax between them (1): 20.
+// (RmsNormRounded), 4 products (q, k and v as one batched product over weights placed back to
+// back, o, gate and up as one, down: 7 one by one), the rounding of the o and down products'
+// inputs (2), RoPE on q and k (2), 2 residual adds and 1 SiLU·up = 13 (rounding before each of 7
+// products took 21), and the attention. In a decode step that is one kernel over the cache: 14.
+// In the prefill, with BF16 operands (ModelOptions::attention_dtype unset on a BF16 checkpoint,
+// on a backend whose caps say narrow_attention), it is q, k and v rounded (one launch), the q·kᵀ
+// and p·v products (2) and the softmax between them (1): 17.
 TEST(CudaStructure, LaunchesPerDecoderLayerOnBf16Weights) {
   const Counts two = Count(2, DType::kBF16), four = Count(4, DType::kBF16);
-  EXPECT_EQ((four.prefill - two.prefill) / 2, 16 + 4);
+  EXPECT_EQ((four.prefill - two.prefill) / 2, 13 + 4);
   EXPECT_EQ((four.prefill - two.prefill) % 2, 0);
-  EXPECT_EQ((four.decode_step - two.decode_step) / 2, 17);
+  EXPECT_EQ((four.decode_step - two.decode_step) / 2, 14);
 }
 
 // F32 weights multiply in F32: no rounding, so 2 norms, 7 products, 2 RoPE, 1 attention, 2 adds
@@ -81,6 +84,102 @@ TEST(CudaStructure, LaunchesPerDecoderLayerOnF32Weights) {
   const Counts two = Count(2, DType::kF32), four = Count(4, DType::kF32);
   EXPECT_EQ((four.prefill - two.prefill) / 2, 15);
   EXPECT_EQ((four.decode_step - two.decode_step) / 2, 15);
+}
+
+// Forwards to a pruner and notes how many device→host copies (each a wait for the stream) the
+// process had made when the last layer's AfterLayer returned.
+class CopiesUntilFinish final : public Pruner {
+ public:
+  explicit CopiesUntilFinish(Pruner* inner) : inner_(inner) {}
+  absl::StatusOr<std::optional<std::vector<int>>> Begin(const PrefillInput& input) override {
+    return inner_->Begin(input);
+  }
+  bool ReadsInputEmbeddings() const override { return inner_->ReadsInputEmbeddings(); }
+  absl::StatusOr<std::optional<std::vector<int>>> AfterLayer(const LayerAttention& att) override {
+    ++layers;
+    auto keep = inner_->AfterLayer(att);
+    copies_after_layer = cuda::DeviceToHostCopies();
+    return keep;
+  }
+  absl::Status Finish(const std::vector<std::vector<int>>& backend_kept) override {
+    stages_given = static_cast<int>(backend_kept.size());
+    absl::Status s = inner_->Finish(backend_kept);
+    stats_ = inner_->stats();
+    return s;
+  }
+  int64_t copies_after_layer = -1;  // when the last layer's AfterLayer returned
+  int stages_given = -1;
+  int layers = 0;
+
+ private:
+  Pruner* inner_;
+};
+
+// A HAP prefill waits for the device nowhere between its start and its end: every stage's top-k,
+// the compaction of the hidden states and position ids and the KV rows stay on the device (the
+// planner fixed each stage's count), and what the host reports — the kept indices, the positions
+// of the cache's visual rows, the explain record — comes back after the last layer. A HAP plan of
+// a stage after every layer but the last shows it does not depend on the number of stages.
+TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
+  TinyModelOptions o;
+  o.seed = 7;
+  o.layers = 6;
+  o.image_size = 112;  // 64 visual tokens
+  o.dtype = DType::kBF16;
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_hap";
+  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(dir, on_cuda);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (double retain : {32.0, 16.0}) {
+    SCOPED_TRACE("retain " + std::to_string(retain));
+    PruneRequest prune;
+    prune.method = "hap";
+    prune.retain = retain;
+    absl::StatusOr<EncodeResult> encoded = EncodeImage(**model, hap::testing::PatternPng(), prune);
+    ASSERT_TRUE(encoded.ok()) << encoded.status();
+    absl::StatusOr<PromptTokens> tokens =
+        (*model)->Tokenize(PromptText{"What is in the picture?"}, encoded->n_vis);
+    ASSERT_TRUE(tokens.ok()) << tokens.status();
+    prune.text_tokens = static_cast<int>(tokens->ids.size()) - tokens->n_vis;
+    absl::StatusOr<std::unique_ptr<Pruner>> hap = MakePruner(prune, DimsOf((*model)->config()));
+    ASSERT_TRUE(hap.ok()) << hap.status();
+    CopiesUntilFinish pruner(hap->get());
+    Sampler sampler{SamplingParams{}};
+    const int64_t start = cuda::DeviceToHostCopies();
+    absl::StatusOr<PrefillOutput> out =
+        (*model)->Prefill(*tokens, encoded->embeds, &pruner, &sampler);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const int64_t end = cuda::DeviceToHostCopies();
+    const PruneStats& stats = (*hap)->stats();
+    const int stages = static_cast<int>(stats.stages.size());
+    std::printf("retain %.0f: %d stages, %d layers\n", retain, stages, pruner.layers);
+    EXPECT_GE(stages, retain == 16.0 ? 5 : 1);
+    EXPECT_EQ(pruner.layers, o.layers);
+    EXPECT_EQ(pruner.stages_given, stages);  // every stage was decided on the device
+    EXPECT_EQ(pruner.copies_after_layer - start, 0);
+    // After it: the stages' kept indices, HAP's explain scalars, the first token's id.
+    EXPECT_EQ(end - start, 3);
+    // And the host learned what it reports: each stage's tokens, the cache's positions.
+    for (const PruneStage& st : stats.stages) {
+      EXPECT_EQ(static_cast<int>(st.kept_original.size()), st.tokens_kept);
+    }
+    const KvStore& kv = out->kv();
+    std::vector<int32_t> positions(kv.len(o.layers - 1));
+    std::vector<uint16_t> k(positions.size() * 256), v(k.size());
+    ASSERT_TRUE(
+        kv.ReadRows(o.layers - 1, 0, kv.len(o.layers - 1), k.data(), v.data(), positions.data())
+            .ok());
+    const int vis_begin = tokens->vis_begin;
+    ASSERT_EQ(static_cast<int>(positions.size()), static_cast<int>(tokens->ids.size()) -
+                                                      tokens->n_vis +
+                                                      static_cast<int>(stats.kept_original.size()));
+    for (size_t r = 0; r < stats.kept_original.size(); ++r) {
+      EXPECT_EQ(positions[vis_begin + r], vis_begin + stats.kept_original[r]) << r;
+    }
+  }
 }
 
 // After one request has run, the same request again allocates and frees no device memory: the

@@ -14,6 +14,7 @@
 #include "runtime/prune/hap_pruner.h"
 #include "runtime/prune/last_token_pruner.h"
 #include "runtime/prune/planner.h"
+#include "runtime/prune/pruner_base.h"
 #include "runtime/prune/random_pruner.h"
 #include "runtime/prune/sparsevlm_pruner.h"
 #include "tests/prune/reference.h"
@@ -901,6 +902,104 @@ TEST(PrunerBase, RejectsEngineMistakes) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_FALSE(r->has_value());
   }
+}
+
+// A method that decides in the backend's memory (the CPU's here) after layers 1 and 3, keeping
+// every other token present, and on the host after layer 5 when asked to.
+class KeepsInBackend final : public PrunerBase {
+ public:
+  KeepsInBackend(const ModelDims& dims, bool host_stage_after)
+      : PrunerBase("test", dims, std::vector<int>(dims.n_layers, dims.n_visual_tokens)),
+        host_stage_after_(host_stage_after) {}
+  KeepResult AfterLayer(const LayerAttention& att) override {
+    absl::StatusOr<bool> has_image = StartLayer(att);
+    if (!has_image.ok()) return has_image.status();
+    if (att.layer == 1 || att.layer == 3) {
+      std::vector<int32_t>& kept = att.layer == 1 ? first_ : second_;
+      kept.clear();
+      for (int i = 0; i < att.n_vis; i += 2) kept.push_back(i);
+      return CommitInBackend(att, kept.data(), static_cast<int>(kept.size()), 1.0);
+    }
+    if (att.layer == 5 && host_stage_after_) return Commit(att, {0}, 1.0);
+    return std::optional<std::vector<int>>();
+  }
+
+ private:
+  bool host_stage_after_;
+  std::vector<int32_t> first_, second_;
+};
+
+// Stages decided in the backend's memory: the engine learns the count at once and the indices
+// only in Finish, which completes each stage's record in order; a list the device marked (−1:
+// a NaN score) or of the wrong length is an error there, and so is a host stage after them.
+TEST(PrunerBase, CompletesStagesDecidedInTheBackendInFinish) {
+  ModelDims dims = SmallDims();
+  dims.n_layers = 6;
+  dims.n_visual_tokens = 12;
+  const int n = 5 + 12 + 7;
+  std::vector<float> q(size_t(n) * 32, 0.1f), k(size_t(n) * 16, 0.1f), lse(size_t(4) * n, 0.f);
+  auto run = [&](KeepsInBackend* p, std::vector<int>* counts) -> absl::Status {
+    LayerAttention att;
+    att.n_heads = 4;
+    att.n_kv_heads = 2;
+    att.head_dim = 8;
+    att.scale = 0.35f;
+    att.q = q.data();
+    att.k = k.data();
+    att.lse = lse.data();
+    att.vis_begin = 5;
+    att.n_vis = 12;
+    BackendKeep slot;
+    att.backend_keep = &slot;
+    for (int l = 0; l < dims.n_layers; ++l) {
+      att.layer = l;
+      att.n_tokens = 5 + att.n_vis + 7;
+      slot = BackendKeep{};
+      absl::StatusOr<std::optional<std::vector<int>>> r = p->AfterLayer(att);
+      if (!r.ok()) return r.status();
+      if (r->has_value()) {
+        att.n_vis = static_cast<int>((*r)->size());
+      } else if (slot.kept != nullptr) {
+        att.n_vis = slot.count;
+      }
+      counts->push_back(att.n_vis);
+    }
+    return absl::OkStatus();
+  };
+
+  KeepsInBackend pruner(dims, false);
+  std::vector<int> counts;
+  ASSERT_TRUE(run(&pruner, &counts).ok());
+  EXPECT_EQ(counts, (std::vector<int>{12, 6, 6, 3, 3, 3}));
+  ASSERT_EQ(pruner.stats().stages.size(), 2u);
+  EXPECT_TRUE(pruner.stats().stages[0].kept_original.empty());  // not known yet
+  EXPECT_EQ(pruner.stats().stages[1].tokens_before, 6);
+  // The lists as the engine copied them back (not what the method would pick: Finish takes
+  // the device's word).
+  ASSERT_TRUE(pruner.Finish({{0, 1, 3, 4, 5, 11}, {1, 2, 5}}).ok());
+  EXPECT_EQ(pruner.stats().stages[0].kept_original, (std::vector<int>{0, 1, 3, 4, 5, 11}));
+  EXPECT_EQ(pruner.stats().stages[1].kept_original, (std::vector<int>{1, 3, 11}));
+  EXPECT_EQ(pruner.stats().kept_original, (std::vector<int>{1, 3, 11}));
+
+  counts.clear();
+  ASSERT_TRUE(run(&pruner, &counts).ok());  // a new request forgets the last one's stages
+  absl::Status marked = pruner.Finish({{-1, -1, -1, -1, -1, -1}, {0, 1, 2}});
+  EXPECT_EQ(marked.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(marked.message().find("NaN"), std::string::npos) << marked;
+  counts.clear();
+  ASSERT_TRUE(run(&pruner, &counts).ok());
+  EXPECT_EQ(pruner.Finish({{0, 1, 2}, {0, 1, 2}}).code(), absl::StatusCode::kInternal);
+  counts.clear();
+  ASSERT_TRUE(run(&pruner, &counts).ok());
+  EXPECT_EQ(pruner.Finish({{0, 2, 1, 3, 4, 5}, {0, 1, 2}}).code(),
+            absl::StatusCode::kInvalidArgument);  // not ascending
+  counts.clear();
+  ASSERT_TRUE(run(&pruner, &counts).ok());
+  EXPECT_EQ(pruner.Finish({}).code(), absl::StatusCode::kInternal);  // lists missing
+
+  KeepsInBackend mixed(dims, true);
+  counts.clear();
+  EXPECT_EQ(run(&mixed, &counts).code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace

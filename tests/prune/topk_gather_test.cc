@@ -112,5 +112,18 @@ TEST(SequenceKeepRows, PrefixKeptVisualSuffix) {
   EXPECT_FALSE(kernels::SequenceKeepRows(11, 3, 6, unsorted, 2, rows.data()).ok());
 }
 
+TEST(GatherKeptRows, KeptVisualRowsBetweenPrefixAndText) {
+  // 3 prefix, 6 visual, 2 text rows of 2 floats; keep visual 1 and 4.
+  std::vector<float> src(11 * 2);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  const int kept[] = {1, 4};
+  std::vector<float> dst(7 * 2, -1.f);
+  ASSERT_TRUE(kernels::GatherKeptRows(src.data(), 11, 8, 3, 6, kept, 2, dst.data()).ok());
+  EXPECT_EQ(dst, (std::vector<float>{0, 1, 2, 3, 4, 5, 8, 9, 14, 15, 18, 19, 20, 21}));
+  const int marked[] = {-1, -1};  // what a device writes after a NaN score: refused here
+  EXPECT_FALSE(kernels::GatherKeptRows(src.data(), 11, 8, 3, 6, marked, 2, dst.data()).ok());
+  EXPECT_FALSE(kernels::GatherKeptRows(src.data(), 11, 8, 3, 6, kept, 2, src.data() + 2).ok());
+}
+
 }  // namespace
 }  // namespace hap

@@ -575,6 +575,55 @@ CaseResult GatherCase(int64_t n_rows, size_t row_bytes, const std::vector<int>& 
   return c.Result(ms);
 }
 
+// The compaction after a stage decided on the device: the kept visual rows found from the kept
+// list on the device, with the rows before and after the image in place. An entry of −1 (a
+// selection that found a NaN) copies row vis_begin, and nothing reads outside src.
+CaseResult GatherKeptCase(int n_tokens, size_t row_bytes, int vis_begin, int n_vis,
+                          const std::vector<int>& kept) {
+  const int n_kept = static_cast<int>(kept.size());
+  std::vector<unsigned char> src(static_cast<size_t>(n_tokens) * row_bytes);
+  const std::vector<float> noise = RandomFloats(static_cast<int64_t>(src.size()), 57 + row_bytes);
+  for (size_t b = 0; b < src.size(); ++b) src[b] = static_cast<unsigned char>(noise[b] * 1000.f);
+  const int n_out = n_tokens - n_vis + n_kept;
+  std::vector<unsigned char> want(static_cast<size_t>(n_out) * row_bytes);
+  Checker c;
+  const bool marked = std::any_of(kept.begin(), kept.end(), [&](int k) { return k < 0; });
+  if (!marked) {
+    if (!c.Reference(kernels::GatherKeptRows(src.data(), n_tokens, row_bytes, vis_begin, n_vis,
+                                             kept.data(), n_kept, want.data()))) {
+      return c.Result(0);
+    }
+  } else {  // the reference refuses a −1; the kernel copies row vis_begin for it
+    for (int r = 0; r < n_out; ++r) {
+      const int from = r < vis_begin            ? r
+                       : r < vis_begin + n_kept ? vis_begin + std::max(kept[r - vis_begin], 0)
+                                                : r - n_kept + n_vis;
+      std::copy_n(src.begin() + static_cast<size_t>(from) * row_bytes, row_bytes,
+                  want.begin() + static_cast<size_t>(r) * row_bytes);
+    }
+  }
+  DeviceBuffer dsrc = DeviceBuffer::Of(src), dkept = DeviceBuffer::Of(kept);
+  DeviceBuffer ddst(want.size());
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return GatherKeptRows(dsrc.data(), n_tokens, row_bytes, vis_begin, n_vis, dkept.as<int>(),
+                              n_kept, ddst.data(), nullptr);
+      },
+      &st);
+  c.Status(st);
+  OutputBytes(c, "dst", ddst, want.data());
+  c.Unchanged("src", dsrc, src.data());
+  c.Unchanged("kept", dkept, kept.data());
+  // Out of place only.
+  if (GatherKeptRows(dsrc.data(), n_tokens, row_bytes, vis_begin, n_vis, dkept.as<int>(), n_kept,
+                     dsrc.data(), nullptr)
+          .ok) {
+    c.Fail("an in-place compaction was accepted");
+  }
+  return c.Result(ms);
+}
+
 // The entry points' argument checks: each call below must fail before it launches anything.
 CaseResult RejectsBadArgumentsCase() {
   DeviceBuffer buf(4096);
@@ -757,6 +806,21 @@ void AddPruneCases(std::vector<Case>& cases) {
         {"GatherRows " + Str(n_rows) + "x" + Str(row_bytes) + "B idx " + Str(idx.size()),
          {"GatherRowsKernel"},
          [=] { return GatherCase(n_rows, row_bytes, idx); }});
+  }
+  // n_tokens, row_bytes, vis_begin, n_vis, kept: LLaVA's layout (hidden rows, positions), an image
+  // at the start or the end, every token kept, none kept, a −1 list.
+  for (auto [n_tokens, row_bytes, vis_begin, n_vis, kept] :
+       {std::tuple{610, size_t{256}, 5, 576, Range(1, 576, 18)},
+        {610, size_t{4}, 5, 576, Range(1, 576, 18)},
+        {70, size_t{148}, 0, 64, Range(0, 64, 1)},
+        {70, size_t{6}, 6, 64, std::vector<int>{}},
+        {40, size_t{256}, 3, 30, Range(29, 30, 1)},
+        {40, size_t{256}, 3, 30, std::vector<int>{-1, -1, -1}}}) {
+    cases.push_back({"GatherKeptRows " + Str(n_tokens) + "x" + Str(row_bytes) + "B vis " +
+                         Str(vis_begin) + "+" + Str(n_vis) + " kept " + Str(kept.size()) +
+                         (!kept.empty() && kept[0] < 0 ? " (-1)" : ""),
+                     {"GatherKeptRowsKernel"},
+                     [=] { return GatherKeptCase(n_tokens, row_bytes, vis_begin, n_vis, kept); }});
   }
 }
 
