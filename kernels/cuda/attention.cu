@@ -6,6 +6,7 @@
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 // Fully unrolled loops over a thread's output elements keep acc[] in registers on the GPU (nvcc
@@ -308,6 +309,234 @@ KernelStatus NarrowAttention(const AttentionArgs& a, ElemType type, Gemm& gemm, 
     }
   }
   return KernelStatus::Ok();
+}
+
+namespace {
+
+// FlashAttention's tiles: 64 query rows per block, 16 per warp (one m16 fragment row block); keys
+// 64 at a time in shared memory, rows padded by 8 elements against bank conflicts.
+constexpr int kFlashThreads = 128;
+constexpr int kFlashRows = 64;
+constexpr int kFlashKeys = 64;
+constexpr int kFlashPad = 8;
+
+// Rows [key0, key0 + kFlashKeys) of one head of k or v (F32, rows `stride` apart, `src` at the
+// head's first element), rounded into `dst` [kFlashKeys, D + kFlashPad]; rows past n_kv are 0.
+template <bool kBf16, int kSteps>
+__device__ void LoadKeyTile(const float* src, int64_t stride, int key0, int n_kv, uint16_t* dst) {
+  constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad;
+  for (int i = threadIdx.x; i < kFlashKeys * kDim / 2; i += kFlashThreads) {
+    const int r = i / (kDim / 2), c = (i % (kDim / 2)) * 2;
+    const int key = key0 + r;
+    uint16_t lo = 0, hi = 0;
+    if (key < n_kv) {
+      const float* e = src + key * stride + c;
+      lo = RoundHalf<kBf16>(e[0]);
+      hi = RoundHalf<kBf16>(e[1]);
+    }
+    *reinterpret_cast<uint32_t*>(dst + r * kRow + c) = PackHalves(lo, hi);
+  }
+}
+
+// s = scale · q·kᵀ of the warp's 16 rows against the tile's 64 keys (8 fragments of 8 keys),
+// −inf where the row does not see the key (past n_kv, or after it when causal).
+template <bool kBf16, int kSteps>
+__device__ void ScoreTile(const AttentionArgs& a, const uint32_t (&qa)[kSteps][4],
+                          const uint16_t* ks, int key0, const int (&rows)[2], float (&s)[8][4]) {
+  constexpr int kRow = kSteps * 16 + kFlashPad;
+  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  HAP_UNROLL
+  for (int nt = 0; nt < 8; ++nt) {
+    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+  }
+  HAP_UNROLL
+  for (int st = 0; st < kSteps; ++st) {
+    HAP_UNROLL
+    for (int nt = 0; nt < 8; ++nt) {
+      // B[d][key] = k[key][d]: two consecutive d of one key per register.
+      const uint16_t* kr = ks + (nt * 8 + g) * kRow + st * 16 + 2 * t;
+      const uint32_t b[2] = {*reinterpret_cast<const uint32_t*>(kr),
+                             *reinterpret_cast<const uint32_t*>(kr + 8)};
+      Mma16816<kBf16>(s[nt], qa[st], b);
+    }
+  }
+  HAP_UNROLL
+  for (int nt = 0; nt < 8; ++nt) {
+    HAP_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int key = key0 + nt * 8 + 2 * t + (i & 1), row = rows[i >> 1];
+      const bool seen = key < a.n_kv && (!a.causal || key <= a.causal_offset + row);
+      s[nt][i] = seen ? s[nt][i] * a.scale : -INFINITY;
+    }
+  }
+}
+
+// Block (x = tile of 64 query rows, y = head), 4 warps of 16 rows. Two passes over the keys the
+// tile sees, on tensor cores (Mma16816): the first finds each row's max and Σ exp (online), the
+// second recomputes the scores, rounds p = exp(s − max) / Σ to the operand type — the normalised
+// probabilities the reference rounds — and accumulates p·v in F32. q, k and v are rounded as they
+// are loaded (no rounded copies in memory); the scores never leave registers.
+template <bool kBf16, int kSteps>
+__global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionArgs a) {
+  constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad;
+  // The key and value tiles as 32-bit words, so that pairs of elements load as one.
+  HAP_SHARED(uint32_t, k_words, kFlashKeys * kRow / 2);
+  HAP_SHARED(uint32_t, v_words, kFlashKeys * kRow / 2);
+  uint16_t* ks = reinterpret_cast<uint16_t*>(k_words);
+  uint16_t* vs = reinterpret_cast<uint16_t*>(v_words);
+  const int h = blockIdx.y, kv_head = h / (a.n_heads / a.n_kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int row0 = blockIdx.x * kFlashRows + warp * 16;
+  const int rows[2] = {row0 + g, row0 + g + 8};
+  const int64_t q_stride = int64_t{a.n_heads} * kDim, kv_stride = int64_t{a.n_kv_heads} * kDim;
+  const float* k_head = a.k + kv_head * kDim;
+  const float* v_head = a.v + kv_head * kDim;
+
+  // The warp's q rows as A fragments, rounded (rows past n_q are 0).
+  uint32_t qa[kSteps][4];
+  HAP_UNROLL
+  for (int st = 0; st < kSteps; ++st) {
+    HAP_UNROLL
+    for (int r = 0; r < 4; ++r) {
+      const int row = rows[r & 1], col = st * 16 + 2 * t + (r >= 2 ? 8 : 0);
+      uint16_t lo = 0, hi = 0;
+      if (row < a.n_q) {
+        const float* e = a.q + row * q_stride + h * kDim + col;
+        lo = RoundHalf<kBf16>(e[0]);
+        hi = RoundHalf<kBf16>(e[1]);
+      }
+      qa[st][r] = PackHalves(lo, hi);
+    }
+  }
+  const int last_row = min(a.n_q, static_cast<int>(blockIdx.x) * kFlashRows + kFlashRows) - 1;
+  const int limit = a.causal ? min(a.n_kv, a.causal_offset + last_row + 1) : a.n_kv;
+  const int tiles = (limit + kFlashKeys - 1) / kFlashKeys;
+
+  // Pass 1: each row's max and Σ exp(s − max); a lane sums its own columns, the row's four lanes
+  // are added at the end.
+  float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};
+  float s[8][4];
+  for (int tile = 0; tile < tiles; ++tile) {
+    __syncthreads();
+    LoadKeyTile<kBf16, kSteps>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks);
+    __syncthreads();
+    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, s);
+    HAP_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      float m = -INFINITY;
+      HAP_UNROLL
+      for (int nt = 0; nt < 8; ++nt) m = fmaxf(m, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float m_new = fmaxf(mx[r], m);
+      if (m_new == -INFINITY) continue;  // nothing seen yet (key 0 is seen by every row)
+      float add = 0.f;
+      HAP_UNROLL
+      for (int nt = 0; nt < 8; ++nt) {
+        add += expf(s[nt][2 * r] - m_new) + expf(s[nt][2 * r + 1] - m_new);
+      }
+      sum[r] = sum[r] * expf(mx[r] - m_new) + add;
+      mx[r] = m_new;
+    }
+  }
+  float inv[2];
+  HAP_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    inv[r] = 1.f / sum[r];
+  }
+
+  // Pass 2: p rounded, out += p·v over 2·kSteps fragments of 8 output columns.
+  float o[2 * kSteps][4];
+  HAP_UNROLL
+  for (int dt = 0; dt < 2 * kSteps; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+  for (int tile = 0; tile < tiles; ++tile) {
+    __syncthreads();
+    LoadKeyTile<kBf16, kSteps>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks);
+    LoadKeyTile<kBf16, kSteps>(v_head, kv_stride, tile * kFlashKeys, a.n_kv, vs);
+    __syncthreads();
+    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, s);
+    HAP_UNROLL
+    for (int c = 0; c < 4; ++c) {  // 16 keys at a time: score fragments 2c and 2c + 1
+      uint16_t p[2][4];
+      HAP_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        HAP_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const int r = i >> 1;
+          p[half][i] = RoundHalf<kBf16>(expf(s[2 * c + half][i] - mx[r]) * inv[r]);
+        }
+      }
+      // The score fragments' D layout is the A layout of the product with v.
+      const uint32_t pa[4] = {PackHalves(p[0][0], p[0][1]), PackHalves(p[0][2], p[0][3]),
+                              PackHalves(p[1][0], p[1][1]), PackHalves(p[1][2], p[1][3])};
+      const uint16_t* vr = vs + (c * 16 + 2 * t) * kRow + g;
+      HAP_UNROLL
+      for (int dt = 0; dt < 2 * kSteps; ++dt) {
+        // B[key][d] = v[key][d]: two consecutive keys of one d per register.
+        const uint16_t* e = vr + dt * 8;
+        const uint32_t b[2] = {PackHalves(e[0], e[kRow]), PackHalves(e[8 * kRow], e[9 * kRow])};
+        Mma16816<kBf16>(o[dt], pa, b);
+      }
+    }
+  }
+  HAP_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const int row = rows[i >> 1];
+    if (row >= a.n_q) continue;
+    float* out = a.out + row * q_stride + h * kDim + 2 * t + (i & 1);
+    HAP_UNROLL
+    for (int dt = 0; dt < 2 * kSteps; ++dt) out[dt * 8] = o[dt][i];
+  }
+  if (t == 0 && a.lse != nullptr) {
+    for (int r = 0; r < 2; ++r) {
+      if (rows[r] < a.n_q) a.lse[static_cast<int64_t>(h) * a.n_q + rows[r]] = mx[r] + logf(sum[r]);
+    }
+  }
+}
+
+template <bool kBf16>
+KernelStatus LaunchFlash(const AttentionArgs& a, Stream stream) {
+  const dim3 grid(CeilDiv(a.n_q, kFlashRows), a.n_heads), block(kFlashThreads);
+  switch (a.head_dim / 16) {
+#define HAP_FLASH_CASE(steps)                                                                 \
+  case steps:                                                                                 \
+    return Launch("FlashAttentionKernel", FlashAttentionKernel<kBf16, steps>, grid, block, 0, \
+                  stream, a);
+    HAP_FLASH_CASE(1)
+    HAP_FLASH_CASE(2)
+    HAP_FLASH_CASE(3)
+    HAP_FLASH_CASE(4)
+    HAP_FLASH_CASE(5)
+    HAP_FLASH_CASE(6)
+    HAP_FLASH_CASE(7)
+    HAP_FLASH_CASE(8)
+#undef HAP_FLASH_CASE
+    default:
+      return KernelStatus::Error("FlashAttention: head_dim " + std::to_string(a.head_dim));
+  }
+}
+
+}  // namespace
+
+bool FlashAttentionSupports(const AttentionArgs& a) {
+  return a.head_dim % 16 == 0 && a.head_dim >= 16 && a.head_dim <= kFlashMaxHeadDim;
+}
+
+KernelStatus FlashAttention(const AttentionArgs& a, ElemType type, Stream stream) {
+  KernelStatus st = CheckArgs(a);
+  if (!st.ok) return st;
+  if (type == ElemType::kF32) {
+    return KernelStatus::Error("FlashAttention: the operands must be BF16 or F16");
+  }
+  if (!FlashAttentionSupports(a)) {
+    return KernelStatus::Error("FlashAttention: head_dim " + std::to_string(a.head_dim) +
+                               " is not a multiple of 16 up to " +
+                               std::to_string(kFlashMaxHeadDim));
+  }
+  if (a.n_q == 0) return KernelStatus::Ok();
+  return type == ElemType::kBF16 ? LaunchFlash<true>(a, stream) : LaunchFlash<false>(a, stream);
 }
 
 KernelStatus Attention(const AttentionArgs& a, Stream stream) {

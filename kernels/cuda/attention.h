@@ -3,7 +3,7 @@
 // heads, causal or not. Flash-style: a block holds a tile of 16 query rows of one head and walks
 // the keys in tiles with an online softmax (running max and sum), so no [n_q, n_kv] buffer
 // exists. CUDA cores only (F32 FMAs, no tensor cores); head_dim up to kMaxAttentionHeadDim.
-// NarrowAttention below is the tensor-core path, for BF16/F16 operands.
+// FlashAttention and NarrowAttention below are the tensor-core paths, for BF16/F16 operands.
 #pragma once
 
 #include <cstddef>
@@ -39,5 +39,17 @@ size_t NarrowAttentionWorkspaceBytes(const AttentionArgs& args,
                                      int64_t chunk_bytes = kNarrowAttentionChunkBytes);
 KernelStatus NarrowAttention(const AttentionArgs& args, ElemType type, Gemm& gemm, void* workspace,
                              int64_t chunk_bytes = kNarrowAttentionChunkBytes);
+
+// The tensor-core path without a workspace, for args.operands BF16 or F16 (`type`) and head_dim
+// a multiple of 16 up to kFlashMaxHeadDim (FlashAttentionSupports): the same arithmetic as
+// NarrowAttention — q, k and v rounded to `type`, s = scale · q·k in F32, p = exp(s − max) / Σ
+// rounded to `type`, out = Σ p·v in F32, and each row's log-sum-exp — in one kernel that keeps
+// the scores in registers: per block 64 query rows of one head, two passes over the keys in
+// tiles of 64 (the row's max and sum, then p·v), products on tensor cores (mma.sync m16n8k16,
+// kernels/cuda/mma.cuh). q, k and v stay F32 in memory and are rounded as they are loaded.
+// Arguments as Attention's, with the same errors, and an error for another head_dim.
+inline constexpr int kFlashMaxHeadDim = 128;
+bool FlashAttentionSupports(const AttentionArgs& args);
+KernelStatus FlashAttention(const AttentionArgs& args, ElemType type, Stream stream);
 
 }  // namespace hap::cuda

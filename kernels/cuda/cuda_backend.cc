@@ -604,7 +604,11 @@ class CudaBackendImpl final : public Backend {
     }
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     if (a.operands == DType::kF32) return ToStatus(cuda::Attention(a, c->stream()));
-    // The scratch grows to the largest shape seen and is then reused: no allocation per call.
+    if (cuda::FlashAttentionSupports(a)) {
+      return ToStatus(cuda::FlashAttention(a, ElemOf(a.operands), c->stream()));
+    }
+    // Another head_dim: cuBLAS around a softmax kernel. The scratch grows to the largest shape seen
+    // and is then reused: no allocation per call.
     HAP_ASSIGN_OR_RETURN(void* workspace,
                          c->TakeOnly(std::max<size_t>(1, cuda::NarrowAttentionWorkspaceBytes(a))));
     return ToStatus(cuda::NarrowAttention(a, ElemOf(a.operands), c->gemm(), workspace));

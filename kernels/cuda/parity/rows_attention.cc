@@ -42,6 +42,7 @@ struct PrefillShape {
   // kBF16 / kF16: the narrow path, its scores in chunks of chunk_bytes (0: the default bound).
   DType operands = DType::kF32;
   int64_t chunk_bytes = 0;
+  bool flash = false;  // narrow operands through FlashAttention rather than NarrowAttention
 };
 
 inline constexpr Tolerance kNarrowOutTol{4e-3, 1e-2};
@@ -59,6 +60,7 @@ std::string PrefillName(const PrefillShape& s) {
     name += " operands";
   }
   if (s.chunk_bytes != 0) name += " chunks of " + std::to_string(s.chunk_bytes) + " B";
+  if (s.flash) name += " flash";
   return name;
 }
 
@@ -102,6 +104,9 @@ CaseResult PrefillCase(const PrefillShape& s) {
   double ms = 0;
   if (s.operands == DType::kF32) {
     ms = TimedMs([&] { return Attention(args, nullptr); }, &st);
+  } else if (s.flash) {
+    const ElemType type = s.operands == DType::kBF16 ? ElemType::kBF16 : ElemType::kF16;
+    ms = TimedMs([&] { return FlashAttention(args, type, nullptr); }, &st);
   } else {
     std::unique_ptr<Gemm> gemm;
     c.Status(Gemm::Create(nullptr, &gemm));
@@ -374,6 +379,10 @@ CaseResult ArgumentChecks() {
                  NarrowAttention(a, ElemType::kBF16, *gemm, p));
     expect_error("NarrowAttention with F32 operands",
                  NarrowAttention(good, ElemType::kF32, *gemm, p));
+    AttentionArgs odd = good;
+    odd.head_dim = 24;
+    expect_error("FlashAttention with head_dim 24", FlashAttention(odd, ElemType::kBF16, nullptr));
+    expect_error("FlashAttention with F32 operands", FlashAttention(good, ElemType::kF32, nullptr));
     expect_error("NarrowAttention without a workspace",
                  NarrowAttention(good, ElemType::kBF16, *gemm, nullptr));
   }
@@ -436,6 +445,22 @@ void AddAttentionCases(std::vector<Case>& cases) {
   for (const PrefillShape& s : narrow) {
     cases.push_back(
         {PrefillName(s), {"RoundQkvKernel", "ChunkSoftmaxKernel"}, [=] { return PrefillCase(s); }});
+  }
+
+  // FlashAttention (tensor-core fragments, the emulation's mma): tiles of 64 query rows and 64
+  // keys, the last ones partial.
+  PrefillShape flash[] = {
+      {130, 130, 4, 2, 64, true, 0, true},           // GQA, causal over 3 row and 3 key tiles
+      {65, 65, 4, 4, 32, false, 0, true},            // full: the vision tower
+      {7, 150, 2, 2, 16, true, 143, false},          // causal offset, no lse, one partial row tile
+      {33, 65, 4, 2, 32, true, 32, true, 2.f, 1.f},  // peaked scores: the max moves
+      {70, 70, 2, 1, 48, true, 0, true},             // 3 k-steps per key, 2 heads on one kv head
+      {40, 40, 2, 2, 128, true, 0, true},            // LLaMA's head_dim, F16
+  };
+  for (PrefillShape& s : flash) {
+    s.operands = &s == &flash[5] ? DType::kF16 : DType::kBF16;
+    s.flash = true;
+    cases.push_back({PrefillName(s), {"FlashAttentionKernel"}, [=] { return PrefillCase(s); }});
   }
 
   // Blocks of 16 rows, the last one partial.
