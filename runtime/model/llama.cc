@@ -264,12 +264,12 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
 absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<int32_t> positions,
                                        int vis_begin, int n_vis, Pruner* pruner, KvStore* cache,
                                        PrefillTrace* trace, BackendArray<float>* logits) const {
-  return PrefillRowsInto(std::move(x_host), nullptr, nullptr, std::move(positions), vis_begin,
-                         n_vis, pruner, cache, trace, logits);
+  return PrefillRowsInto(std::move(x_host), nullptr, nullptr, false, std::move(positions),
+                         vis_begin, n_vis, pruner, cache, trace, logits);
 }
 
 absl::Status LlamaDecoder::PrefillSplicedInto(const std::vector<int32_t>& ids,
-                                              const float* image_embeds,
+                                              const float* image_embeds, bool image_in_backend,
                                               std::vector<int32_t> positions, int vis_begin,
                                               int n_vis, Pruner* pruner, KvStore* cache,
                                               PrefillTrace* trace,
@@ -284,13 +284,13 @@ absl::Status LlamaDecoder::PrefillSplicedInto(const std::vector<int32_t>& ids,
                         positions.size(), image_embeds == nullptr ? "missing" : "given"));
   }
   HAP_RETURN_IF_ERROR(CheckTokenIds(ids));
-  return PrefillRowsInto({}, &ids, image_embeds, std::move(positions), vis_begin, n_vis, pruner,
-                         cache, trace, logits);
+  return PrefillRowsInto({}, &ids, image_embeds, image_in_backend, std::move(positions), vis_begin,
+                         n_vis, pruner, cache, trace, logits);
 }
 
 absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
                                            const std::vector<int32_t>* ids,
-                                           const float* image_embeds,
+                                           const float* image_embeds, bool image_in_backend,
                                            std::vector<int32_t> positions, int vis_begin, int n_vis,
                                            Pruner* pruner, KvStore* cache, PrefillTrace* trace,
                                            BackendArray<float>* logits) const {
@@ -343,8 +343,11 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
   if (ids != nullptr) {
     HAP_RETURN_IF_ERROR(x.Resize(static_cast<size_t>(n) * d_));
     HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, ids->data(), n, x.data()));
-    HAP_RETURN_IF_ERROR(backend_.CopyToBackend(x.data() + static_cast<int64_t>(vis_begin) * d_,
-                                               image_embeds, sizeof(float) * n_vis * d_));
+    float* image_rows = x.data() + static_cast<int64_t>(vis_begin) * d_;
+    const size_t image_bytes = sizeof(float) * n_vis * d_;
+    HAP_RETURN_IF_ERROR(image_in_backend
+                            ? backend_.Copy(image_rows, image_embeds, image_bytes)
+                            : backend_.CopyToBackend(image_rows, image_embeds, image_bytes));
   } else {
     HAP_RETURN_IF_ERROR(x.Assign(x_host.data(), x_host.size()));
     std::vector<float>().swap(x_host);  // not read again: the prefill's peak holds one copy

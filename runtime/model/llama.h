@@ -53,12 +53,14 @@ class LlamaDecoder {
   // PrefillInto with the input rows spliced in the backend's memory: the token embeddings of
   // `ids` [n] (an image row's id is embedded, then overwritten), then the image's rows
   // `image_embeds` (host, F32 [n_vis, hidden]) copied over rows [vis_begin, vis_begin + n_vis).
-  // One upload of the image's rows and no trip of the prompt's rows through the host. Not for a
-  // pruner that reads the input embeddings (Pruner::ReadsInputEmbeddings): InvalidArgument.
+  // One upload of the image's rows (none where image_in_backend: image_embeds is then in the
+  // backend's memory, and a copy within it splices the rows) and no trip of the prompt's rows
+  // through the host. Not for a pruner that reads the input embeddings
+  // (Pruner::ReadsInputEmbeddings): InvalidArgument.
   absl::Status PrefillSplicedInto(const std::vector<int32_t>& ids, const float* image_embeds,
-                                  std::vector<int32_t> positions, int vis_begin, int n_vis,
-                                  Pruner* pruner, KvStore* cache, PrefillTrace* trace,
-                                  BackendArray<float>* logits) const;
+                                  bool image_in_backend, std::vector<int32_t> positions,
+                                  int vis_begin, int n_vis, Pruner* pruner, KvStore* cache,
+                                  PrefillTrace* trace, BackendArray<float>* logits) const;
 
   // Appends `token` at cache->next_position and returns the next logits F32 [vocab].
   absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvStore* cache) const;
@@ -103,9 +105,10 @@ class LlamaDecoder {
   // pruning stage, for the rows it leaves.
   // PrefillInto and PrefillSplicedInto: x_host holds every row, or ids and image_embeds do.
   absl::Status PrefillRowsInto(std::vector<float> x_host, const std::vector<int32_t>* ids,
-                               const float* image_embeds, std::vector<int32_t> positions,
-                               int vis_begin, int n_vis, Pruner* pruner, KvStore* cache,
-                               PrefillTrace* trace, BackendArray<float>* logits) const;
+                               const float* image_embeds, bool image_in_backend,
+                               std::vector<int32_t> positions, int vis_begin, int n_vis,
+                               Pruner* pruner, KvStore* cache, PrefillTrace* trace,
+                               BackendArray<float>* logits) const;
   absl::StatusOr<std::unique_ptr<PlannedStep>> PlanPrefill(int first, int last, int n,
                                                            bool with_lse, StepValues* values) const;
   // A whole decode step of b sequences, the final norm and LM head included, with a Call (id l)

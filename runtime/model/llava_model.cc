@@ -180,6 +180,13 @@ absl::StatusOr<std::vector<float>> LlavaModel::ImageEmbeddings(
                                pixels.data(), vision_attention_);
 }
 
+absl::Status LlavaModel::ImageEmbeddingsInBackend(const std::vector<float>& pixels,
+                                                  BackendArray<float>* out) const {
+  HAP_RETURN_IF_ERROR(CheckPixels(pixels));
+  return RunVisionToEmbeddingsInto(backend(), config_, placed_->vision(), placed_->projector(),
+                                   pixels.data(), vision_attention_, out);
+}
+
 absl::StatusOr<std::vector<float>> LlavaModel::VisionFeatures(
     const std::vector<float>& pixels, VisionFeatureLayer* feature_layer) const {
   HAP_RETURN_IF_ERROR(CheckPixels(pixels));
@@ -211,12 +218,33 @@ absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
                                                   const std::vector<float>& image_embeds,
                                                   Pruner* pruner, Sampler* sampler,
                                                   int kv_reserve_rows) const {
+  return PrefillImageRows(prompt, image_embeds.data(), image_embeds.size(), false, pruner, sampler,
+                          kv_reserve_rows);
+}
+
+absl::StatusOr<PrefillOutput> LlavaModel::PrefillFromBackend(
+    const PromptTokens& prompt, const BackendArray<float>& image_embeds, Pruner* pruner,
+    Sampler* sampler, int kv_reserve_rows) const {
+  if (&image_embeds.backend() != &backend()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("image embeddings in %s memory for a model on the %s backend",
+                        std::string(image_embeds.backend().name()), std::string(backend().name())));
+  }
+  return PrefillImageRows(prompt, image_embeds.data(), image_embeds.size(), true, pruner, sampler,
+                          kv_reserve_rows);
+}
+
+absl::StatusOr<PrefillOutput> LlavaModel::PrefillImageRows(const PromptTokens& prompt,
+                                                           const float* image, size_t image_values,
+                                                           bool image_in_backend, Pruner* pruner,
+                                                           Sampler* sampler,
+                                                           int kv_reserve_rows) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
   const int d = config_.text.hidden_size;
-  if (image_embeds.size() != static_cast<size_t>(prompt.n_vis) * d) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "image embeddings hold %d values, expected %d visual tokens x %d", image_embeds.size(),
-        prompt.n_vis, d));
+  if (image_values != static_cast<size_t>(prompt.n_vis) * d) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("image embeddings hold %d values, expected %d visual tokens x %d",
+                        image_values, prompt.n_vis, d));
   }
   // Text rows come from the embedding table; the image token rows are replaced by the image
   // embeddings (the image token id itself may lie outside the embedding table). On a device
@@ -228,8 +256,12 @@ absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
   std::vector<float> x;
   if (!splice_on_device) {
     HAP_ASSIGN_OR_RETURN(x, decoder_->Embed(ids));
-    std::memcpy(x.data() + static_cast<int64_t>(prompt.vis_begin) * d, image_embeds.data(),
-                image_embeds.size() * sizeof(float));
+    float* rows = x.data() + static_cast<int64_t>(prompt.vis_begin) * d;
+    if (image_in_backend) {
+      HAP_RETURN_IF_ERROR(backend().CopyToHost(rows, image, image_values * sizeof(float)));
+    } else {
+      std::memcpy(rows, image, image_values * sizeof(float));
+    }
   }
   std::vector<int32_t> positions(ids.size());
   for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
@@ -247,9 +279,9 @@ absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
   }
   BackendArray<float> logits(backend());  // F32 [1, vocab]
   if (splice_on_device) {
-    HAP_RETURN_IF_ERROR(decoder_->PrefillSplicedInto(ids, image_embeds.data(), std::move(positions),
-                                                     prompt.vis_begin, prompt.n_vis, pruner,
-                                                     &out.kv(), &out.trace, &logits));
+    HAP_RETURN_IF_ERROR(decoder_->PrefillSplicedInto(
+        ids, image, image_in_backend, std::move(positions), prompt.vis_begin, prompt.n_vis, pruner,
+        &out.kv(), &out.trace, &logits));
   } else {
     HAP_RETURN_IF_ERROR(decoder_->PrefillInto(std::move(x), std::move(positions), prompt.vis_begin,
                                               prompt.n_vis, pruner, &out.kv(), &out.trace,

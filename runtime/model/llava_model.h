@@ -122,6 +122,10 @@ class LlavaModel {
   // Project(VisionFeatures(pixels)) with the features kept in the backend's memory between the
   // two (on a device they never come to the host): image embeddings F32 [V, hidden].
   absl::StatusOr<std::vector<float>> ImageEmbeddings(const std::vector<float>& pixels) const;
+  // The same, left in the backend's memory (`out`, resized): what a prefill in this process
+  // splices in without a trip through the host (PrefillFromBackend).
+  absl::Status ImageEmbeddingsInBackend(const std::vector<float>& pixels,
+                                        BackendArray<float>* out) const;
 
   // The prompt's ids with `n_visual` image tokens (InvalidArgument for an empty or too long
   // prompt, and for a rendered one without exactly one "<image>").
@@ -139,6 +143,13 @@ class LlavaModel {
   absl::StatusOr<PrefillOutput> Prefill(const PromptTokens& prompt,
                                         const std::vector<float>& image_embeds, Pruner* pruner,
                                         Sampler* sampler = nullptr, int kv_reserve_rows = 0) const;
+  // Prefill with the image embeddings in the backend's memory (ImageEmbeddingsInBackend), as
+  // they are: spliced in there, or copied to the host first for a pruner that reads the input
+  // embeddings there.
+  absl::StatusOr<PrefillOutput> PrefillFromBackend(const PromptTokens& prompt,
+                                                   const BackendArray<float>& image_embeds,
+                                                   Pruner* pruner, Sampler* sampler = nullptr,
+                                                   int kv_reserve_rows = 0) const;
 
   // Appends `token` to the cache and returns the next logits F32 [vocab].
   absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvStore* cache) const;
@@ -167,6 +178,12 @@ class LlavaModel {
                                                           int vocab,
                                                           const std::vector<Sampler*>& samplers,
                                                           RowSamplingCounts* counts) const;
+  // Prefill and PrefillFromBackend: the image's rows F32 [prompt.n_vis, hidden] at `image`, in
+  // the backend's memory where image_in_backend, else on the host.
+  absl::StatusOr<PrefillOutput> PrefillImageRows(const PromptTokens& prompt, const float* image,
+                                                 size_t image_values, bool image_in_backend,
+                                                 Pruner* pruner, Sampler* sampler,
+                                                 int kv_reserve_rows) const;
   LlavaModel() = default;
 
   std::string dir_;

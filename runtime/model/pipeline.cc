@@ -33,7 +33,7 @@ absl::Status ValidateRequest(const LlavaModel& model, const PromptText& prompt,
 }
 
 absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_view image_bytes,
-                                         const PruneRequest& prune) {
+                                         const PruneRequest& prune, bool keep_in_backend) {
   const LlavaConfig& cfg = model.config();
   EncodeResult out;
   const auto t0 = Clock::now();
@@ -49,8 +49,14 @@ absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_vi
   }
   if (!zip.enabled()) {
     // Tower and projector with the features handed over in the backend's memory.
-    HAP_ASSIGN_OR_RETURN(out.embeds, model.ImageEmbeddings(pixels));
-    out.n_vis = static_cast<int>(out.embeds.size() / cfg.text.hidden_size);
+    if (keep_in_backend && !model.backend().caps().host_memory) {
+      out.embeds_in_backend = std::make_shared<BackendArray<float>>(model.backend());
+      HAP_RETURN_IF_ERROR(model.ImageEmbeddingsInBackend(pixels, out.embeds_in_backend.get()));
+      out.n_vis = static_cast<int>(out.embeds_in_backend->size() / cfg.text.hidden_size);
+    } else {
+      HAP_ASSIGN_OR_RETURN(out.embeds, model.ImageEmbeddings(pixels));
+      out.n_vis = static_cast<int>(out.embeds.size() / cfg.text.hidden_size);
+    }
     out.preprocess_ms = MsBetween(t0, t1);
     out.encode_ms = MsBetween(t1, Clock::now());
     return out;
@@ -90,8 +96,12 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
   // Method "none" runs the plain engine path (no attention statistics are even computed), so
   // it is bit-identical to an engine without pruning.
   Pruner* active = prune.method == "none" ? nullptr : pruner.get();
-  HAP_ASSIGN_OR_RETURN(PrefillOutput out,
-                       model.Prefill(tokens, encoded.embeds, active, sampler, kv_reserve_rows));
+  HAP_ASSIGN_OR_RETURN(
+      PrefillOutput out,
+      encoded.embeds_in_backend != nullptr
+          ? model.PrefillFromBackend(tokens, *encoded.embeds_in_backend, active, sampler,
+                                     kv_reserve_rows)
+          : model.Prefill(tokens, encoded.embeds, active, sampler, kv_reserve_rows));
 
   PrefillResult result;
   result.first_token = out.first_token;
@@ -137,8 +147,8 @@ absl::StatusOr<GenerateResult> Generate(const LlavaModel& model, const GenerateR
   const auto t0 = Clock::now();
   // Reject a bad prompt or budget before spending time on the image.
   HAP_RETURN_IF_ERROR(ValidateRequest(model, request.prompt, request.prune));
-  HAP_ASSIGN_OR_RETURN(EncodeResult encoded,
-                       EncodeImage(model, request.image_bytes, request.prune));
+  HAP_ASSIGN_OR_RETURN(EncodeResult encoded, EncodeImage(model, request.image_bytes, request.prune,
+                                                         /*keep_in_backend=*/true));
   Sampler sampler(request.sampling);
   // On a device the cache keeps room for the answer, and the decode loop decodes from it.
   HAP_ASSIGN_OR_RETURN(PrefillResult prefill,

@@ -2,6 +2,7 @@
 // (all in process, Generate) and the services (each stage in its own process).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,15 +22,22 @@ ModelDims DimsOf(const LlavaConfig& config);
 // Stage 1: image bytes → image embeddings. For "visionzip" the tower's features are compressed
 // here (the LLM then sees fewer visual tokens); every other method gets all V tokens.
 struct EncodeResult {
-  std::vector<float> embeds;  // F32 [n_vis, text hidden]
+  // F32 [n_vis, text hidden], on the host; or, where EncodeImage was asked to keep them in a
+  // device backend's memory, there (`embeds` then stays empty): RunPrefill splices them in
+  // without a trip through the host.
+  std::vector<float> embeds;
+  std::shared_ptr<BackendArray<float>> embeds_in_backend;
   int n_vis = 0;
   int image_width = 0;   // the decoded image, before preprocessing
   int image_height = 0;
   double preprocess_ms = 0;
   double encode_ms = 0;  // vision tower + (VisionZip) + projector
 };
+// keep_in_backend: leave the embeddings in the model's backend's memory where that is not the
+// host's (the in-process pipeline, hapctl run); VisionZip's compressed rows come to the host
+// anyway. Otherwise (the encoder service, which sends them) they come back to the host.
 absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_view image_bytes,
-                                         const PruneRequest& prune);
+                                         const PruneRequest& prune, bool keep_in_backend = false);
 
 // What prefill did for one request (docs/design.md §3 conventions).
 struct PrefillStats {

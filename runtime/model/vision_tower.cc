@@ -121,20 +121,28 @@ int FirstFeatureRow(const LlavaConfig& cfg) {
 }
 
 // features F32 [n, dv] in the backend's memory → image embeddings on the host.
-absl::StatusOr<std::vector<float>> ProjectRows(const Backend& backend, const LlavaConfig& cfg,
-                                               const ProjectorWeights& w, const float* features,
-                                               int n) {
+// The projector over n feature rows in the backend's memory, into `out` [n, text.hidden].
+absl::Status ProjectRowsInto(const Backend& backend, const LlavaConfig& cfg,
+                             const ProjectorWeights& w, const float* features, int n,
+                             BackendArray<float>* out) {
   const int dt = cfg.text.hidden_size;  // the projector's input width comes with w.l1_w
-  BackendArray<float> h(backend), out(backend);  // [n, dt], [n, dt]
+  BackendArray<float> h(backend);       // [n, dt]
   HAP_RETURN_IF_ERROR(h.Resize(static_cast<size_t>(n) * dt));
-  HAP_RETURN_IF_ERROR(out.Resize(static_cast<size_t>(n) * dt));
+  out->Rebind(backend);
+  HAP_RETURN_IF_ERROR(out->Resize(static_cast<size_t>(n) * dt));
   HAP_RETURN_IF_ERROR(
       backend.Linear(features, w.l1_w, w.l1_b.f32(), h.data(), n, LinearRows::kOneSequence));
   const Activation act =
       cfg.projector_hidden_act == "gelu" ? Activation::kGelu : Activation::kGeluTanh;
   HAP_RETURN_IF_ERROR(backend.Activate(act, h.data(), static_cast<int64_t>(n) * dt));
-  HAP_RETURN_IF_ERROR(backend.Linear(h.data(), w.l2_w, w.l2_b.f32(), out.data(), n,
-                                     LinearRows::kOneSequence));
+  return backend.Linear(h.data(), w.l2_w, w.l2_b.f32(), out->data(), n, LinearRows::kOneSequence);
+}
+
+absl::StatusOr<std::vector<float>> ProjectRows(const Backend& backend, const LlavaConfig& cfg,
+                                               const ProjectorWeights& w, const float* features,
+                                               int n) {
+  BackendArray<float> out(backend);
+  HAP_RETURN_IF_ERROR(ProjectRowsInto(backend, cfg, w, features, n, &out));
   std::vector<float> result(out.size());
   HAP_RETURN_IF_ERROR(out.CopyTo(result.data()));
   return result;
@@ -155,15 +163,27 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
   return out;
 }
 
-absl::StatusOr<std::vector<float>> RunVisionToEmbeddings(
-    const Backend& backend, const LlavaConfig& cfg, const VisionWeights& w,
-    const ProjectorWeights& projector, const float* pixels, DType attention_operands) {
+absl::Status RunVisionToEmbeddingsInto(const Backend& backend, const LlavaConfig& cfg,
+                                       const VisionWeights& w, const ProjectorWeights& projector,
+                                       const float* pixels, DType attention_operands,
+                                       BackendArray<float>* out) {
   BackendArray<float> x(backend);
   HAP_RETURN_IF_ERROR(RunTower(backend, cfg, w, pixels, nullptr, attention_operands, &x));
   const int first = FirstFeatureRow(cfg);
   const int n = static_cast<int>(x.size() / cfg.vision.hidden_size) - first;
-  return ProjectRows(backend, cfg, projector,
-                     x.data() + static_cast<int64_t>(first) * cfg.vision.hidden_size, n);
+  return ProjectRowsInto(backend, cfg, projector,
+                         x.data() + static_cast<int64_t>(first) * cfg.vision.hidden_size, n, out);
+}
+
+absl::StatusOr<std::vector<float>> RunVisionToEmbeddings(
+    const Backend& backend, const LlavaConfig& cfg, const VisionWeights& w,
+    const ProjectorWeights& projector, const float* pixels, DType attention_operands) {
+  BackendArray<float> out(backend);
+  HAP_RETURN_IF_ERROR(
+      RunVisionToEmbeddingsInto(backend, cfg, w, projector, pixels, attention_operands, &out));
+  std::vector<float> result(out.size());
+  HAP_RETURN_IF_ERROR(out.CopyTo(result.data()));
+  return result;
 }
 
 absl::StatusOr<std::vector<float>> RunProjector(const Backend& backend, const LlavaConfig& cfg,

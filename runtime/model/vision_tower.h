@@ -37,6 +37,12 @@ absl::StatusOr<std::vector<float>> RunVisionTower(const Backend& backend, const 
 absl::StatusOr<std::vector<float>> RunVisionToEmbeddings(
     const Backend& backend, const LlavaConfig& cfg, const VisionWeights& w,
     const ProjectorWeights& projector, const float* pixels, DType attention_operands = DType::kF32);
+// The same, the embeddings left in the backend's memory: `out` F32 [num_visual_tokens,
+// text.hidden_size] (resized).
+absl::Status RunVisionToEmbeddingsInto(const Backend& backend, const LlavaConfig& cfg,
+                                       const VisionWeights& w, const ProjectorWeights& projector,
+                                       const float* pixels, DType attention_operands,
+                                       BackendArray<float>* out);
 
 // features F32 [n, vision.hidden] → image embeddings F32 [n, text.hidden]
 // (linear_1 → GELU → linear_2).

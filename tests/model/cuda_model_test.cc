@@ -462,6 +462,51 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
   EXPECT_EQ(gen_gpu->decode.tokens, gen_cpu->decode.tokens);
 }
 
+// In process (hapctl run, Generate) the image embeddings stay in device memory between the
+// encoder and the prefill: encoding copies nothing back, and the prefill spliced from them is
+// the one spliced from their host copy — also for a method that reads the input embeddings on
+// the host (DivPrune), which gets them copied there. The CPU backend keeps them on the host.
+TEST(CudaModelTest, EmbeddingsKeptInDeviceMemoryPrefillAsFromTheHost) {
+  const ModelPair models = LoadPair("cuda_model_device_embeds", 29);
+  ASSERT_TRUE(models.ok());
+  const LlavaModel& gpu = *models.gpu;
+  const std::string png = Png();
+  for (const char* method : {"none", "hap", "divprune"}) {
+    SCOPED_TRACE(method);
+    PruneRequest prune;
+    prune.method = method;
+    if (prune.method != "none") prune.retain = 24;
+    auto on_host = EncodeImage(gpu, png, prune);
+    const int64_t before = cuda::DeviceToHostCopies();
+    auto on_device = EncodeImage(gpu, png, prune, /*keep_in_backend=*/true);
+    EXPECT_EQ(cuda::DeviceToHostCopies() - before, 0);
+    ASSERT_TRUE(on_host.ok()) << on_host.status();
+    ASSERT_TRUE(on_device.ok()) << on_device.status();
+    EXPECT_TRUE(on_device->embeds.empty());
+    ASSERT_NE(on_device->embeds_in_backend, nullptr);
+    EXPECT_EQ(on_device->n_vis, on_host->n_vis);
+    std::vector<float> copied(on_device->embeds_in_backend->size());
+    ASSERT_TRUE(on_device->embeds_in_backend->CopyTo(copied.data()).ok());
+    EXPECT_EQ(copied, on_host->embeds);
+    Sampler s_host{SamplingParams{}}, s_device{SamplingParams{}};
+    auto from_host = RunPrefill(gpu, "What is in the picture?", *on_host, prune, &s_host);
+    auto from_device = RunPrefill(gpu, "What is in the picture?", *on_device, prune, &s_device);
+    ASSERT_TRUE(from_host.ok()) << from_host.status();
+    ASSERT_TRUE(from_device.ok()) << from_device.status();
+    EXPECT_EQ(from_device->first_token, from_host->first_token);
+    EXPECT_EQ(from_device->stats.prune.kept_original, from_host->stats.prune.kept_original);
+    const KvCache a = HostCache(*from_host), b = HostCache(*from_device);
+    for (int l = 0; l < a.n_layers(); ++l) {
+      EXPECT_EQ(b.layers[l].k, a.layers[l].k) << l;
+      EXPECT_EQ(b.layers[l].positions, a.layers[l].positions) << l;
+    }
+  }
+  auto on_cpu = EncodeImage(*models.cpu, png, PruneRequest{}, /*keep_in_backend=*/true);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  EXPECT_EQ(on_cpu->embeds_in_backend, nullptr);
+  EXPECT_FALSE(on_cpu->embeds.empty());
+}
+
 // hapctl run and the in-process pipeline on a device: the prefill's cache is made with room for
 // the answer, and the decode loop decodes from it in place — no copy through the host, no second
 // allocation — giving the CPU backend's tokens, greedy and sampled.
