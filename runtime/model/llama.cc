@@ -354,15 +354,18 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
   }
   HAP_RETURN_IF_ERROR(positions_dev.Assign(positions.data(), positions.size()));
   // Stages a pruner decides in the backend's memory (a device backend): the rows are compacted
-  // there into these buffers (swapped with x and positions_dev), and the kept indices are
-  // gathered in stage_kept, copied back once after the last layer. Until then the visual rows'
-  // position ids are not known on the host: they are −1 in `positions`, and the layers that
-  // appended them are rewritten at the end (stage_of_layer: the stages before each layer).
+  // there into these buffers (swapped with x and positions_dev), and the kept indices, which the
+  // pruner keeps valid until Finish, are copied back after the last layer (one copy per run of
+  // lists that lie back to back, as HAP's do). Until then the visual rows' position ids are not
+  // known on the host: they are −1 in `positions`, and the layers that appended them are
+  // rewritten at the end (stage_of_layer: the stages before each layer).
   BackendKeep backend_keep;
   BackendArray<float> x_alt(backend_);
-  BackendArray<int32_t> positions_alt(backend_), stage_kept(backend_);
+  BackendArray<int32_t> positions_alt(backend_);
   struct BackendStage {
-    int after_layer, n_vis, offset, count;
+    int after_layer, n_vis;
+    const int32_t* kept;
+    int count;
   };
   std::vector<BackendStage> backend_stages;
   std::vector<int> stage_of_layer(static_cast<size_t>(n_layers()), 0);
@@ -433,17 +436,8 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
         if (backend_stages.empty()) {
           visual_positions.assign(positions.begin() + vis_begin,
                                   positions.begin() + vis_begin + n_vis);
-          HAP_RETURN_IF_ERROR(
-              stage_kept.Resize(static_cast<size_t>(n_layers()) * std::max(n_vis, 1)));
         }
-        const int offset =
-            backend_stages.empty() ? 0 : backend_stages.back().offset + backend_stages.back().count;
-        if (static_cast<size_t>(offset + count) > stage_kept.size()) {
-          return absl::InternalError("prefill: more pruning stages than layers");
-        }
-        HAP_RETURN_IF_ERROR(
-            backend_.Copy(stage_kept.data() + offset, backend_keep.kept, sizeof(int32_t) * count));
-        backend_stages.push_back({l, n_vis, offset, count});
+        backend_stages.push_back({l, n_vis, backend_keep.kept, count});
         const int kept = n - n_vis + count;
         HAP_RETURN_IF_ERROR(x_alt.Resize(static_cast<size_t>(kept) * d_));
         HAP_RETURN_IF_ERROR(positions_alt.Resize(static_cast<size_t>(kept)));
@@ -509,17 +503,25 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
     first = stopped < 0 ? last + 1 : stopped / 2 + 1;
   }
   if (pruner) {
-    // The stages decided in the backend's memory: their kept indices in one copy, the pruner's
+    // The stages decided in the backend's memory: their kept indices copied back, the pruner's
     // records completed from them, and the position ids of the visual rows they left in the
     // cache written where −1 stood.
     std::vector<std::vector<int>> kept_lists;
-    if (!backend_stages.empty()) {
-      const BackendStage& last = backend_stages.back();
-      std::vector<int32_t> all(static_cast<size_t>(last.offset + last.count));
+    for (size_t i = 0; i < backend_stages.size();) {
+      size_t end = i + 1;  // stages [i, end) lie back to back
+      int64_t values = backend_stages[i].count;
+      while (end < backend_stages.size() &&
+             backend_stages[end].kept ==
+                 backend_stages[end - 1].kept + backend_stages[end - 1].count) {
+        values += backend_stages[end++].count;
+      }
+      std::vector<int32_t> run(static_cast<size_t>(values));
       HAP_RETURN_IF_ERROR(
-          backend_.CopyToHost(all.data(), stage_kept.data(), sizeof(int32_t) * all.size()));
-      for (const BackendStage& st : backend_stages) {
-        kept_lists.emplace_back(all.begin() + st.offset, all.begin() + st.offset + st.count);
+          backend_.CopyToHost(run.data(), backend_stages[i].kept, sizeof(int32_t) * run.size()));
+      auto from = run.begin();
+      for (; i < end; ++i) {
+        kept_lists.emplace_back(from, from + backend_stages[i].count);
+        from += backend_stages[i].count;
       }
     }
     HAP_RETURN_IF_ERROR(pruner->Finish(kept_lists));

@@ -103,23 +103,29 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   }
 
   // End of group g: A_g = Σ_l w_l A_l over its layers, s_i = mean_j A_g(j,i), keep top N_v(g+1).
+  // A group of one layer has w = [1] under either weighting (a softmax of one value), so A_g is
+  // A_l itself, bit for bit: no weights or sum are computed (RecordGroup reports the 1).
   const int n_maps = pg.n_layers;
-  float* layer_weights = scalars + at.layer_weights();  // F32 [n_maps]
-  if (weighting_ == Weighting::kUniform) {
-    const std::vector<float> uniform(n_maps, 1.f / n_maps);
-    HAP_RETURN_IF_ERROR(b.CopyToBackend(layer_weights, uniform.data(), sizeof(float) * n_maps));
-  } else {
+  const float* group_map = group_maps_[0].data();
+  if (n_maps > 1) {
+    float* layer_weights = scalars + at.layer_weights();  // F32 [n_maps]
+    if (weighting_ == Weighting::kUniform) {
+      const std::vector<float> uniform(n_maps, 1.f / n_maps);
+      HAP_RETURN_IF_ERROR(b.CopyToBackend(layer_weights, uniform.data(), sizeof(float) * n_maps));
+    } else {
+      HAP_RETURN_IF_ERROR(ops.PaqSoftmaxWeights(scalars + at.layer_paq(), n_maps,
+                                                paq_temperature_, layer_weights));
+    }
+    std::vector<const float*> maps(n_maps);
+    for (int i = 0; i < n_maps; ++i) maps[i] = group_maps_[i].data();
+    group_map_.Rebind(b);
+    HAP_RETURN_IF_ERROR(group_map_.Resize(map_size));
     HAP_RETURN_IF_ERROR(
-        ops.PaqSoftmaxWeights(scalars + at.layer_paq(), n_maps, paq_temperature_, layer_weights));
+        ops.WeightedSumMaps(maps.data(), layer_weights, n_maps, map_size, group_map_.data()));
+    group_map = group_map_.data();
   }
-  std::vector<const float*> maps(n_maps);
-  for (int i = 0; i < n_maps; ++i) maps[i] = group_maps_[i].data();
-  group_map_.Rebind(b);
-  HAP_RETURN_IF_ERROR(group_map_.Resize(map_size));
-  HAP_RETURN_IF_ERROR(
-      ops.WeightedSumMaps(maps.data(), layer_weights, n_maps, map_size, group_map_.data()));
   float* token_scores = scalars + at.token_scores();  // F32 [n_vis]
-  HAP_RETURN_IF_ERROR(ops.TokenScores(group_map_.data(), n_text, n_vis, token_scores));
+  HAP_RETURN_IF_ERROR(ops.TokenScores(group_map, n_text, n_vis, token_scores));
   const int keep = std::min(plan_.groups[g + 1].visual_tokens, n_vis);
   if (att.backend_keep != nullptr && !b.caps().host_memory) {
     // Decided and applied on the device; the indices and the explain record come back in Finish.
@@ -218,7 +224,11 @@ absl::Status HapPruner::RecordGroup(int g, const ScalarLayout& at, const std::ve
   gx->first_layer = pg.first_layer;
   gx->n_layers = pg.n_layers;
   gx->layer_paq.assign(host.begin() + at.layer_paq(), host.begin() + at.layer_weights());
-  gx->layer_weights.assign(host.begin() + at.layer_weights(), host.begin() + at.head_paq(0));
+  if (at.G == 1) {
+    gx->layer_weights = {1.f};  // not computed: a softmax over one layer
+  } else {
+    gx->layer_weights.assign(host.begin() + at.layer_weights(), host.begin() + at.head_paq(0));
+  }
   gx->token_scores.assign(host.begin() + at.token_scores(), host.end());
   return absl::OkStatus();
 }
