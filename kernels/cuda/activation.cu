@@ -1,6 +1,6 @@
 #include "kernels/cuda/activation.h"
-
 #include "kernels/cuda/device.cuh"
+#include "kernels/cuda/dtype.cuh"
 
 namespace hap::cuda {
 namespace {
@@ -43,7 +43,29 @@ __global__ void SiluMulKernel(float* gate, const float* up, int64_t n) {
   }
 }
 
+// SiluMulKernel that also writes each result rounded to `narrow` (BF16 or F16): the input of
+// the down product on narrow weights.
+__global__ void SiluMulRoundedKernel(float* gate, const float* up, int64_t n, uint16_t* rounded,
+                                     ElemType narrow) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = gate[i] / (1.f + expf(-gate[i])) * up[i];
+    gate[i] = v;
+    rounded[i] = narrow == ElemType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+  }
+}
+
 }  // namespace
+
+KernelStatus SiluMulRounded(float* gate, const float* up, int64_t n, ElemType narrow, void* rounded,
+                            Stream stream) {
+  if (n < 0 || rounded == nullptr || (narrow != ElemType::kBF16 && narrow != ElemType::kF16)) {
+    return KernelStatus::Error("SiluMulRounded: negative size, no rounded output or a wide type");
+  }
+  if (n == 0) return KernelStatus::Ok();
+  return Launch("SiluMulRoundedKernel", SiluMulRoundedKernel, dim3(Blocks(n)), dim3(kThreads), 0,
+                stream, gate, up, n, static_cast<uint16_t*>(rounded), narrow);
+}
 
 KernelStatus Activate(ActivationKind kind, float* x, int64_t n, Stream stream) {
   if (n < 0) return KernelStatus::Error("Activate: negative size");

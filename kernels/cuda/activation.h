@@ -15,5 +15,9 @@ enum class ActivationKind { kQuickGelu, kGelu, kGeluTanh };
 KernelStatus Activate(ActivationKind kind, float* x, int64_t n, Stream stream);
 // gate ← silu(gate) · up. Device pointers.
 KernelStatus SiluMul(float* gate, const float* up, int64_t n, Stream stream);
+// SiluMul that also writes the results rounded to `narrow` (BF16 or F16) into `rounded` [n]:
+// what the down product on narrow weights reads, with no launch of its own to round them.
+KernelStatus SiluMulRounded(float* gate, const float* up, int64_t n, ElemType narrow, void* rounded,
+                            Stream stream);
 
 }  // namespace hap::cuda

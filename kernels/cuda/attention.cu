@@ -377,7 +377,9 @@ __device__ void ScoreTile(const AttentionArgs& a, const uint32_t (&qa)[kSteps][4
 // probabilities the reference rounds — and accumulates p·v in F32. q, k and v are rounded as they
 // are loaded (no rounded copies in memory); the scores never leave registers.
 template <bool kBf16, int kSteps>
-__global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionArgs a) {
+__global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionArgs a,
+                                                                      uint16_t* out_rounded,
+                                                                      bool rounded_bf16) {
   constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad;
   // The key and value tiles as 32-bit words, so that pairs of elements load as one.
   HAP_SHARED(uint32_t, k_words, kFlashKeys * kRow / 2);
@@ -485,9 +487,14 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   for (int i = 0; i < 4; ++i) {
     const int row = rows[i >> 1];
     if (row >= a.n_q) continue;
-    float* out = a.out + row * q_stride + h * kDim + 2 * t + (i & 1);
+    const int64_t at = row * q_stride + h * kDim + 2 * t + (i & 1);
     HAP_UNROLL
-    for (int dt = 0; dt < 2 * kSteps; ++dt) out[dt * 8] = o[dt][i];
+    for (int dt = 0; dt < 2 * kSteps; ++dt) a.out[at + dt * 8] = o[dt][i];
+    if (out_rounded == nullptr) continue;
+    HAP_UNROLL
+    for (int dt = 0; dt < 2 * kSteps; ++dt) {
+      out_rounded[at + dt * 8] = rounded_bf16 ? F32ToBf16(o[dt][i]) : F32ToF16(o[dt][i]);
+    }
   }
   if (t == 0 && a.lse != nullptr) {
     for (int r = 0; r < 2; ++r) {
@@ -497,13 +504,14 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
 }
 
 template <bool kBf16>
-KernelStatus LaunchFlash(const AttentionArgs& a, Stream stream) {
+KernelStatus LaunchFlash(const AttentionArgs& a, uint16_t* out_rounded, bool rounded_bf16,
+                         Stream stream) {
   const dim3 grid(CeilDiv(a.n_q, kFlashRows), a.n_heads), block(kFlashThreads);
   switch (a.head_dim / 16) {
 #define HAP_FLASH_CASE(steps)                                                                 \
   case steps:                                                                                 \
     return Launch("FlashAttentionKernel", FlashAttentionKernel<kBf16, steps>, grid, block, 0, \
-                  stream, a);
+                  stream, a, out_rounded, rounded_bf16);
     HAP_FLASH_CASE(1)
     HAP_FLASH_CASE(2)
     HAP_FLASH_CASE(3)
@@ -524,11 +532,12 @@ bool FlashAttentionSupports(const AttentionArgs& a) {
   return a.head_dim % 16 == 0 && a.head_dim >= 16 && a.head_dim <= kFlashMaxHeadDim;
 }
 
-KernelStatus FlashAttention(const AttentionArgs& a, ElemType type, Stream stream) {
+KernelStatus FlashAttention(const AttentionArgs& a, ElemType type, Stream stream, void* out_rounded,
+                            ElemType rounded_type) {
   KernelStatus st = CheckArgs(a);
   if (!st.ok) return st;
-  if (type == ElemType::kF32) {
-    return KernelStatus::Error("FlashAttention: the operands must be BF16 or F16");
+  if (type == ElemType::kF32 || (out_rounded != nullptr && rounded_type == ElemType::kF32)) {
+    return KernelStatus::Error("FlashAttention: the operands and rounded out must be BF16 or F16");
   }
   if (!FlashAttentionSupports(a)) {
     return KernelStatus::Error("FlashAttention: head_dim " + std::to_string(a.head_dim) +
@@ -536,7 +545,10 @@ KernelStatus FlashAttention(const AttentionArgs& a, ElemType type, Stream stream
                                std::to_string(kFlashMaxHeadDim));
   }
   if (a.n_q == 0) return KernelStatus::Ok();
-  return type == ElemType::kBF16 ? LaunchFlash<true>(a, stream) : LaunchFlash<false>(a, stream);
+  auto* rounded = static_cast<uint16_t*>(out_rounded);
+  const bool bf16 = rounded_type == ElemType::kBF16;
+  return type == ElemType::kBF16 ? LaunchFlash<true>(a, rounded, bf16, stream)
+                                 : LaunchFlash<false>(a, rounded, bf16, stream);
 }
 
 KernelStatus Attention(const AttentionArgs& a, Stream stream) {

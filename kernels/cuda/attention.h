@@ -47,9 +47,12 @@ KernelStatus NarrowAttention(const AttentionArgs& args, ElemType type, Gemm& gem
 // the scores in registers: per block 64 query rows of one head, two passes over the keys in
 // tiles of 64 (the row's max and sum, then p·v), products on tensor cores (mma.sync m16n8k16,
 // kernels/cuda/mma.cuh). q, k and v stay F32 in memory and are rounded as they are loaded.
-// Arguments as Attention's, with the same errors, and an error for another head_dim.
+// Arguments as Attention's, with the same errors, and an error for another head_dim. With
+// out_rounded (device, [n_q, n_heads·head_dim]) the output is also written rounded to
+// rounded_type (BF16 or F16): the o product's input on narrow weights, with no launch to round it.
 inline constexpr int kFlashMaxHeadDim = 128;
 bool FlashAttentionSupports(const AttentionArgs& args);
-KernelStatus FlashAttention(const AttentionArgs& args, ElemType type, Stream stream);
+KernelStatus FlashAttention(const AttentionArgs& args, ElemType type, Stream stream,
+                            void* out_rounded = nullptr, ElemType rounded_type = ElemType::kBF16);
 
 }  // namespace hap::cuda

@@ -80,6 +80,19 @@ absl::Status CheckRmsNorm(const float* x, const float* w, const float* y, int ro
   return CheckDevice(y, sizeof(float) * rows * d, "RmsNorm", "y");
 }
 
+// What prefill attention reads and writes, in device memory: q and out F32 [n_q, heads·hd], k
+// and v F32 [n_kv, kv_heads·hd], lse F32 [heads, n_q] when given.
+absl::Status CheckAttention(const AttentionArgs& a) {
+  const size_t q_bytes = sizeof(float) * a.n_q * a.n_heads * a.head_dim;
+  const size_t kv_bytes = sizeof(float) * a.n_kv * a.n_kv_heads * a.head_dim;
+  HAP_RETURN_IF_ERROR(CheckDevice(a.q, q_bytes, "Attention", "q"));
+  HAP_RETURN_IF_ERROR(CheckDevice(a.k, kv_bytes, "Attention", "k"));
+  HAP_RETURN_IF_ERROR(CheckDevice(a.v, kv_bytes, "Attention", "v"));
+  HAP_RETURN_IF_ERROR(CheckDevice(a.out, q_bytes, "Attention", "out"));
+  if (a.lse == nullptr) return absl::OkStatus();
+  return CheckDevice(a.lse, sizeof(float) * a.n_heads * a.n_q, "Attention", "lse");
+}
+
 // A product's weight, output y F32 [m, n] and optional bias F32 [n] (its x is the caller's to
 // check: F32, or already rounded).
 absl::Status CheckProduct(const TensorView& w, const float* bias, const float* y, int m) {
@@ -322,29 +335,64 @@ class CudaPruning final : public PruningKernels {
   }
 };
 
-// A planned step on the GPU (kernels/step.h): the backend's ops one by one, except that the
-// rows an RmsNorm writes are rounded to the weights' narrow type once, by the norm itself
-// (RmsNormRounded, into the plan's own workspace), for every product from narrow weights that
-// reads them before they are written again (q, k and v; gate and up), instead of by each
-// product; and consecutive such products whose weights lie back to back (PlacedWeights::Place
-// puts a layer's q, k, v and its gate, up so) run as one strided batched product: 7 products per
-// LLaMA layer become 4. The same F32 rows, the same rounding and the same products as the
-// op-by-op step (a batched product may sum in another order on a GPU, where cuBLAS picks its
-// kernels by shape).
+// A planned step on the GPU (kernels/step.h): the backend's ops one by one, except that
+//  - the rows an RmsNorm, a SiLU·up or a FlashAttention writes are rounded to the weights'
+//    narrow type once, by that op itself (RmsNormRounded, SiluMulRounded, FlashAttention's
+//    rounded output, into the plan's own workspace), for every product from narrow weights that
+//    reads them before they are written again (q, k and v; gate and up; down; o), instead of by
+//    each product;
+//  - consecutive such products whose weights lie back to back (PlacedWeights::Place puts a
+//    layer's q, k, v and its gate, up so) run as one strided batched product: 7 products per
+//    LLaMA layer become 4;
+//  - a layer's two RoPEs (q and k, at the same positions) are one launch (RopePair).
+// The same F32 rows, the same rounding and the same products as the op-by-op step (a batched
+// product may sum in another order on a GPU, where cuBLAS picks its kernels by shape).
 class CudaStep final : public PlannedStep {
  public:
   CudaStep(const Backend& backend, StepDesc d) : PlannedStep(std::move(d)), backend_(backend) {
     const std::vector<StepOp>& ops = desc().ops();
     fused_.resize(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {
-      const auto* norm = std::get_if<step_op::RmsNorm>(&ops[i]);
-      if (norm == nullptr) continue;
+      // A layer's q and k rotated at the same positions: one launch.
+      const auto* rope = std::get_if<step_op::Rope>(&ops[i]);
+      if (rope != nullptr && fused_[i].kind == Fused::kNone && i + 1 < ops.size()) {
+        const auto* next = std::get_if<step_op::Rope>(&ops[i + 1]);
+        if (next != nullptr && next->x != rope->x && next->positions == rope->positions &&
+            next->rows == rope->rows && next->head_dim == rope->head_dim &&
+            next->theta == rope->theta) {
+          fused_[i].kind = Fused::kRopePair;
+          fused_[i + 1].kind = Fused::kSkip;
+        }
+        continue;
+      }
+      // An op whose output feeds products from narrow weights writes it rounded as well: an
+      // RMSNorm (q, k, v; gate, up), SiLU·up (down) and FlashAttention (o).
+      StepValueId value = kNoStepValue;
+      int64_t rows = 0, width = 0;
+      Fused::Kind kind = Fused::kNone;
+      if (const auto* norm = std::get_if<step_op::RmsNorm>(&ops[i])) {
+        value = norm->y, rows = norm->rows, width = norm->d, kind = Fused::kNormRounded;
+      } else if (const auto* silu = std::get_if<step_op::SiluMul>(&ops[i])) {
+        value = silu->gate, rows = -1, width = silu->n, kind = Fused::kSiluMulRounded;
+      } else if (const auto* att = std::get_if<step_op::Attention>(&ops[i])) {
+        if (att->shape.operands == DType::kF32 || !cuda::FlashAttentionSupports(att->shape)) {
+          continue;
+        }
+        value = att->out, rows = att->shape.n_q;
+        width = int64_t{att->shape.n_heads} * att->shape.head_dim;
+        kind = Fused::kAttentionRounded;
+      } else {
+        continue;
+      }
       std::vector<size_t> readers;
       DType type = DType::kF32;
-      for (size_t j = i + 1; j < ops.size() && !MayWrite(ops[j], norm->y); ++j) {
+      for (size_t j = i + 1; j < ops.size() && !MayWrite(ops[j], value); ++j) {
         const auto* product = std::get_if<step_op::Linear>(&ops[j]);
-        if (product == nullptr || product->x != norm->y || product->m != norm->rows ||
-            product->w.shape[1] != norm->d || product->w.dtype == DType::kF32 ||
+        if (product == nullptr || product->x != value) continue;
+        // rows < 0: only the element count is known (SiLU·up's n = m · k).
+        const bool shape = rows < 0 ? int64_t{product->m} * product->w.shape[1] == width
+                                    : product->m == rows && product->w.shape[1] == width;
+        if (!shape || product->w.dtype == DType::kF32 ||
             (type != DType::kF32 && product->w.dtype != type)) {
           continue;
         }
@@ -352,8 +400,9 @@ class CudaStep final : public PlannedStep {
         readers.push_back(j);
       }
       if (readers.empty()) continue;
-      const size_t offset = ReserveWorkspace(sizeof(uint16_t) * norm->rows * norm->d);
-      fused_[i] = {Fused::kNormRounded, type, offset};
+      const int64_t values = rows < 0 ? width : rows * width;
+      const size_t offset = ReserveWorkspace(sizeof(uint16_t) * values);
+      fused_[i] = {kind, type, offset};
       for (size_t r = 0; r < readers.size();) {
         // Readers in consecutive ops whose weights have one shape, no bias, and lie a constant
         // stride apart (PlacedWeights places q, k, v and gate, up so) are one batched product.
@@ -381,7 +430,16 @@ class CudaStep final : public PlannedStep {
 
  private:
   struct Fused {
-    enum Kind { kNone, kNormRounded, kProductOfRounded, kBatchMember } kind = kNone;
+    enum Kind {
+      kNone,
+      kNormRounded,       // RmsNormRounded
+      kSiluMulRounded,    // SiluMulRounded
+      kAttentionRounded,  // FlashAttention with its output rounded too
+      kProductOfRounded,  // a product that reads the rounded copy
+      kBatchMember,       // run by the kProductOfRounded before it
+      kRopePair,          // this Rope and the next one in one launch
+      kSkip,              // the second Rope of a pair
+    } kind = kNone;
     DType type = DType::kF32;  // the narrow type of the rounded rows
     size_t offset = 0;         // where they are in the workspace
     // kProductOfRounded: this product and the batch − 1 after it (kBatchMember, run here), whose
@@ -408,9 +466,43 @@ class CudaStep final : public PlannedStep {
     const Fused& f = fused_[index];
     const StepOp& op = desc().ops()[index];
     if (f.kind == Fused::kNone) return RunStepOp(backend_, op, p);
-    if (f.kind == Fused::kBatchMember) return absl::OkStatus();  // its batch's first product ran it
+    // A batch's first product ran its members; a pair's first Rope, the second.
+    if (f.kind == Fused::kBatchMember || f.kind == Fused::kSkip) return absl::OkStatus();
     void* rounded = static_cast<char*>(workspace) + f.offset;
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    auto f32 = [&](StepValueId v) { return static_cast<float*>(p[v]); };
+    if (f.kind == Fused::kRopePair) {
+      const auto& o = std::get<step_op::Rope>(op);
+      const auto& o2 = std::get<step_op::Rope>(desc().ops()[index + 1]);
+      const auto* positions = static_cast<const int32_t*>(p[o.positions]);
+      HAP_RETURN_IF_ERROR(CheckDevice(positions, sizeof(int32_t) * o.rows, "Rope", "positions"));
+      HAP_RETURN_IF_ERROR(
+          CheckDevice(f32(o.x), sizeof(float) * o.rows * o.n_heads * o.head_dim, "Rope", "x"));
+      HAP_RETURN_IF_ERROR(
+          CheckDevice(f32(o2.x), sizeof(float) * o.rows * o2.n_heads * o.head_dim, "Rope", "x"));
+      return ToStatus(cuda::RopePair(f32(o.x), o.n_heads, f32(o2.x), o2.n_heads, positions, o.rows,
+                                     o.head_dim, o.theta, c->stream()));
+    }
+    if (f.kind == Fused::kSiluMulRounded) {
+      const auto& o = std::get<step_op::SiluMul>(op);
+      for (auto [ptr, what] : {std::pair{p[o.gate], "gate"}, {p[o.up], "up"}}) {
+        HAP_RETURN_IF_ERROR(CheckDevice(ptr, sizeof(float) * o.n, "SiluMul", what));
+      }
+      return ToStatus(
+          cuda::SiluMulRounded(f32(o.gate), f32(o.up), o.n, ElemOf(f.type), rounded, c->stream()));
+    }
+    if (f.kind == Fused::kAttentionRounded) {
+      const auto& o = std::get<step_op::Attention>(op);
+      AttentionArgs a = o.shape;
+      a.q = f32(o.q);
+      a.k = f32(o.k);
+      a.v = f32(o.v);
+      a.out = f32(o.out);
+      a.lse = o.lse == kNoStepValue ? nullptr : f32(o.lse);
+      HAP_RETURN_IF_ERROR(CheckAttention(a));
+      return ToStatus(
+          cuda::FlashAttention(a, ElemOf(a.operands), c->stream(), rounded, ElemOf(f.type)));
+    }
     if (f.kind == Fused::kNormRounded) {
       const auto& o = std::get<step_op::RmsNorm>(op);
       const size_t values = static_cast<size_t>(o.rows) * o.d;
@@ -592,16 +684,7 @@ class CudaBackendImpl final : public Backend {
     return ToStatus(cuda::Add(y, x, n, c->stream()));
   }
   absl::Status Attention(const AttentionArgs& a) const override {
-    const size_t q_bytes = sizeof(float) * a.n_q * a.n_heads * a.head_dim;
-    const size_t kv_bytes = sizeof(float) * a.n_kv * a.n_kv_heads * a.head_dim;
-    HAP_RETURN_IF_ERROR(CheckDevice(a.q, q_bytes, "Attention", "q"));
-    HAP_RETURN_IF_ERROR(CheckDevice(a.k, kv_bytes, "Attention", "k"));
-    HAP_RETURN_IF_ERROR(CheckDevice(a.v, kv_bytes, "Attention", "v"));
-    HAP_RETURN_IF_ERROR(CheckDevice(a.out, q_bytes, "Attention", "out"));
-    if (a.lse != nullptr) {
-      HAP_RETURN_IF_ERROR(
-          CheckDevice(a.lse, sizeof(float) * a.n_heads * a.n_q, "Attention", "lse"));
-    }
+    HAP_RETURN_IF_ERROR(CheckAttention(a));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     if (a.operands == DType::kF32) return ToStatus(cuda::Attention(a, c->stream()));
     if (cuda::FlashAttentionSupports(a)) {

@@ -13,8 +13,10 @@ constexpr int kMaxHeadDim = 1024;
 // Block per row. The row's angles are the same for every head: the first half of the threads
 // compute cos and sin of position · θ^(−2i/head_dim) (in F64, as the CPU's reference) once into
 // shared memory, then thread t rotates pair i = t % half of head t / half, striding over heads.
-__global__ void RopeKernel(float* x, const int32_t* positions, int n_heads, int head_dim,
-                           float theta) {
+// x2 (n_heads2 heads a row; null with 0) is rotated by the same row's angles: a layer's q and k
+// in one launch.
+__global__ void RopeKernel(float* x, int n_heads, float* x2, int n_heads2, const int32_t* positions,
+                           int head_dim, float theta) {
   HAP_SHARED(float, cos_table, kMaxHeadDim / 2);
   HAP_SHARED(float, sin_table, kMaxHeadDim / 2);
   const int half = head_dim / 2;
@@ -28,11 +30,13 @@ __global__ void RopeKernel(float* x, const int32_t* positions, int n_heads, int 
   }
   __syncthreads();
   float* row = x + static_cast<int64_t>(blockIdx.x) * n_heads * head_dim;
-  for (int t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
+  float* row2 =
+      x2 == nullptr ? nullptr : x2 + static_cast<int64_t>(blockIdx.x) * n_heads2 * head_dim;
+  for (int t = threadIdx.x; t < (n_heads + n_heads2) * half; t += blockDim.x) {
     const int h = t / half;
     const int i = t % half;
     const float cs = cos_table[i], sn = sin_table[i];
-    float* v = row + h * head_dim;
+    float* v = h < n_heads ? row + h * head_dim : row2 + (h - n_heads) * head_dim;
     const float a = v[i], b = v[i + half];
     v[i] = a * cs - b * sn;
     v[i + half] = b * cs + a * sn;
@@ -50,8 +54,19 @@ KernelStatus Rope(float* x, const int32_t* positions, int rows, int n_heads, int
         std::to_string(kMaxHeadDim) + ")");
   }
   if (rows == 0) return KernelStatus::Ok();
-  return Launch("RopeKernel", RopeKernel, dim3(rows), dim3(kThreads), 0, stream, x, positions,
-                n_heads, head_dim, theta);
+  return Launch("RopeKernel", RopeKernel, dim3(rows), dim3(kThreads), 0, stream, x, n_heads,
+                static_cast<float*>(nullptr), 0, positions, head_dim, theta);
+}
+
+KernelStatus RopePair(float* x, int n_heads, float* x2, int n_heads2, const int32_t* positions,
+                      int rows, int head_dim, float theta, Stream stream) {
+  if (x2 == nullptr || n_heads2 <= 0 || x2 == x) {
+    return KernelStatus::Error("RopePair: no second array, or the first one again");
+  }
+  KernelStatus st = Rope(x, positions, 0, n_heads, head_dim, theta, stream);  // checks the shape
+  if (!st.ok || rows == 0) return st;
+  return Launch("RopeKernel", RopeKernel, dim3(rows), dim3(kThreads), 0, stream, x, n_heads, x2,
+                n_heads2, positions, head_dim, theta);
 }
 
 }  // namespace hap::cuda

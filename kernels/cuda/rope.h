@@ -13,5 +13,10 @@ namespace hap::cuda {
 // x F32 [rows, n_heads * head_dim], rotated in place; positions int32 [rows]. Device pointers.
 KernelStatus Rope(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
                   float theta, Stream stream);
+// Rope of x [rows, n_heads · head_dim] and of x2 [rows, n_heads2 · head_dim] at the same
+// positions, in one launch (a layer's q and k; each row's angles computed once): bit for bit the
+// two Rope calls. Errors as Rope's, and for a null, empty or identical x2.
+KernelStatus RopePair(float* x, int n_heads, float* x2, int n_heads2, const int32_t* positions,
+                      int rows, int head_dim, float theta, Stream stream);
 
 }  // namespace hap::cuda

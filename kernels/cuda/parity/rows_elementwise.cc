@@ -37,6 +37,61 @@ CaseResult RopeCase(int rows, int n_heads, int head_dim, float theta) {
   return c.Result(ms);
 }
 
+// A layer's q and k in one launch: each exactly as its own Rope (the same F32 cos/sin).
+CaseResult RopePairCase(int rows, int n_heads, int n_kv_heads, int head_dim) {
+  const std::vector<float> q = RandomFloats(int64_t{rows} * n_heads * head_dim, 33 + head_dim);
+  const std::vector<float> k = RandomFloats(int64_t{rows} * n_kv_heads * head_dim, 34 + head_dim);
+  std::vector<int32_t> pos(rows);
+  for (int r = 0; r < rows; ++r) pos[r] = 1 + r * 5 + (r % 4);
+  DeviceBuffer dq = DeviceBuffer::Of(q), dk = DeviceBuffer::Of(k), dpos = DeviceBuffer::Of(pos);
+  DeviceBuffer sq = DeviceBuffer::Of(q), sk = DeviceBuffer::Of(k);
+  Checker c;
+  c.Status(Rope(sq.as<float>(), dpos.as<int32_t>(), rows, n_heads, head_dim, 1e4f, nullptr));
+  c.Status(Rope(sk.as<float>(), dpos.as<int32_t>(), rows, n_kv_heads, head_dim, 1e4f, nullptr));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return RopePair(dq.as<float>(), n_heads, dk.as<float>(), n_kv_heads, dpos.as<int32_t>(),
+                        rows, head_dim, 1e4f, nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Output("q", dq, sq.Download<float>(), {0, 0});
+  c.Output("k", dk, sk.Download<float>(), {0, 0});
+  if (RopePair(dq.as<float>(), n_heads, dq.as<float>(), n_heads, dpos.as<int32_t>(), rows, head_dim,
+               1e4f, nullptr)
+          .ok) {
+    c.Fail("a pair of one array was accepted");
+  }
+  return c.Result(ms);
+}
+
+// SiLU·up that also writes its results rounded: the F32 results as SiluMul's, the copy as the
+// host's rounding of them.
+CaseResult SiluMulRoundedCase(int64_t n, DType narrow) {
+  const std::vector<float> x = RandomFloats(n, 43 + n, -6.f, 6.f);
+  const std::vector<float> up = RandomFloats(n, 44 + n);
+  DeviceBuffer dx = DeviceBuffer::Of(x), dup = DeviceBuffer::Of(up), plain = DeviceBuffer::Of(x);
+  DeviceBuffer drounded(static_cast<size_t>(n) * 2);
+  Checker c;
+  c.Status(SiluMul(plain.as<float>(), dup.as<float>(), n, nullptr));
+  const std::vector<float> want = plain.Download<float>();
+  std::vector<uint16_t> want_rounded(static_cast<size_t>(n));
+  ConvertFromF32(narrow, want.data(), want_rounded.data(), want.size());
+  const ElemType type = narrow == DType::kBF16 ? ElemType::kBF16 : ElemType::kF16;
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return SiluMulRounded(dx.as<float>(), dup.as<float>(), n, type, drounded.data(), nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Output("gate", dx, want, {0, 0});
+  if (drounded.Download<uint16_t>() != want_rounded) c.Fail("the rounded copy differs");
+  c.Unchanged("up", dup, up.data());
+  return c.Result(ms);
+}
+
 CaseResult ActivationCase(const std::string& kind, int64_t n) {
   const std::vector<float> x = RandomFloats(n, 41 + n, -6.f, 6.f);
   const std::vector<float> up = RandomFloats(n, 42 + n);
@@ -129,6 +184,20 @@ void AddElementwiseCases(std::vector<Case>& cases) {
                      [rows = rows, heads = heads, hd = hd, theta = theta] {
                        return RopeCase(rows, heads, hd, theta);
                      }});
+  }
+  for (auto [rows, heads, kv_heads, hd] : {std::tuple{1, 4, 4, 64}, {37, 32, 8, 128}}) {
+    cases.push_back({"RopePair " + std::to_string(rows) + " rows, " + std::to_string(heads) +
+                         " + " + std::to_string(kv_heads) + " heads of " + std::to_string(hd),
+                     {"RopeKernel"},
+                     [rows = rows, heads = heads, kv_heads = kv_heads, hd = hd] {
+                       return RopePairCase(rows, heads, kv_heads, hd);
+                     }});
+  }
+  for (auto [n, narrow] :
+       {std::pair{int64_t{1000}, DType::kBF16}, {int64_t{100003}, DType::kF16}}) {
+    cases.push_back({"SiluMulRounded " + std::to_string(n) + " " + std::string(DTypeName(narrow)),
+                     {"SiluMulRoundedKernel"},
+                     [n = n, narrow = narrow] { return SiluMulRoundedCase(n, narrow); }});
   }
   const char* kernel_of[][2] = {{"QuickGelu", "QuickGeluKernel"},
                                 {"Gelu", "GeluKernel"},
