@@ -27,6 +27,7 @@
 #include "base/dtype.h"
 #include "base/status_macros.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/add.h"
 #include "kernels/cuda/op_profile.h"
 #include "nlohmann/json.hpp"
 #include "runtime/device/device_backend.h"
@@ -542,6 +543,36 @@ int Main(int argc, char** argv) {
                    {"host_us", r.t.host_us}});
   }
   out["ops"] = ops;
+  // The floor under every small op: a one-value Add through the backend (its checks, its
+  // stream) against the kernel's own entry point on the default stream, host µs per call.
+  {
+    absl::StatusOr<void*> mem = b.Allocate(sizeof(float));
+    if (!mem.ok()) Die("allocate", mem.status());
+    float* one = static_cast<float*>(*mem);
+    const float zero = 0.f;
+    Check(b.CopyToBackend(one, &zero, sizeof(float)), "upload");
+    auto per_call_us = [&](const std::function<void()>& call) {
+      std::vector<double> us;
+      for (int batch = 0; batch < 7; ++batch) {
+        if (cudaDeviceSynchronize() != cudaSuccess) Die("sync", absl::InternalError("cuda"));
+        const auto t0 = Clock::now();
+        for (int r = 0; r < 200; ++r) call();
+        us.push_back(MsSince(t0) * 1e3 / 200);
+      }
+      if (cudaDeviceSynchronize() != cudaSuccess) Die("sync", absl::InternalError("cuda"));
+      return Median(us);
+    };
+    const double raw = per_call_us([&] {
+      const cuda::KernelStatus st = cuda::Add(one, one, 1, nullptr);
+      if (!st.ok) Die("cuda::Add", absl::InternalError(st.message));
+    });
+    const double backend = per_call_us([&] { Check(b.Add(one, one, 1), "Add"); });
+    b.Free(one);
+    std::printf("\nA one-value Add, host µs per call: %.2f through the backend, %.2f through the "
+                "kernel's entry point (cudaLaunchKernel and the launch wrapper)\n",
+                backend, raw);
+    out["launch_floor_us"] = {{"backend_add", backend}, {"kernel_entry_add", raw}};
+  }
   if (!a.json.empty()) {
     std::ofstream f(a.json);
     f << out.dump(2) << "\n";
