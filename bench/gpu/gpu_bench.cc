@@ -357,8 +357,9 @@ void TimeRequests(const LlavaModel& model, const Backend& b, const std::string& 
 // The pruning methods' scoring and selection kernels (kernels/cuda: text→visual rows, PAQ,
 // PAQ-softmax, weighted sums, token scores, top-k).
 bool IsPruningKernel(const std::string& name) {
-  for (const char* k : {"TextVisualAttentionKernel", "PaqKernel", "PaqSoftmaxKernel",
-                        "WeightedSumKernel", "TokenScoresKernel", "StableTopKKernel"}) {
+  for (const char* k :
+       {"TextVisualAttentionKernel", "PaqKernel", "PaqSoftmaxKernel", "WeightedSumKernel",
+        "TokenScoresKernel", "StableTopKKernel", "StableTopKByRankKernel"}) {
     if (name == k) return true;
   }
   return false;

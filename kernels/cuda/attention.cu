@@ -320,21 +320,53 @@ constexpr int kFlashRows = 64;
 constexpr int kFlashKeys = 64;
 constexpr int kFlashPad = 8;
 
-// Rows [key0, key0 + kFlashKeys) of one head of k or v (F32, rows `stride` apart, `src` at the
-// head's first element), rounded into `dst` [kFlashKeys, D + kFlashPad]; rows past n_kv are 0.
+// Four F32 values and four 16-bit ones: the tile loads' units (16 and 8 bytes).
+struct alignas(16) Floats4 {
+  float x, y, z, w;
+};
+struct alignas(8) Halves4 {
+  uint32_t lo, hi;
+};
+
+// Key `key` of a head, elements [c, c + 4), as 16-byte loads (zero past n_kv).
+__device__ __forceinline__ Floats4 LoadFour(const float* src, int64_t stride, int key, int n_kv,
+                                            int c) {
+  if (key >= n_kv) return Floats4{0.f, 0.f, 0.f, 0.f};
+  return *reinterpret_cast<const Floats4*>(src + key * stride + c);
+}
+
+// Keys [key0, key0 + kFlashKeys) of one head of k (F32, rows `stride` apart, `src` at the head's
+// first element), rounded into `dst` [kFlashKeys, D + kFlashPad]: a score fragment's B register
+// is then two consecutive elements of one key. All loads of a thread are issued back to back.
 template <bool kBf16, int kSteps>
 __device__ void LoadKeyTile(const float* src, int64_t stride, int key0, int n_kv, uint16_t* dst) {
-  constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad;
-  for (int i = threadIdx.x; i < kFlashKeys * kDim / 2; i += kFlashThreads) {
-    const int r = i / (kDim / 2), c = (i % (kDim / 2)) * 2;
-    const int key = key0 + r;
-    uint16_t lo = 0, hi = 0;
-    if (key < n_kv) {
-      const float* e = src + key * stride + c;
-      lo = RoundHalf<kBf16>(e[0]);
-      hi = RoundHalf<kBf16>(e[1]);
-    }
-    *reinterpret_cast<uint32_t*>(dst + r * kRow + c) = PackHalves(lo, hi);
+  constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad, kQuads = kFlashKeys * kDim / 4;
+  HAP_UNROLL
+  for (int i = threadIdx.x; i < kQuads; i += kFlashThreads) {
+    const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
+    const Floats4 v = LoadFour(src, stride, key0 + r, n_kv, c);
+    *reinterpret_cast<Halves4*>(dst + r * kRow + c) =
+        Halves4{PackHalves(RoundHalf<kBf16>(v.x), RoundHalf<kBf16>(v.y)),
+                PackHalves(RoundHalf<kBf16>(v.z), RoundHalf<kBf16>(v.w))};
+  }
+}
+
+// The same keys of v, rounded into `dst` as words of two keys: word [j][d] holds v[2j][d] (low)
+// and v[2j + 1][d] (high), rows of D + kFlashPad words. A p·v fragment's B register (two
+// consecutive keys of one element) is then one word, read without bank conflicts.
+template <bool kBf16, int kSteps>
+__device__ void LoadValueTile(const float* src, int64_t stride, int key0, int n_kv, uint32_t* dst) {
+  constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad, kUnits = kFlashKeys / 2 * kDim / 4;
+  HAP_UNROLL
+  for (int i = threadIdx.x; i < kUnits; i += kFlashThreads) {
+    const int j = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
+    const Floats4 a = LoadFour(src, stride, key0 + 2 * j, n_kv, c);
+    const Floats4 b = LoadFour(src, stride, key0 + 2 * j + 1, n_kv, c);
+    uint32_t* w = dst + j * kRow + c;
+    w[0] = PackHalves(RoundHalf<kBf16>(a.x), RoundHalf<kBf16>(b.x));
+    w[1] = PackHalves(RoundHalf<kBf16>(a.y), RoundHalf<kBf16>(b.y));
+    w[2] = PackHalves(RoundHalf<kBf16>(a.z), RoundHalf<kBf16>(b.z));
+    w[3] = PackHalves(RoundHalf<kBf16>(a.w), RoundHalf<kBf16>(b.w));
   }
 }
 
@@ -381,11 +413,12 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
                                                                       uint16_t* out_rounded,
                                                                       bool rounded_bf16) {
   constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad;
-  // The key and value tiles as 32-bit words, so that pairs of elements load as one.
-  HAP_SHARED(uint32_t, k_words, kFlashKeys * kRow / 2);
-  HAP_SHARED(uint32_t, v_words, kFlashKeys * kRow / 2);
-  uint16_t* ks = reinterpret_cast<uint16_t*>(k_words);
-  uint16_t* vs = reinterpret_cast<uint16_t*>(v_words);
+  // The key tile [kFlashKeys, kRow] of 16-bit elements and the value tile [kFlashKeys / 2, kRow]
+  // of key-pair words (LoadValueTile), 16-byte aligned for the vector stores.
+  HAP_SHARED(Floats4, k_units, kFlashKeys * kRow * 2 / 16);
+  HAP_SHARED(Floats4, v_units, kFlashKeys / 2 * kRow * 4 / 16);
+  uint16_t* ks = reinterpret_cast<uint16_t*>(k_units);
+  uint32_t* vs = reinterpret_cast<uint32_t*>(v_units);
   const int h = blockIdx.y, kv_head = h / (a.n_heads / a.n_kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int row0 = blockIdx.x * kFlashRows + warp * 16;
@@ -456,7 +489,7 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   for (int tile = 0; tile < tiles; ++tile) {
     __syncthreads();
     LoadKeyTile<kBf16, kSteps>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks);
-    LoadKeyTile<kBf16, kSteps>(v_head, kv_stride, tile * kFlashKeys, a.n_kv, vs);
+    LoadValueTile<kBf16, kSteps>(v_head, kv_stride, tile * kFlashKeys, a.n_kv, vs);
     __syncthreads();
     ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, s);
     HAP_UNROLL
@@ -473,12 +506,11 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
       // The score fragments' D layout is the A layout of the product with v.
       const uint32_t pa[4] = {PackHalves(p[0][0], p[0][1]), PackHalves(p[0][2], p[0][3]),
                               PackHalves(p[1][0], p[1][1]), PackHalves(p[1][2], p[1][3])};
-      const uint16_t* vr = vs + (c * 16 + 2 * t) * kRow + g;
+      // B[key][d] = v[key][d]: keys 2t, 2t + 1 (and 2t + 8, 2t + 9) of the chunk at d, one word.
+      const uint32_t* vr = vs + (c * 8 + t) * kRow + g;
       HAP_UNROLL
       for (int dt = 0; dt < 2 * kSteps; ++dt) {
-        // B[key][d] = v[key][d]: two consecutive keys of one d per register.
-        const uint16_t* e = vr + dt * 8;
-        const uint32_t b[2] = {PackHalves(e[0], e[kRow]), PackHalves(e[8 * kRow], e[9 * kRow])};
+        const uint32_t b[2] = {vr[dt * 8], vr[4 * kRow + dt * 8]};
         Mma16816<kBf16>(o[dt], pa, b);
       }
     }
@@ -529,7 +561,10 @@ KernelStatus LaunchFlash(const AttentionArgs& a, uint16_t* out_rounded, bool rou
 }  // namespace
 
 bool FlashAttentionSupports(const AttentionArgs& a) {
-  return a.head_dim % 16 == 0 && a.head_dim >= 16 && a.head_dim <= kFlashMaxHeadDim;
+  // k and v are read 16 bytes at a time.
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
+  return a.head_dim % 16 == 0 && a.head_dim >= 16 && a.head_dim <= kFlashMaxHeadDim && aligned;
 }
 
 KernelStatus FlashAttention(const AttentionArgs& a, ElemType type, Stream stream, void* out_rounded,
@@ -542,7 +577,8 @@ KernelStatus FlashAttention(const AttentionArgs& a, ElemType type, Stream stream
   if (!FlashAttentionSupports(a)) {
     return KernelStatus::Error("FlashAttention: head_dim " + std::to_string(a.head_dim) +
                                " is not a multiple of 16 up to " +
-                               std::to_string(kFlashMaxHeadDim));
+                               std::to_string(kFlashMaxHeadDim) +
+                               ", or k or v is not 16-byte aligned");
   }
   if (a.n_q == 0) return KernelStatus::Ok();
   auto* rounded = static_cast<uint16_t*>(out_rounded);

@@ -41,7 +41,8 @@ KernelStatus NarrowAttention(const AttentionArgs& args, ElemType type, Gemm& gem
                              int64_t chunk_bytes = kNarrowAttentionChunkBytes);
 
 // The tensor-core path without a workspace, for args.operands BF16 or F16 (`type`) and head_dim
-// a multiple of 16 up to kFlashMaxHeadDim (FlashAttentionSupports): the same arithmetic as
+// a multiple of 16 up to kFlashMaxHeadDim, k and v 16-byte aligned (FlashAttentionSupports, which
+// takes null pointers as aligned, for a plan made before them): the same arithmetic as
 // NarrowAttention — q, k and v rounded to `type`, s = scale · q·k in F32, p = exp(s − max) / Σ
 // rounded to `type`, out = Σ p·v in F32, and each row's log-sum-exp — in one kernel that keeps
 // the scores in registers: per block 64 query rows of one head, two passes over the keys in

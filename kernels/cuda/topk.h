@@ -15,7 +15,10 @@ namespace hap::cuda {
 //  2. one block-wide exclusive scan of each slice's (count > T, count == T) gives every slice its
 //     output offset; a slice keeps its scores above T and, in index order, the first of its
 //     scores equal to T while fewer than e of those precede it.
-// The output is in index order by construction; no sort. O(n / threads + 256) per thread per pass,
+// The output is in index order by construction; no sort. Up to 1024 scores (HAP's 576 visual
+// tokens) a single pass does it instead: thread i counts the scores ranked above score i (higher,
+// or equal at a lower index) in shared memory, keeps i when that rank is below k, and writes it at
+// the place an exclusive scan of the kept flags gives. O(n / threads + 256) per thread per pass,
 // 7 passes over the scores: for n ≤ ~10k, tens of microseconds in one block.
 //   scores: F32 [n] (device)   kept: I32 [k] (device), strictly ascending indices into [0, n)
 // Errors: null pointers, n ≤ 0, k outside [0, n]. k = 0 launches nothing. A NaN score (no rank;

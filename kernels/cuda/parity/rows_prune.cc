@@ -786,14 +786,18 @@ void AddPruneCases(std::vector<Case>& cases) {
                             {4097, 4096, Scores::kTies},
                             {10000, 2500, Scores::kSpecial},
                             {9973, 1, Scores::kSpecial},
+                            {576, 100, Scores::kSpecial},
+                            {1024, 512, Scores::kSpecial},
+                            {1025, 300, Scores::kTies},
                             {33, 0, Scores::kDistinct}}) {
-    cases.push_back(
-        {"StableTopK n" + Str(n) + " k" + Str(k) + " " + kinds[static_cast<int>(kind)],
-         k > 0 ? std::vector<std::string>{"StableTopKKernel"} : std::vector<std::string>{},
-         [=] { return TopKCase(n, k, kind); }});
+    // Up to 1024 scores the rank kernel, past that the radix select.
+    const char* kernel = n <= 1024 ? "StableTopKByRankKernel" : "StableTopKKernel";
+    cases.push_back({"StableTopK n" + Str(n) + " k" + Str(k) + " " + kinds[static_cast<int>(kind)],
+                     k > 0 ? std::vector<std::string>{kernel} : std::vector<std::string>{},
+                     [=] { return TopKCase(n, k, kind); }});
   }
   cases.push_back(
-      {"StableTopK NaN marks kept -1", {"StableTopKKernel"}, [] { return TopKNanCase(); }});
+      {"StableTopK NaN marks kept -1", {"StableTopKByRankKernel"}, [] { return TopKNanCase(); }});
 
   // n_rows, row_bytes (256: F32 rows of 64 in 16-byte units; 148: 37 floats in 4-byte units;
   // 4: I32 positions; 6: 3 F16s, byte units), indices (ascending as after a top-k, or any).
