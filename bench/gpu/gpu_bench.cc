@@ -28,6 +28,8 @@
 #include "base/status_macros.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/add.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/op_profile.h"
 #include "nlohmann/json.hpp"
 #include "runtime/device/device_backend.h"
@@ -146,6 +148,52 @@ struct OpRow {
   double gflop = 0;  // real floating-point work, 0 where not a product
 };
 
+// TimeOp for a kernel entry point called on the default stream, outside the backend: each batch
+// between two device synchronisations.
+OpTime TimeKernelEntry(const std::string& name, const std::function<cuda::KernelStatus()>& op,
+                       int reps = 20) {
+  std::vector<double> device, host;
+  auto sync = [&] {
+    if (cudaDeviceSynchronize() != cudaSuccess) Die(name, absl::InternalError("sync"));
+  };
+  for (int batch = 0; batch < 9; ++batch) {
+    sync();
+    const auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) {
+      const cuda::KernelStatus st = op();
+      if (!st.ok) Die(name, absl::InternalError(st.message));
+    }
+    const double issued = MsSince(t0);
+    sync();
+    if (batch < 2) continue;
+    device.push_back(MsSince(t0) / reps);
+    host.push_back(issued * 1e3 / reps);
+  }
+  return {Median(device), Median(host)};
+}
+
+// The two tensor-core attention paths side by side at one shape (the backend picks one by
+// head_dim): FlashAttention, and cuBLAS products around a softmax kernel (NarrowAttention).
+void AddAttentionPaths(const Backend& b, const std::string& part, const std::string& shape,
+                       const AttentionArgs& narrow, double gflop, std::vector<OpRow>* rows) {
+  std::unique_ptr<cuda::Gemm> gemm;
+  const cuda::KernelStatus created = cuda::Gemm::Create(nullptr, &gemm);
+  if (!created.ok) Die("gemm", absl::InternalError(created.message));
+  absl::StatusOr<void*> ws = b.Allocate(std::max<size_t>(1, cuda::NarrowAttentionWorkspaceBytes(narrow)));
+  if (!ws.ok()) Die("workspace", ws.status());
+  rows->push_back({part, "Attention BF16, FlashAttention", shape,
+                   TimeKernelEntry("flash", [&] {
+                     return cuda::FlashAttention(narrow, cuda::ElemType::kBF16, nullptr);
+                   }),
+                   gflop});
+  rows->push_back({part, "Attention BF16, cuBLAS + softmax", shape,
+                   TimeKernelEntry("narrow", [&] {
+                     return cuda::NarrowAttention(narrow, cuda::ElemType::kBF16, *gemm, *ws);
+                   }),
+                   gflop});
+  b.Free(*ws);
+}
+
 // The ops of one decoder layer, one vision layer and one HAP scoring layer and stage.
 std::vector<OpRow> OpTable(const Backend& b, int n_text) {
   Arena a(b);
@@ -188,8 +236,21 @@ std::vector<OpRow> OpTable(const Backend& b, int n_text) {
     narrow.operands = DType::kBF16;
     add(part, "Attention causal, BF16 operands", rows_s + "x32x128", attention_gflop,
         [&] { return b.Attention(narrow); });
+    AddAttentionPaths(b, part, rows_s + "x32x128", narrow, attention_gflop, &rows);
     add(part, "SiluMul", rows_s + "x11008", 0, [&] { return b.SiluMul(gate, up, int64_t{n} * f); });
     add(part, "Add", rows_s + "x4096", 0, [&] { return b.Add(y, x, int64_t{n} * d); });
+  }
+  // The two attention paths at the row counts HAP's layers run with between those two.
+  for (const int n : {64 + n_text, 128 + n_text, 192 + n_text, 320 + n_text}) {
+    const int d = 4096, heads = 32, hd = 128;
+    float* q = a.F32(int64_t{n} * d);
+    float* k = a.F32(int64_t{n} * d);
+    float* v = a.F32(int64_t{n} * d);
+    float* out = a.F32(int64_t{n} * d);
+    AttentionArgs narrow = SelfAttention(q, k, v, out, nullptr, n, heads, hd, /*causal=*/true);
+    narrow.operands = DType::kBF16;
+    AddAttentionPaths(b, "llm", std::to_string(n) + "x32x128", narrow,
+                      2e-9 * 2 * heads * hd * n * (n + 1.0) / 2, &rows);
   }
   // Vision layer (CLIP ViT-L/14 at 336 px): 577 rows, hidden 1024, 16 heads of 64, MLP 4096.
   {
@@ -218,6 +279,7 @@ std::vector<OpRow> OpTable(const Backend& b, int n_text) {
     narrow.operands = DType::kBF16;
     add("vision", "Attention, BF16 operands", "577x16x64", 2e-9 * 2 * heads * hd * n * n,
         [&] { return b.Attention(narrow); });
+    AddAttentionPaths(b, "vision", "577x16x64", narrow, 2e-9 * 2 * heads * hd * n * n, &rows);
   }
   return rows;
 }
