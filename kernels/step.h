@@ -79,6 +79,11 @@ struct SiluMul {  // gate = silu(gate) · up
 };
 struct Call {  // the engine's code runs here; `id` tells it which point of the step this is
   int id = 0;
+  // The values that code reads, where the engine lists them (`listed`); otherwise it may read
+  // any, and a backend fuses nothing that would leave one of them stale at this point. It may
+  // write any value either way.
+  bool listed = false;
+  std::vector<StepValueId> reads;
 };
 
 }  // namespace step_op

@@ -344,7 +344,9 @@ class CudaPruning final : public PruningKernels {
 //  - consecutive such products whose weights lie back to back (PlacedWeights::Place puts a
 //    layer's q, k, v and its gate, up so) run as one strided batched product: 7 products per
 //    LLaMA layer become 4;
-//  - a layer's two RoPEs (q and k, at the same positions) are one launch (RopePair).
+//  - a layer's two RoPEs (q and k, at the same positions) are one launch (RopePair);
+//  - such a product followed by the residual add of its output adds itself to the sum as cuBLAS
+//    writes it (beta 1), when nothing reads its own output value afterwards.
 // The same F32 rows, the same rounding and the same products as the op-by-op step (a batched
 // product may sum in another order on a GPU, where cuBLAS picks its kernels by shape).
 class CudaStep final : public PlannedStep {
@@ -426,6 +428,29 @@ class CudaStep final : public PlannedStep {
         r += g;
       }
     }
+    // A product from rounded rows whose output only feeds the next op, a residual add (o into x,
+    // down into x), adds itself to that sum as it is written (Gemm::LinearRoundedAccumulate):
+    // the add's launch goes, and its output value is left unwritten, which nothing reads.
+    for (size_t j = 0; j + 1 < ops.size(); ++j) {
+      if (fused_[j].kind != Fused::kProductOfRounded || fused_[j].batch != 1) continue;
+      const auto& product = std::get<step_op::Linear>(ops[j]);
+      const auto* add = std::get_if<step_op::Add>(&ops[j + 1]);
+      if (product.bias != nullptr || add == nullptr || add->x != product.y || add->y == product.y ||
+          add->n != int64_t{product.m} * product.w.shape[0] || desc().values()[product.y].bound) {
+        continue;
+      }
+      bool dead = true;  // product.y is written again (or the step ends) before anything reads it
+      for (size_t t = j + 2; t < ops.size(); ++t) {
+        if (MayRead(ops[t], product.y)) {
+          dead = false;
+          break;
+        }
+        if (MayWrite(ops[t], product.y)) break;
+      }
+      if (!dead) continue;
+      fused_[j].accumulate_into = add->y;
+      fused_[j + 1].kind = Fused::kSkip;
+    }
   }
 
  private:
@@ -446,7 +471,27 @@ class CudaStep final : public PlannedStep {
     // weights follow this one's w_stride elements apart.
     int batch = 1;
     int64_t w_stride = 0;
+    // kProductOfRounded: the value the product is added to instead of written (the residual
+    // add after it, then kSkip).
+    StepValueId accumulate_into = kNoStepValue;
   };
+
+  // Whether `op` may read value v (a Call that does not list what it reads may read anything).
+  static bool MayRead(const StepOp& op, StepValueId v) {
+    return std::visit(
+        Overloaded{
+            [&](const step_op::RmsNorm& o) { return o.x == v; },
+            [&](const step_op::Linear& o) { return o.x == v; },
+            [&](const step_op::Rope& o) { return o.x == v || o.positions == v; },
+            [&](const step_op::Attention& o) { return o.q == v || o.k == v || o.v == v; },
+            [&](const step_op::Add& o) { return o.y == v || o.x == v; },
+            [&](const step_op::SiluMul& o) { return o.gate == v || o.up == v; },
+            [&](const step_op::Call& o) {
+              return !o.listed || std::find(o.reads.begin(), o.reads.end(), v) != o.reads.end();
+            },
+        },
+        op);
+  }
 
   // Whether `op` may write value v (a Call may write anything).
   static bool MayWrite(const StepOp& op, StepValueId v) {
@@ -528,6 +573,12 @@ class CudaStep final : public PlannedStep {
       const int64_t d = yb - static_cast<const float*>(p[o.y]);
       if (b == 1) y_stride = d;
       if (b > 0) batched = batched && d == y_stride * b && y_stride >= int64_t{o.m} * n;
+    }
+    if (f.accumulate_into != kNoStepValue) {
+      float* sum = f32(f.accumulate_into);
+      HAP_RETURN_IF_ERROR(CheckProduct(o.w, nullptr, sum, o.m));
+      return ToStatus(
+          c->gemm().LinearRoundedAccumulate(rounded, o.w.data, ElemOf(f.type), sum, o.m, n, k));
     }
     if (batched) {
       return ToStatus(c->gemm().BatchedProduct(ElemOf(f.type), /*b_transposed=*/true, o.m, n, k,

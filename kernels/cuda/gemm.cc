@@ -68,6 +68,16 @@ KernelStatus Gemm::LinearRounded(const void* x_narrow, const void* w, ElemType w
   return Product(x_narrow, w, w_type, bias, y, m, n, k);
 }
 
+KernelStatus Gemm::LinearRoundedAccumulate(const void* x_narrow, const void* w, ElemType w_type,
+                                           float* y, int m, int n, int k) {
+  KernelStatus s = CheckShape("LinearRoundedAccumulate", m, n, k);
+  if (!s.ok || m == 0) return s;
+  if (w_type == ElemType::kF32) {
+    return KernelStatus::Error("LinearRoundedAccumulate: the weights must be BF16 or F16");
+  }
+  return internal::BlasGemm(blas_, x_narrow, w, w_type, y, m, n, k, stream_, /*beta=*/1.f);
+}
+
 KernelStatus Gemm::BatchedProduct(ElemType type, bool b_transposed, int m, int n, int k,
                                   float alpha, const void* a, int64_t lda, int64_t stride_a,
                                   const void* b, int64_t ldb, int64_t stride_b, float* c,

@@ -33,6 +33,10 @@ class Gemm {
   // or kF16: RoundF32To's or RmsNormRounded's output): the same product without rounding again.
   KernelStatus LinearRounded(const void* x_narrow, const void* w, ElemType w_type,
                              const float* bias, float* y, int m, int n, int k);
+  // y += x_narrow · wᵀ (no bias), the product added to y as it is written: a residual add
+  // without a launch of its own (the same F32 sum as the product then Add).
+  KernelStatus LinearRoundedAccumulate(const void* x_narrow, const void* w, ElemType w_type,
+                                       float* y, int m, int n, int k);
   // `batch` products c_i = alpha · a_i · op(b_i) (F32 accumulation, F32 out), row-major: a_i
   // [m, k] with rows lda elements apart, c_i [m, n] with rows ldc apart; b_i [n, k] with
   // b_transposed (c = a·bᵀ) or [k, n] (c = a·b), rows ldb apart. Operand i starts stride_* elements
@@ -62,8 +66,9 @@ namespace internal {
 // both of `type`.
 KernelStatus CreateBlas(Stream stream, void** blas);
 void DestroyBlas(void* blas);
+// beta 1 adds the product to y (0: y is overwritten).
 KernelStatus BlasGemm(void* blas, const void* x, const void* w, ElemType type, float* y, int m,
-                      int n, int k, Stream stream);
+                      int n, int k, Stream stream, float beta = 0.f);
 // Gemm::BatchedProduct's product, its arguments checked.
 KernelStatus BlasGemmBatched(void* blas, ElemType type, bool b_transposed, int m, int n, int k,
                              float alpha, const void* a, int64_t lda, int64_t stride_a,

@@ -134,14 +134,14 @@ KernelStatus BlasGemmBatched(void* blas, ElemType type, bool b_transposed, int m
 }
 
 KernelStatus BlasGemm(void* blas, const void* x, const void* w, ElemType type, float* y, int m,
-                      int n, int k, Stream stream) {
+                      int n, int k, Stream stream, float beta) {
   const cudaDataType_t t = CudaType(type);
   profile::Begin(stream);
   struct Done {
     Stream stream;
     ~Done() { profile::End(stream, "cublas product"); }
   } done{stream};
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f;
   // Column-major view: yᵀ [n, m] = w [n, k] · xᵀ [k, m]; w row-major [n, k] is column-major
   // [k, n] with leading dimension k, hence the transpose.
   return FromCublas(LoadCublas().gemm_ex(static_cast<cublasHandle_t>(blas), CUBLAS_OP_T,

@@ -31,7 +31,7 @@ KernelStatus CreateBlas(Stream, void** blas) {
 void DestroyBlas(void*) {}
 
 KernelStatus BlasGemm(void*, const void* x, const void* w, ElemType type, float* y, int m, int n,
-                      int k, Stream) {
+                      int k, Stream, float beta) {
   g_products.fetch_add(1);
   const DType dtype = type == ElemType::kBF16  ? DType::kBF16
                       : type == ElemType::kF16 ? DType::kF16
@@ -44,8 +44,16 @@ KernelStatus BlasGemm(void*, const void* x, const void* w, ElemType type, float*
   std::vector<float> xf(static_cast<size_t>(m) * k);
   ConvertToF32(dtype, x, xf.data(), xf.size());
   const TensorView wv{w, dtype, Device::kCpu, {n, k}};
-  absl::Status s = cpu::Linear(xf.data(), wv, nullptr, y, m, LinearRows::kIndependent);
-  return s.ok() ? KernelStatus::Ok() : KernelStatus::Error("Linear: " + std::string(s.message()));
+  if (beta == 0.f) {
+    absl::Status s = cpu::Linear(xf.data(), wv, nullptr, y, m, LinearRows::kIndependent);
+    return s.ok() ? KernelStatus::Ok() : KernelStatus::Error("Linear: " + std::string(s.message()));
+  }
+  // y += product: the product in F32, then one F32 addition per element, as a separate Add.
+  std::vector<float> product(static_cast<size_t>(m) * n);
+  absl::Status s = cpu::Linear(xf.data(), wv, nullptr, product.data(), m, LinearRows::kIndependent);
+  if (!s.ok()) return KernelStatus::Error("Linear: " + std::string(s.message()));
+  for (size_t i = 0; i < product.size(); ++i) y[i] = beta * y[i] + product[i];
+  return KernelStatus::Ok();
 }
 
 KernelStatus BlasGemmBatched(void*, ElemType type, bool b_transposed, int m, int n, int k,

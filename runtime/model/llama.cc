@@ -117,7 +117,8 @@ void LlamaDecoder::DescribeLayer(StepDesc& desc, const StepValues& v, int l, int
     a.shape.operands = attention_operands_;
     desc.Add(a);
   } else {
-    desc.Add(step_op::Call{call_id});  // AttendDecode
+    // AttendDecode: the new rows join the caches, the queries attend over them.
+    desc.Add(step_op::Call{call_id, /*listed=*/true, {v.q, v.k, v.v, v.positions}});
   }
   desc.Add(step_op::Linear{v.attn, v.h, lw.o, nullptr, n, rows});
   desc.Add(step_op::Add{v.x, v.h, n_hidden});
@@ -135,9 +136,13 @@ absl::StatusOr<std::unique_ptr<PlannedStep>> LlamaDecoder::PlanPrefill(int first
   StepDesc desc(absl::StrFormat("prefill, layers %d-%d, %d rows", first, last, n));
   *values = DescribeValues(desc, n, with_lse);
   for (int l = first; l <= last; ++l) {
-    desc.Add(step_op::Call{2 * l});
+    // Before the layer: cancellation and the slice boundary, no value read. After it: the
+    // cache takes k and v, the pruner reads q, k, the LSE and the layer's output x.
+    desc.Add(step_op::Call{2 * l, /*listed=*/true, {}});
     DescribeLayer(desc, *values, l, n, /*prefill=*/true, 0);
-    desc.Add(step_op::Call{2 * l + 1});
+    std::vector<StepValueId> after = {values->q, values->k, values->v, values->x};
+    if (with_lse) after.push_back(values->lse);
+    desc.Add(step_op::Call{2 * l + 1, /*listed=*/true, std::move(after)});
   }
   return backend_.Plan(std::move(desc));
 }

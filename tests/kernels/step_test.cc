@@ -154,7 +154,7 @@ TEST_P(StepTest, APlanComputesWhatItsOpsComputeOneByOne) {
   desc.Add(step_op::Rope{vk, vpos, n, B::kKvHeads, B::kHd, B::kTheta});
   step_op::Attention att{vq, vk, vv, vattn, vlse, blk.Shape()};
   desc.Add(att);
-  desc.Add(step_op::Call{7});
+  desc.Add(step_op::Call{7, false, {}});
   desc.Add(step_op::Linear{vattn, vh, blk.w[5], nullptr, n, rows});
   desc.Add(step_op::Add{vx, vh, int64_t{n} * B::kD});
   desc.Add(step_op::Linear{vx, vgate_out, blk.w[3], nullptr, n, rows});
@@ -272,7 +272,7 @@ TEST_P(StepTest, ACallThatStopsEndsTheRunThere) {
   const StepValueId y = desc.Bound("y", StepElem::kF32, 4);
   const StepValueId x = desc.Bound("x", StepElem::kF32, 4);
   desc.Add(step_op::Add{y, x, 4});
-  desc.Add(step_op::Call{3});
+  desc.Add(step_op::Call{3, false, {}});
   desc.Add(step_op::Add{y, x, 4});  // not reached
   auto plan = b().Plan(desc);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -364,7 +364,7 @@ TEST_P(StepTest, ARunWithBindingsThatDoNotMatchIsRefused) {
   const StepValueId y = desc.Bound("y", StepElem::kF32, 4);
   const StepValueId s = desc.Scratch("s", StepElem::kF32, 4);
   desc.Add(step_op::Add{y, s, 4});
-  desc.Add(step_op::Call{0});
+  desc.Add(step_op::Call{0, false, {}});
   auto plan = b().Plan(desc);
   ASSERT_TRUE(plan.ok()) << plan.status();
   BackendArray<float> dy = Upload(b(), std::vector<float>{1, 2, 3, 4});
