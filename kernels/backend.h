@@ -34,8 +34,6 @@
 
 namespace hap {
 
-enum class Activation { kQuickGelu, kGelu, kGeluTanh };
-
 // What a backend can do, for callers that choose a path or refuse early with a clear error.
 struct BackendCaps {
   // The ops read and write host memory: a result can be read where it is, with no copy and no

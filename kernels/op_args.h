@@ -16,6 +16,10 @@ namespace hap {
 // whose arithmetic depends on m, such as rounding x to BF16 for a dot-product GEMM.
 enum class LinearRows { kIndependent, kOneSequence };
 
+// The elementwise activations Backend::Activate applies in place (CLIP's quick_gelu, exact GELU,
+// gelu_pytorch_tanh).
+enum class Activation { kQuickGelu, kGelu, kGeluTanh };
+
 struct AttentionArgs {
   const float* q = nullptr;  // F32 [n_q, n_heads * head_dim]
   const float* k = nullptr;  // F32 [n_kv, n_kv_heads * head_dim]

@@ -62,6 +62,14 @@ absl::Status CheckOp(const StepDesc& desc, size_t index) {
             HAP_RETURN_IF_ERROR(check("x", o.x, f32, n));
             return check("y", o.y, f32, n);
           },
+          [&](const step_op::LayerNorm& o) -> absl::Status {
+            HAP_RETURN_IF_ERROR(check.Positive("d", o.d));
+            if (o.weight == nullptr || o.bias == nullptr) return check.Error("no weight or bias");
+            const int64_t n = int64_t{o.rows} * o.d;
+            HAP_RETURN_IF_ERROR(check("x", o.x, f32, n));
+            return check("y", o.y, f32, n);
+          },
+          [&](const step_op::Activate& o) -> absl::Status { return check("x", o.x, f32, o.n); },
           [&](const step_op::Linear& o) -> absl::Status {
             if (o.w.shape.size() != 2 || o.w.data == nullptr) {
               return check.Error("weight " + o.w.Describe() + " is not a matrix [n, k]");
@@ -117,6 +125,8 @@ class OpByOpStep final : public PlannedStep {
 const char* StepOpName(const StepOp& op) {
   return std::visit(Overloaded{
                         [](const step_op::RmsNorm&) { return "RmsNorm"; },
+                        [](const step_op::LayerNorm&) { return "LayerNorm"; },
+                        [](const step_op::Activate&) { return "Activate"; },
                         [](const step_op::Linear&) { return "Linear"; },
                         [](const step_op::Rope&) { return "Rope"; },
                         [](const step_op::Attention&) { return "Attention"; },
@@ -134,6 +144,10 @@ absl::Status RunStepOp(const Backend& backend, const StepOp& op, const std::vect
           [&](const step_op::RmsNorm& o) {
             return backend.RmsNorm(f32(o.x), o.weight, f32(o.y), o.rows, o.d, o.eps);
           },
+          [&](const step_op::LayerNorm& o) {
+            return backend.LayerNorm(f32(o.x), o.weight, o.bias, f32(o.y), o.rows, o.d, o.eps);
+          },
+          [&](const step_op::Activate& o) { return backend.Activate(o.kind, f32(o.x), o.n); },
           [&](const step_op::Linear& o) {
             return backend.Linear(f32(o.x), o.w, o.bias, f32(o.y), o.m, o.rows);
           },

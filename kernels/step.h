@@ -52,6 +52,18 @@ struct RmsNorm {  // y = x / rms(x) · weight, rows of d
   int rows = 0, d = 0;
   float eps = 0.f;
 };
+struct LayerNorm {  // y = (x − mean) / sqrt(var + eps) · weight + bias, rows of d
+  StepValueId x = kNoStepValue, y = kNoStepValue;
+  const float* weight = nullptr;  // F32 [d], the backend's memory
+  const float* bias = nullptr;    // F32 [d], the backend's memory
+  int rows = 0, d = 0;
+  float eps = 0.f;
+};
+struct Activate {  // x = act(x), n values
+  Activation kind = Activation::kQuickGelu;
+  StepValueId x = kNoStepValue;
+  int64_t n = 0;
+};
 struct Linear {  // y[m, n] = x[m, k] · wᵀ (+ bias)
   StepValueId x = kNoStepValue, y = kNoStepValue;
   TensorView w;                 // [n, k] as placed (Backend::PlaceWeight)
@@ -88,8 +100,9 @@ struct Call {  // the engine's code runs here; `id` tells it which point of the 
 
 }  // namespace step_op
 
-using StepOp = std::variant<step_op::RmsNorm, step_op::Linear, step_op::Rope, step_op::Attention,
-                            step_op::Add, step_op::SiluMul, step_op::Call>;
+using StepOp =
+    std::variant<step_op::RmsNorm, step_op::LayerNorm, step_op::Activate, step_op::Linear,
+                 step_op::Rope, step_op::Attention, step_op::Add, step_op::SiluMul, step_op::Call>;
 
 // The name an op kind has in errors and counts ("RmsNorm", "Linear", ...).
 const char* StepOpName(const StepOp& op);

@@ -336,14 +336,14 @@ class CudaPruning final : public PruningKernels {
 };
 
 // A planned step on the GPU (kernels/step.h): the backend's ops one by one, except that
-//  - the rows an RmsNorm, a SiLU·up or a FlashAttention writes are rounded to the weights'
-//    narrow type once, by that op itself (RmsNormRounded, SiluMulRounded, FlashAttention's
-//    rounded output, into the plan's own workspace), for every product from narrow weights that
-//    reads them before they are written again (q, k and v; gate and up; down; o), instead of by
-//    each product;
+//  - the rows an RmsNorm, a LayerNorm, a SiLU·up, a quick_gelu or a FlashAttention writes are
+//    rounded to the weights' narrow type once, by that op itself (RmsNormRounded,
+//    LayerNormRounded, SiluMulRounded, QuickGeluRounded, FlashAttention's rounded output, into the
+//    plan's own workspace), for every product from narrow weights that reads them before they are
+//    written again (q, k and v; gate and up; down; o; fc1; fc2), instead of by each product;
 //  - consecutive such products whose weights lie back to back (PlacedWeights::Place puts a
-//    layer's q, k, v and its gate, up so) run as one strided batched product: 7 products per
-//    LLaMA layer become 4;
+//    layer's q, k, v and its gate, up so) run as one strided batched product, their biases added
+//    after it: 7 products per LLaMA layer become 4, a CLIP layer's 6 become 4;
 //  - a layer's two RoPEs (q and k, at the same positions) are one launch (RopePair);
 //  - such a product followed by the residual add of its output adds itself to the sum as cuBLAS
 //    writes it (beta 1), when nothing reads its own output value afterwards.
@@ -374,6 +374,11 @@ class CudaStep final : public PlannedStep {
       Fused::Kind kind = Fused::kNone;
       if (const auto* norm = std::get_if<step_op::RmsNorm>(&ops[i])) {
         value = norm->y, rows = norm->rows, width = norm->d, kind = Fused::kNormRounded;
+      } else if (const auto* ln = std::get_if<step_op::LayerNorm>(&ops[i])) {
+        value = ln->y, rows = ln->rows, width = ln->d, kind = Fused::kLayerNormRounded;
+      } else if (const auto* act = std::get_if<step_op::Activate>(&ops[i])) {
+        if (act->kind != Activation::kQuickGelu) continue;
+        value = act->x, rows = -1, width = act->n, kind = Fused::kQuickGeluRounded;
       } else if (const auto* silu = std::get_if<step_op::SiluMul>(&ops[i])) {
         value = silu->gate, rows = -1, width = silu->n, kind = Fused::kSiluMulRounded;
       } else if (const auto* att = std::get_if<step_op::Attention>(&ops[i])) {
@@ -406,16 +411,17 @@ class CudaStep final : public PlannedStep {
       const size_t offset = ReserveWorkspace(sizeof(uint16_t) * values);
       fused_[i] = {kind, type, offset};
       for (size_t r = 0; r < readers.size();) {
-        // Readers in consecutive ops whose weights have one shape, no bias, and lie a constant
-        // stride apart (PlacedWeights places q, k, v and gate, up so) are one batched product.
+        // Readers in consecutive ops whose weights have one shape and lie a constant stride
+        // apart (PlacedWeights places q, k, v and gate, up so), all with a bias or none, are one
+        // batched product (each bias added after it).
         const auto& lead = std::get<step_op::Linear>(ops[readers[r]]);
         const int64_t stride = lead.w.numel();
         size_t g = 1;
-        while (lead.bias == nullptr && r + g < readers.size() && readers[r + g] == readers[r] + g) {
+        while (r + g < readers.size() && readers[r + g] == readers[r] + g) {
           const auto& next = std::get<step_op::Linear>(ops[readers[r + g]]);
           const auto* expected = static_cast<const char*>(lead.w.data) +
                                  static_cast<int64_t>(g) * stride * DTypeSize(lead.w.dtype);
-          if (next.bias != nullptr || next.w.shape != lead.w.shape ||
+          if ((next.bias == nullptr) != (lead.bias == nullptr) || next.w.shape != lead.w.shape ||
               next.w.dtype != lead.w.dtype || next.w.data != expected) {
             break;
           }
@@ -458,6 +464,8 @@ class CudaStep final : public PlannedStep {
     enum Kind {
       kNone,
       kNormRounded,       // RmsNormRounded
+      kLayerNormRounded,  // LayerNormRounded
+      kQuickGeluRounded,  // QuickGeluRounded
       kSiluMulRounded,    // SiluMulRounded
       kAttentionRounded,  // FlashAttention with its output rounded too
       kProductOfRounded,  // a product that reads the rounded copy
@@ -481,6 +489,8 @@ class CudaStep final : public PlannedStep {
     return std::visit(
         Overloaded{
             [&](const step_op::RmsNorm& o) { return o.x == v; },
+            [&](const step_op::LayerNorm& o) { return o.x == v; },
+            [&](const step_op::Activate& o) { return o.x == v; },
             [&](const step_op::Linear& o) { return o.x == v; },
             [&](const step_op::Rope& o) { return o.x == v || o.positions == v; },
             [&](const step_op::Attention& o) { return o.q == v || o.k == v || o.v == v; },
@@ -497,6 +507,8 @@ class CudaStep final : public PlannedStep {
   static bool MayWrite(const StepOp& op, StepValueId v) {
     return std::visit(Overloaded{
                           [&](const step_op::RmsNorm& o) { return o.y == v; },
+                          [&](const step_op::LayerNorm& o) { return o.y == v; },
+                          [&](const step_op::Activate& o) { return o.x == v; },
                           [&](const step_op::Linear& o) { return o.y == v; },
                           [&](const step_op::Rope& o) { return o.x == v; },
                           [&](const step_op::Attention& o) { return o.out == v || o.lse == v; },
@@ -527,6 +539,21 @@ class CudaStep final : public PlannedStep {
           CheckDevice(f32(o2.x), sizeof(float) * o.rows * o2.n_heads * o.head_dim, "Rope", "x"));
       return ToStatus(cuda::RopePair(f32(o.x), o.n_heads, f32(o2.x), o2.n_heads, positions, o.rows,
                                      o.head_dim, o.theta, c->stream()));
+    }
+    if (f.kind == Fused::kLayerNormRounded) {
+      const auto& o = std::get<step_op::LayerNorm>(op);
+      const size_t values = static_cast<size_t>(o.rows) * o.d;
+      HAP_RETURN_IF_ERROR(CheckDevice(f32(o.x), sizeof(float) * values, "LayerNorm", "x"));
+      HAP_RETURN_IF_ERROR(CheckDevice(f32(o.y), sizeof(float) * values, "LayerNorm", "y"));
+      HAP_RETURN_IF_ERROR(CheckDevice(o.weight, sizeof(float) * o.d, "LayerNorm", "w"));
+      HAP_RETURN_IF_ERROR(CheckDevice(o.bias, sizeof(float) * o.d, "LayerNorm", "b"));
+      return ToStatus(cuda::LayerNormRounded(f32(o.x), o.weight, o.bias, f32(o.y), ElemOf(f.type),
+                                             rounded, o.rows, o.d, o.eps, c->stream()));
+    }
+    if (f.kind == Fused::kQuickGeluRounded) {
+      const auto& o = std::get<step_op::Activate>(op);
+      HAP_RETURN_IF_ERROR(CheckDevice(f32(o.x), sizeof(float) * o.n, "Activate", "x"));
+      return ToStatus(cuda::QuickGeluRounded(f32(o.x), o.n, ElemOf(f.type), rounded, c->stream()));
     }
     if (f.kind == Fused::kSiluMulRounded) {
       const auto& o = std::get<step_op::SiluMul>(op);
@@ -581,9 +608,16 @@ class CudaStep final : public PlannedStep {
           c->gemm().LinearRoundedAccumulate(rounded, o.w.data, ElemOf(f.type), sum, o.m, n, k));
     }
     if (batched) {
-      return ToStatus(c->gemm().BatchedProduct(ElemOf(f.type), /*b_transposed=*/true, o.m, n, k,
-                                               1.f, rounded, k, 0, o.w.data, k, f.w_stride,
-                                               static_cast<float*>(p[o.y]), n, y_stride, f.batch));
+      HAP_RETURN_IF_ERROR(ToStatus(c->gemm().BatchedProduct(
+          ElemOf(f.type), /*b_transposed=*/true, o.m, n, k, 1.f, rounded, k, 0, o.w.data, k,
+          f.w_stride, static_cast<float*>(p[o.y]), n, y_stride, f.batch)));
+      for (int b = 0; b < f.batch; ++b) {
+        const auto& ob = std::get<step_op::Linear>(desc().ops()[index + b]);
+        if (ob.bias == nullptr) continue;
+        HAP_RETURN_IF_ERROR(
+            ToStatus(cuda::AddBias(static_cast<float*>(p[ob.y]), ob.bias, o.m, n, c->stream())));
+      }
+      return absl::OkStatus();
     }
     for (int b = 0; b < f.batch; ++b) {
       const auto& ob = std::get<step_op::Linear>(desc().ops()[index + b]);

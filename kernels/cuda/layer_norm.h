@@ -11,5 +11,11 @@ namespace hap::cuda {
 // x, y F32 [rows, d] (y may alias x); w, b F32 [d]. Device pointers.
 KernelStatus LayerNorm(const float* x, const float* w, const float* b, float* y, int rows, int d,
                        float eps, Stream stream);
+// LayerNorm that also writes its results rounded to `narrow` (BF16 or F16) into `rounded`
+// [rows, d]: what the products from narrow weights after it read (the vision tower's q, k, v and
+// fc1), with no launch of their own to round them.
+KernelStatus LayerNormRounded(const float* x, const float* w, const float* b, float* y,
+                              ElemType narrow, void* rounded, int rows, int d, float eps,
+                              Stream stream);
 
 }  // namespace hap::cuda

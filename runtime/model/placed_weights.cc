@@ -85,10 +85,11 @@ absl::StatusOr<PlacedWeights> PlacedWeights::Place(const Backend& backend,
     HAP_RETURN_IF_ERROR(place(w));
   }
   for (ClipLayerWeights& l : v.layers) {
-    for (Weight* w : {&l.ln1_w, &l.ln1_b, &l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.o_w,
-                      &l.o_b, &l.ln2_w, &l.ln2_b, &l.fc1_w, &l.fc1_b, &l.fc2_w, &l.fc2_b}) {
+    for (Weight* w : {&l.ln1_w, &l.ln1_b, &l.q_b, &l.k_b, &l.v_b, &l.o_w, &l.o_b, &l.ln2_w,
+                      &l.ln2_b, &l.fc1_w, &l.fc1_b, &l.fc2_w, &l.fc2_b}) {
       HAP_RETURN_IF_ERROR(place(w));
     }
+    HAP_RETURN_IF_ERROR(place.Together({&l.q_w, &l.k_w, &l.v_w}));
   }
   ProjectorWeights& pr = p.projector_;
   for (Weight* w : {&pr.l1_w, &pr.l1_b, &pr.l2_w, &pr.l2_b}) HAP_RETURN_IF_ERROR(place(w));

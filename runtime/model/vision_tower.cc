@@ -1,6 +1,7 @@
 #include "runtime/model/vision_tower.h"
 
 #include <cmath>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -57,59 +58,76 @@ absl::Status RunTower(const Backend& backend, const LlavaConfig& cfg, const Visi
   HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), w.pre_ln_w.f32(), w.pre_ln_b.f32(), x.data(),
                                         n, d, vc.layer_norm_eps));
 
-  // F32 [n, d] each, and mlp F32 [n, ffn].
-  BackendArray<float> h(backend), q(backend), k(backend), v(backend), attn(backend),
-      proj(backend), mlp(backend);
-  for (BackendArray<float>* a : {&h, &q, &k, &v, &attn, &proj}) {
-    HAP_RETURN_IF_ERROR(a->Resize(static_cast<size_t>(n) * d));
-  }
-  HAP_RETURN_IF_ERROR(mlp.Resize(static_cast<size_t>(n) * ffn));
+  // The layers as one planned step (kernels/step.h), so a device backend can fuse them: x in and
+  // out, q, k and v bound back to back in one buffer (a device runs their products as one, and
+  // VisionZip reads the feature layer's q and k after the run), the rest scratch; a Call before
+  // each layer checks for cancellation.
   const int n_layers = static_cast<int>(w.layers.size());
+  const int64_t rows_d = static_cast<int64_t>(n) * d;
+  BackendArray<float> qkv(backend);  // F32 [3, n, d]: q, k, v
+  HAP_RETURN_IF_ERROR(qkv.Resize(static_cast<size_t>(3 * rows_d)));
+  StepDesc desc(absl::StrFormat("vision tower, %d layers, %d rows", n_layers, n));
+  const StepValueId vx = desc.Bound("x", StepElem::kF32, rows_d);
+  const StepValueId vq = desc.Bound("q", StepElem::kF32, rows_d);
+  const StepValueId vk = desc.Bound("k", StepElem::kF32, rows_d);
+  const StepValueId vv = desc.Bound("v", StepElem::kF32, rows_d);
+  const StepValueId vh = desc.Scratch("h", StepElem::kF32, rows_d);
+  const StepValueId vattn = desc.Scratch("attn", StepElem::kF32, rows_d);
+  const StepValueId vproj = desc.Scratch("proj", StepElem::kF32, rows_d);
+  const StepValueId vmlp = desc.Scratch("mlp", StepElem::kF32, static_cast<int64_t>(n) * ffn);
+  const Activation act = vc.hidden_act == "quick_gelu" ? Activation::kQuickGelu : Activation::kGelu;
+  constexpr LinearRows kRows = LinearRows::kOneSequence;
   for (int l = 0; l < n_layers; ++l) {
+    const ClipLayerWeights& lw = w.layers[l];
+    desc.Add(step_op::Call{l, /*listed=*/true, {}});
+    // Self-attention block (pre-LN).
+    desc.Add(step_op::LayerNorm{vx, vh, lw.ln1_w.f32(), lw.ln1_b.f32(), n, d, vc.layer_norm_eps});
+    desc.Add(step_op::Linear{vh, vq, lw.q_w, lw.q_b.f32(), n, kRows});
+    desc.Add(step_op::Linear{vh, vk, lw.k_w, lw.k_b.f32(), n, kRows});
+    desc.Add(step_op::Linear{vh, vv, lw.v_w, lw.v_b.f32(), n, kRows});
+    step_op::Attention a{vq, vk, vv, vattn, kNoStepValue, {}};
+    a.shape.n_q = a.shape.n_kv = n;
+    a.shape.n_heads = a.shape.n_kv_heads = heads;
+    a.shape.head_dim = hd;
+    a.shape.scale = 1.f / std::sqrt(static_cast<float>(hd));
+    a.shape.operands = attention_operands;
+    desc.Add(a);
+    desc.Add(step_op::Linear{vattn, vproj, lw.o_w, lw.o_b.f32(), n, kRows});
+    desc.Add(step_op::Add{vx, vproj, rows_d});
+    // MLP block.
+    desc.Add(step_op::LayerNorm{vx, vh, lw.ln2_w.f32(), lw.ln2_b.f32(), n, d, vc.layer_norm_eps});
+    desc.Add(step_op::Linear{vh, vmlp, lw.fc1_w, lw.fc1_b.f32(), n, kRows});
+    desc.Add(step_op::Activate{act, vmlp, static_cast<int64_t>(n) * ffn});
+    desc.Add(step_op::Linear{vmlp, vproj, lw.fc2_w, lw.fc2_b.f32(), n, kRows});
+    desc.Add(step_op::Add{vx, vproj, rows_d});
+  }
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<PlannedStep> plan, backend.Plan(std::move(desc)));
+  BackendArray<uint8_t> workspace(backend);
+  HAP_RETURN_IF_ERROR(workspace.Resize(plan->workspace_bytes()));
+  void* bound[4] = {x.data(), qkv.data(), qkv.data() + rows_d, qkv.data() + 2 * rows_d};
+  const StepCallFn call = [&](int l) -> absl::StatusOr<StepControl> {
     if (CancellationRequested()) {
       return absl::CancelledError(absl::StrFormat("image encoding cancelled before layer %d", l));
     }
-    const ClipLayerWeights& lw = w.layers[l];
-    constexpr LinearRows kRows = LinearRows::kOneSequence;
-    // Self-attention block (pre-LN).
-    HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), lw.ln1_w.f32(), lw.ln1_b.f32(), h.data(), n,
-                                          d, vc.layer_norm_eps));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.q_w, lw.q_b.f32(), q.data(), n, kRows));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.k_w, lw.k_b.f32(), k.data(), n, kRows));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.v_w, lw.v_b.f32(), v.data(), n, kRows));
-    AttentionArgs args;
-    args.q = q.data();
-    args.k = k.data();
-    args.v = v.data();
-    args.out = attn.data();
-    args.n_q = n;
-    args.n_kv = n;
-    args.n_heads = heads;
-    args.n_kv_heads = heads;
-    args.head_dim = hd;
-    args.scale = 1.f / std::sqrt(static_cast<float>(hd));
-    args.operands = attention_operands;
-    HAP_RETURN_IF_ERROR(backend.Attention(args));
-    HAP_RETURN_IF_ERROR(backend.Linear(attn.data(), lw.o_w, lw.o_b.f32(), proj.data(), n, kRows));
-    HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));
-    // MLP block.
-    HAP_RETURN_IF_ERROR(backend.LayerNorm(x.data(), lw.ln2_w.f32(), lw.ln2_b.f32(), h.data(), n,
-                                          d, vc.layer_norm_eps));
-    HAP_RETURN_IF_ERROR(backend.Linear(h.data(), lw.fc1_w, lw.fc1_b.f32(), mlp.data(), n, kRows));
-    const Activation act =
-        vc.hidden_act == "quick_gelu" ? Activation::kQuickGelu : Activation::kGelu;
-    HAP_RETURN_IF_ERROR(backend.Activate(act, mlp.data(), static_cast<int64_t>(n) * ffn));
-    HAP_RETURN_IF_ERROR(backend.Linear(mlp.data(), lw.fc2_w, lw.fc2_b.f32(), proj.data(), n, kRows));
-    HAP_RETURN_IF_ERROR(backend.Add(x.data(), proj.data(), static_cast<int64_t>(n) * d));
-  }
+    return StepControl::kContinue;
+  };
+  StepBindings bindings;
+  bindings.bound = bound;
+  bindings.workspace = workspace.data();
+  bindings.call = &call;
+  HAP_RETURN_IF_ERROR(plan->Run(bindings).status());
   if (feature_layer != nullptr && n_layers > 0) {
-    // The last layer's Q, K and output stay in the backend's memory for VisionZip.
+    // The last layer's Q and K, for VisionZip.
     feature_layer->n_tokens = n;
     feature_layer->n_heads = heads;
     feature_layer->head_dim = hd;
     feature_layer->scale = 1.f / std::sqrt(static_cast<float>(hd));
-    feature_layer->q = std::move(q);
-    feature_layer->k = std::move(k);
+    for (auto [dst, src] :
+         {std::pair{&feature_layer->q, qkv.data()}, {&feature_layer->k, qkv.data() + rows_d}}) {
+      dst->Rebind(backend);
+      HAP_RETURN_IF_ERROR(dst->Resize(static_cast<size_t>(rows_d)));
+      HAP_RETURN_IF_ERROR(backend.Copy(dst->data(), src, sizeof(float) * rows_d));
+    }
   }
   *x_out = std::move(x);
   return absl::OkStatus();

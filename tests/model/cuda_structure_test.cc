@@ -89,6 +89,40 @@ TEST(CudaStructure, LaunchesPerDecoderLayerOnF32Weights) {
   EXPECT_EQ((four.decode_step - two.decode_step) / 2, 14);
 }
 
+// What encoding one image enqueues on a checkpoint of `vision_layers` CLIP layers (BF16).
+int64_t EncodeLaunches(int vision_layers) {
+  TinyModelOptions o;
+  o.seed = 8;
+  o.vision_layers = vision_layers;
+  o.image_size = 56;
+  o.dtype = DType::kBF16;
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_vision_" +
+                          std::to_string(vision_layers);
+  EXPECT_TRUE(WriteTinyModel(o, dir).ok());
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(dir, on_cuda);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return 0;
+  PruneRequest none;
+  none.method = "none";
+  const int64_t before = Enqueued();
+  EXPECT_TRUE(EncodeImage(**model, hap::testing::PatternPng(), none, true).ok());
+  return Enqueued() - before;
+}
+
+// Per CLIP layer on BF16 weights, the tower being a planned step: 2 LayerNorms that also write
+// their rows rounded, q, k and v as one batched product and their 3 biases, FlashAttention (which
+// writes the o product's input rounded), the o, fc1 and fc2 products with a bias add each, a
+// quick_gelu that writes fc2's input rounded, and 2 residual adds = 16 (op by op, rounding
+// before each of 6 products took 24).
+TEST(CudaStructure, LaunchesPerVisionLayerOnBf16Weights) {
+  const int64_t two = EncodeLaunches(2), four = EncodeLaunches(4);
+  EXPECT_EQ((four - two) / 2, 16);
+  EXPECT_EQ((four - two) % 2, 0);
+}
+
 // Forwards to a pruner and notes how many device→host copies (each a wait for the stream) the
 // process had made when the last layer's AfterLayer returned.
 class CopiesUntilFinish final : public Pruner {

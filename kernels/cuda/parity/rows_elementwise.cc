@@ -92,6 +92,27 @@ CaseResult SiluMulRoundedCase(int64_t n, DType narrow) {
   return c.Result(ms);
 }
 
+// quick_gelu that also writes its results rounded: the F32 results as QuickGelu's, the copy
+// exactly the host's rounding of them.
+CaseResult QuickGeluRoundedCase(int64_t n, DType narrow) {
+  const std::vector<float> x = RandomFloats(n, 45 + n, -6.f, 6.f);
+  DeviceBuffer dx = DeviceBuffer::Of(x), plain = DeviceBuffer::Of(x);
+  DeviceBuffer drounded(static_cast<size_t>(n) * 2);
+  Checker c;
+  c.Status(Activate(ActivationKind::kQuickGelu, plain.as<float>(), n, nullptr));
+  const std::vector<float> want = plain.Download<float>();
+  std::vector<uint16_t> want_rounded(static_cast<size_t>(n));
+  ConvertFromF32(narrow, want.data(), want_rounded.data(), want.size());
+  const ElemType type = narrow == DType::kBF16 ? ElemType::kBF16 : ElemType::kF16;
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] { return QuickGeluRounded(dx.as<float>(), n, type, drounded.data(), nullptr); }, &st);
+  c.Status(st);
+  c.Output("x", dx, want, {0, 0});
+  if (drounded.Download<uint16_t>() != want_rounded) c.Fail("the rounded copy differs");
+  return c.Result(ms);
+}
+
 CaseResult ActivationCase(const std::string& kind, int64_t n) {
   const std::vector<float> x = RandomFloats(n, 41 + n, -6.f, 6.f);
   const std::vector<float> up = RandomFloats(n, 42 + n);
@@ -198,6 +219,12 @@ void AddElementwiseCases(std::vector<Case>& cases) {
     cases.push_back({"SiluMulRounded " + std::to_string(n) + " " + std::string(DTypeName(narrow)),
                      {"SiluMulRoundedKernel"},
                      [n = n, narrow = narrow] { return SiluMulRoundedCase(n, narrow); }});
+  }
+  for (auto [n, narrow] :
+       {std::pair{int64_t{577 * 4096}, DType::kBF16}, {int64_t{999}, DType::kF16}}) {
+    cases.push_back({"QuickGeluRounded " + std::to_string(n) + " " + std::string(DTypeName(narrow)),
+                     {"QuickGeluRoundedKernel"},
+                     [n = n, narrow = narrow] { return QuickGeluRoundedCase(n, narrow); }});
   }
   const char* kernel_of[][2] = {{"QuickGelu", "QuickGeluKernel"},
                                 {"Gelu", "GeluKernel"},

@@ -98,9 +98,47 @@ CaseResult LayerNormCase(int rows, int d, bool in_place) {
   return c.Result(ms);
 }
 
+// LayerNorm that also writes its output rounded: the F32 output as LayerNorm's, the copy exactly
+// the host's rounding of it.
+CaseResult LayerNormRoundedCase(int rows, int d, ElemType type) {
+  const std::vector<float> x = RandomFloats(int64_t{rows} * d, 24 + d, 2.f, 4.f);
+  const std::vector<float> w = RandomFloats(d, 25 + d, 0.5f, 1.5f);
+  const std::vector<float> b = RandomFloats(d, 26 + d);
+  DeviceBuffer dx = DeviceBuffer::Of(x), dw = DeviceBuffer::Of(w), db = DeviceBuffer::Of(b);
+  DeviceBuffer plain(x.size() * sizeof(float)), dy(x.size() * sizeof(float));
+  DeviceBuffer dn(x.size() * sizeof(uint16_t));
+  Checker c;
+  c.Status(LayerNorm(dx.as<float>(), dw.as<float>(), db.as<float>(), plain.as<float>(), rows, d,
+                     1e-5f, nullptr));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return LayerNormRounded(dx.as<float>(), dw.as<float>(), db.as<float>(), dy.as<float>(),
+                                type, dn.data(), rows, d, 1e-5f, nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Output("y", dy, plain.Download<float>(), {0, 0});
+  const std::vector<float> y = dy.Download<float>();
+  std::vector<uint16_t> rounded(y.size());
+  ConvertFromF32(type == ElemType::kBF16 ? DType::kBF16 : DType::kF16, y.data(), rounded.data(),
+                 y.size());
+  c.Exact("y rounded", dn, rounded.data());
+  c.Guards("y rounded", dn);
+  c.Unchanged("x", dx, x.data());
+  return c.Result(ms);
+}
+
 }  // namespace
 
 void AddNormCases(std::vector<Case>& cases) {
+  for (auto [rows, d, type] : {std::tuple{5, 1024, ElemType::kBF16}, {3, 31, ElemType::kF16}}) {
+    cases.push_back({std::string("LayerNormRounded ") +
+                         (type == ElemType::kBF16 ? "BF16 " : "F16 ") + std::to_string(rows) + "x" +
+                         std::to_string(d),
+                     {"LayerNormKernel"},
+                     [=] { return LayerNormRoundedCase(rows, d, type); }});
+  }
   for (auto [rows, d, in_place] : {std::tuple{1, 64, false}, {7, 1000, false}, {33, 4096, true},
                                    {3, 31, false}, {2, 5120, false}}) {
     cases.push_back({"RmsNorm " + std::to_string(rows) + "x" + std::to_string(d) +
