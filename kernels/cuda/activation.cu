@@ -21,10 +21,13 @@ __global__ void QuickGeluKernel(float* x, int64_t n) {
 }
 
 // QuickGeluKernel that also writes the results rounded (the fc2 product's input).
-__global__ void QuickGeluRoundedKernel(float* x, int64_t n, uint16_t* rounded, ElemType narrow) {
+// With a bias (F32 [cols]), x + bias goes through the activation.
+__global__ void QuickGeluRoundedKernel(float* x, int64_t n, uint16_t* rounded, ElemType narrow,
+                                       const float* bias, int cols) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = x[i] / (1.f + expf(-1.702f * x[i]));
+    const float a = bias == nullptr ? x[i] : x[i] + bias[i % cols];
+    const float v = a / (1.f + expf(-1.702f * a));
     x[i] = v;
     rounded[i] = narrow == ElemType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
   }
@@ -67,13 +70,16 @@ __global__ void SiluMulRoundedKernel(float* gate, const float* up, int64_t n, ui
 
 }  // namespace
 
-KernelStatus QuickGeluRounded(float* x, int64_t n, ElemType narrow, void* rounded, Stream stream) {
-  if (n < 0 || rounded == nullptr || (narrow != ElemType::kBF16 && narrow != ElemType::kF16)) {
-    return KernelStatus::Error("QuickGeluRounded: negative size, no rounded output or a wide type");
+KernelStatus QuickGeluRounded(float* x, int64_t n, ElemType narrow, void* rounded, Stream stream,
+                              const float* bias, int cols) {
+  if (n < 0 || rounded == nullptr || (narrow != ElemType::kBF16 && narrow != ElemType::kF16) ||
+      (bias != nullptr && (cols <= 0 || n % cols != 0))) {
+    return KernelStatus::Error(
+        "QuickGeluRounded: negative size, no rounded output, a wide type or bad bias columns");
   }
   if (n == 0) return KernelStatus::Ok();
   return Launch("QuickGeluRoundedKernel", QuickGeluRoundedKernel, dim3(Blocks(n)), dim3(kThreads),
-                0, stream, x, n, static_cast<uint16_t*>(rounded), narrow);
+                0, stream, x, n, static_cast<uint16_t*>(rounded), narrow, bias, cols);
 }
 
 KernelStatus SiluMulRounded(float* gate, const float* up, int64_t n, ElemType narrow, void* rounded,

@@ -27,7 +27,44 @@ __global__ void AddBiasKernel(float* y, const float* bias, int64_t n, int cols) 
   }
 }
 
+// Blocks over y as [rows, cols]; blockIdx.y picks the member of the batch.
+__global__ void AddBiasesKernel(BiasBatch batch, int64_t n, int cols) {
+  float* y = batch.y[blockIdx.y];
+  const float* bias = batch.bias[blockIdx.y];
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += bias[i % cols];
+  }
+}
+
+__global__ void AddWithBiasKernel(float* y, const float* x, const float* bias, int64_t n,
+                                  int cols) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += x[i] + bias[i % cols];
+  }
+}
+
 }  // namespace
+
+KernelStatus AddBiases(const BiasBatch& batch, int count, int64_t rows, int cols, Stream stream) {
+  if (rows < 0 || cols <= 0 || count < 0 || count > kMaxBiasBatch) {
+    return KernelStatus::Error("AddBiases: bad shape or count");
+  }
+  const int64_t n = rows * cols;
+  if (n == 0 || count == 0) return KernelStatus::Ok();
+  return Launch("AddBiasesKernel", AddBiasesKernel, dim3(Blocks(n), count), dim3(kThreads), 0,
+                stream, batch, n, cols);
+}
+
+KernelStatus AddWithBias(float* y, const float* x, const float* bias, int64_t rows, int cols,
+                         Stream stream) {
+  if (rows < 0 || cols <= 0) return KernelStatus::Error("AddWithBias: bad shape");
+  const int64_t n = rows * cols;
+  if (n == 0) return KernelStatus::Ok();
+  return Launch("AddWithBiasKernel", AddWithBiasKernel, dim3(Blocks(n)), dim3(kThreads), 0, stream,
+                y, x, bias, n, cols);
+}
 
 KernelStatus Add(float* y, const float* x, int64_t n, Stream stream) {
   if (n < 0) return KernelStatus::Error("Add: negative size");

@@ -434,6 +434,32 @@ class CudaStep final : public PlannedStep {
         r += g;
       }
     }
+    // A product from rounded rows with a bias leaves the bias to the op after it when that op
+    // reads its output only: a residual add (AddWithBias, CLIP's o and fc2, whose output nothing
+    // reads afterwards) or a quick_gelu that rounds (CLIP's fc1). The same F32 sums, one launch
+    // fewer each.
+    for (size_t j = 0; j + 1 < ops.size(); ++j) {
+      if (fused_[j].kind != Fused::kProductOfRounded || fused_[j].batch != 1) continue;
+      const auto& product = std::get<step_op::Linear>(ops[j]);
+      if (product.bias == nullptr) continue;
+      const int64_t out = int64_t{product.m} * product.w.shape[0];
+      if (const auto* act = std::get_if<step_op::Activate>(&ops[j + 1])) {
+        if (act->x == product.y && act->n == out &&
+            fused_[j + 1].kind == Fused::kQuickGeluRounded) {
+          fused_[j].bias_to_next = true;
+          fused_[j + 1].bias_from = static_cast<int>(j);
+        }
+        continue;
+      }
+      const auto* add = std::get_if<step_op::Add>(&ops[j + 1]);
+      if (add == nullptr || add->x != product.y || add->y == product.y || add->n != out ||
+          fused_[j + 1].kind != Fused::kNone || !Dead(ops, j + 2, product.y)) {
+        continue;
+      }
+      fused_[j].bias_to_next = true;
+      fused_[j + 1].kind = Fused::kAddWithBias;
+      fused_[j + 1].bias_from = static_cast<int>(j);
+    }
     // A product from rounded rows whose output only feeds the next op, a residual add (o into x,
     // down into x), adds itself to that sum as it is written (Gemm::LinearRoundedAccumulate):
     // the add's launch goes, and its output value is left unwritten, which nothing reads.
@@ -445,15 +471,7 @@ class CudaStep final : public PlannedStep {
           add->n != int64_t{product.m} * product.w.shape[0] || desc().values()[product.y].bound) {
         continue;
       }
-      bool dead = true;  // product.y is written again (or the step ends) before anything reads it
-      for (size_t t = j + 2; t < ops.size(); ++t) {
-        if (MayRead(ops[t], product.y)) {
-          dead = false;
-          break;
-        }
-        if (MayWrite(ops[t], product.y)) break;
-      }
-      if (!dead) continue;
+      if (!Dead(ops, j + 2, product.y)) continue;
       fused_[j].accumulate_into = add->y;
       fused_[j + 1].kind = Fused::kSkip;
     }
@@ -471,6 +489,7 @@ class CudaStep final : public PlannedStep {
       kProductOfRounded,  // a product that reads the rounded copy
       kBatchMember,       // run by the kProductOfRounded before it
       kRopePair,          // this Rope and the next one in one launch
+      kAddWithBias,       // a residual add that adds the product before it's bias too
       kSkip,              // the second Rope of a pair
     } kind = kNone;
     DType type = DType::kF32;  // the narrow type of the rounded rows
@@ -482,7 +501,20 @@ class CudaStep final : public PlannedStep {
     // kProductOfRounded: the value the product is added to instead of written (the residual
     // add after it, then kSkip).
     StepValueId accumulate_into = kNoStepValue;
+    // kProductOfRounded: its bias is left to the op after it, which names the product here.
+    bool bias_to_next = false;
+    int bias_from = -1;
   };
+
+  // Whether value v is written again (or the step ends) from ops[from] on before anything reads
+  // it: what it holds then is never read.
+  static bool Dead(const std::vector<StepOp>& ops, size_t from, StepValueId v) {
+    for (size_t t = from; t < ops.size(); ++t) {
+      if (MayRead(ops[t], v)) return false;
+      if (MayWrite(ops[t], v)) return true;
+    }
+    return true;
+  }
 
   // Whether `op` may read value v (a Call that does not list what it reads may read anything).
   static bool MayRead(const StepOp& op, StepValueId v) {
@@ -550,10 +582,27 @@ class CudaStep final : public PlannedStep {
       return ToStatus(cuda::LayerNormRounded(f32(o.x), o.weight, o.bias, f32(o.y), ElemOf(f.type),
                                              rounded, o.rows, o.d, o.eps, c->stream()));
     }
+    // The bias a product before this op left to it, and its width.
+    const float* bias = nullptr;
+    int bias_cols = 0;
+    if (f.bias_from >= 0) {
+      const auto& product = std::get<step_op::Linear>(desc().ops()[f.bias_from]);
+      bias = product.bias;
+      bias_cols = static_cast<int>(product.w.shape[0]);
+      HAP_RETURN_IF_ERROR(CheckDevice(bias, sizeof(float) * bias_cols, "Linear", "bias"));
+    }
     if (f.kind == Fused::kQuickGeluRounded) {
       const auto& o = std::get<step_op::Activate>(op);
       HAP_RETURN_IF_ERROR(CheckDevice(f32(o.x), sizeof(float) * o.n, "Activate", "x"));
-      return ToStatus(cuda::QuickGeluRounded(f32(o.x), o.n, ElemOf(f.type), rounded, c->stream()));
+      return ToStatus(cuda::QuickGeluRounded(f32(o.x), o.n, ElemOf(f.type), rounded, c->stream(),
+                                             bias, bias_cols));
+    }
+    if (f.kind == Fused::kAddWithBias) {
+      const auto& o = std::get<step_op::Add>(op);
+      HAP_RETURN_IF_ERROR(CheckDevice(f32(o.y), sizeof(float) * o.n, "Add", "y"));
+      HAP_RETURN_IF_ERROR(CheckDevice(f32(o.x), sizeof(float) * o.n, "Add", "x"));
+      return ToStatus(
+          cuda::AddWithBias(f32(o.y), f32(o.x), bias, o.n / bias_cols, bias_cols, c->stream()));
     }
     if (f.kind == Fused::kSiluMulRounded) {
       const auto& o = std::get<step_op::SiluMul>(op);
@@ -611,18 +660,25 @@ class CudaStep final : public PlannedStep {
       HAP_RETURN_IF_ERROR(ToStatus(c->gemm().BatchedProduct(
           ElemOf(f.type), /*b_transposed=*/true, o.m, n, k, 1.f, rounded, k, 0, o.w.data, k,
           f.w_stride, static_cast<float*>(p[o.y]), n, y_stride, f.batch)));
-      for (int b = 0; b < f.batch; ++b) {
-        const auto& ob = std::get<step_op::Linear>(desc().ops()[index + b]);
-        if (ob.bias == nullptr) continue;
-        HAP_RETURN_IF_ERROR(
-            ToStatus(cuda::AddBias(static_cast<float*>(p[ob.y]), ob.bias, o.m, n, c->stream())));
+      if (o.bias == nullptr) return absl::OkStatus();
+      // The members' biases in one launch, up to kMaxBiasBatch at a time.
+      for (int b0 = 0; b0 < f.batch; b0 += cuda::kMaxBiasBatch) {
+        cuda::BiasBatch biases{};
+        const int count = std::min(cuda::kMaxBiasBatch, f.batch - b0);
+        for (int b = 0; b < count; ++b) {
+          const auto& ob = std::get<step_op::Linear>(desc().ops()[index + b0 + b]);
+          biases.y[b] = static_cast<float*>(p[ob.y]);
+          biases.bias[b] = ob.bias;
+        }
+        HAP_RETURN_IF_ERROR(ToStatus(cuda::AddBiases(biases, count, o.m, n, c->stream())));
       }
       return absl::OkStatus();
     }
     for (int b = 0; b < f.batch; ++b) {
       const auto& ob = std::get<step_op::Linear>(desc().ops()[index + b]);
       HAP_RETURN_IF_ERROR(ToStatus(c->gemm().LinearRounded(
-          rounded, ob.w.data, ElemOf(f.type), ob.bias, static_cast<float*>(p[ob.y]), ob.m, n, k)));
+          rounded, ob.w.data, ElemOf(f.type), f.bias_to_next ? nullptr : ob.bias,
+          static_cast<float*>(p[ob.y]), ob.m, n, k)));
     }
     return absl::OkStatus();
   }

@@ -162,6 +162,51 @@ CaseResult AddBiasCase(int rows, int cols) {
   return c.Result(ms);
 }
 
+// The biases left by a product to the op after it: a batch's biases in one launch, a residual
+// add with the bias, a quick_gelu of x + bias — each exactly AddBias followed by the op.
+CaseResult DeferredBiasCase(int rows, int cols) {
+  const int64_t n = int64_t{rows} * cols;
+  const std::vector<float> y = RandomFloats(n, 71 + cols),
+                           x = RandomFloats(n, 72 + cols, -4.f, 4.f);
+  const std::vector<float> b0 = RandomFloats(cols, 73), b1 = RandomFloats(cols, 74),
+                           b2 = RandomFloats(cols, 75);
+  Checker c;
+  // Three outputs, each with its bias, in one launch.
+  DeviceBuffer ys[3] = {DeviceBuffer::Of(y), DeviceBuffer::Of(x), DeviceBuffer::Of(y)};
+  DeviceBuffer want[3] = {DeviceBuffer::Of(y), DeviceBuffer::Of(x), DeviceBuffer::Of(y)};
+  DeviceBuffer bs[3] = {DeviceBuffer::Of(b0), DeviceBuffer::Of(b1), DeviceBuffer::Of(b2)};
+  BiasBatch batch{};
+  for (int i = 0; i < 3; ++i) {
+    c.Status(AddBias(want[i].as<float>(), bs[i].as<float>(), rows, cols, nullptr));
+    batch.y[i] = ys[i].as<float>();
+    batch.bias[i] = bs[i].as<float>();
+  }
+  KernelStatus st;
+  const double ms = TimedMs([&] { return AddBiases(batch, 3, rows, cols, nullptr); }, &st);
+  c.Status(st);
+  const char* names[3] = {"y0", "y1", "y2"};
+  for (int i = 0; i < 3; ++i) c.Output(names[i], ys[i], want[i].Download<float>(), {0, 0});
+  // x + bias added to y.
+  DeviceBuffer dy = DeviceBuffer::Of(y), dx = DeviceBuffer::Of(x), sum = DeviceBuffer::Of(y);
+  DeviceBuffer biased = DeviceBuffer::Of(x);
+  c.Status(AddBias(biased.as<float>(), bs[0].as<float>(), rows, cols, nullptr));
+  c.Status(Add(sum.as<float>(), biased.as<float>(), n, nullptr));
+  c.Status(AddWithBias(dy.as<float>(), dx.as<float>(), bs[0].as<float>(), rows, cols, nullptr));
+  c.Output("y + (x + bias)", dy, sum.Download<float>(), {0, 0});
+  c.Unchanged("x", dx, x.data());
+  // quick_gelu(x + bias), rounded too.
+  DeviceBuffer gx = DeviceBuffer::Of(x), rounded(static_cast<size_t>(n) * 2);
+  c.Status(Activate(ActivationKind::kQuickGelu, biased.as<float>(), n, nullptr));
+  c.Status(QuickGeluRounded(gx.as<float>(), n, ElemType::kBF16, rounded.data(), nullptr,
+                            bs[0].as<float>(), cols));
+  const std::vector<float> gelu = biased.Download<float>();
+  c.Output("quick_gelu(x + bias)", gx, gelu, {0, 0});
+  std::vector<uint16_t> want_rounded(gelu.size());
+  ConvertFromF32(DType::kBF16, gelu.data(), want_rounded.data(), gelu.size());
+  if (rounded.Download<uint16_t>() != want_rounded) c.Fail("the rounded copy differs");
+  return c.Result(ms);
+}
+
 CaseResult EmbeddingCase(DType dtype, int vocab, int d, int n) {
   const std::vector<float> table = RandomFloats(int64_t{vocab} * d, 61 + d, -2.f, 2.f);
   std::vector<unsigned char> stored(table.size() * DTypeSize(dtype));
@@ -244,6 +289,11 @@ void AddElementwiseCases(std::vector<Case>& cases) {
     cases.push_back({"AddBias " + std::to_string(rows) + "x" + std::to_string(cols),
                      {"AddBiasKernel"},
                      [rows = rows, cols = cols] { return AddBiasCase(rows, cols); }});
+  }
+  for (auto [rows, cols] : {std::pair{1, 7}, {577, 1024}}) {
+    cases.push_back({"Deferred biases " + std::to_string(rows) + "x" + std::to_string(cols),
+                     {"AddBiasesKernel", "AddWithBiasKernel", "QuickGeluRoundedKernel"},
+                     [rows = rows, cols = cols] { return DeferredBiasCase(rows, cols); }});
   }
   for (auto [dtype, name] : {std::pair{DType::kF32, "F32"}, {DType::kBF16, "BF16"},
                              {DType::kF16, "F16"}}) {
