@@ -137,6 +137,17 @@ const char* StepOpName(const StepOp& op) {
                     op);
 }
 
+AttentionArgs BoundAttention(const step_op::Attention& op, const std::vector<void*>& ptrs) {
+  auto f32 = [&](StepValueId id) { return static_cast<float*>(ptrs[id]); };
+  AttentionArgs a = op.shape;
+  a.q = f32(op.q);
+  a.k = f32(op.k);
+  a.v = f32(op.v);
+  a.out = f32(op.out);
+  a.lse = op.lse == kNoStepValue ? nullptr : f32(op.lse);
+  return a;
+}
+
 absl::Status RunStepOp(const Backend& backend, const StepOp& op, const std::vector<void*>& p) {
   auto f32 = [&](StepValueId id) { return static_cast<float*>(p[id]); };
   return std::visit(
@@ -155,15 +166,7 @@ absl::Status RunStepOp(const Backend& backend, const StepOp& op, const std::vect
             return backend.Rope(f32(o.x), static_cast<const int32_t*>(p[o.positions]), o.rows,
                                 o.n_heads, o.head_dim, o.theta);
           },
-          [&](const step_op::Attention& o) {
-            AttentionArgs a = o.shape;
-            a.q = f32(o.q);
-            a.k = f32(o.k);
-            a.v = f32(o.v);
-            a.out = f32(o.out);
-            a.lse = o.lse == kNoStepValue ? nullptr : f32(o.lse);
-            return backend.Attention(a);
-          },
+          [&](const step_op::Attention& o) { return backend.Attention(BoundAttention(o, p)); },
           [&](const step_op::Add& o) { return backend.Add(f32(o.y), f32(o.x), o.n); },
           [&](const step_op::SiluMul& o) { return backend.SiluMul(f32(o.gate), f32(o.up), o.n); },
           [&](const step_op::Call&) {

@@ -197,6 +197,9 @@ absl::Status CheckStep(const StepDesc& desc);
 // it leaves alone.
 absl::Status RunStepOp(const Backend& backend, const StepOp& op, const std::vector<void*>& ptrs);
 
+// An Attention op's AttentionArgs with its values' addresses `ptrs` (one per value of the step).
+AttentionArgs BoundAttention(const step_op::Attention& op, const std::vector<void*>& ptrs);
+
 // The plan every backend can make: each op is the backend's op of the same name, one after the
 // other (the CPU backend's Plan).
 absl::StatusOr<std::unique_ptr<PlannedStep>> PlanOpByOp(const Backend& backend, StepDesc desc);

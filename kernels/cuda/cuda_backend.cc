@@ -613,13 +613,7 @@ class CudaStep final : public PlannedStep {
           cuda::SiluMulRounded(f32(o.gate), f32(o.up), o.n, ElemOf(f.type), rounded, c->stream()));
     }
     if (f.kind == Fused::kAttentionRounded) {
-      const auto& o = std::get<step_op::Attention>(op);
-      AttentionArgs a = o.shape;
-      a.q = f32(o.q);
-      a.k = f32(o.k);
-      a.v = f32(o.v);
-      a.out = f32(o.out);
-      a.lse = o.lse == kNoStepValue ? nullptr : f32(o.lse);
+      const AttentionArgs a = BoundAttention(std::get<step_op::Attention>(op), p);
       HAP_RETURN_IF_ERROR(CheckAttention(a));
       return ToStatus(
           cuda::FlashAttention(a, ElemOf(a.operands), c->stream(), rounded, ElemOf(f.type)));
