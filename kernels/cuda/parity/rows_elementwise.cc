@@ -66,15 +66,17 @@ CaseResult RopePairCase(int rows, int n_heads, int n_kv_heads, int head_dim) {
   return c.Result(ms);
 }
 
-// SiLU·up that also writes its results rounded: the F32 results as SiluMul's, the copy as the
+// An elementwise op that also writes its results rounded (SiluMulRounded, or QuickGeluRounded
+// when !silu): the F32 results exactly the plain op's (SiluMul, quick_gelu), the copy exactly the
 // host's rounding of them.
-CaseResult SiluMulRoundedCase(int64_t n, DType narrow) {
-  const std::vector<float> x = RandomFloats(n, 43 + n, -6.f, 6.f);
+CaseResult RoundedActivationCase(bool silu, int64_t n, DType narrow) {
+  const std::vector<float> x = RandomFloats(n, (silu ? 43 : 45) + n, -6.f, 6.f);
   const std::vector<float> up = RandomFloats(n, 44 + n);
   DeviceBuffer dx = DeviceBuffer::Of(x), dup = DeviceBuffer::Of(up), plain = DeviceBuffer::Of(x);
   DeviceBuffer drounded(static_cast<size_t>(n) * 2);
   Checker c;
-  c.Status(SiluMul(plain.as<float>(), dup.as<float>(), n, nullptr));
+  c.Status(silu ? SiluMul(plain.as<float>(), dup.as<float>(), n, nullptr)
+                : Activate(ActivationKind::kQuickGelu, plain.as<float>(), n, nullptr));
   const std::vector<float> want = plain.Download<float>();
   std::vector<uint16_t> want_rounded(static_cast<size_t>(n));
   ConvertFromF32(narrow, want.data(), want_rounded.data(), want.size());
@@ -82,34 +84,15 @@ CaseResult SiluMulRoundedCase(int64_t n, DType narrow) {
   KernelStatus st;
   const double ms = TimedMs(
       [&] {
-        return SiluMulRounded(dx.as<float>(), dup.as<float>(), n, type, drounded.data(), nullptr);
+        return silu ? SiluMulRounded(dx.as<float>(), dup.as<float>(), n, type, drounded.data(),
+                                     nullptr)
+                    : QuickGeluRounded(dx.as<float>(), n, type, drounded.data(), nullptr);
       },
       &st);
   c.Status(st);
-  c.Output("gate", dx, want, {0, 0});
+  c.Output(silu ? "gate" : "x", dx, want, {0, 0});
   if (drounded.Download<uint16_t>() != want_rounded) c.Fail("the rounded copy differs");
   c.Unchanged("up", dup, up.data());
-  return c.Result(ms);
-}
-
-// quick_gelu that also writes its results rounded: the F32 results as QuickGelu's, the copy
-// exactly the host's rounding of them.
-CaseResult QuickGeluRoundedCase(int64_t n, DType narrow) {
-  const std::vector<float> x = RandomFloats(n, 45 + n, -6.f, 6.f);
-  DeviceBuffer dx = DeviceBuffer::Of(x), plain = DeviceBuffer::Of(x);
-  DeviceBuffer drounded(static_cast<size_t>(n) * 2);
-  Checker c;
-  c.Status(Activate(ActivationKind::kQuickGelu, plain.as<float>(), n, nullptr));
-  const std::vector<float> want = plain.Download<float>();
-  std::vector<uint16_t> want_rounded(static_cast<size_t>(n));
-  ConvertFromF32(narrow, want.data(), want_rounded.data(), want.size());
-  const ElemType type = narrow == DType::kBF16 ? ElemType::kBF16 : ElemType::kF16;
-  KernelStatus st;
-  const double ms = TimedMs(
-      [&] { return QuickGeluRounded(dx.as<float>(), n, type, drounded.data(), nullptr); }, &st);
-  c.Status(st);
-  c.Output("x", dx, want, {0, 0});
-  if (drounded.Download<uint16_t>() != want_rounded) c.Fail("the rounded copy differs");
   return c.Result(ms);
 }
 
@@ -263,13 +246,13 @@ void AddElementwiseCases(std::vector<Case>& cases) {
        {std::pair{int64_t{1000}, DType::kBF16}, {int64_t{100003}, DType::kF16}}) {
     cases.push_back({"SiluMulRounded " + std::to_string(n) + " " + std::string(DTypeName(narrow)),
                      {"SiluMulRoundedKernel"},
-                     [n = n, narrow = narrow] { return SiluMulRoundedCase(n, narrow); }});
+                     [n = n, narrow = narrow] { return RoundedActivationCase(true, n, narrow); }});
   }
   for (auto [n, narrow] :
        {std::pair{int64_t{577 * 4096}, DType::kBF16}, {int64_t{999}, DType::kF16}}) {
     cases.push_back({"QuickGeluRounded " + std::to_string(n) + " " + std::string(DTypeName(narrow)),
                      {"QuickGeluRoundedKernel"},
-                     [n = n, narrow = narrow] { return QuickGeluRoundedCase(n, narrow); }});
+                     [n = n, narrow = narrow] { return RoundedActivationCase(false, n, narrow); }});
   }
   const char* kernel_of[][2] = {{"QuickGelu", "QuickGeluKernel"},
                                 {"Gelu", "GeluKernel"},
