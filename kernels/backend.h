@@ -69,6 +69,13 @@ class Backend {
   virtual absl::Status Copy(void* dst, const void* src, size_t bytes) const = 0;
   // Waits until the ops issued by the calling thread have finished (their errors surface here).
   virtual absl::Status Synchronize() const = 0;
+  // `bytes` of host memory (64-byte aligned) that CopyToBackend reads without staging it first:
+  // page-locked memory on a GPU, where such a copy returns at once and runs in order on the
+  // stream, so the caller must not rewrite the bytes until the backend has waited past the copy
+  // (a later CopyToHost or Synchronize on the same thread). Ordinary memory on the CPU backend.
+  // What a decode step packs its one upload in. FreeHost takes what AllocateHost gave.
+  virtual absl::StatusOr<void*> AllocateHost(size_t bytes) const = 0;
+  virtual void FreeHost(void* ptr) const = 0;
   // A weight in this backend's memory, contiguous (what the ops take). The CPU backend returns a
   // contiguous `host` itself (weights stay mapped) and leaves `storage` empty; a GPU backend
   // uploads the bytes once into `storage`, which the caller keeps as long as the returned view
@@ -85,8 +92,8 @@ class Backend {
   virtual absl::Status StoreF32As(DType dtype, const float* src, void* dst, int64_t n) const = 0;
 
   // --- Ops on token ids ---
-  // out[r, :] = table[ids[r], :] widened to F32; table [vocab, d] as stored; ids host, each in
-  // [0, vocab) (checked by the caller).
+  // out[r, :] = table[ids[r], :] widened to F32; table [vocab, d] as stored; ids in the
+  // backend's memory, each in [0, vocab) (checked by the caller before they went there).
   virtual absl::Status Embedding(const TensorView& table, const int32_t* ids, int n,
                                  float* out) const = 0;
 
@@ -110,6 +117,8 @@ class Backend {
   virtual absl::Status Attention(const AttentionArgs& args) const = 0;
   // One query row over a cache held as spans (paged blocks or one contiguous run).
   virtual absl::Status DecodeAttention(const DecodeAttentionArgs& args) const = 0;
+  // A decode step's new KV rows of one layer into their caches (StoreKvRowsArgs).
+  virtual absl::Status StoreKvRows(const StoreKvRowsArgs& args) const = 0;
   // dst[i] = src[idx[i]] for rows of row_bytes bytes out of n_rows (idx: host, in range); dst
   // may be src when idx ascends — compaction of hidden states, position ids and KV rows after a
   // pruning stage.
@@ -246,6 +255,51 @@ class BackendArray {
   BackendBuffer buffer_;
   size_t size_ = 0;
   size_t capacity_ = 0;
+};
+
+// Host memory from Backend::AllocateHost (page-locked on a GPU), freed when it goes out of scope.
+// Reserve keeps the allocation when it is large enough and does not preserve contents. Move-only.
+class BackendHostBuffer {
+ public:
+  explicit BackendHostBuffer(const Backend& backend) : backend_(&backend) {}
+  ~BackendHostBuffer() { Reset(); }
+  BackendHostBuffer(BackendHostBuffer&& o) noexcept
+      : backend_(o.backend_),
+        data_(std::exchange(o.data_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)) {}
+  BackendHostBuffer& operator=(BackendHostBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      backend_ = o.backend_;
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  BackendHostBuffer(const BackendHostBuffer&) = delete;
+  BackendHostBuffer& operator=(const BackendHostBuffer&) = delete;
+
+  absl::Status Reserve(size_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    Reset();
+    absl::StatusOr<void*> p = backend_->AllocateHost(bytes);
+    if (!p.ok()) return p.status();
+    data_ = *p;
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  void Reset() {
+    if (data_ != nullptr) backend_->FreeHost(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  uint8_t* data() const { return static_cast<uint8_t*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  const Backend* backend_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 // The CPU backend (kernels/cpu, kernels/prune): host memory, the default thread pool.

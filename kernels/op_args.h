@@ -68,6 +68,29 @@ struct DecodeAttentionArgs {
   int n_seqs = 1;
   // Host I32 [n_seqs + 1], non-decreasing from 0 to n_spans; null = one sequence over all spans.
   const int* span_begin = nullptr;
+  // spans and span_begin are in the backend's memory rather than the host's: a decode step
+  // uploads every layer's tables at once before its first layer (LlamaDecoder, one copy per
+  // step). The backend then reads them only where it runs the op, so a device backend neither
+  // checks nor copies them; the engine built them from its own caches. n_spans is still given.
+  bool tables_in_backend = false;
+  // Host: at least the most rows any sequence of the batch sees, for a device backend that splits
+  // each sequence's rows across blocks (flash-decoding); 0 = not given (a device backend counts
+  // them from host tables, or runs one block per head and sequence). The CPU ignores it.
+  int max_rows = 0;
+};
+
+// A decode step's new K and V rows into their caches (Backend::StoreKvRows): row i of k and of
+// v stored in `dtype` (F32 as it is, BF16 rounded to nearest even as Backend::StoreF32As rounds)
+// at k_dst[i] and v_dst[i]. The address tables are in the backend's memory, as are the rows;
+// a device backend writes a whole batch's rows of a layer in one launch.
+struct StoreKvRowsArgs {
+  const float* k = nullptr;      // F32 [n, kv_dim], RoPE applied
+  const float* v = nullptr;      // F32 [n, kv_dim]
+  void* const* k_dst = nullptr;  // [n]: where row i's kv_dim values of dtype go
+  void* const* v_dst = nullptr;  // [n]
+  int n = 0;
+  int kv_dim = 0;
+  DType dtype = DType::kF32;  // kF32 or kBF16
 };
 
 // The most candidates TopLogits returns per row: what a device sends back instead of a row of

@@ -7,8 +7,13 @@
 // no host clock runs around work still queued. bench/gpu/README.md says how to run it with a
 // 7B-shape checkpoint and transformers beside it (bench/gpu/run.sh).
 //
+// Then decode: steps of b sequences at once (b = 1, 8, 32 by default), unpruned and with the
+// method at 64 of 576 tokens (11.1%), each step timed from a synchronisation to the sampled
+// ids on the host (a step ends with that copy), medians; tokens/s = b / step time.
+//
 //   gpu_bench --model DIR [--image FILE] [--prompt TEXT] [--retain 192,128,64,32]
-//             [--method hap] [--requests N] [--warmup N] [--json OUT]
+//             [--method hap] [--requests N] [--warmup N] [--kv-dtype f32|bf16]
+//             [--decode-batches 1,8,32] [--decode-steps N] [--json OUT]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -290,6 +295,9 @@ struct Args {
   std::string method = "hap";
   std::vector<double> retain = {192, 128, 64, 32};
   int requests = 20, warmup = 3;
+  std::string kv_dtype = "f32";
+  std::vector<int> decode_batches = {1, 8, 32};
+  int decode_steps = 32;
 };
 
 bool ParseArgs(int argc, char** argv, Args* a) {
@@ -320,6 +328,22 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       if (!count(1, &a->requests)) return false;
     } else if (k == "--warmup") {
       if (!count(0, &a->warmup)) return false;
+    } else if (k == "--kv-dtype") {
+      a->kv_dtype = v;
+    } else if (k == "--decode-steps") {
+      if (!count(1, &a->decode_steps)) return false;
+    } else if (k == "--decode-batches") {
+      a->decode_batches.clear();
+      for (auto part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+        int x;
+        if (!absl::SimpleAtoi(part, &x) || x < 1) {
+          std::fprintf(stderr,
+                       "gpu_bench: --decode-batches '%s': '%s' is not a whole number >= 1\n",
+                       v.c_str(), std::string(part).c_str());
+          return false;
+        }
+        a->decode_batches.push_back(x);
+      }
     } else if (k == "--retain") {
       a->retain.clear();
       for (auto part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
@@ -339,7 +363,8 @@ bool ParseArgs(int argc, char** argv, Args* a) {
   if (a->model.empty()) {
     std::fprintf(stderr,
                  "usage: gpu_bench --model DIR [--image FILE] [--retain 192,128,64,32] "
-                 "[--method hap] [--requests N] [--warmup N] [--json OUT]\n");
+                 "[--method hap] [--requests N] [--warmup N] [--kv-dtype f32|bf16] "
+                 "[--decode-batches 1,8,32] [--decode-steps N] [--json OUT]\n");
     return false;
   }
   return true;
@@ -414,6 +439,56 @@ void TimeRequests(const LlavaModel& model, const Backend& b, const std::string& 
     for (size_t i = 0; i < first.size(); ++i) first[i] = t.encode_ms[i] + t.prefill_ms[i];
     t.first_token = Median(first);
   }
+}
+
+// Decode steps of `batch` copies of one request (prefilled with `prune`, each with its own cache
+// in device memory with room for the steps), the batch's tokens fed back: `warmup` steps, then
+// the median of `steps`. A step starts after a synchronisation and ends when its sampled ids are
+// on the host.
+struct DecodeTimes {
+  std::string name;
+  int batch = 0, context = 0;
+  double step_ms = 0;
+};
+
+DecodeTimes TimeDecode(const LlavaModel& model, const Backend& b, const std::string& image,
+                       const PromptText& prompt, const std::string& name, const PruneRequest& prune,
+                       int batch, int warmup, int steps) {
+  absl::StatusOr<EncodeResult> e = EncodeImage(model, image, prune, /*keep_in_backend=*/true);
+  if (!e.ok()) Die("encode", e.status());
+  std::vector<PrefillResult> seqs;
+  std::vector<Sampler> samplers(batch, Sampler{SamplingParams{}});
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < batch; ++i) {
+    absl::StatusOr<PrefillResult> p =
+        RunPrefill(model, prompt, *e, prune, &samplers[i], warmup + steps + 1);
+    if (!p.ok()) Die("prefill (" + name + ")", p.status());
+    tokens.push_back(p->first_token);
+    seqs.push_back(std::move(*p));
+  }
+  std::vector<KvStore*> caches;
+  std::vector<Sampler*> sampler_ptrs;
+  for (int i = 0; i < batch; ++i) {
+    caches.push_back(&seqs[i].kv());
+    sampler_ptrs.push_back(&samplers[i]);
+  }
+  DecodeTimes t;
+  t.name = name;
+  t.batch = batch;
+  t.context = caches[0]->len(model.config().text.num_hidden_layers - 1);
+  DecodeWorkspace workspace(b);
+  std::vector<double> ms;
+  for (int s = 0; s < warmup + steps; ++s) {
+    Check(b.Synchronize(), "sync");
+    const auto t0 = Clock::now();
+    absl::StatusOr<std::vector<int32_t>> next =
+        model.DecodeBatchSampled(tokens, caches, sampler_ptrs, nullptr, &workspace);
+    if (!next.ok()) Die("decode (" + name + ")", next.status());
+    if (s >= warmup) ms.push_back(MsSince(t0));
+    tokens = *next;
+  }
+  t.step_ms = Median(ms);
+  return t;
 }
 
 // The pruning methods' scoring and selection kernels (kernels/cuda: text→visual rows, PAQ,
@@ -515,6 +590,9 @@ int Main(int argc, char** argv) {
 
   ModelOptions options;
   options.backend = &b;
+  absl::StatusOr<DType> kv_dtype = ParseKvDTypeFlagValue("--kv-dtype", a.kv_dtype);
+  if (!kv_dtype.ok()) Die("--kv-dtype", kv_dtype.status());
+  options.kv_dtype = *kv_dtype;
   const auto t_load = Clock::now();
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(a.model, options);
   if (!model.ok()) Die("load " + a.model, model.status());
@@ -590,6 +668,34 @@ int Main(int argc, char** argv) {
     }
   }
   out["profiles"] = profiles;
+
+  // Decode: a step of b sequences; the bound is the weights read once per step.
+  {
+    std::printf(
+        "\n| decode | batch | last layer's cache rows | step ms | tokens/s |\n"
+        "|---|---|---|---|---|\n");
+    PruneRequest hap_64;
+    hap_64.method = a.method;
+    hap_64.retain = 64.0 * V / 576.0;
+    const std::string hap_name = a.method + " 64";
+    Json decode = Json::array();
+    for (const auto& [name, prune] :
+         {std::pair<std::string, PruneRequest>{"none", base.prune}, {hap_name, hap_64}}) {
+      for (int batch : a.decode_batches) {
+        const DecodeTimes t =
+            TimeDecode(**model, b, image, prompt, name, prune, batch, a.warmup, a.decode_steps);
+        std::printf("| %s | %d | %d | %.2f | %.1f |\n", name.c_str(), batch, t.context, t.step_ms,
+                    1e3 * batch / t.step_ms);
+        decode.push_back({{"config", name},
+                          {"batch", batch},
+                          {"context", t.context},
+                          {"step_ms", t.step_ms},
+                          {"tokens_per_s", 1e3 * batch / t.step_ms}});
+      }
+    }
+    out["decode"] = decode;
+    out["kv_dtype"] = a.kv_dtype;
+  }
 
   std::printf(
       "\n| part | op | shape | device ms | TFLOP/s | host µs to issue |\n"

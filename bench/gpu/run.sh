@@ -36,7 +36,7 @@ if [ -z "$GPU_BENCH" ]; then
   echo "run.sh: no gpu_bench under $BUILD (configure with -DHAP_CUDA=ON)" >&2
   exit 1
 fi
-"$GPU_BENCH" --model "$CHECKPOINT" --requests "$REQUESTS" --json "$OUT/gpu_bench.json" \
+"$GPU_BENCH" --model "$CHECKPOINT" --requests "$REQUESTS" --kv-dtype bf16 --json "$OUT/gpu_bench.json" \
   | tee "$OUT/gpu_bench.txt"
 "$PYTHON" "$HERE/transformers_prefill.py" --model "$CHECKPOINT" --ours "$OUT/gpu_bench.json" \
   --requests "$REQUESTS" --json "$OUT/compare.json" | tee "$OUT/compare.txt"

@@ -91,6 +91,9 @@ class Cpu final : public Backend {
     return p;
   }
   void Free(void* ptr) const override { std::free(ptr); }
+  // Host memory is the backend's: staging is ordinary memory, and a copy from it is a memmove.
+  absl::StatusOr<void*> AllocateHost(size_t bytes) const override { return Allocate(bytes); }
+  void FreeHost(void* ptr) const override { Free(ptr); }
   absl::Status CopyToBackend(void* dst, const void* host_src, size_t bytes) const override {
     if (bytes > 0) std::memmove(dst, host_src, bytes);
     return absl::OkStatus();
@@ -183,6 +186,9 @@ class Cpu final : public Backend {
   }
   absl::Status DecodeAttention(const DecodeAttentionArgs& args) const override {
     return cpu::DecodeAttention(args);
+  }
+  absl::Status StoreKvRows(const StoreKvRowsArgs& args) const override {
+    return cpu::StoreKvRows(args);
   }
   absl::Status GatherRows(const void* src, int64_t n_rows, size_t row_bytes, const int* idx,
                           int64_t n_idx, void* dst) const override {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -260,6 +261,31 @@ void DecodeAttentionReference(const DecodeAttentionArgs& batch) {
     const DecodeAttentionArgs a = DecodeAttentionSequence(batch, i);
     ReferenceOne(a);
   }
+}
+
+}  // namespace hap::cpu
+
+namespace hap::cpu {
+
+absl::Status StoreKvRows(const StoreKvRowsArgs& a) {
+  if (a.dtype != DType::kF32 && a.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "StoreKvRows: KV rows of %s (F32 or BF16 are stored)", std::string(DTypeName(a.dtype))));
+  }
+  if (a.n < 0 || a.kv_dim < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("StoreKvRows: %d rows of %d values", a.n, a.kv_dim));
+  }
+  if (a.n == 0) return absl::OkStatus();
+  if (a.k == nullptr || a.v == nullptr || a.k_dst == nullptr || a.v_dst == nullptr) {
+    return absl::InvalidArgumentError("StoreKvRows: null rows or address tables");
+  }
+  const size_t values = static_cast<size_t>(a.kv_dim);
+  for (int i = 0; i < a.n; ++i) {
+    ConvertFromF32(a.dtype, a.k + i * values, a.k_dst[i], values);
+    ConvertFromF32(a.dtype, a.v + i * values, a.v_dst[i], values);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace hap::cpu

@@ -14,6 +14,7 @@ namespace hap::cpu {
 
 using ::hap::DecodeAttentionArgs;
 using ::hap::KvSpan;
+using ::hap::StoreKvRowsArgs;
 
 // out_h = Σ_j softmax_j(scale · q_h·k_j) v_j over every row of every span, for each sequence of
 // the batch (DecodeAttentionArgs); the (sequence, head) pairs run in parallel on the default pool
@@ -24,5 +25,10 @@ absl::Status DecodeAttention(const DecodeAttentionArgs& args);
 
 // Double-precision reference for tests.
 void DecodeAttentionReference(const DecodeAttentionArgs& args);
+
+// Row i of args.k and args.v converted to args.dtype (ConvertFromF32: F32 as it is, BF16 rounded
+// to nearest even) at args.k_dst[i] and args.v_dst[i]. InvalidArgument for a dtype other than
+// F32 or BF16, a negative count or null tables.
+absl::Status StoreKvRows(const StoreKvRowsArgs& args);
 
 }  // namespace hap::cpu

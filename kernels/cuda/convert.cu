@@ -1,5 +1,6 @@
-#include "kernels/cuda/convert.h"
+#include <string>
 
+#include "kernels/cuda/convert.h"
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/dtype.cuh"
 
@@ -23,7 +24,42 @@ __global__ void RoundToF16Kernel(const float* x, uint16_t* out, int64_t n) {
   }
 }
 
+// Block (row i, blockIdx.y = 0 for K, 1 for V): the row's d values to its address.
+template <bool kBf16>
+__global__ void StoreRowsKernel(const float* k, const float* v, void* const* k_dst,
+                                void* const* v_dst, int d) {
+  const int i = blockIdx.x;
+  const float* src = (blockIdx.y == 0 ? k : v) + static_cast<int64_t>(i) * d;
+  void* dst = blockIdx.y == 0 ? k_dst[i] : v_dst[i];
+  for (int t = threadIdx.x; t < d; t += blockDim.x) {
+    if (kBf16) {
+      static_cast<uint16_t*>(dst)[t] = F32ToBf16(src[t]);
+    } else {
+      static_cast<float*>(dst)[t] = src[t];
+    }
+  }
+}
+
 }  // namespace
+
+KernelStatus StoreRowsAs(ElemType type, const float* k, const float* v, void* const* k_dst,
+                         void* const* v_dst, int n, int d, Stream stream) {
+  if (n < 0 || n > 65535 || d <= 0) {
+    return KernelStatus::Error("StoreRowsAs: " + std::to_string(n) + " rows of " +
+                               std::to_string(d) + " (1 to 65535 rows)");
+  }
+  if (n == 0) return KernelStatus::Ok();
+  switch (type) {
+    case ElemType::kF32:
+      return Launch("StoreRowsKernel", StoreRowsKernel<false>, dim3(n, 2), dim3(kThreads), 0,
+                    stream, k, v, k_dst, v_dst, d);
+    case ElemType::kBF16:
+      return Launch("StoreRowsKernel", StoreRowsKernel<true>, dim3(n, 2), dim3(kThreads), 0, stream,
+                    k, v, k_dst, v_dst, d);
+    default:
+      return KernelStatus::Error("StoreRowsAs: KV rows are F32 or BF16");
+  }
+}
 
 KernelStatus RoundF32To(ElemType type, const float* x, void* out, int64_t n, Stream stream) {
   if (n < 0) return KernelStatus::Error("RoundF32To: negative size");

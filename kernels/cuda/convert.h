@@ -13,4 +13,10 @@ namespace hap::cuda {
 // out[i] = round(x[i]) in `type` (kBF16 or kF16; uint16 bit patterns). Device pointers.
 KernelStatus RoundF32To(ElemType type, const float* x, void* out, int64_t n, Stream stream);
 
+// A decode step's new KV rows into their caches: row i of k and of v (F32 [n, d]) as `type`
+// (kF32 copied, kBF16 rounded to nearest even) at k_dst[i] and v_dst[i]; the address tables and
+// the rows are device memory. One launch for the batch.
+KernelStatus StoreRowsAs(ElemType type, const float* k, const float* v, void* const* k_dst,
+                         void* const* v_dst, int n, int d, Stream stream);
+
 }  // namespace hap::cuda

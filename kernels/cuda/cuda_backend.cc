@@ -707,6 +707,12 @@ class CudaBackendImpl final : public Backend {
     return p;
   }
   void Free(void* ptr) const override { cuda::BlockCache::Get().Free(ptr); }
+  absl::StatusOr<void*> AllocateHost(size_t bytes) const override {
+    void* p = nullptr;
+    HAP_CUDA_RETURN_IF_ERROR(cuda::HostAlloc(&p, bytes));
+    return p;
+  }
+  void FreeHost(void* ptr) const override { cuda::HostFree(ptr); }
   absl::Status CopyToBackend(void* dst, const void* src, size_t bytes) const override {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kHostToDevice, c->stream()));
@@ -758,10 +764,9 @@ class CudaBackendImpl final : public Backend {
     HAP_RETURN_IF_ERROR(CheckWeight(table, "Embedding"));
     const int d = static_cast<int>(table.shape[1]);
     HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * n * d, "Embedding", "out"));
+    HAP_RETURN_IF_ERROR(CheckDevice(ids, sizeof(int32_t) * n, "Embedding", "ids"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_ids, c->UploadOnly(ids, sizeof(int32_t) * n));
-    return ToStatus(cuda::Embedding(table.data, ElemOf(table.dtype),
-                                    static_cast<const int32_t*>(d_ids), n, d, out, c->stream()));
+    return ToStatus(cuda::Embedding(table.data, ElemOf(table.dtype), ids, n, d, out, c->stream()));
   }
 
   absl::Status Linear(const float* x, const TensorView& w, const float* bias, float* y, int m,
@@ -832,6 +837,26 @@ class CudaBackendImpl final : public Backend {
     return ToStatus(cuda::NarrowAttention(a, ElemOf(a.operands), c->gemm(), workspace));
   }
   absl::Status DecodeAttention(const DecodeAttentionArgs& a) const override {
+    const size_t q_bytes = sizeof(float) * a.n_seqs * a.n_heads * a.head_dim;
+    if (a.tables_in_backend) {
+      // The step's tables are already here; the kernel checks the shape.
+      HAP_RETURN_IF_ERROR(
+          CheckDevice(a.spans, sizeof(KvSpan) * a.n_spans, "DecodeAttention", "spans"));
+      if (a.span_begin != nullptr) {
+        HAP_RETURN_IF_ERROR(CheckDevice(a.span_begin, sizeof(int) * (a.n_seqs + 1),
+                                        "DecodeAttention", "span_begin"));
+      }
+      HAP_RETURN_IF_ERROR(CheckDevice(a.q, q_bytes, "DecodeAttention", "q"));
+      HAP_RETURN_IF_ERROR(CheckDevice(a.out, q_bytes, "DecodeAttention", "out"));
+      HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+      // The slices' partial results in the scratch, which grows to the largest step seen.
+      const size_t part_bytes = cuda::DecodeAttentionPartBytes(a);
+      void* parts = nullptr;
+      if (part_bytes > 0) {
+        HAP_ASSIGN_OR_RETURN(parts, c->TakeOnly(part_bytes));
+      }
+      return ToStatus(cuda::DecodeAttention(a, parts, c->stream()));
+    }
     HAP_RETURN_IF_ERROR(ValidateDecodeAttention(a));
     const size_t row_bytes =
         DTypeSize(a.kv_dtype) * static_cast<size_t>(a.n_kv_heads) * a.head_dim;
@@ -841,24 +866,56 @@ class CudaBackendImpl final : public Backend {
       HAP_RETURN_IF_ERROR(CheckDevice(a.spans[s].v, row_bytes * a.spans[s].rows,
                                       "DecodeAttention", "a span's values"));
     }
-    const size_t q_bytes = sizeof(float) * a.n_seqs * a.n_heads * a.head_dim;
     HAP_RETURN_IF_ERROR(CheckDevice(a.q, q_bytes, "DecodeAttention", "q"));
     HAP_RETURN_IF_ERROR(CheckDevice(a.out, q_bytes, "DecodeAttention", "out"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    // The span table (and a batch's span_begin) are host memory in the interface; the kernel
-    // reads them from the device: one upload area for both, one launch for the whole batch.
+    // The span table (and a batch's span_begin) are host memory here; the kernel reads them from
+    // the device: one upload area for both and the slices' partial results.
     const size_t table_bytes = sizeof(KvSpan) * a.n_spans;
     const size_t begin_bytes = a.span_begin != nullptr ? sizeof(int) * (a.n_seqs + 1) : 0;
-    HAP_RETURN_IF_ERROR(
-        c->Reserve(ThreadContext::Padded(table_bytes) + ThreadContext::Padded(begin_bytes)));
     DecodeAttentionArgs device_args = a;
+    if (device_args.max_rows <= 0) {
+      for (int i = 0; i < a.n_seqs; ++i) {
+        const int first = a.span_begin != nullptr ? a.span_begin[i] : 0;
+        const int last = a.span_begin != nullptr ? a.span_begin[i + 1] : a.n_spans;
+        int rows = 0;
+        for (int s = first; s < last; ++s) rows += std::max(a.spans[s].rows, 0);
+        device_args.max_rows = std::max(device_args.max_rows, rows);
+      }
+    }
+    const size_t part_bytes = cuda::DecodeAttentionPartBytes(device_args);
+    HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(table_bytes) +
+                                   ThreadContext::Padded(begin_bytes) + part_bytes));
     HAP_ASSIGN_OR_RETURN(void* d_spans, c->Upload(a.spans, table_bytes));
     device_args.spans = static_cast<const KvSpan*>(d_spans);
     if (a.span_begin != nullptr) {
       HAP_ASSIGN_OR_RETURN(void* d_begin, c->Upload(a.span_begin, begin_bytes));
       device_args.span_begin = static_cast<const int*>(d_begin);
     }
-    return ToStatus(cuda::DecodeAttention(device_args, c->stream()));
+    void* parts = nullptr;
+    if (part_bytes > 0) {
+      HAP_ASSIGN_OR_RETURN(parts, c->Take(part_bytes));
+    }
+    return ToStatus(cuda::DecodeAttention(device_args, parts, c->stream()));
+  }
+  absl::Status StoreKvRows(const StoreKvRowsArgs& a) const override {
+    if (a.dtype != DType::kF32 && a.dtype != DType::kBF16) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "StoreKvRows: KV rows of %s (F32 or BF16 are stored)", std::string(DTypeName(a.dtype))));
+    }
+    if (a.n < 0 || a.kv_dim <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("StoreKvRows: %d rows of %d values", a.n, a.kv_dim));
+    }
+    if (a.n == 0) return absl::OkStatus();
+    const size_t row_bytes = sizeof(float) * static_cast<size_t>(a.n) * a.kv_dim;
+    HAP_RETURN_IF_ERROR(CheckDevice(a.k, row_bytes, "StoreKvRows", "k"));
+    HAP_RETURN_IF_ERROR(CheckDevice(a.v, row_bytes, "StoreKvRows", "v"));
+    HAP_RETURN_IF_ERROR(CheckDevice(a.k_dst, sizeof(void*) * a.n, "StoreKvRows", "k_dst"));
+    HAP_RETURN_IF_ERROR(CheckDevice(a.v_dst, sizeof(void*) * a.n, "StoreKvRows", "v_dst"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(
+        cuda::StoreRowsAs(ElemOf(a.dtype), a.k, a.v, a.k_dst, a.v_dst, a.n, a.kv_dim, c->stream()));
   }
   absl::Status GatherRows(const void* src, int64_t n_rows, size_t row_bytes, const int* idx,
                           int64_t n_idx, void* dst) const override {

@@ -18,6 +18,11 @@ enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 // *ptr = `bytes` of device memory (256-byte aligned). Out of memory → KernelStatus::OutOfMemory.
 KernelStatus DeviceAlloc(void** ptr, size_t bytes);
 KernelStatus DeviceFree(void* ptr);
+// *ptr = `bytes` of page-locked host memory (cudaMallocHost): a host→device Copy from it returns
+// at once and the copy runs in order on the stream, so the bytes stay as they are until the
+// stream has passed it. HostFree takes what HostAlloc gave.
+KernelStatus HostAlloc(void** ptr, size_t bytes);
+KernelStatus HostFree(void* ptr);
 // Ordered on `stream`; a device-to-host copy into pageable memory returns when it is done.
 KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream);
 KernelStatus Fill(void* dst, unsigned char value, size_t bytes, Stream stream);

@@ -60,6 +60,16 @@ KernelStatus DeviceFree(void* ptr) {
   return FromCuda(cudaFree(ptr), "cudaFree");
 }
 
+KernelStatus HostAlloc(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  return FromCuda(cudaMallocHost(ptr, bytes == 0 ? 1 : bytes), "cudaMallocHost");
+}
+
+KernelStatus HostFree(void* ptr) {
+  if (ptr == nullptr) return KernelStatus::Ok();
+  return FromCuda(cudaFreeHost(ptr), "cudaFreeHost");
+}
+
 KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) {
   if (bytes == 0) return KernelStatus::Ok();
   const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice

@@ -22,11 +22,49 @@ std::atomic<int64_t> g_to_host{0};
 std::atomic<int64_t> g_to_host_bytes{0};
 std::atomic<int64_t> g_allocations{0};
 std::atomic<int64_t> g_frees{0};
+std::atomic<int64_t> g_to_device{0};
+std::atomic<int64_t> g_to_device_staged{0};
+// Page-locked host allocations (HostAlloc), by address.
+std::map<uintptr_t, size_t>& HostAllocations() {
+  static auto* allocations = new std::map<uintptr_t, size_t>();
+  return *allocations;
+}
+
+bool IsHostAllocRange(const void* ptr, size_t bytes) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = HostAllocations().upper_bound(p);
+  if (it == HostAllocations().begin()) return false;
+  --it;
+  return p >= it->first && p + bytes <= it->first + it->second;
+}
 
 }  // namespace
 
 int64_t emulation::DeviceAllocations() { return g_allocations.load(); }
 int64_t emulation::DeviceFrees() { return g_frees.load(); }
+int64_t emulation::HostToDeviceCopies() { return g_to_device.load(); }
+int64_t emulation::StagedHostToDeviceCopies() { return g_to_device_staged.load(); }
+
+KernelStatus HostAlloc(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + (bytes == 0 ? 256 : 0));
+  if (p == nullptr) return KernelStatus::OutOfMemory("HostAlloc: out of memory");
+  std::lock_guard<std::mutex> lock(g_mu);
+  HostAllocations()[reinterpret_cast<uintptr_t>(p)] = bytes;
+  *ptr = p;
+  return KernelStatus::Ok();
+}
+
+KernelStatus HostFree(void* ptr) {
+  if (ptr == nullptr) return KernelStatus::Ok();
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = HostAllocations().find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == HostAllocations().end()) return KernelStatus::Error("HostFree: not a HostAlloc block");
+  HostAllocations().erase(it);
+  std::free(ptr);
+  return KernelStatus::Ok();
+}
 
 KernelStatus DeviceAlloc(void** ptr, size_t bytes) {
   *ptr = nullptr;
@@ -66,6 +104,10 @@ KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Strea
   if (kind == CopyKind::kDeviceToHost) {
     ++g_to_host;
     g_to_host_bytes += static_cast<int64_t>(bytes);
+  }
+  if (kind == CopyKind::kHostToDevice) {
+    ++g_to_device;
+    if (!IsHostAllocRange(src, bytes)) ++g_to_device_staged;
   }
   const bool dst_device = kind != CopyKind::kDeviceToHost;
   const bool src_device = kind != CopyKind::kHostToDevice;

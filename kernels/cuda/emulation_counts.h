@@ -15,5 +15,10 @@ int64_t Products();
 // Device allocations and frees (cudaMalloc and cudaFree on a GPU) since the process started.
 int64_t DeviceAllocations();
 int64_t DeviceFrees();
+// Host→device copies since the process started, and those of them from pageable memory (which
+// a GPU's driver stages through page-locked memory of its own before the copy) rather than
+// from HostAlloc's.
+int64_t HostToDeviceCopies();
+int64_t StagedHostToDeviceCopies();
 
 }  // namespace hap::cuda::emulation

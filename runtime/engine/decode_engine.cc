@@ -106,6 +106,7 @@ bool DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
 
 void DecodeEngine::Loop() {
   std::vector<Sequence> active;
+  DecodeWorkspace workspace(model_.backend());
   bool waiting_for_blocks = false;
   for (;;) {
     bool stopping;
@@ -161,7 +162,7 @@ void DecodeEngine::Loop() {
     // only ids or a few candidates per sequence come back).
     RowSamplingCounts sampled;
     absl::StatusOr<std::vector<int32_t>> next =
-        model_.DecodeBatchSampled(tokens, caches, samplers, &sampled);
+        model_.DecodeBatchSampled(tokens, caches, samplers, &sampled, &workspace);
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.steps;

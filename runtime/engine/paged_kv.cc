@@ -173,6 +173,21 @@ absl::Status PagedKv::Append(const Backend& backend, int layer, const float* k, 
   return absl::OkStatus();
 }
 
+absl::StatusOr<KvRowSlot> PagedKv::AppendRowSlot(int layer, int32_t position) {
+  Layer& l = layers_[layer];
+  const int block_rows = pool_->block_rows();
+  if (l.len + 1 > static_cast<int>(l.blocks.size()) * block_rows) {
+    return absl::FailedPreconditionError(absl::StrCat("layer ", layer, ": ", l.len,
+                                                      " + 1 rows exceed the ",
+                                                      l.blocks.size() * block_rows, " reserved"));
+  }
+  const int b = l.len / block_rows;
+  const size_t offset = static_cast<size_t>(l.len % block_rows) * row_bytes();
+  ++l.len;
+  l.positions.push_back(position);
+  return KvRowSlot{static_cast<uint8_t*>(l.k[b]) + offset, static_cast<uint8_t*>(l.v[b]) + offset};
+}
+
 void PagedKv::Spans(int layer, std::vector<KvSpan>* spans) const {
   const Layer& l = layers_[layer];
   const int block_rows = pool_->block_rows();

@@ -54,6 +54,8 @@ class PagedKv final : public KvStore {
   // one. InvalidArgument for another dtype.
   absl::Status AppendHostRows(int layer, DType dtype, const void* k, const void* v,
                               const int32_t* positions, int n);
+  // FailedPrecondition past the reserved rows.
+  absl::StatusOr<KvRowSlot> AppendRowSlot(int layer, int32_t position) override;
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
   absl::Status RewritePositions(int layer, int row, const int32_t* positions, int n) override;
   DType dtype() const override { return pool_->dtype(); }

@@ -148,11 +148,12 @@ absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvStore
     HAP_RETURN_IF_ERROR(cache->ReserveRows(room));
   }
   bool more = stream.Accept(first_token);
+  DecodeWorkspace workspace(model.backend());
   while (more) {
     // On a device only the token (greedy) or a few candidate logits come back per step.
     HAP_ASSIGN_OR_RETURN(std::vector<int32_t> next,
                          model.DecodeBatchSampled({stream.last_token()}, {store},
-                                                  {stream.mutable_sampler()}));
+                                                  {stream.mutable_sampler()}, nullptr, &workspace));
     more = stream.Accept(next[0]);
   }
   sampler = stream.sampler();

@@ -178,6 +178,21 @@ absl::Status KvCache::Append(const Backend& backend, int layer, const float* k, 
   return absl::OkStatus();
 }
 
+absl::StatusOr<KvRowSlot> KvCache::AppendRowSlot(int layer, int32_t position) {
+  LayerKv& l = layers[layer];
+  const size_t values = static_cast<size_t>(kv_dim);
+  KvRowSlot slot;
+  if (dtype_ == DType::kBF16) {
+    auto [dk, dv] = Grow(&l.k_bf16, &l.v_bf16, values, 0);
+    slot = {dk, dv};
+  } else {
+    auto [dk, dv] = Grow(&l.k, &l.v, values, 0);
+    slot = {dk, dv};
+  }
+  l.positions.push_back(position);
+  return slot;
+}
+
 void KvCache::Spans(int layer, std::vector<KvSpan>* spans) const {
   spans->assign(1, KvSpan{k_bytes(layer), v_bytes(layer), layers[layer].len()});
 }
@@ -261,6 +276,19 @@ absl::Status DeviceKv::Append(const Backend& backend, int layer, const float* k,
   }
   l.positions.insert(l.positions.end(), positions, positions + n);
   return absl::OkStatus();
+}
+
+absl::StatusOr<KvRowSlot> DeviceKv::AppendRowSlot(int layer, int32_t position) {
+  Layer& l = layers_[layer];
+  if (l.capacity == 0) HAP_RETURN_IF_ERROR(Resize(layer, 1 + reserve_rows_));
+  if (l.len() + 1 > l.capacity) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "layer %d: %d + 1 rows exceed the %d reserved", layer, l.len(), l.capacity));
+  }
+  const size_t offset = static_cast<size_t>(row_bytes()) * l.len();
+  l.positions.push_back(position);
+  return KvRowSlot{static_cast<char*>(l.k.data()) + offset,
+                   static_cast<char*>(l.v.data()) + offset};
 }
 
 void DeviceKv::Spans(int layer, std::vector<KvSpan>* spans) const {

@@ -28,6 +28,12 @@ absl::Status CheckKvDType(DType dtype);
 // otherwise.
 absl::StatusOr<DType> ParseKvDTypeFlagValue(std::string_view flag, std::string_view value);
 
+// Where KvStore::AppendRowSlot's row goes: its K and V bytes in the cache's memory.
+struct KvRowSlot {
+  void* k = nullptr;
+  void* v = nullptr;
+};
+
 class KvStore {
  public:
   virtual ~KvStore() = default;
@@ -37,6 +43,12 @@ class KvStore {
   // their original positions in host memory.
   virtual absl::Status Append(const Backend& backend, int layer, const float* k, const float* v,
                               const int32_t* positions, int n) = 0;
+  // Appends one row to `layer` at `position` whose K and V bytes (kv_dim values of dtype()
+  // each) the caller writes at the returned addresses before anything reads the row: a decode
+  // step takes every layer's slots before its first layer, then writes a batch's rows of a layer
+  // in one op (Backend::StoreKvRows). The addresses and the spans hold until the next append or
+  // ReserveRows. Errors as Append.
+  virtual absl::StatusOr<KvRowSlot> AppendRowSlot(int layer, int32_t position) = 0;
   // The layer's rows in order, as spans of `dtype()` for Backend::DecodeAttention.
   virtual void Spans(int layer, std::vector<KvSpan>* spans) const = 0;
   virtual DType dtype() const = 0;
@@ -105,6 +117,7 @@ class KvCache : public KvStore {
   int len(int layer) const override { return layers[layer].len(); }
   absl::Status Append(const Backend& backend, int layer, const float* k, const float* v,
                       const int32_t* positions, int n) override;
+  absl::StatusOr<KvRowSlot> AppendRowSlot(int layer, int32_t position) override;
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return dtype_; }
   Device device() const override { return Device::kCpu; }
@@ -145,6 +158,7 @@ class DeviceKv final : public KvStore {
   // layer for n + reserve_rows rows; FailedPrecondition past a filled layer's capacity.
   absl::Status Append(const Backend& backend, int layer, const float* k, const float* v,
                       const int32_t* positions, int n) override;
+  absl::StatusOr<KvRowSlot> AppendRowSlot(int layer, int32_t position) override;
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
   DType dtype() const override { return dtype_; }
   Device device() const override { return backend_->device(); }

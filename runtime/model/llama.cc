@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
@@ -69,8 +70,10 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Embed(const std::vector<int32_t
   HAP_RETURN_IF_ERROR(CheckTokenIds(ids));
   BackendArray<float> rows(backend_);  // F32 [n, hidden]
   HAP_RETURN_IF_ERROR(rows.Resize(ids.size() * d_));
-  HAP_RETURN_IF_ERROR(
-      backend_.Embedding(w_.embed, ids.data(), static_cast<int>(ids.size()), rows.data()));
+  BackendArray<int32_t> ids_in_backend(backend_);
+  HAP_RETURN_IF_ERROR(ids_in_backend.Assign(ids.data(), ids.size()));
+  HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, ids_in_backend.data(),
+                                         static_cast<int>(ids.size()), rows.data()));
   std::vector<float> out(rows.size());
   HAP_RETURN_IF_ERROR(rows.CopyTo(out.data()));
   return out;
@@ -173,70 +176,103 @@ absl::StatusOr<std::shared_ptr<const PlannedStep>> LlamaDecoder::DecodePlan(
   return plan;
 }
 
-absl::Status LlamaDecoder::AttendDecode(int l, const std::vector<KvStore*>& caches,
-                                        const std::vector<int32_t>& positions, const float* q,
+absl::Status LlamaDecoder::PackDecodeTables(const std::vector<int32_t>& tokens,
+                                            const std::vector<int32_t>& positions,
+                                            const std::vector<KvStore*>& caches,
+                                            DecodeWorkspace* ws) const {
+  const int b = static_cast<int>(tokens.size());
+  std::vector<uint8_t>& packed = ws->packed_;
+  packed.clear();
+  // Appends `bytes` at a 16-byte boundary; returns where they start.
+  auto put = [&packed](const void* data, size_t bytes) {
+    const size_t at = (packed.size() + 15) / 16 * 16;
+    packed.resize(at + bytes);
+    if (bytes > 0) std::memcpy(packed.data() + at, data, bytes);
+    return at;
+  };
+  ws->ids_at_ = put(tokens.data(), sizeof(int32_t) * b);
+  ws->positions_at_ = put(positions.data(), sizeof(int32_t) * b);
+  ws->k_dst_at_.assign(n_layers(), 0);
+  ws->v_dst_at_.assign(n_layers(), 0);
+  ws->layer_groups_.assign(1, 0);
+  ws->groups_.clear();
+  std::vector<void*> k_dst(b), v_dst(b);
+  std::vector<int> span_begin;
+  std::vector<KvSpan> spans;
+  for (int l = 0; l < n_layers(); ++l) {
+    DecodeWorkspace::Group group;
+    auto flush = [&] {
+      if (group.n_seqs == 0) return;
+      group.n_spans = static_cast<int>(spans.size());
+      group.span_begin_at = put(span_begin.data(), sizeof(int) * span_begin.size());
+      group.spans_at = put(spans.data(), sizeof(KvSpan) * spans.size());
+      ws->groups_.push_back(group);
+    };
+    for (int i = 0; i < b; ++i) {
+      KvStore* kv = caches[i];
+      HAP_ASSIGN_OR_RETURN(KvRowSlot slot, kv->AppendRowSlot(l, positions[i]));
+      k_dst[i] = slot.k;
+      v_dst[i] = slot.v;
+      if (group.n_seqs > 0 && kv->dtype() != group.dtype) {
+        flush();
+        group = DecodeWorkspace::Group{};
+      }
+      if (group.n_seqs == 0) {
+        group.first_row = i;
+        group.dtype = kv->dtype();
+        span_begin.assign(1, 0);
+        spans.clear();
+      }
+      kv->Spans(l, &ws->seq_spans_);
+      spans.insert(spans.end(), ws->seq_spans_.begin(), ws->seq_spans_.end());
+      span_begin.push_back(static_cast<int>(spans.size()));
+      ++group.n_seqs;
+    }
+    flush();
+    ws->k_dst_at_[l] = put(k_dst.data(), sizeof(void*) * b);
+    ws->v_dst_at_[l] = put(v_dst.data(), sizeof(void*) * b);
+    ws->layer_groups_.push_back(static_cast<int>(ws->groups_.size()));
+  }
+  HAP_RETURN_IF_ERROR(ws->host_tables_.Reserve(packed.size()));
+  std::memcpy(ws->host_tables_.data(), packed.data(), packed.size());
+  HAP_RETURN_IF_ERROR(ws->tables_.Resize(packed.size()));
+  return backend_.CopyToBackend(ws->tables_.data(), ws->host_tables_.data(), packed.size());
+}
+
+absl::Status LlamaDecoder::AttendDecode(int l, const DecodeWorkspace& ws, const float* q,
                                         const float* k_new, const float* v_new, float* attn) const {
   const int q_dim = n_heads_ * head_dim_;
-  std::vector<KvSpan> spans, seq_spans;
-  std::vector<int> span_begin = {0};
-  int batch_row = 0;                // the first batched sequence's row
-  DType batch_dtype = DType::kF32;  // and its cache's dtype
-  auto flush_batch = [&]() -> absl::Status {
-    const int n_seqs = static_cast<int>(span_begin.size()) - 1;
-    if (n_seqs == 0) return absl::OkStatus();
+  uint8_t* tables = ws.tables_.data();
+  auto* k_dst = reinterpret_cast<void* const*>(tables + ws.k_dst_at_[l]);
+  auto* v_dst = reinterpret_cast<void* const*>(tables + ws.v_dst_at_[l]);
+  for (int g = ws.layer_groups_[l]; g < ws.layer_groups_[l + 1]; ++g) {
+    const DecodeWorkspace::Group& group = ws.groups_[g];
+    const int64_t row = group.first_row;
+    StoreKvRowsArgs store;
+    store.k = k_new + row * kv_dim();
+    store.v = v_new + row * kv_dim();
+    store.k_dst = k_dst + row;
+    store.v_dst = v_dst + row;
+    store.n = group.n_seqs;
+    store.kv_dim = kv_dim();
+    store.dtype = group.dtype;
+    HAP_RETURN_IF_ERROR(backend_.StoreKvRows(store));
     DecodeAttentionArgs args;
-    args.q = q + static_cast<int64_t>(batch_row) * q_dim;
-    args.spans = spans.data();
-    args.n_spans = static_cast<int>(spans.size());
-    args.kv_dtype = batch_dtype;
-    args.out = attn + static_cast<int64_t>(batch_row) * q_dim;
+    args.q = q + row * q_dim;
+    args.spans = reinterpret_cast<const KvSpan*>(tables + group.spans_at);
+    args.n_spans = group.n_spans;
+    args.kv_dtype = group.dtype;
+    args.out = attn + row * q_dim;
     args.n_heads = n_heads_;
     args.n_kv_heads = n_kv_heads_;
     args.head_dim = head_dim_;
     args.scale = scale_;
-    args.n_seqs = n_seqs;
-    args.span_begin = span_begin.data();
-    absl::Status s = backend_.DecodeAttention(args);
-    spans.clear();
-    span_begin.assign(1, 0);
-    return s;
-  };
-  for (int i = 0; i < static_cast<int>(caches.size()); ++i) {
-    KvStore* kv = caches[i];
-    const int past = kv->len(l);
-    const int64_t first = static_cast<int64_t>(i) * kv_dim();
-    HAP_RETURN_IF_ERROR(
-        kv->Append(backend_, l, k_new + first, v_new + first, positions.data() + i, 1));
-    if (past == 0) {
-      // A layer that held no rows: the row attends to itself alone.
-      HAP_RETURN_IF_ERROR(flush_batch());
-      AttentionArgs args;
-      args.q = q + static_cast<int64_t>(i) * q_dim;
-      args.k = k_new + first;
-      args.v = v_new + first;
-      args.out = attn + static_cast<int64_t>(i) * q_dim;
-      args.n_q = args.n_kv = 1;
-      args.n_heads = n_heads_;
-      args.n_kv_heads = n_kv_heads_;
-      args.head_dim = head_dim_;
-      args.scale = scale_;
-      args.causal = true;
-      HAP_RETURN_IF_ERROR(backend_.Attention(args));
-      continue;
-    }
-    // The query over every cached row, wherever the cache keeps them. It joins the batch when
-    // its cache has the batch's dtype.
-    const int n_batched = static_cast<int>(span_begin.size()) - 1;
-    if (n_batched > 0 && kv->dtype() != batch_dtype) HAP_RETURN_IF_ERROR(flush_batch());
-    if (span_begin.size() == 1) {
-      batch_row = i;
-      batch_dtype = kv->dtype();
-    }
-    kv->Spans(l, &seq_spans);
-    spans.insert(spans.end(), seq_spans.begin(), seq_spans.end());
-    span_begin.push_back(static_cast<int>(spans.size()));
+    args.n_seqs = group.n_seqs;
+    args.span_begin = reinterpret_cast<const int*>(tables + group.span_begin_at);
+    args.tables_in_backend = true;
+    HAP_RETURN_IF_ERROR(backend_.DecodeAttention(args));
   }
-  return flush_batch();
+  return absl::OkStatus();
 }
 
 absl::Status LlamaDecoder::LogitsInto(const float* rows, int n,
@@ -347,7 +383,9 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
   BackendArray<int32_t> positions_dev(backend_);  // [n]
   if (ids != nullptr) {
     HAP_RETURN_IF_ERROR(x.Resize(static_cast<size_t>(n) * d_));
-    HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, ids->data(), n, x.data()));
+    BackendArray<int32_t> ids_in_backend(backend_);
+    HAP_RETURN_IF_ERROR(ids_in_backend.Assign(ids->data(), ids->size()));
+    HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, ids_in_backend.data(), n, x.data()));
     float* image_rows = x.data() + static_cast<int64_t>(vis_begin) * d_;
     const size_t image_bytes = sizeof(float) * n_vis * d_;
     HAP_RETURN_IF_ERROR(image_in_backend
@@ -572,44 +610,47 @@ absl::Status LlamaDecoder::CheckCanDecode(const KvStore& cache) const {
 
 absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeBatch(
     const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches) const {
-  BackendArray<float> logits(backend_);  // F32 [b, vocab]
-  HAP_RETURN_IF_ERROR(DecodeBatchInto(tokens, caches, &logits));
-  std::vector<float> out(logits.size());
-  HAP_RETURN_IF_ERROR(logits.CopyTo(out.data()));
+  DecodeWorkspace ws(backend_);
+  HAP_RETURN_IF_ERROR(DecodeBatchInto(tokens, caches, &ws));
+  std::vector<float> out(ws.logits().size());
+  HAP_RETURN_IF_ERROR(ws.logits().CopyTo(out.data()));
   return out;
 }
 
 absl::Status LlamaDecoder::DecodeBatchInto(const std::vector<int32_t>& tokens,
                                            const std::vector<KvStore*>& caches,
-                                           BackendArray<float>* logits) const {
+                                           DecodeWorkspace* ws) const {
   const int b = static_cast<int>(tokens.size());
   if (b == 0 || caches.size() != tokens.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "decode batch: %d tokens for %d caches", tokens.size(), caches.size()));
+  }
+  if (&ws->tables_.backend() != &backend_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "decode batch: a workspace of the %s backend for a decoder on the %s backend",
+        std::string(ws->tables_.backend().name()), std::string(backend_.name())));
   }
   std::vector<int32_t> positions(b);
   for (int i = 0; i < b; ++i) {
     HAP_RETURN_IF_ERROR(CheckCanDecode(*caches[i]));
     positions[i] = caches[i]->next_position;
   }
+  HAP_RETURN_IF_ERROR(CheckTokenIds(tokens));
   StepValues v;
   HAP_ASSIGN_OR_RETURN(std::shared_ptr<const PlannedStep> plan, DecodePlan(b, &v));
-  BackendArray<float> x(backend_);  // F32 [b, hidden]
-  HAP_RETURN_IF_ERROR(x.Resize(static_cast<size_t>(b) * d_));
-  HAP_RETURN_IF_ERROR(CheckTokenIds(tokens));
-  HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, tokens.data(), b, x.data()));
-  BackendArray<int32_t> positions_dev(backend_);
-  HAP_RETURN_IF_ERROR(positions_dev.Assign(positions.data(), positions.size()));
-  logits->Rebind(backend_);
-  HAP_RETURN_IF_ERROR(logits->Resize(static_cast<size_t>(b) * vocab_));  // F32 [b, vocab]
-  BackendArray<uint8_t> workspace(backend_);
-  HAP_RETURN_IF_ERROR(workspace.Resize(plan->workspace_bytes()));
+  // Every layer's row slots and spans, the token and position ids: one upload.
+  HAP_RETURN_IF_ERROR(PackDecodeTables(tokens, positions, caches, ws));
+  HAP_RETURN_IF_ERROR(ws->x_.Resize(static_cast<size_t>(b) * d_));  // F32 [b, hidden]
+  auto* ids_dev = reinterpret_cast<const int32_t*>(ws->tables_.data() + ws->ids_at_);
+  HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, ids_dev, b, ws->x_.data()));
+  HAP_RETURN_IF_ERROR(ws->logits_.Resize(static_cast<size_t>(b) * vocab_));  // F32 [b, vocab]
+  HAP_RETURN_IF_ERROR(ws->workspace_.Resize(plan->workspace_bytes()));
   StepBindings bindings;
-  void* bound[3] = {x.data(), positions_dev.data(), logits->data()};
+  void* bound[3] = {ws->x_.data(), ws->tables_.data() + ws->positions_at_, ws->logits_.data()};
   bindings.bound = bound;
-  bindings.workspace = workspace.data();
+  bindings.workspace = ws->workspace_.data();
   const StepCallFn call = [&](int l) -> absl::StatusOr<StepControl> {
-    HAP_RETURN_IF_ERROR(AttendDecode(l, caches, positions, plan->At<float>(v.q, bindings),
+    HAP_RETURN_IF_ERROR(AttendDecode(l, *ws, plan->At<float>(v.q, bindings),
                                      plan->At<float>(v.k, bindings), plan->At<float>(v.v, bindings),
                                      plan->At<float>(v.attn, bindings)));
     return StepControl::kContinue;

@@ -26,6 +26,47 @@ struct PrefillTrace {
   std::vector<double> prune_ms;              // time inside the pruner after each layer
 };
 
+// What a decode step keeps from one step to the next, so that once warm it allocates nothing and
+// uploads once: the step's tables (token ids, position ids, and each layer's KV row addresses
+// and spans) packed in host memory the backend copies from without staging
+// (Backend::AllocateHost: page-locked on a GPU) and their copy in the backend's memory, the
+// hidden states, the plan's workspace and the logits. One per caller that decodes (the decode
+// engine's thread, a generation), on the decoder's backend; not for two threads at once. The
+// upload reads the host tables after the call returns on a GPU, so a step on a workspace must
+// follow a read of the previous step's results (DecodeBatchSampled and DecodeBatch read theirs).
+class DecodeWorkspace {
+ public:
+  explicit DecodeWorkspace(const Backend& backend)
+      : host_tables_(backend),
+        tables_(backend),
+        x_(backend),
+        workspace_(backend),
+        logits_(backend) {}
+  // F32 [b, vocab] of the last step, in the backend's memory.
+  const BackendArray<float>& logits() const { return logits_; }
+
+ private:
+  friend class LlamaDecoder;
+  // Layer l's sequences [first_row, first_row + n_seqs) whose caches share a dtype: one
+  // StoreKvRows and one DecodeAttention. Offsets are into the tables.
+  struct Group {
+    int first_row = 0, n_seqs = 0, n_spans = 0;
+    DType dtype = DType::kF32;
+    size_t span_begin_at = 0, spans_at = 0;
+  };
+  std::vector<uint8_t> packed_;  // the tables as built, then copied into host_tables_
+  BackendHostBuffer host_tables_;
+  BackendArray<uint8_t> tables_;
+  size_t ids_at_ = 0, positions_at_ = 0;
+  std::vector<size_t> k_dst_at_, v_dst_at_;  // per layer: [b] row addresses
+  std::vector<int> layer_groups_;            // layer l's groups: [layer_groups_[l], [l + 1])
+  std::vector<Group> groups_;
+  std::vector<KvSpan> seq_spans_;
+  BackendArray<float> x_;
+  BackendArray<uint8_t> workspace_;
+  BackendArray<float> logits_;
+};
+
 class LlamaDecoder {
  public:
   // Every op runs on `backend` (which must outlive the decoder).
@@ -73,11 +114,12 @@ class LlamaDecoder {
   // full) leave every cache untouched; an error inside a layer leaves the caches unusable.
   absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
                                                  const std::vector<KvStore*>& caches) const;
-  // DecodeBatch with the logits F32 [b, vocab] left in the backend's memory (`logits`, on the
-  // decoder's backend), for a sampler that reads them there (runtime/model/row_sampling.h).
+  // DecodeBatch with the logits F32 [b, vocab] left in the backend's memory
+  // (workspace->logits()), for a sampler that reads them there (runtime/model/row_sampling.h).
+  // The workspace is on the decoder's backend; see DecodeWorkspace for when it may be reused.
   absl::Status DecodeBatchInto(const std::vector<int32_t>& tokens,
                                const std::vector<KvStore*>& caches,
-                               BackendArray<float>* logits) const;
+                               DecodeWorkspace* workspace) const;
   // Whether `cache` can take another decode step: FailedPrecondition without a prefill,
   // OutOfRange once its next position reaches the context. DecodeBatch checks every cache.
   absl::Status CheckCanDecode(const KvStore& cache) const;
@@ -114,12 +156,17 @@ class LlamaDecoder {
   // A whole decode step of b sequences, the final norm and LM head included, with a Call (id l)
   // at each layer's attention. Planned once per batch size and kept.
   absl::StatusOr<std::shared_ptr<const PlannedStep>> DecodePlan(int b, StepValues* values) const;
-  // Layer l's attention in a decode step: each sequence's new row (row i of k/v) joins its
-  // cache, and its query attends over the cache's spans; consecutive rows go to the backend as
-  // one batch (one call, one launch on a device).
-  absl::Status AttendDecode(int l, const std::vector<KvStore*>& caches,
-                            const std::vector<int32_t>& positions, const float* q,
-                            const float* k_new, const float* v_new, float* attn) const;
+  // Takes every layer's row slot of each cache and packs the step's tables into `ws` (its
+  // host tables), then uploads them: the step's one copy to the backend.
+  absl::Status PackDecodeTables(const std::vector<int32_t>& tokens,
+                                const std::vector<int32_t>& positions,
+                                const std::vector<KvStore*>& caches, DecodeWorkspace* ws) const;
+  // Layer l's attention in a decode step: each sequence's new row (row i of k/v) is stored at its
+  // slot, and its query attends over the cache's spans, a group of consecutive sequences whose
+  // caches share a dtype at a time (one StoreKvRows and one DecodeAttention: two launches on a
+  // device).
+  absl::Status AttendDecode(int l, const DecodeWorkspace& ws, const float* q, const float* k_new,
+                            const float* v_new, float* attn) const;
   // InvalidArgument for an id outside the vocabulary.
   absl::Status CheckTokenIds(const std::vector<int32_t>& ids) const;
   // Final norm and LM head over rows F32 [n, hidden] (backend memory) into `logits`

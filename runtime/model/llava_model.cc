@@ -125,7 +125,8 @@ absl::StatusOr<std::vector<float>> LlavaModel::DecodeBatch(
 
 absl::StatusOr<std::vector<int32_t>> LlavaModel::DecodeBatchSampled(
     const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches,
-    const std::vector<Sampler*>& samplers, RowSamplingCounts* counts) const {
+    const std::vector<Sampler*>& samplers, RowSamplingCounts* counts,
+    DecodeWorkspace* workspace) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
   if (samplers.size() != tokens.size() ||
       std::find(samplers.begin(), samplers.end(), nullptr) != samplers.end()) {
@@ -133,8 +134,13 @@ absl::StatusOr<std::vector<int32_t>> LlavaModel::DecodeBatchSampled(
         "decode batch: %d tokens for %d samplers (none may be null)", tokens.size(),
         samplers.size()));
   }
-  BackendArray<float> logits(backend());  // F32 [b, vocab]
-  HAP_RETURN_IF_ERROR(decoder_->DecodeBatchInto(tokens, caches, &logits));
+  std::unique_ptr<DecodeWorkspace> local;
+  if (workspace == nullptr) {
+    local = std::make_unique<DecodeWorkspace>(backend());
+    workspace = local.get();
+  }
+  HAP_RETURN_IF_ERROR(decoder_->DecodeBatchInto(tokens, caches, workspace));
+  const BackendArray<float>& logits = workspace->logits();  // F32 [b, vocab]
   const int b = static_cast<int>(tokens.size());
   const int vocab = static_cast<int>(logits.size() / tokens.size());
   return SampleWhereTheyAre(logits.data(), b, vocab, samplers, counts);

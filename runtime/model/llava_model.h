@@ -160,10 +160,13 @@ class LlavaModel {
   // exactly as samplers[i]->Sample(its row of logits) would. The logits stay where the backend
   // made them: on a device only the greedy rows' ids or the other rows' top candidates come back
   // (SampleRows, runtime/model/row_sampling.h; `counts` says which); the CPU backend samples its
-  // host logits in place (counted in `host`). Errors as DecodeBatch.
+  // host logits in place (counted in `host`). Errors as DecodeBatch. `workspace` (on the model's
+  // backend; may be null) is what a caller decoding step after step keeps, so that no step
+  // allocates once warm and each uploads once (DecodeWorkspace).
   absl::StatusOr<std::vector<int32_t>> DecodeBatchSampled(
       const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches,
-      const std::vector<Sampler*>& samplers, RowSamplingCounts* counts = nullptr) const;
+      const std::vector<Sampler*>& samplers, RowSamplingCounts* counts = nullptr,
+      DecodeWorkspace* workspace = nullptr) const;
   // LlamaDecoder::CheckCanDecode (FailedPrecondition too when the language part is not loaded).
   absl::Status CheckCanDecode(const KvStore& cache) const;
 

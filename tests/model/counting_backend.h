@@ -86,6 +86,10 @@ class CountingBackend final : public Backend {
 
   absl::StatusOr<void*> Allocate(size_t bytes) const override { return inner_.Allocate(bytes); }
   void Free(void* p) const override { inner_.Free(p); }
+  absl::StatusOr<void*> AllocateHost(size_t bytes) const override {
+    return inner_.AllocateHost(bytes);
+  }
+  void FreeHost(void* p) const override { inner_.FreeHost(p); }
   HAP_FORWARD(CopyToBackend, (void* d, const void* s, size_t n), (d, s, n))
   HAP_FORWARD(CopyToHost, (void* d, const void* s, size_t n), (d, s, n))
   HAP_FORWARD(Copy, (void* d, const void* s, size_t n), (d, s, n))
@@ -111,6 +115,7 @@ class CountingBackend final : public Backend {
   HAP_FORWARD(Add, (float* y, const float* x, int64_t n), (y, x, n))
   HAP_FORWARD(Attention, (const AttentionArgs& a), (a))
   HAP_FORWARD(DecodeAttention, (const DecodeAttentionArgs& a), (a))
+  HAP_FORWARD(StoreKvRows, (const StoreKvRowsArgs& a), (a))
   HAP_FORWARD(GatherRows, (const void* s, int64_t n, size_t rb, const int* i, int64_t ni, void* d),
               (s, n, rb, i, ni, d))
   HAP_FORWARD(GatherKeptRows,

@@ -78,15 +78,75 @@ TEST(CudaStructure, LaunchesPerDecoderLayerOnBf16Weights) {
   const Counts two = Count(2, DType::kBF16), four = Count(4, DType::kBF16);
   EXPECT_EQ((four.prefill - two.prefill) / 2, 8 + 1);
   EXPECT_EQ((four.prefill - two.prefill) % 2, 0);
-  EXPECT_EQ((four.decode_step - two.decode_step) / 2, 8 + 3);
+  // The decode step's layer: the 8, the new K and V rows stored at their cache slots (one launch
+  // for the batch: StoreKvRows), the attention over the cache (one slice: the cache holds fewer
+  // than kDecodeRowsPerSplit rows, so no combine launch), the o product's input rounding and the
+  // residual Add.
+  EXPECT_EQ((four.decode_step - two.decode_step) / 2, 8 + 4);
 }
 
 // F32 weights multiply in F32: no rounding, so 2 norms, 7 products, RoPE on q and k in one
-// launch, 1 attention, 2 adds and 1 SiLU·up = 14.
+// launch, 1 attention, 2 adds and 1 SiLU·up = 14; a decode step also stores its KV rows (15).
 TEST(CudaStructure, LaunchesPerDecoderLayerOnF32Weights) {
   const Counts two = Count(2, DType::kF32), four = Count(4, DType::kF32);
   EXPECT_EQ((four.prefill - two.prefill) / 2, 14);
-  EXPECT_EQ((four.decode_step - two.decode_step) / 2, 14);
+  EXPECT_EQ((four.decode_step - two.decode_step) / 2, 15);
+}
+
+// A decode step copies to the device once, however many layers and sequences it has: the token
+// and position ids and every layer's KV row slots and spans, packed in page-locked memory
+// (Backend::AllocateHost) that the caller's DecodeWorkspace keeps, as the engine's and a
+// generation's do. Once the workspace is warm, a step allocates no device memory either.
+TEST(CudaStructure, OneUploadPerDecodeStep) {
+  TinyModelOptions o;
+  o.seed = 9;
+  o.layers = 4;
+  o.image_size = 112;  // 64 visual tokens
+  o.dtype = DType::kBF16;
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_upload";
+  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  on_cuda.kv_dtype = DType::kBF16;
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(dir, on_cuda);
+  ASSERT_TRUE(model.ok()) << model.status();
+  // Two sequences of different lengths per layer: one unpruned, one pruned by HAP.
+  std::vector<PrefillResult> prefills;
+  std::vector<int32_t> tokens;
+  for (const char* method : {"none", "hap"}) {
+    PruneRequest prune;
+    prune.method = method;
+    if (prune.method == "hap") prune.retain = 24;
+    absl::StatusOr<EncodeResult> encoded = EncodeImage(**model, hap::testing::PatternPng(), prune);
+    ASSERT_TRUE(encoded.ok()) << encoded.status();
+    Sampler sampler{SamplingParams{}};
+    absl::StatusOr<PrefillResult> prefill =
+        RunPrefill(**model, "What is in the picture?", *encoded, prune, &sampler, 8);
+    ASSERT_TRUE(prefill.ok()) << prefill.status();
+    tokens.push_back(prefill->first_token);
+    prefills.push_back(std::move(*prefill));
+  }
+  ASSERT_NE(prefills[0].kv().len(3), prefills[1].kv().len(3));
+  std::vector<KvStore*> caches = {&prefills[0].kv(), &prefills[1].kv()};
+  Sampler greedy_a{SamplingParams{}}, greedy_b{SamplingParams{}};
+  DecodeWorkspace workspace((*model)->backend());
+  for (int step = 0; step < 4; ++step) {
+    const int64_t uploads = cuda::emulation::HostToDeviceCopies();
+    const int64_t staged = cuda::emulation::StagedHostToDeviceCopies();
+    const int64_t allocations = cuda::emulation::DeviceAllocations();
+    absl::StatusOr<std::vector<int32_t>> next =
+        (*model)->DecodeBatchSampled(tokens, caches, {&greedy_a, &greedy_b}, nullptr, &workspace);
+    ASSERT_TRUE(next.ok()) << next.status();
+    tokens = *next;
+    EXPECT_EQ(cuda::emulation::HostToDeviceCopies() - uploads, 1) << "step " << step;
+    EXPECT_EQ(cuda::emulation::StagedHostToDeviceCopies() - staged, 0) << "step " << step;
+#if !defined(__SANITIZE_ADDRESS__)
+    if (step > 0) {
+      EXPECT_EQ(cuda::emulation::DeviceAllocations() - allocations, 0) << "step " << step;
+    }
+#endif
+  }
 }
 
 // What encoding one image enqueues on a checkpoint of `vision_layers` CLIP layers (BF16).

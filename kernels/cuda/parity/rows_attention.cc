@@ -160,14 +160,16 @@ std::vector<unsigned char> CacheBytes(const std::vector<float>& x, DType dtype) 
   return bytes;
 }
 
-// Runs the kernel over `spans` (device pointers), the span list uploaded to device memory.
+// Runs the kernels over `spans` (device pointers), the span list uploaded to device memory, in
+// the slices args.max_rows asks for.
 KernelStatus RunDecode(DecodeAttentionArgs args, const std::vector<KvSpan>& spans,
                        DeviceBuffer* dspans, double* ms) {
   *dspans = DeviceBuffer::Of(spans);
   args.spans = dspans->as<KvSpan>();
   args.n_spans = static_cast<int>(spans.size());
+  DeviceBuffer parts(std::max<size_t>(1, DecodeAttentionPartBytes(args)));
   KernelStatus st;
-  *ms = TimedMs([&] { return DecodeAttention(args, nullptr); }, &st);
+  *ms = TimedMs([&] { return DecodeAttention(args, parts.data(), nullptr); }, &st);
   return st;
 }
 
@@ -230,12 +232,24 @@ CaseResult DecodeCase(const DecodeShape& s) {
   const std::vector<KvSpan> device_spans = spans_at(dk.as<unsigned char>(), dv.as<unsigned char>());
   Checker c;
   double ms = 0;
+  // Split across slices as a decode step splits it (the rows given), then in one slice per head
+  // (rows not given: each block runs every piece).
+  args.max_rows = std::accumulate(s.span_rows.begin(), s.span_rows.end(), 0);
   c.Status(RunDecode(args, device_spans, &dspans, &ms));
   c.Output("out", dout, want, kF32Tol);
   c.Unchanged("q", dq, q.data());
   c.Unchanged("k", dk, k.data());
   c.Unchanged("v", dv, v.data());
   c.Unchanged("spans", dspans, device_spans.data());
+  if (DecodeAttentionSlices(args.max_rows) > 1) {
+    DecodeAttentionArgs one_slice = args;
+    one_slice.max_rows = 0;
+    DeviceBuffer dout_one(want.size() * sizeof(float)), dspans_one;
+    one_slice.out = dout_one.as<float>();
+    double ms_one = 0;
+    c.Status(RunDecode(one_slice, device_spans, &dspans_one, &ms_one));
+    c.Output("out (one slice)", dout_one, want, kF32Tol);
+  }
 
   if (n_spans > 1) {
     std::vector<unsigned char> kc, vc;  // the rows in sequence order
@@ -329,6 +343,7 @@ CaseResult DecodeBatchCase(DType dtype) {
   args.q = dq.as<float>();
   args.out = dout.as<float>();
   args.span_begin = dbegin.as<int>();
+  args.max_rows = *std::max_element(lengths.begin(), lengths.end());
   Checker c;
   double ms = 0;
   c.Status(RunDecode(args, device_spans, &dspans, &ms));
@@ -339,6 +354,7 @@ CaseResult DecodeBatchCase(DType dtype) {
     DecodeAttentionArgs one = args;
     one.n_seqs = 1;
     one.span_begin = nullptr;
+    one.max_rows = lengths[i];  // fewer slices than the batch's launch
     one.q = dq.as<float>() + i * q_elems;
     DeviceBuffer dsolo(q_elems * sizeof(float)), dspan1;
     one.out = dsolo.as<float>();
@@ -401,19 +417,20 @@ CaseResult ArgumentChecks() {
   d.n_heads = 4;
   d.n_kv_heads = 2;
   d.head_dim = 8;
-  expect_error("DecodeAttention with no span", DecodeAttention(d, nullptr));
+  expect_error("DecodeAttention with no span", DecodeAttention(d, nullptr, nullptr));
   d.spans = reinterpret_cast<const KvSpan*>(p);
   d.n_spans = 1;
   d.kv_dtype = DType::kF16;
-  expect_error("DecodeAttention with F16 KV", DecodeAttention(d, nullptr));
+  expect_error("DecodeAttention with F16 KV", DecodeAttention(d, nullptr, nullptr));
   d.kv_dtype = DType::kF32;
   d.n_kv_heads = 3;
-  expect_error("DecodeAttention with 4 heads on 3 kv heads", DecodeAttention(d, nullptr));
+  expect_error("DecodeAttention with 4 heads on 3 kv heads", DecodeAttention(d, nullptr, nullptr));
   d.n_kv_heads = 2;
   d.n_seqs = 2;
-  expect_error("DecodeAttention of 2 sequences without span_begin", DecodeAttention(d, nullptr));
+  expect_error("DecodeAttention of 2 sequences without span_begin",
+               DecodeAttention(d, nullptr, nullptr));
   d.n_seqs = 0;
-  expect_error("DecodeAttention of 0 sequences", DecodeAttention(d, nullptr));
+  expect_error("DecodeAttention of 0 sequences", DecodeAttention(d, nullptr, nullptr));
   c.Guards("buffer", buf);
   return c.Result(0);
 }
@@ -486,14 +503,19 @@ void AddAttentionCases(std::vector<Case>& cases) {
       {blocks(137), 6, 3, 17, DType::kBF16},
       // Uneven spans, an empty one among them, and peaked scores.
       {{7, 1, 0, 30, 200, 3}, 2, 1, 24, DType::kF32, 4.f, 1.f},
+      // More pieces than slices: a block runs several.
+      {blocks(4200), 2, 1, 64, DType::kBF16},
   };
   for (const DecodeShape& s : decode) {
-    cases.push_back({DecodeName(s), {"DecodeAttentionKernel"}, [=] { return DecodeCase(s); }});
+    std::vector<std::string> kernels = {"DecodeAttentionSplitKernel"};
+    const int rows = std::accumulate(s.span_rows.begin(), s.span_rows.end(), 0);
+    if (DecodeAttentionSlices(rows) > 1) kernels.push_back("DecodeAttentionCombineKernel");
+    cases.push_back({DecodeName(s), kernels, [=] { return DecodeCase(s); }});
   }
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     cases.push_back({"DecodeAttention " + std::string(DTypeName(dtype)) +
                          " batch of 4 sequences (1, 300, 37, 130 rows) in one launch",
-                     {"DecodeAttentionKernel"},
+                     {"DecodeAttentionSplitKernel", "DecodeAttentionCombineKernel"},
                      [dtype] { return DecodeBatchCase(dtype); }});
   }
   cases.push_back({"Attention, DecodeAttention argument checks",

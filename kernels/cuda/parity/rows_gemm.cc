@@ -1,10 +1,14 @@
-// Parity rows: the rounding of activations to BF16/F16 against base/dtype.h (bit for bit) and
-// the Linear product against the F64 reference on the same rounded operands.
+// Parity rows: the rounding of activations to BF16/F16 against base/dtype.h (bit for bit), a
+// decode step's KV rows stored through address tables against the CPU's StoreKvRows (bit for
+// bit), and the Linear product against the F64 reference on the same rounded operands.
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "base/dtype.h"
+#include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/gemm.h"
@@ -38,6 +42,44 @@ CaseResult RoundCase(DType dtype) {
   c.Status(st);
   c.Exact("rounded", dout, want.data());
   c.Unchanged("x", dx, x.data());
+  return c.Result(ms);
+}
+
+// n rows of K and V (kv_dim values each) into a cache area at addresses out of order, with rows
+// of the area left unwritten between them: what StoreKvRows writes where, and nothing else.
+CaseResult StoreRowsCase(DType dtype, int n, int kv_dim) {
+  const std::vector<float> k = RandomFloats(int64_t{n} * kv_dim, 81, -3.f, 3.f);
+  const std::vector<float> v = RandomFloats(int64_t{n} * kv_dim, 82, -3.f, 3.f);
+  const size_t row_bytes = DTypeSize(dtype) * kv_dim;
+  const int slots = 2 * n + 1;  // row i goes to slot 2·(n − 1 − i) + 1
+  std::vector<unsigned char> want_k(slots * row_bytes, 0xA5), want_v(slots * row_bytes, 0x5A);
+  DeviceBuffer dk_area = DeviceBuffer::Of(want_k), dv_area = DeviceBuffer::Of(want_v);
+  std::vector<void*> k_dst(n), v_dst(n), host_k_dst(n), host_v_dst(n);
+  for (int i = 0; i < n; ++i) {
+    const size_t at = (2 * (n - 1 - i) + 1) * row_bytes;
+    k_dst[i] = dk_area.as<unsigned char>() + at;
+    v_dst[i] = dv_area.as<unsigned char>() + at;
+    host_k_dst[i] = want_k.data() + at;
+    host_v_dst[i] = want_v.data() + at;
+  }
+  StoreKvRowsArgs reference{k.data(), v.data(), host_k_dst.data(), host_v_dst.data(), n,
+                            kv_dim,   dtype};
+  Checker c;
+  if (!c.Reference(cpu::StoreKvRows(reference))) return c.Result(0);
+  DeviceBuffer dk = DeviceBuffer::Of(k), dv = DeviceBuffer::Of(v);
+  DeviceBuffer dk_dst = DeviceBuffer::Of(k_dst), dv_dst = DeviceBuffer::Of(v_dst);
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return StoreRowsAs(ElemOf(dtype), dk.as<float>(), dv.as<float>(), dk_dst.as<void*>(),
+                           dv_dst.as<void*>(), n, kv_dim, nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Exact("k area", dk_area, want_k.data());
+  c.Exact("v area", dv_area, want_v.data());
+  c.Unchanged("k", dk, k.data());
+  c.Unchanged("k_dst", dk_dst, k_dst.data());
   return c.Result(ms);
 }
 
@@ -87,6 +129,13 @@ void AddGemmCases(std::vector<Case>& cases) {
                    [] { return RoundCase(DType::kBF16); }});
   cases.push_back({"RoundF32To F16 5016 values", {"RoundToF16Kernel"},
                    [] { return RoundCase(DType::kF16); }});
+  for (auto [dtype, n, kv_dim] :
+       {std::tuple{DType::kF32, 1, 128}, {DType::kBF16, 1, 1024}, {DType::kBF16, 33, 100}}) {
+    cases.push_back({std::string("StoreKvRows ") + std::string(DTypeName(dtype)) + " " +
+                         std::to_string(n) + " rows of " + std::to_string(kv_dim),
+                     {"StoreRowsKernel"},
+                     [=] { return StoreRowsCase(dtype, n, kv_dim); }});
+  }
   for (auto [dtype, name] :
        {std::pair{DType::kF32, "F32"}, {DType::kBF16, "BF16"}, {DType::kF16, "F16"}}) {
     for (auto [m, n, k, bias] : {std::tuple{1, 7, 5, false}, {3, 333, 1000, true},
