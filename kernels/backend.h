@@ -154,29 +154,31 @@ class Backend {
   virtual absl::Status TopLogits(const TopLogitsArgs& args) const = 0;
 };
 
-// A buffer in a backend's memory, freed when it goes out of scope. Move-only.
+// A buffer in a backend's memory (or, from AllocateHost, host memory the backend copies from
+// without staging), freed when it goes out of scope. Move-only.
 class BackendBuffer {
  public:
   BackendBuffer() = default;
   static absl::StatusOr<BackendBuffer> Allocate(const Backend& backend, size_t bytes) {
-    BackendBuffer b;
-    absl::StatusOr<void*> p = backend.Allocate(bytes);
-    if (!p.ok()) return p.status();
-    b.backend_ = &backend;
-    b.data_ = *p;
-    b.bytes_ = bytes;
-    return b;
+    return Holding(backend, backend.Allocate(bytes), bytes, /*host=*/false);
+  }
+  // Host memory from Backend::AllocateHost (page-locked on a GPU), given back with FreeHost.
+  static absl::StatusOr<BackendBuffer> AllocateHost(const Backend& backend, size_t bytes) {
+    return Holding(backend, backend.AllocateHost(bytes), bytes, /*host=*/true);
   }
   ~BackendBuffer() { Reset(); }
   BackendBuffer(BackendBuffer&& o) noexcept
-      : backend_(o.backend_), data_(std::exchange(o.data_, nullptr)),
-        bytes_(std::exchange(o.bytes_, 0)) {}
+      : backend_(o.backend_),
+        data_(std::exchange(o.data_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)),
+        host_(o.host_) {}
   BackendBuffer& operator=(BackendBuffer&& o) noexcept {
     if (this != &o) {
       Reset();
       backend_ = o.backend_;
       data_ = std::exchange(o.data_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
+      host_ = o.host_;
     }
     return *this;
   }
@@ -190,7 +192,7 @@ class BackendBuffer {
   }
   size_t bytes() const { return bytes_; }
   void Reset() {
-    if (data_ != nullptr) backend_->Free(data_);
+    if (data_ != nullptr) host_ ? backend_->FreeHost(data_) : backend_->Free(data_);
     data_ = nullptr;
     bytes_ = 0;
   }
@@ -199,6 +201,18 @@ class BackendBuffer {
   const Backend* backend_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  bool host_ = false;  // from AllocateHost
+
+  static absl::StatusOr<BackendBuffer> Holding(const Backend& backend, absl::StatusOr<void*> p,
+                                               size_t bytes, bool host) {
+    if (!p.ok()) return p.status();
+    BackendBuffer b;
+    b.backend_ = &backend;
+    b.data_ = *p;
+    b.bytes_ = bytes;
+    b.host_ = host;
+    return b;
+  }
 };
 
 // A growable typed array in a backend's memory (activations, attention maps, scores): Resize
@@ -255,51 +269,6 @@ class BackendArray {
   BackendBuffer buffer_;
   size_t size_ = 0;
   size_t capacity_ = 0;
-};
-
-// Host memory from Backend::AllocateHost (page-locked on a GPU), freed when it goes out of scope.
-// Reserve keeps the allocation when it is large enough and does not preserve contents. Move-only.
-class BackendHostBuffer {
- public:
-  explicit BackendHostBuffer(const Backend& backend) : backend_(&backend) {}
-  ~BackendHostBuffer() { Reset(); }
-  BackendHostBuffer(BackendHostBuffer&& o) noexcept
-      : backend_(o.backend_),
-        data_(std::exchange(o.data_, nullptr)),
-        bytes_(std::exchange(o.bytes_, 0)) {}
-  BackendHostBuffer& operator=(BackendHostBuffer&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      backend_ = o.backend_;
-      data_ = std::exchange(o.data_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-  }
-  BackendHostBuffer(const BackendHostBuffer&) = delete;
-  BackendHostBuffer& operator=(const BackendHostBuffer&) = delete;
-
-  absl::Status Reserve(size_t bytes) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    Reset();
-    absl::StatusOr<void*> p = backend_->AllocateHost(bytes);
-    if (!p.ok()) return p.status();
-    data_ = *p;
-    bytes_ = bytes;
-    return absl::OkStatus();
-  }
-  void Reset() {
-    if (data_ != nullptr) backend_->FreeHost(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-  uint8_t* data() const { return static_cast<uint8_t*>(data_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  const Backend* backend_;
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
 };
 
 // The CPU backend (kernels/cpu, kernels/prune): host memory, the default thread pool.

@@ -30,11 +30,13 @@ std::map<uintptr_t, size_t>& HostAllocations() {
   return *allocations;
 }
 
-bool IsHostAllocRange(const void* ptr, size_t bytes) {
+// Whether [ptr, ptr + bytes) lies in one allocation of `allocations`.
+bool InOneAllocation(const std::map<uintptr_t, size_t>& allocations, const void* ptr,
+                     size_t bytes) {
   const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(g_mu);
-  auto it = HostAllocations().upper_bound(p);
-  if (it == HostAllocations().begin()) return false;
+  auto it = allocations.upper_bound(p);
+  if (it == allocations.begin()) return false;
   --it;
   return p >= it->first && p + bytes <= it->first + it->second;
 }
@@ -91,12 +93,7 @@ KernelStatus DeviceFree(void* ptr) {
 }
 
 bool IsDeviceRange(const void* ptr, size_t bytes) {
-  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
-  std::lock_guard<std::mutex> lock(g_mu);
-  auto it = Allocations().upper_bound(p);
-  if (it == Allocations().begin()) return false;
-  --it;
-  return p >= it->first && p + bytes <= it->first + it->second;
+  return InOneAllocation(Allocations(), ptr, bytes);
 }
 
 KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream) {
@@ -107,7 +104,7 @@ KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Strea
   }
   if (kind == CopyKind::kHostToDevice) {
     ++g_to_device;
-    if (!IsHostAllocRange(src, bytes)) ++g_to_device_staged;
+    if (!InOneAllocation(HostAllocations(), src, bytes)) ++g_to_device_staged;
   }
   const bool dst_device = kind != CopyKind::kDeviceToHost;
   const bool src_device = kind != CopyKind::kHostToDevice;

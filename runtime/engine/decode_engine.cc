@@ -1,10 +1,44 @@
 #include "runtime/engine/decode_engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "base/status_macros.h"
+
 namespace hap {
+
+absl::StatusOr<double> WarmUpDecode(const LlavaModel& model, int batch, DType kv_dtype,
+                                    int64_t* workspace_bytes) {
+  const Backend& backend = model.backend();
+  const TextConfig& text = model.config().text;
+  const int64_t before = backend.DeviceBytesInUse();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<DeviceKv>> caches;
+  std::vector<KvStore*> stores;
+  std::vector<Sampler> samplers(std::max(batch, 1), Sampler{SamplingParams{}});
+  std::vector<Sampler*> sampler_ptrs;
+  for (int i = 0; i < std::max(batch, 1); ++i) {
+    HAP_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKv> kv,
+                         DeviceKv::Create(backend, text.num_hidden_layers,
+                                          text.num_key_value_heads * text.head_dim, kv_dtype, 1));
+    stores.push_back(kv.get());
+    caches.push_back(std::move(kv));
+    sampler_ptrs.push_back(&samplers[i]);
+  }
+  const std::vector<int32_t> tokens(stores.size(), 0);
+  DecodeWorkspace workspace(backend);
+  HAP_RETURN_IF_ERROR(
+      model.DecodeBatchSampled(tokens, stores, sampler_ptrs, nullptr, &workspace).status());
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (workspace_bytes != nullptr) {
+    *workspace_bytes = std::max<int64_t>(backend.DeviceBytesInUse() - before, 0);
+  }
+  return ms;
+}
 
 DecodeEngine::DecodeEngine(const LlavaModel& model, const DecodeEngineOptions& options)
     : model_(model), options_(options), thread_([this] { Loop(); }) {}

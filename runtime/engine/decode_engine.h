@@ -62,6 +62,16 @@ struct DecodeEngineStats {
   int max_batch_seen = 0;
 };
 
+// One decode step of `batch` sequences over fresh caches in the model's backend's memory
+// (DeviceKv of `kv_dtype`, one row each after the step): what a service runs before it serves,
+// so that its first request costs what later ones do (kernel modules loaded, product handles
+// made, the step planned), and so that it knows what a step at that batch holds. Returns the
+// step's wall time in ms and, in *workspace_bytes, the backend's DeviceBytesInUse() with the
+// step's workspace still held less what it held before (the attention's slice results of long
+// contexts, at most a few tens of MiB, come on top).
+absl::StatusOr<double> WarmUpDecode(const LlavaModel& model, int batch, DType kv_dtype,
+                                    int64_t* workspace_bytes);
+
 class DecodeEngine {
  public:
   DecodeEngine(const LlavaModel& model, const DecodeEngineOptions& options);

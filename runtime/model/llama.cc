@@ -233,7 +233,11 @@ absl::Status LlamaDecoder::PackDecodeTables(const std::vector<int32_t>& tokens,
     ws->v_dst_at_[l] = put(v_dst.data(), sizeof(void*) * b);
     ws->layer_groups_.push_back(static_cast<int>(ws->groups_.size()));
   }
-  HAP_RETURN_IF_ERROR(ws->host_tables_.Reserve(packed.size()));
+  if (ws->host_tables_.bytes() < packed.size()) {
+    ws->host_tables_.Reset();
+    HAP_ASSIGN_OR_RETURN(ws->host_tables_,
+                         BackendBuffer::AllocateHost(*ws->backend_, packed.size()));
+  }
   std::memcpy(ws->host_tables_.data(), packed.data(), packed.size());
   HAP_RETURN_IF_ERROR(ws->tables_.Resize(packed.size()));
   return backend_.CopyToBackend(ws->tables_.data(), ws->host_tables_.data(), packed.size());

@@ -1,18 +1,22 @@
 // hap-decode: the decode service. Receives compacted KV caches from hap-prefill and generates.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/engine/decode_engine.h"
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/model/kv_cache.h"
 #include "services/decode/decode_service.h"
+#include "services/server/gpu_budget.h"
 #include "services/server/model_loader.h"
 #include "services/server/service_host.h"
 #include "services/server/service_metrics.h"
+#include "telemetry/metrics.h"
 
 namespace hap::svc {
 namespace {
@@ -40,6 +44,11 @@ std::vector<OptionSpec> Specs() {
                    "the paged KV pool's size; 0 = a quarter of the memory (the container's limit "
                    "when there is one). A call "
                    "waits for blocks, or gets RESOURCE_EXHAUSTED if it needs more than all"});
+  specs.push_back({"gpu-memory", "HAP_GPU_MEMORY", "",
+                   "with --device cuda, the GPU memory this service may hold: a fraction of the "
+                   "GPU (0.45) or bytes (40GiB); the KV pool takes what the weights, a warm-up "
+                   "step's workspace and the CUDA runtime leave of it. Empty = no budget "
+                   "(--kv-pool-bytes sizes the pool)"});
   specs.push_back({"kv-block-rows", "HAP_KV_BLOCK_ROWS", "16", "token rows per KV block"});
   specs.push_back({"kv-dtype", "HAP_KV_DTYPE", "f32",
                    "KV cache element type in the pool: f32, or bf16 (half the memory)"});
@@ -65,7 +74,10 @@ int Main(int argc, char** argv) {
   const absl::StatusOr<DType> parsed_kv_dtype = ParseKvDTypeFlagValue("--kv-dtype", kv_dtype_name);
   if (!parsed_kv_dtype.ok()) return StartupFailure(host.name(), parsed_kv_dtype.status());
   const DType kv_dtype = *parsed_kv_dtype;
-  const int64_t kv_pool_bytes = *pool_bytes > 0 ? *pool_bytes : MemoryLimitBytes() / 4;
+  int64_t kv_pool_bytes = *pool_bytes > 0 ? *pool_bytes : MemoryLimitBytes() / 4;
+  const absl::StatusOr<int64_t> parsed_budget = GpuBudgetFromOptions(options, common);
+  if (!parsed_budget.ok()) return StartupFailure(host.name(), parsed_budget.status());
+  const int64_t gpu_budget = *parsed_budget;
   DecodeConfig config;
   config.lease_ms = *lease;
 
@@ -85,6 +97,29 @@ int Main(int argc, char** argv) {
   // One engine thread batches the decode steps of every call; at most --max-concurrent
   // sequences share a step (admission already keeps the rest waiting).
   const TextConfig& text = model->config().text;
+  if (gpu_budget > 0) {
+    // The weights are in; a warm-up step at the largest batch shows what a step holds. The KV
+    // pool takes what is left (--kv-pool-bytes, when also given, caps it).
+    const int64_t weights = model->backend().DeviceBytesInUse();
+    int64_t workspace = 0;
+    absl::StatusOr<double> warm = WarmUpDecode(*model, common.max_concurrent, kv_dtype, &workspace);
+    if (!warm.ok()) return host.Fail(warm.status());
+    std::fprintf(stderr, "%s: warm-up decode step of %d sequences in %.1f ms\n",
+                 host.name().c_str(), common.max_concurrent, *warm);
+    const int64_t block_bytes = int64_t{2} * *block_rows * text.num_key_value_heads *
+                                text.head_dim * static_cast<int64_t>(DTypeSize(kv_dtype));
+    absl::StatusOr<GpuMemoryPlan> plan =
+        PlanGpuMemory("--gpu-memory", gpu_budget, weights, workspace, block_bytes);
+    if (!plan.ok()) return host.Fail(plan.status());
+    std::fprintf(stderr, "%s: GPU memory %s\n", host.name().c_str(),
+                 DescribeGpuMemoryPlan(*plan).c_str());
+    kv_pool_bytes = *pool_bytes > 0 ? std::min(*pool_bytes, plan->kv_pool) : plan->kv_pool;
+    telemetry::Registry::Default().AddCallbackGauge(
+        "hap_gpu_memory_budget_bytes",
+        "The GPU memory this service may hold (--gpu-memory); the KV pool takes what the weights, "
+        "the workspace and the CUDA runtime leave.",
+        [gpu_budget] { return static_cast<double>(gpu_budget); });
+  }
   auto kv_pool =
       KvBlockPool::Create(static_cast<int>(*block_rows), text.num_key_value_heads * text.head_dim,
                           kv_dtype, kv_pool_bytes, &model->backend());
@@ -93,6 +128,17 @@ int Main(int argc, char** argv) {
                static_cast<long long>((*kv_pool)->stats().blocks_total),
                static_cast<int>(*block_rows), kv_dtype_name.c_str(), kv_pool_bytes / 1048576.0);
   host.state().AttachKvPool(kv_pool->get());
+  {
+    const KvBlockPool* pool_ptr = kv_pool->get();
+    telemetry::Registry& r = telemetry::Registry::Default();
+    r.AddCallbackGauge("hap_kv_pool_blocks", "KV blocks the pool can hand out (its capacity).",
+                       [pool_ptr] { return static_cast<double>(pool_ptr->stats().blocks_total); });
+    r.AddCallbackGauge("hap_kv_pool_blocks_in_use", "KV blocks held by sequences now.",
+                       [pool_ptr] { return static_cast<double>(pool_ptr->stats().blocks_in_use); });
+    r.AddCallbackGauge(
+        "hap_kv_pool_block_bytes", "Bytes of one KV block (K and V of its rows).",
+        [pool_ptr] { return static_cast<double>(pool_ptr->stats().bytes_per_block); });
+  }
   DecodeEngineOptions engine_options;
   engine_options.max_batch = common.max_concurrent;
   engine_options.pool = kv_pool->get();

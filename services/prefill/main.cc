@@ -14,6 +14,7 @@
 #include "services/auth/token_auth.h"
 #include "services/openai/openai_server.h"
 #include "services/prefill/prefill_service.h"
+#include "services/server/gpu_budget.h"
 #include "services/server/model_loader.h"
 #include "services/server/service_host.h"
 #include "services/server/status.h"
@@ -79,6 +80,10 @@ std::vector<OptionSpec> Specs() {
   specs.push_back({"kv-dtype", "HAP_KV_DTYPE", "f32",
                    "KV cache element type the prefill writes and sends to hap-decode: f32, or "
                    "bf16 (half the memory and transfer; give hap-decode the same)"});
+  specs.push_back({"gpu-memory", "HAP_GPU_MEMORY", "",
+                   "with --device cuda, the GPU memory this service may hold: a fraction of the "
+                   "GPU (0.45) or bytes (40GiB); startup fails when the weights and the CUDA "
+                   "runtime do not fit in it. Empty = no budget"});
   specs.push_back({"attention-dtype", "HAP_ATTENTION_DTYPE", "auto",
                    "the prefill attention's operands: auto (the weights' type on cuda, f32 on "
                    "cpu), f32, bf16 or f16"});
@@ -225,6 +230,8 @@ int Main(int argc, char** argv) {
   const absl::StatusOr<DType> kv_dtype =
       ParseKvDTypeFlagValue("--kv-dtype", options.Get("kv-dtype"));
   if (!kv_dtype.ok()) return StartupFailure(host.name(), kv_dtype.status());
+  const absl::StatusOr<int64_t> gpu_budget = GpuBudgetFromOptions(options, common);
+  if (!gpu_budget.ok()) return StartupFailure(host.name(), gpu_budget.status());
   config.max_image_bytes = *max_image;
   config.lease_ms = *lease;
   config.decode_poll_ms = *poll;
@@ -272,6 +279,14 @@ int Main(int argc, char** argv) {
   auto loaded = LoadServiceModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);
+  if (*gpu_budget > 0) {
+    // What the prefills' activations and KV caches have left once the weights are in.
+    absl::StatusOr<GpuMemoryPlan> plan =
+        PlanGpuMemory("--gpu-memory", *gpu_budget, model->backend().DeviceBytesInUse(), 0, 1);
+    if (!plan.ok()) return host.Fail(plan.status());
+    std::fprintf(stderr, "%s: GPU memory %s (left for the prefills' activations and KV caches)\n",
+                 host.name().c_str(), DescribeGpuMemoryPlan(*plan).c_str());
+  }
   // A default budget this model cannot reach would fail every request: refuse to start.
   auto prune = PruneFromProto(hap::v1::Pruning(), config.default_pruning,
                               model->config().num_visual_tokens());

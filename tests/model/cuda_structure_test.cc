@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/emulation_counts.h"
+#include "runtime/engine/decode_engine.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/prune/factory.h"
 #include "runtime/tiny/tiny_model.h"
@@ -19,6 +20,19 @@
 
 namespace hap {
 namespace {
+
+// A tiny checkpoint written to the build tree as cuda_structure_<name>, loaded on the emulated
+// CUDA backend with its KV caches in `kv_dtype`.
+absl::StatusOr<std::unique_ptr<LlavaModel>> LoadOnCuda(TinyModelOptions o, const std::string& name,
+                                                       DType kv_dtype = DType::kF32) {
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_" + name;
+  if (absl::Status s = WriteTinyModel(o, dir); !s.ok()) return s;
+  ModelOptions on_cuda;
+  on_cuda.backend = *GetCudaBackend();
+  on_cuda.kv_dtype = kv_dtype;
+  return LlavaModel::Load(dir, on_cuda);
+}
 
 int64_t Enqueued() { return cuda::emulation::KernelLaunches() + cuda::emulation::Products(); }
 
@@ -35,13 +49,8 @@ Counts Count(int layers, DType dtype) {
   o.layers = layers;
   o.image_size = 56;
   o.dtype = dtype;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_" +
-                          std::to_string(layers) + "_" + std::string(DTypeName(dtype));
-  EXPECT_TRUE(WriteTinyModel(o, dir).ok());
-  ModelOptions on_cuda;
-  on_cuda.backend = *GetCudaBackend();
-  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(dir, on_cuda);
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model =
+      LoadOnCuda(o, std::to_string(layers) + "_" + std::string(DTypeName(dtype)));
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return {};
   PruneRequest none;
@@ -103,13 +112,7 @@ TEST(CudaStructure, OneUploadPerDecodeStep) {
   o.layers = 4;
   o.image_size = 112;  // 64 visual tokens
   o.dtype = DType::kBF16;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_upload";
-  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
-  ModelOptions on_cuda;
-  on_cuda.backend = *GetCudaBackend();
-  on_cuda.kv_dtype = DType::kBF16;
-  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(dir, on_cuda);
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "upload", DType::kBF16);
   ASSERT_TRUE(model.ok()) << model.status();
   // Two sequences of different lengths per layer: one unpruned, one pruned by HAP.
   std::vector<PrefillResult> prefills;
@@ -156,13 +159,8 @@ int64_t EncodeLaunches(int vision_layers) {
   o.vision_layers = vision_layers;
   o.image_size = 56;
   o.dtype = DType::kBF16;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_vision_" +
-                          std::to_string(vision_layers);
-  EXPECT_TRUE(WriteTinyModel(o, dir).ok());
-  ModelOptions on_cuda;
-  on_cuda.backend = *GetCudaBackend();
-  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(dir, on_cuda);
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model =
+      LoadOnCuda(o, "vision_" + std::to_string(vision_layers));
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return 0;
   PruneRequest none;
@@ -224,12 +222,7 @@ TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
   o.layers = 6;
   o.image_size = 112;  // 64 visual tokens
   o.dtype = DType::kBF16;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_hap";
-  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
-  ModelOptions on_cuda;
-  on_cuda.backend = *GetCudaBackend();
-  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(dir, on_cuda);
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "hap");
   ASSERT_TRUE(model.ok()) << model.status();
   for (double retain : {32.0, 16.0}) {
     SCOPED_TRACE("retain " + std::to_string(retain));
@@ -292,12 +285,7 @@ TEST(CudaStructure, NoDeviceAllocationOrFreeAfterWarmUp) {
   o.layers = 4;
   o.image_size = 112;  // 64 visual tokens
   o.dtype = DType::kBF16;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_warm";
-  ASSERT_TRUE(WriteTinyModel(o, dir).ok());
-  ModelOptions on_cuda;
-  on_cuda.backend = *GetCudaBackend();
-  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LlavaModel::Load(dir, on_cuda);
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "warm");
   ASSERT_TRUE(model.ok()) << model.status();
   for (const char* method : {"none", "hap"}) {
     PruneRequest prune;
@@ -331,6 +319,28 @@ TEST(CudaStructure, NoDeviceAllocationOrFreeAfterWarmUp) {
     EXPECT_EQ(cuda::emulation::DeviceAllocations() - allocations, 0) << method;
     EXPECT_EQ(cuda::emulation::DeviceFrees() - frees, 0) << method;
   }
+}
+
+// The warm-up step a service runs before it serves (hap-decode sizes its KV pool within
+// --gpu-memory by it): it runs a step of the batch on fresh caches and reports what that step
+// holds on the device: at least its logits and hidden states.
+TEST(CudaStructure, WarmUpDecodeReportsTheStepsWorkspace) {
+  TinyModelOptions o;
+  o.seed = 10;
+  o.layers = 2;
+  o.image_size = 56;
+  o.dtype = DType::kBF16;
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "warm_up");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const TextConfig& text = (*model)->config().text;
+  const int64_t held = (*model)->backend().DeviceBytesInUse();
+  int64_t workspace = 0;
+  absl::StatusOr<double> ms = WarmUpDecode(**model, 8, DType::kBF16, &workspace);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  EXPECT_GE(*ms, 0);
+  EXPECT_GE(workspace, int64_t{8} * (text.vocab_size + text.hidden_size) * 4);
+  // Nothing of the step stays in use once it returns.
+  EXPECT_EQ((*model)->backend().DeviceBytesInUse(), held);
 }
 
 }  // namespace
