@@ -1,15 +1,19 @@
-// A tiny HTTP/1.1 server for /metrics (and, in tests, an OTLP/HTTP collector): one thread,
-// one connection at a time, "Connection: close", bounded request size and read time. Enough
-// for a Prometheus scrape every few seconds; not a general web server.
+// The HTTP server of /metrics (and, in tests, of an OTLP/HTTP collector): a path → handler table
+// over cpp-httplib, the library the OpenAI API serves with too, on two threads, with a bounded
+// request size (larger bodies get 413) and read time. Unknown paths get 404.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
 
 namespace hap::telemetry {
 
@@ -31,30 +35,27 @@ class HttpServer {
  public:
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
 
-  HttpServer() = default;
+  HttpServer();
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Serves `path` (exact match) with `handler`; call before Start.
+  // Serves GET and POST of `path` (exact match) with `handler`; call before Start.
   void Handle(const std::string& path, Handler handler);
 
-  // Listens on host:port (port 0 = a free one; see port()) and starts the serving thread.
+  // Listens on host:port (port 0 = a free one; see port()) and starts serving.
   absl::Status Start(const std::string& host, int port);
   int port() const { return port_; }
+  // Stops serving and waits for the requests in progress. Start may follow.
   void Stop();
 
   static constexpr size_t kMaxRequestBytes = 32 << 20;
 
  private:
-  void Loop();
-  void Serve(int fd);
-
   std::map<std::string, Handler> handlers_;
-  int listen_fd_ = -1;
+  std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::thread thread_;  // runs the server's accept loop
 };
 
 }  // namespace hap::telemetry
