@@ -5,6 +5,8 @@
 #include "base/status_macros.h"
 #include "base/timer.h"
 #include "runtime/image/clip_preprocess.h"
+#include "runtime/image/image.h"
+#include "runtime/image/png_encode.h"
 #include "runtime/prune/planner.h"
 #include "runtime/prune/visionzip.h"
 
@@ -81,6 +83,31 @@ absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_vi
   out.preprocess_ms = MsBetween(t0, t1);
   out.encode_ms = MsBetween(t1, Clock::now());
   return out;
+}
+
+absl::StatusOr<double> WarmUpEncode(const LlavaModel& model, const PruneRequest& prune) {
+  const int size = model.config().vision.image_size;
+  RgbImage image;
+  image.width = image.height = size;
+  image.pixels.resize(static_cast<size_t>(size) * size * 3);
+  for (size_t i = 0; i < image.pixels.size(); ++i) {
+    image.pixels[i] = static_cast<uint8_t>((i * 37 + i / 301 * 11) % 253);
+  }
+  HAP_ASSIGN_OR_RETURN(std::string png, EncodePng(image));
+  const auto t0 = Clock::now();
+  HAP_RETURN_IF_ERROR(EncodeImage(model, png, prune).status());
+  return MsBetween(t0, Clock::now());
+}
+
+absl::StatusOr<double> WarmUpPrefill(const LlavaModel& model, const PruneRequest& prune) {
+  EncodeResult image;
+  image.n_vis = model.config().num_visual_tokens();
+  image.embeds.assign(static_cast<size_t>(image.n_vis) * model.config().text.hidden_size, 0.f);
+  Sampler greedy{SamplingParams{}};
+  const auto t0 = Clock::now();
+  HAP_RETURN_IF_ERROR(
+      RunPrefill(model, PromptText("What is in the picture?"), image, prune, &greedy).status());
+  return MsBetween(t0, Clock::now());
 }
 
 absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptText& prompt,

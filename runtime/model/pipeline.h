@@ -81,6 +81,15 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler, int kv_reserve_rows = 0);
 
+// Warm-up requests a service runs before it serves, so that its first request costs what later
+// ones do (on a GPU: kernel modules loaded, product handles made, steps planned, the block cache
+// filled; on the CPU: the weights' pages read in). Each returns its wall time in ms.
+// WarmUpEncode: one image of the tower's size (a fixed pattern) through EncodeImage with `prune`.
+absl::StatusOr<double> WarmUpEncode(const LlavaModel& model, const PruneRequest& prune);
+// WarmUpPrefill: a prefill of a short question over an image of zero embeddings (all V
+// tokens), pruned by `prune`, its first token drawn greedily where the logits are.
+absl::StatusOr<double> WarmUpPrefill(const LlavaModel& model, const PruneRequest& prune);
+
 // Checks a request's prompt and pruning options without running the model (services call this
 // on receipt so bad requests fail fast).
 absl::Status ValidateRequest(const LlavaModel& model, const PromptText& prompt,

@@ -16,6 +16,7 @@
 #include "services/server/model_loader.h"
 #include "services/server/service_host.h"
 #include "services/server/service_metrics.h"
+#include "services/server/status.h"
 #include "telemetry/metrics.h"
 
 namespace hap::svc {
@@ -97,15 +98,19 @@ int Main(int argc, char** argv) {
   // One engine thread batches the decode steps of every call; at most --max-concurrent
   // sequences share a step (admission already keeps the rest waiting).
   const TextConfig& text = model->config().text;
-  if (gpu_budget > 0) {
-    // The weights are in; a warm-up step at the largest batch shows what a step holds. The KV
-    // pool takes what is left (--kv-pool-bytes, when also given, caps it).
-    const int64_t weights = model->backend().DeviceBytesInUse();
-    int64_t workspace = 0;
+  // The warm-up step, at the largest batch: what later steps cost, and (with a budget) what a
+  // step holds on the device.
+  const int64_t weights = model->backend().DeviceBytesInUse();
+  int64_t workspace = 0;
+  if (common.warm_up || gpu_budget > 0) {
     absl::StatusOr<double> warm = WarmUpDecode(*model, common.max_concurrent, kv_dtype, &workspace);
-    if (!warm.ok()) return host.Fail(warm.status());
-    std::fprintf(stderr, "%s: warm-up decode step of %d sequences in %.1f ms\n",
+    if (!warm.ok()) return host.Fail(Annotate(warm.status(), "warm-up request"));
+    std::fprintf(stderr, "%s: warm-up request (a decode step of %d sequences) in %.1f ms\n",
                  host.name().c_str(), common.max_concurrent, *warm);
+  }
+  if (gpu_budget > 0) {
+    // The KV pool takes what the weights, the step and the runtime leave (--kv-pool-bytes, when
+    // also given, caps it).
     const int64_t block_bytes = int64_t{2} * *block_rows * text.num_key_value_heads *
                                 text.head_dim * static_cast<int64_t>(DTypeSize(kv_dtype));
     absl::StatusOr<GpuMemoryPlan> plan =

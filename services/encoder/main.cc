@@ -1,11 +1,14 @@
 // hap-encoder: the vision-encoder service (image bytes → visual embeddings).
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/model/pipeline.h"
 #include "services/encoder/encoder_service.h"
 #include "services/server/model_loader.h"
 #include "services/server/service_host.h"
+#include "services/server/status.h"
 
 namespace hap::svc {
 namespace {
@@ -58,6 +61,13 @@ int Main(int argc, char** argv) {
   auto loaded = LoadServiceModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);
+  if (common.warm_up) {
+    PruneRequest none;
+    none.method = "none";
+    absl::StatusOr<double> ms = WarmUpEncode(*model, none);
+    if (!ms.ok()) return host.Fail(Annotate(ms.status(), "warm-up request"));
+    std::fprintf(stderr, "%s: warm-up request (one image) in %.1f ms\n", host.name().c_str(), *ms);
+  }
   service.SetModel(model.get());
   host.SetServing();
   return host.WaitAndDrain(common.drain_timeout_ms);

@@ -293,6 +293,13 @@ int Main(int argc, char** argv) {
   absl::Status ok =
       prune.ok() ? ValidateRequest(*model, "default pruning check", *prune) : prune.status();
   if (!ok.ok()) return host.Fail(Annotate(ok, "default pruning (--method/--retain/--flops)"));
+  if (common.warm_up) {
+    // The default method's path: its kernels, the planned steps, the sampling.
+    absl::StatusOr<double> ms = WarmUpPrefill(*model, *prune);
+    if (!ms.ok()) return host.Fail(Annotate(ms.status(), "warm-up request"));
+    std::fprintf(stderr, "%s: warm-up request (a prefill, %s) in %.1f ms\n", host.name().c_str(),
+                 prune->method.c_str(), *ms);
+  }
   service.SetModel(model.get());
   std::unique_ptr<openai::OpenAiServer> openai;
   if (!options.Get("openai-port").empty()) {

@@ -113,6 +113,9 @@ std::vector<OptionSpec> CommonOptionSpecs() {
       {"max-concurrent", "HAP_MAX_CONCURRENT", "16",
        "requests in flight at once (hap-decode: sequences sharing one batched step); their "
        "compute stages take turns, one at a time per process"},
+      {"warm-up", "HAP_WARM_UP", "on",
+       "on: run one warm-up request before serving (its time in the log), so that the first "
+       "request costs what later ones do; off: serve at once"},
       {"queue-length", "HAP_QUEUE_LENGTH", "16",
        "requests waiting for a worker; beyond it RESOURCE_EXHAUSTED"},
       {"max-message-bytes", "HAP_MAX_MESSAGE_BYTES", "4194304", "largest gRPC message"},
@@ -156,6 +159,12 @@ absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options) {
   c.pool_spin_us = static_cast<int>(spin);
   HAP_ASSIGN_OR_RETURN(int64_t conc, options.Int("max-concurrent", 1, 4096));
   c.max_concurrent = static_cast<int>(conc);
+  const std::string warm_up = options.Get("warm-up");
+  if (warm_up != "on" && warm_up != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--warm-up must be on or off, got '", warm_up, "'"));
+  }
+  c.warm_up = warm_up == "on";
   HAP_ASSIGN_OR_RETURN(int64_t queue, options.Int("queue-length", 0, 1 << 20));
   c.queue_length = static_cast<int>(queue);
   HAP_ASSIGN_OR_RETURN(int64_t msg, options.Int("max-message-bytes", 4096, 1 << 30));

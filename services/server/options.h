@@ -54,6 +54,7 @@ struct CommonOptions {
   int pool_spin_us = ThreadPool::kDefaultSpinUs;  // compute pool hand-over spin before sleeping
   int max_concurrent = 4;                         // requests running at once
   int queue_length = 16;                          // admitted requests waiting for a worker
+  bool warm_up = true;  // one warm-up request before serving (runtime/model/pipeline.h)
   int max_message_bytes = 4 << 20;                // no gRPC message above this
   int64_t drain_timeout_ms = 30000;               // SIGTERM: wait this long for in-flight requests
   // TLS: serve with this PEM certificate chain and key (both or neither); with client_ca set,

@@ -1,14 +1,16 @@
 // The engine with pruning on a tiny random checkpoint: "none" and HAP at a 100% budget are
 // bit-identical to the unpruned engine; per-layer token counts follow the plan; the KV cache
 // holds exactly the rows each layer processed; decode continues at the original positions.
+#include "runtime/model/pipeline.h"
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "gtest/gtest.h"
+#include "runtime/engine/decode_engine.h"
 #include "runtime/image/png_encode.h"
-#include "runtime/model/pipeline.h"
 #include "runtime/prune/planner.h"
 #include "runtime/tiny/tiny_model.h"
 
@@ -91,6 +93,34 @@ RawRun RawEngine(const LlavaModel& m, const std::string& image, const std::strin
 
 bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The warm-up requests a service runs before serving (encode; prefill with the default method;
+// a decode step of a whole batch) succeed with the methods that prune in the encoder and in the
+// LLM, and leave nothing behind: a request after them answers bit for bit as before them.
+TEST_F(PipelineTest, WarmUpRequestsRunAndChangeNothing) {
+  const GenerateRequest request = Request("hap", 16);
+  absl::StatusOr<GenerateResult> before = Generate(*model_, request, nullptr);
+  ASSERT_TRUE(before.ok()) << before.status();
+  for (const char* method : {"none", "hap", "visionzip"}) {
+    PruneRequest prune;
+    prune.method = method;
+    if (prune.method != "none") prune.retain = 16;
+    absl::StatusOr<double> encode = WarmUpEncode(*model_, prune);
+    ASSERT_TRUE(encode.ok()) << method << ": " << encode.status();
+    EXPECT_GE(*encode, 0);
+    if (prune.method != "visionzip") {  // VisionZip prunes in the encoder only
+      absl::StatusOr<double> prefill = WarmUpPrefill(*model_, prune);
+      ASSERT_TRUE(prefill.ok()) << method << ": " << prefill.status();
+    }
+  }
+  int64_t workspace = -1;
+  ASSERT_TRUE(WarmUpDecode(*model_, 4, DType::kBF16, &workspace).ok());
+  EXPECT_EQ(workspace, 0);  // the CPU backend holds no device memory
+  absl::StatusOr<GenerateResult> after = Generate(*model_, request, nullptr);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->decode.tokens, before->decode.tokens);
+  EXPECT_EQ(after->decode.text, before->decode.text);
 }
 
 TEST_F(PipelineTest, NoneAndFullBudgetHapAreBitIdenticalToTheEngine) {
