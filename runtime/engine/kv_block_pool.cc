@@ -99,7 +99,9 @@ void* KvBlockPool::v(int32_t block) { return Block(block) + block_bytes_ / 2; }
 
 KvPoolStats KvBlockPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  KvPoolStats s = stats_;
+  s.rows_in_use = rows_in_use_.load(std::memory_order_relaxed);
+  return s;
 }
 
 }  // namespace hap

@@ -5,6 +5,7 @@
 // blocks are first used, so a large budget costs nothing until it fills. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,10 @@ struct KvPoolStats {
   int64_t blocks_in_use = 0;  // handed out and not yet freed
   int64_t blocks_peak = 0;    // highest blocks_in_use so far
   int64_t bytes_per_block = 0;
+  // Rows the sequences hold in their blocks (PagedKv counts them): the blocks in use have
+  // blocks_in_use · block_rows slots, and the ones without a row are room reserved for answers
+  // still to come and the unfilled ends of last blocks.
+  int64_t rows_in_use = 0;
 };
 
 class KvBlockPool {
@@ -35,6 +40,8 @@ class KvBlockPool {
   // has no memory for a new slab.
   absl::StatusOr<std::vector<int32_t>> Allocate(int n);
   void Free(const std::vector<int32_t>& blocks);
+  // The rows its sequences hold grew (or, negative, shrank) by `rows` (PagedKv calls it).
+  void CountRows(int64_t rows) { rows_in_use_.fetch_add(rows, std::memory_order_relaxed); }
 
   // The block's K rows and V rows (valid until the block is freed).
   void* k(int32_t block);
@@ -60,6 +67,7 @@ class KvBlockPool {
   std::vector<int32_t> free_;                      // freed blocks, reused first
   int64_t next_unused_ = 0;                        // blocks never handed out start here
   KvPoolStats stats_;
+  std::atomic<int64_t> rows_in_use_{0};
 };
 
 }  // namespace hap

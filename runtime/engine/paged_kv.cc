@@ -115,6 +115,7 @@ absl::Status PagedKv::AppendHostRows(int layer, DType dtype, const void* k, cons
                                               rows * row_bytes));
     r += rows;
     l.len += rows;
+    pool_->CountRows(rows);
   }
   l.positions.insert(l.positions.end(), positions, positions + n);
   return absl::OkStatus();
@@ -134,7 +135,12 @@ absl::Status PagedKv::AppendHost(int layer, const float* k, const float* v,
 
 PagedKv::~PagedKv() {
   std::vector<int32_t> all;
-  for (const Layer& l : layers_) all.insert(all.end(), l.blocks.begin(), l.blocks.end());
+  int64_t rows = 0;
+  for (const Layer& l : layers_) {
+    all.insert(all.end(), l.blocks.begin(), l.blocks.end());
+    rows += l.len;
+  }
+  pool_->CountRows(-rows);
   pool_->Free(all);
 }
 
@@ -168,6 +174,7 @@ absl::Status PagedKv::Append(const Backend& backend, int layer, const float* k, 
         backend.StoreF32As(dtype, v + first, static_cast<uint8_t*>(l.v[b]) + off, values));
     r += rows;
     l.len += rows;
+    pool_->CountRows(rows);
   }
   l.positions.insert(l.positions.end(), positions, positions + n);
   return absl::OkStatus();
@@ -184,6 +191,7 @@ absl::StatusOr<KvRowSlot> PagedKv::AppendRowSlot(int layer, int32_t position) {
   const int b = l.len / block_rows;
   const size_t offset = static_cast<size_t>(l.len % block_rows) * row_bytes();
   ++l.len;
+  pool_->CountRows(1);
   l.positions.push_back(position);
   return KvRowSlot{static_cast<uint8_t*>(l.k[b]) + offset, static_cast<uint8_t*>(l.v[b]) + offset};
 }

@@ -140,6 +140,17 @@ int Main(int argc, char** argv) {
                        [pool_ptr] { return static_cast<double>(pool_ptr->stats().blocks_total); });
     r.AddCallbackGauge("hap_kv_pool_blocks_in_use", "KV blocks held by sequences now.",
                        [pool_ptr] { return static_cast<double>(pool_ptr->stats().blocks_in_use); });
+    r.AddCallbackGauge("hap_kv_pool_rows_in_use", "KV rows the sequences' blocks hold.",
+                       [pool_ptr] { return static_cast<double>(pool_ptr->stats().rows_in_use); });
+    r.AddCallbackGauge(
+        "hap_kv_pool_unfilled_fraction",
+        "Share of the row slots of the blocks in use that hold no row: room reserved for answers "
+        "still to come, and the unfilled ends of last blocks (0 when no block is in use).",
+        [pool_ptr, block_rows = *block_rows] {
+          const KvPoolStats p = pool_ptr->stats();
+          const double slots = static_cast<double>(p.blocks_in_use) * block_rows;
+          return slots > 0 ? 1.0 - static_cast<double>(p.rows_in_use) / slots : 0.0;
+        });
     r.AddCallbackGauge(
         "hap_kv_pool_block_bytes", "Bytes of one KV block (K and V of its rows).",
         [pool_ptr] { return static_cast<double>(pool_ptr->stats().bytes_per_block); });

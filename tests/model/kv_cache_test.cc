@@ -177,6 +177,14 @@ TEST(KvCacheTest, AHapRequestAt5Point6PercentHoldsItsPlannedLengthsInBlocks) {
   ASSERT_TRUE(paged.ok()) << paged.status();
   EXPECT_EQ((*paged)->blocks_held(), want);
   EXPECT_EQ((*pool)->stats().blocks_in_use, want);
+  // The pool counts the rows its blocks hold: every layer's prompt rows, then one per layer for
+  // each decode step's slot.
+  int64_t rows = 0;
+  for (int l = 0; l < dims.n_layers; ++l) rows += cache.len(l);
+  EXPECT_EQ((*pool)->stats().rows_in_use, rows);
+  ASSERT_TRUE((*paged)->AppendRowSlot(0, 1000).ok());
+  ASSERT_TRUE((*paged)->AppendRowSlot(5, 1000).ok());
+  EXPECT_EQ((*pool)->stats().rows_in_use, rows + 2);
   // The plan (`hapctl plan --preset llava-1.5-7b --retain 5.6%`: M = 32 groups of one layer,
   // 576, 144, 64, 36, 23, 16, 12, 9, 7, 6, 5, 4, 3, 3, 3, then 2 four times and 1 thirteen
   // times visual tokens) gives 43 + 16 + 11 + 9 + 4·8 + 24·7 = 279 blocks against 1,376.
@@ -191,6 +199,7 @@ TEST(KvCacheTest, AHapRequestAt5Point6PercentHoldsItsPlannedLengthsInBlocks) {
   }
   paged->reset();
   EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
+  EXPECT_EQ((*pool)->stats().rows_in_use, 0);
 }
 
 // ReadRows refuses a layer or a row range outside the cache, including a range whose end
