@@ -8,8 +8,10 @@
 
 namespace hap::cuda::emulation {
 
-// Kernel launches since the process started, failed ones included.
+// Kernel launches since the process started, failed ones included; those of one kernel
+// (its __global__ function's name).
 int64_t KernelLaunches();
+int64_t KernelLaunches(const char* kernel);
 // Matrix products (what cuBLAS runs on a GPU) since the process started.
 int64_t Products();
 // Device allocations and frees (cudaMalloc and cudaFree on a GPU) since the process started.

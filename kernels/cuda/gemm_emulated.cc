@@ -20,6 +20,9 @@ std::atomic<int64_t> g_products{0};
 
 int64_t emulation::Products() { return g_products.load(); }
 int64_t emulation::KernelLaunches() { return static_cast<int64_t>(simt::LaunchCount()); }
+int64_t emulation::KernelLaunches(const char* kernel) {
+  return static_cast<int64_t>(simt::LaunchCount(kernel));
+}
 
 namespace internal {
 

@@ -224,6 +224,9 @@ absl::Status LlamaDecoder::PackDecodeTables(const std::vector<int32_t>& tokens,
         spans.clear();
       }
       kv->Spans(l, &ws->seq_spans_);
+      int rows = 0;
+      for (const KvSpan& span : ws->seq_spans_) rows += span.rows;
+      group.max_rows = std::max(group.max_rows, rows);
       spans.insert(spans.end(), ws->seq_spans_.begin(), ws->seq_spans_.end());
       span_begin.push_back(static_cast<int>(spans.size()));
       ++group.n_seqs;
@@ -274,6 +277,7 @@ absl::Status LlamaDecoder::AttendDecode(int l, const DecodeWorkspace& ws, const 
     args.n_seqs = group.n_seqs;
     args.span_begin = reinterpret_cast<const int*>(tables + group.span_begin_at);
     args.tables_in_backend = true;
+    args.max_rows = group.max_rows;
     HAP_RETURN_IF_ERROR(backend_.DecodeAttention(args));
   }
   return absl::OkStatus();

@@ -47,6 +47,7 @@ class DecodeWorkspace {
   // StoreKvRows and one DecodeAttention. Offsets are into the tables.
   struct Group {
     int first_row = 0, n_seqs = 0, n_spans = 0;
+    int max_rows = 0;  // the most rows a sequence of the group attends over
     DType dtype = DType::kF32;
     size_t span_begin_at = 0, spans_at = 0;
   };

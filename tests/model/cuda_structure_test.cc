@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/emulation_counts.h"
 #include "runtime/engine/decode_engine.h"
@@ -131,6 +132,7 @@ TEST(CudaStructure, OneUploadPerDecodeStep) {
     prefills.push_back(std::move(*prefill));
   }
   ASSERT_NE(prefills[0].kv().len(3), prefills[1].kv().len(3));
+  ASSERT_GT(prefills[0].kv().len(0), cuda::kDecodeRowsPerSplit);
   std::vector<KvStore*> caches = {&prefills[0].kv(), &prefills[1].kv()};
   Sampler greedy_a{SamplingParams{}}, greedy_b{SamplingParams{}};
   DecodeWorkspace workspace((*model)->backend());
@@ -138,11 +140,16 @@ TEST(CudaStructure, OneUploadPerDecodeStep) {
     const int64_t uploads = cuda::emulation::HostToDeviceCopies();
     const int64_t staged = cuda::emulation::StagedHostToDeviceCopies();
     const int64_t allocations = cuda::emulation::DeviceAllocations();
+    const int64_t combines = cuda::emulation::KernelLaunches("DecodeAttentionCombineKernel");
     absl::StatusOr<std::vector<int32_t>> next =
         (*model)->DecodeBatchSampled(tokens, caches, {&greedy_a, &greedy_b}, nullptr, &workspace);
     ASSERT_TRUE(next.ok()) << next.status();
     tokens = *next;
     EXPECT_EQ(cuda::emulation::HostToDeviceCopies() - uploads, 1) << "step " << step;
+    // The unpruned sequence attends over more than kDecodeRowsPerSplit rows in every layer: each
+    // layer's attention is split over the rows and combined (one combine launch per layer).
+    EXPECT_EQ(cuda::emulation::KernelLaunches("DecodeAttentionCombineKernel") - combines, o.layers)
+        << "step " << step;
     EXPECT_EQ(cuda::emulation::StagedHostToDeviceCopies() - staged, 0) << "step " << step;
 #if !defined(__SANITIZE_ADDRESS__)
     if (step > 0) {

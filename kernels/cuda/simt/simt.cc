@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -126,6 +127,11 @@ std::atomic<uint64_t> g_seed{[] {
   return env != nullptr ? std::strtoull(env, nullptr, 10) : uint64_t{0x5eed};
 }()};
 std::atomic<uint64_t> g_launches{0};
+std::mutex g_names_mu;
+std::map<std::string, uint64_t>& LaunchesByName() {
+  static auto* launches = new std::map<std::string, uint64_t>();
+  return *launches;
+}
 
 uint64_t SplitMix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -450,6 +456,12 @@ void* DynamicShared() { return Runner().DynamicShared(); }
 void Fault(const std::string& message) { Runner().Fault(message); }
 uint64_t LaunchCount() { return g_launches.load(); }
 
+uint64_t LaunchCount(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_names_mu);
+  auto it = LaunchesByName().find(name);
+  return it == LaunchesByName().end() ? 0 : it->second;
+}
+
 void SetSeed(uint64_t seed) { g_seed.store(seed); }
 
 std::string Launch(const char* name, dim3 grid, dim3 block, size_t dynamic_smem,
@@ -469,6 +481,10 @@ std::string Launch(const char* name, dim3 grid, dim3 block, size_t dynamic_smem,
            std::to_string(kMaxSharedBytesPerBlock);
   }
   if (tls_runner != nullptr) return std::string(name) + ": launched from inside a kernel";
+  {
+    std::lock_guard<std::mutex> lock(g_names_mu);
+    ++LaunchesByName()[name];
+  }
   const uint64_t seed = SplitMix(g_seed.load() ^ SplitMix(g_launches.fetch_add(1)));
   const int64_t n_blocks = int64_t{grid.x} * grid.y * grid.z;
   std::mutex mu;

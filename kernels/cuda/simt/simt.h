@@ -68,8 +68,9 @@ void* DynamicShared();
 std::string Launch(const char* name, dim3 grid, dim3 block, size_t dynamic_smem,
                    const std::function<void()>& kernel);
 
-// Launches so far (every Launch call, failed ones included).
+// Launches so far (every Launch call, failed ones included), and those of the kernel `name`.
 uint64_t LaunchCount();
+uint64_t LaunchCount(const std::string& name);
 
 // The seed of the scheduler's thread order for the next launches (each block's order is drawn
 // from the seed, the launch count and the block index). HAP_SIMT_SEED sets it at start-up.
