@@ -20,28 +20,35 @@ __global__ void AddKernel(float* y, const float* x, int64_t n) {
   }
 }
 
-__global__ void AddBiasKernel(float* y, const float* bias, int64_t n, int cols) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] += bias[i % cols];
+// The bias kernels run a block per row (grid-stride over the rows) with the threads across its
+// columns: coalesced, and no division of a flat index to find the column.
+unsigned RowBlocks(int64_t rows) {
+  return rows < kMaxBlocks ? static_cast<unsigned>(rows) : kMaxBlocks;
+}
+
+__global__ void AddBiasKernel(float* y, const float* bias, int64_t rows, int cols) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* row = y + r * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] += bias[c];
   }
 }
 
-// Blocks over y as [rows, cols]; blockIdx.y picks the member of the batch.
-__global__ void AddBiasesKernel(BiasBatch batch, int64_t n, int cols) {
+// blockIdx.y picks the member of the batch.
+__global__ void AddBiasesKernel(BiasBatch batch, int64_t rows, int cols) {
   float* y = batch.y[blockIdx.y];
   const float* bias = batch.bias[blockIdx.y];
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] += bias[i % cols];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* row = y + r * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] += bias[c];
   }
 }
 
-__global__ void AddWithBiasKernel(float* y, const float* x, const float* bias, int64_t n,
+__global__ void AddWithBiasKernel(float* y, const float* x, const float* bias, int64_t rows,
                                   int cols) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] += x[i] + bias[i % cols];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* row = y + r * cols;
+    const float* x_row = x + r * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] += x_row[c] + bias[c];
   }
 }
 
@@ -53,8 +60,8 @@ KernelStatus AddBiases(const BiasBatch& batch, int count, int64_t rows, int cols
   }
   const int64_t n = rows * cols;
   if (n == 0 || count == 0) return KernelStatus::Ok();
-  return Launch("AddBiasesKernel", AddBiasesKernel, dim3(Blocks(n), count), dim3(kThreads), 0,
-                stream, batch, n, cols);
+  return Launch("AddBiasesKernel", AddBiasesKernel, dim3(RowBlocks(rows), count), dim3(kThreads), 0,
+                stream, batch, rows, cols);
 }
 
 KernelStatus AddWithBias(float* y, const float* x, const float* bias, int64_t rows, int cols,
@@ -62,8 +69,8 @@ KernelStatus AddWithBias(float* y, const float* x, const float* bias, int64_t ro
   if (rows < 0 || cols <= 0) return KernelStatus::Error("AddWithBias: bad shape");
   const int64_t n = rows * cols;
   if (n == 0) return KernelStatus::Ok();
-  return Launch("AddWithBiasKernel", AddWithBiasKernel, dim3(Blocks(n)), dim3(kThreads), 0, stream,
-                y, x, bias, n, cols);
+  return Launch("AddWithBiasKernel", AddWithBiasKernel, dim3(RowBlocks(rows)), dim3(kThreads), 0,
+                stream, y, x, bias, rows, cols);
 }
 
 KernelStatus Add(float* y, const float* x, int64_t n, Stream stream) {
@@ -76,8 +83,8 @@ KernelStatus AddBias(float* y, const float* bias, int64_t rows, int cols, Stream
   if (rows < 0 || cols <= 0) return KernelStatus::Error("AddBias: bad shape");
   const int64_t n = rows * cols;
   if (n == 0) return KernelStatus::Ok();
-  return Launch("AddBiasKernel", AddBiasKernel, dim3(Blocks(n)), dim3(kThreads), 0, stream, y,
-                bias, n, cols);
+  return Launch("AddBiasKernel", AddBiasKernel, dim3(RowBlocks(rows)), dim3(kThreads), 0, stream, y,
+                bias, rows, cols);
 }
 
 }  // namespace hap::cuda
