@@ -42,6 +42,12 @@ std::vector<svc::OptionSpec> Specs() {
       {"retain", "HAP_BENCH_RETAIN", "11.1%", "its budget"},
       {"max-new-tokens", "HAP_BENCH_MAX_NEW_TOKENS", "32", "tokens per request"},
       {"threads", "HAP_THREADS", "0", "compute threads per service"},
+      {"device", "HAP_DEVICE", "cpu", "the compute backend of the services it starts: cpu or cuda"},
+      {"kv-dtype", "HAP_KV_DTYPE", "f32", "the KV caches of the services it starts: f32 or bf16"},
+      {"prefill-gpu-memory", "HAP_BENCH_PREFILL_GPU_MEMORY", "",
+       "--gpu-memory of the hap-prefill it starts (with --device cuda; empty = none)"},
+      {"decode-gpu-memory", "HAP_BENCH_DECODE_GPU_MEMORY", "",
+       "--gpu-memory of the hap-decode it starts (with --device cuda; empty = none)"},
       {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
       {"address", "HAP_BENCH_ADDRESS", "",
        "front door of services already running (default: start the three services here)"},
@@ -137,10 +143,18 @@ int Main(int argc, char** argv) {
     po.bin_dir = o->Get("bin-dir");
     po.echo_output = false;
     // Every stream admitted at once: the services' limits must not be what is measured.
-    const std::vector<std::string> common = {"--threads", o->Get("threads"), "--max-concurrent",
-                                             absl::StrCat(most), "--queue-length",
-                                             absl::StrCat(most)};
+    const std::vector<std::string> common = {
+        "--threads",      o->Get("threads"), "--max-concurrent", absl::StrCat(most),
+        "--queue-length", absl::StrCat(most), "--device",        o->Get("device")};
     po.encoder_args = po.decode_args = po.prefill_args = common;
+    po.kv_dtype = o->Get("kv-dtype");
+    for (const auto& [flag, args] : {std::pair{"prefill-gpu-memory", &po.prefill_args},
+                                     std::pair{"decode-gpu-memory", &po.decode_args}}) {
+      if (!o->Get(flag).empty()) {
+        args->push_back("--gpu-memory");
+        args->push_back(o->Get(flag));
+      }
+    }
     auto started = sdk::LocalPipeline::Start(po);
     if (!started.ok()) {
       std::fprintf(stderr, "streams_bench: %s\n", started.status().ToString().c_str());
