@@ -239,7 +239,7 @@ absl::Status LlamaDecoder::PackDecodeTables(const std::vector<int32_t>& tokens,
   if (ws->host_tables_.bytes() < packed.size()) {
     ws->host_tables_.Reset();
     HAP_ASSIGN_OR_RETURN(ws->host_tables_,
-                         BackendBuffer::AllocateHost(*ws->backend_, packed.size()));
+                         BackendBuffer::AllocateHost(ws->tables_.backend(), packed.size()));
   }
   std::memcpy(ws->host_tables_.data(), packed.data(), packed.size());
   HAP_RETURN_IF_ERROR(ws->tables_.Resize(packed.size()));

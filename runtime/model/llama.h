@@ -37,7 +37,7 @@ struct PrefillTrace {
 class DecodeWorkspace {
  public:
   explicit DecodeWorkspace(const Backend& backend)
-      : backend_(&backend), tables_(backend), x_(backend), workspace_(backend), logits_(backend) {}
+      : tables_(backend), x_(backend), workspace_(backend), logits_(backend) {}
   // F32 [b, vocab] of the last step, in the backend's memory.
   const BackendArray<float>& logits() const { return logits_; }
 
@@ -52,8 +52,7 @@ class DecodeWorkspace {
     size_t span_begin_at = 0, spans_at = 0;
   };
   std::vector<uint8_t> packed_;  // the tables as built, then copied into host_tables_
-  const Backend* backend_;
-  BackendBuffer host_tables_;  // Backend::AllocateHost
+  BackendBuffer host_tables_;    // Backend::AllocateHost of tables_'s backend
   BackendArray<uint8_t> tables_;
   size_t ids_at_ = 0, positions_at_ = 0;
   std::vector<size_t> k_dst_at_, v_dst_at_;  // per layer: [b] row addresses
