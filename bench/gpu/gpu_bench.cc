@@ -38,7 +38,6 @@
 #include "kernels/cuda/op_profile.h"
 #include "nlohmann/json.hpp"
 #include "runtime/device/device_backend.h"
-#include "runtime/image/image.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
 
@@ -370,19 +369,6 @@ bool ParseArgs(int argc, char** argv, Args* a) {
   return true;
 }
 
-// A 336×336 PNG of a fixed, non-repeating pattern (visual tokens that differ from each other).
-std::string PatternImage() {
-  RgbImage img;
-  img.width = img.height = 336;
-  img.pixels.resize(size_t{336} * 336 * 3);
-  for (size_t i = 0; i < img.pixels.size(); ++i) {
-    img.pixels[i] = static_cast<uint8_t>((i * 37 + i / 301 * 11) % 253);
-  }
-  absl::StatusOr<std::string> png = EncodePng(img);
-  if (!png.ok()) Die("image", png.status());
-  return *png;
-}
-
 // One configuration's requests: the medians and what the last one's prefill reported.
 struct RequestTimes {
   std::string name;
@@ -600,7 +586,9 @@ int Main(int argc, char** argv) {
   const LlavaConfig& c = (*model)->config();
   const int V = c.num_visual_tokens();
 
-  std::string image = PatternImage();
+  absl::StatusOr<std::string> pattern = PatternPng(336);
+  if (!pattern.ok()) Die("image", pattern.status());
+  std::string image = *pattern;
   if (!a.image.empty()) {
     std::ifstream f(a.image, std::ios::binary);
     std::stringstream ss;

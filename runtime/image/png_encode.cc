@@ -3,6 +3,7 @@
 
 #include <png.h>
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <fstream>
@@ -84,6 +85,16 @@ absl::Status WritePng(const std::string& path, const RgbImage& img) {
   out.close();
   if (!out) return absl::InternalError(absl::StrCat("cannot write PNG ", path));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> PatternPng(int size) {
+  RgbImage img;
+  img.width = img.height = size;
+  img.pixels.resize(static_cast<size_t>(std::max(size, 0)) * std::max(size, 0) * 3);
+  for (size_t i = 0; i < img.pixels.size(); ++i) {
+    img.pixels[i] = static_cast<uint8_t>((i * 37 + i / 301 * 11) % 253);
+  }
+  return EncodePng(img);
 }
 
 }  // namespace hap

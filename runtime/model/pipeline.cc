@@ -5,7 +5,6 @@
 #include "base/status_macros.h"
 #include "base/timer.h"
 #include "runtime/image/clip_preprocess.h"
-#include "runtime/image/image.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/prune/planner.h"
 #include "runtime/prune/visionzip.h"
@@ -86,14 +85,7 @@ absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_vi
 }
 
 absl::StatusOr<double> WarmUpEncode(const LlavaModel& model, const PruneRequest& prune) {
-  const int size = model.config().vision.image_size;
-  RgbImage image;
-  image.width = image.height = size;
-  image.pixels.resize(static_cast<size_t>(size) * size * 3);
-  for (size_t i = 0; i < image.pixels.size(); ++i) {
-    image.pixels[i] = static_cast<uint8_t>((i * 37 + i / 301 * 11) % 253);
-  }
-  HAP_ASSIGN_OR_RETURN(std::string png, EncodePng(image));
+  HAP_ASSIGN_OR_RETURN(std::string png, PatternPng(model.config().vision.image_size));
   const auto t0 = Clock::now();
   HAP_RETURN_IF_ERROR(EncodeImage(model, png, prune).status());
   return MsBetween(t0, Clock::now());
