@@ -96,11 +96,7 @@ absl::Status PagedKv::AppendHostRows(int layer, DType dtype, const void* k, cons
   // Rows of the pool's dtype: copied into the blocks as they are.
   Layer& l = layers_[layer];
   const int block_rows = pool_->block_rows();
-  if (l.len + n > static_cast<int>(l.blocks.size()) * block_rows) {
-    return absl::FailedPreconditionError(absl::StrCat("layer ", layer, ": ", l.len, " + ", n,
-                                                      " rows exceed the ",
-                                                      l.blocks.size() * block_rows, " reserved"));
-  }
+  HAP_RETURN_IF_ERROR(CheckRoom(layer, n));
   const Backend& backend = pool_->backend();
   const size_t row_bytes = static_cast<size_t>(pool_->kv_dim()) * DTypeSize(dtype);
   const auto* src_k = static_cast<const uint8_t*>(k);
@@ -133,6 +129,14 @@ absl::Status PagedKv::AppendHost(int layer, const float* k, const float* v,
   return Append(backend, layer, k_stage_.data(), v_stage_.data(), positions, n);
 }
 
+absl::Status PagedKv::CheckRoom(int layer, int n) const {
+  const Layer& l = layers_[layer];
+  const int64_t room = static_cast<int64_t>(l.blocks.size()) * pool_->block_rows();
+  if (l.len + int64_t{n} <= room) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("layer ", layer, ": ", l.len, " + ", n, " rows exceed the ", room, " reserved"));
+}
+
 PagedKv::~PagedKv() {
   std::vector<int32_t> all;
   int64_t rows = 0;
@@ -154,11 +158,7 @@ absl::Status PagedKv::Append(const Backend& backend, int layer, const float* k, 
   Layer& l = layers_[layer];
   const int block_rows = pool_->block_rows();
   const int kv_dim = pool_->kv_dim();
-  if (l.len + n > static_cast<int>(l.blocks.size()) * block_rows) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "layer ", layer, ": ", l.len, " + ", n, " rows exceed the ", l.blocks.size() * block_rows,
-        " reserved"));
-  }
+  HAP_RETURN_IF_ERROR(CheckRoom(layer, n));
   const DType dtype = pool_->dtype();
   const size_t elem = DTypeSize(dtype);
   // One conversion per run of rows that land in the same block.
@@ -183,11 +183,7 @@ absl::Status PagedKv::Append(const Backend& backend, int layer, const float* k, 
 absl::StatusOr<KvRowSlot> PagedKv::AppendRowSlot(int layer, int32_t position) {
   Layer& l = layers_[layer];
   const int block_rows = pool_->block_rows();
-  if (l.len + 1 > static_cast<int>(l.blocks.size()) * block_rows) {
-    return absl::FailedPreconditionError(absl::StrCat("layer ", layer, ": ", l.len,
-                                                      " + 1 rows exceed the ",
-                                                      l.blocks.size() * block_rows, " reserved"));
-  }
+  HAP_RETURN_IF_ERROR(CheckRoom(layer, 1));
   const int b = l.len / block_rows;
   const size_t offset = static_cast<size_t>(l.len % block_rows) * row_bytes();
   ++l.len;

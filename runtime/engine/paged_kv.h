@@ -81,6 +81,8 @@ class PagedKv final : public KvStore {
     int len = 0;
   };
   explicit PagedKv(KvBlockPool* pool) : pool_(pool) {}
+  // FailedPrecondition unless `layer`'s blocks have room for n more rows.
+  absl::Status CheckRoom(int layer, int n) const;
 
   KvBlockPool* pool_;
   std::vector<Layer> layers_;

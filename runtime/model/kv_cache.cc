@@ -257,16 +257,10 @@ absl::Status DeviceKv::Append(const Backend& backend, int layer, const float* k,
         "layer %d: rows in %s memory appended to a KV cache in %s memory", layer,
         std::string(DeviceName(backend.device())), std::string(DeviceName(device()))));
   }
-  Layer& l = layers_[layer];
-  if (l.capacity == 0) HAP_RETURN_IF_ERROR(Resize(layer, n + reserve_rows_));
-  if (l.len() + n > l.capacity) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "layer %d: %d + %d rows exceed the %d reserved", layer, l.len(), n, l.capacity));
-  }
-  const size_t offset = static_cast<size_t>(row_bytes()) * l.len();
+  HAP_ASSIGN_OR_RETURN(const KvRowSlot slot, MakeRoom(layer, n));
   const int64_t values = static_cast<int64_t>(n) * kv_dim_;
-  char* dk = static_cast<char*>(l.k.data()) + offset;
-  char* dv = static_cast<char*>(l.v.data()) + offset;
+  char* dk = static_cast<char*>(slot.k);
+  char* dv = static_cast<char*>(slot.v);
   if (dtype_ == DType::kF32) {
     HAP_RETURN_IF_ERROR(backend.Copy(dk, k, sizeof(float) * values));
     HAP_RETURN_IF_ERROR(backend.Copy(dv, v, sizeof(float) * values));
@@ -274,21 +268,27 @@ absl::Status DeviceKv::Append(const Backend& backend, int layer, const float* k,
     HAP_RETURN_IF_ERROR(backend.StoreF32As(dtype_, k, dk, values));
     HAP_RETURN_IF_ERROR(backend.StoreF32As(dtype_, v, dv, values));
   }
-  l.positions.insert(l.positions.end(), positions, positions + n);
+  std::vector<int32_t>& layer_positions = layers_[layer].positions;
+  layer_positions.insert(layer_positions.end(), positions, positions + n);
   return absl::OkStatus();
 }
 
-absl::StatusOr<KvRowSlot> DeviceKv::AppendRowSlot(int layer, int32_t position) {
+absl::StatusOr<KvRowSlot> DeviceKv::MakeRoom(int layer, int n) {
   Layer& l = layers_[layer];
-  if (l.capacity == 0) HAP_RETURN_IF_ERROR(Resize(layer, 1 + reserve_rows_));
-  if (l.len() + 1 > l.capacity) {
+  if (l.capacity == 0) HAP_RETURN_IF_ERROR(Resize(layer, n + reserve_rows_));
+  if (l.len() + n > l.capacity) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "layer %d: %d + 1 rows exceed the %d reserved", layer, l.len(), l.capacity));
+        "layer %d: %d + %d rows exceed the %d reserved", layer, l.len(), n, l.capacity));
   }
   const size_t offset = static_cast<size_t>(row_bytes()) * l.len();
-  l.positions.push_back(position);
   return KvRowSlot{static_cast<char*>(l.k.data()) + offset,
                    static_cast<char*>(l.v.data()) + offset};
+}
+
+absl::StatusOr<KvRowSlot> DeviceKv::AppendRowSlot(int layer, int32_t position) {
+  HAP_ASSIGN_OR_RETURN(const KvRowSlot slot, MakeRoom(layer, 1));
+  layers_[layer].positions.push_back(position);
+  return slot;
 }
 
 void DeviceKv::Spans(int layer, std::vector<KvSpan>* spans) const {

@@ -182,6 +182,9 @@ class DeviceKv final : public KvStore {
   explicit DeviceKv(const Backend& backend) : backend_(&backend) {}
   // Allocates `layer` for `capacity` rows, copying its rows over.
   absl::Status Resize(int layer, int capacity);
+  // Where n rows appended to `layer` go (an empty layer is allocated for n + reserve_rows);
+  // FailedPrecondition past a filled layer's capacity. Appends nothing.
+  absl::StatusOr<KvRowSlot> MakeRoom(int layer, int n);
 
   const Backend* backend_;
   int kv_dim_ = 0;
