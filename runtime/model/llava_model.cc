@@ -74,8 +74,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   HAP_RETURN_IF_ERROR(CheckHeadDims(m->config_, options.parts, m->backend()));
   HAP_ASSIGN_OR_RETURN(m->image_processor_, LoadPreprocessorConfig(dir, m->config_));
   HAP_ASSIGN_OR_RETURN(m->weights_, LlavaWeights::Load(dir, m->config_, options.parts));
-  const std::string tok_path = (std::filesystem::path(dir) / "tokenizer.model").string();
-  HAP_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::Load(tok_path));
+  HAP_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::LoadFromDirectory(dir));
   HAP_ASSIGN_OR_RETURN(PlacedWeights placed, PlacedWeights::Place(m->backend(), *m->weights_));
   m->placed_ = std::make_unique<PlacedWeights>(std::move(placed));
   if (HasPart(options.parts, ModelParts::kVision) && !m->weights_->vision().layers.empty()) {

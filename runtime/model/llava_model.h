@@ -95,7 +95,7 @@ struct PrefillOutput {
 class LlavaModel {
  public:
   // Loads config.json, preprocessor_config.json (CLIP's values when absent), the safetensors
-  // weights and tokenizer.model from `dir`.
+  // weights and the tokenizer (tokenizer.json where present, else tokenizer.model) from `dir`.
   static absl::StatusOr<std::unique_ptr<LlavaModel>> Load(const std::string& dir,
                                                           const ModelOptions& options);
 

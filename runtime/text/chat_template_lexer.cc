@@ -13,28 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/text/chat_template_internal.h"
+#include "runtime/text/unicode.h"
 
 namespace hap {
 namespace chat_template_internal {
 namespace {
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 class Lexer {
  public:
@@ -236,7 +219,7 @@ class Lexer {
         ++*q;
       }
       if (cp > 0x10FFFF) return Error(start, "escape beyond U+10FFFF in string literal");
-      AppendUtf8(cp, out);
+      unicode::AppendUtf8(cp, out);
       return absl::OkStatus();
     };
     switch (e) {
@@ -281,7 +264,7 @@ class Lexer {
                i < 2 && *q + 1 < src_.size() && src_[*q + 1] >= '0' && src_[*q + 1] <= '7'; ++i) {
             cp = cp * 8 + (src_[++*q] - '0');
           }
-          AppendUtf8(cp, out);
+          unicode::AppendUtf8(cp, out);
         } else {
           *out += '\\';
           *out += e;

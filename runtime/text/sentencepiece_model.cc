@@ -29,6 +29,7 @@ int SentencePieceModel::BosId() const { return sp_->bos_id(); }
 int SentencePieceModel::EosId() const { return sp_->eos_id(); }
 int SentencePieceModel::UnkId() const { return sp_->unk_id(); }
 int SentencePieceModel::PieceToId(std::string_view piece) const { return sp_->PieceToId(piece); }
+float SentencePieceModel::GetScore(int id) const { return sp_->GetScore(id); }
 const std::string& SentencePieceModel::IdToPiece(int id) const { return sp_->IdToPiece(id); }
 bool SentencePieceModel::IsByte(int id) const { return sp_->IsByte(id); }
 bool SentencePieceModel::IsControl(int id) const { return sp_->IsControl(id); }

@@ -37,6 +37,7 @@ class SentencePieceModel {
   int EosId() const;
   int UnkId() const;
   int PieceToId(std::string_view piece) const;
+  float GetScore(int id) const;                // id must be in range
   const std::string& IdToPiece(int id) const;  // id must be in range
   bool IsByte(int id) const;
   bool IsControl(int id) const;

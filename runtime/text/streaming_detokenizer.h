@@ -10,9 +10,12 @@
 namespace hap {
 
 // Guarantees, for any id sequence pushed:
-//  * Push(...) + ... + Flush() == tok.Decode(all ids), byte for byte;
-//  * no returned string ends inside a UTF-8 sequence: byte-fallback pieces (<0xE2><0x82><0xAC>)
-//    are held until the character is complete (an invalid run decodes to U+FFFD as in Decode);
+//  * Push(...) + ... + Flush() == tok.Decode(all ids), byte for byte. One exception, for
+//    tokenizer.json's ByteFallback decoder only: it turns a whole run of <0xNN> pieces into
+//    U+FFFD per byte when any of it is invalid, so a run whose valid start was already released
+//    and which turns invalid later streams that start as text;
+//  * no returned string ends inside a UTF-8 sequence: a character split over byte pieces
+//    (<0xE2><0x82><0xAC>, or byte-level BPE pieces) is held until it is complete;
 //  * the first piece's leading space is removed exactly as Decode removes it.
 // Not thread-safe; one per stream. The Tokenizer must outlive it.
 class StreamingDetokenizer {

@@ -1,106 +1,157 @@
-// Tokenizer: absl::Status-returning facade over the SentencePiece wrapper.
+// Tokenizer: the absl::Status facade over tokenizer.json (HfTokenizer) and SentencePiece's
+// tokenizer.model.
 #include "runtime/text/tokenizer.h"
 
 #include <sys/stat.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "runtime/text/hf_components.h"
+#include "runtime/text/hf_tokenizer.h"
 #include "runtime/text/sentencepiece_model.h"
+#include "runtime/text/tokenizer_impl.h"
 
 namespace hap {
 
 namespace {
 
-// SentencePiece writes the word-boundary marker as U+2581 ("▁").
-constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";
+// SentencePiece's tokenizer.model: no added tokens, so specials are never read from text.
+class SentencePieceImpl final : public text_internal::TokenizerImpl {
+ public:
+  explicit SentencePieceImpl(std::unique_ptr<text_internal::SentencePieceModel> sp)
+      : sp_(std::move(sp)) {}
 
-// "<0x41>" → 0x41; -1 when `piece` is not in that form.
-int ParseBytePiece(const std::string& piece) {
-  if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return -1;
-  int value = 0;
-  for (int i = 3; i < 5; ++i) {
-    const char c = piece[i];
-    int digit;
-    if (c >= '0' && c <= '9') {
-      digit = c - '0';
-    } else if (c >= 'A' && c <= 'F') {
-      digit = c - 'A' + 10;
-    } else if (c >= 'a' && c <= 'f') {
-      digit = c - 'a' + 10;
-    } else {
-      return -1;
-    }
-    value = value * 16 + digit;
+  std::vector<int32_t> Encode(std::string_view text, bool /*recognize_special*/) const override {
+    std::vector<int> ids;
+    // SentencePiece only fails here on an unloaded model, which Load rules out.
+    if (!sp_->Encode(text, &ids).empty()) return {};
+    return std::vector<int32_t>(ids.begin(), ids.end());
   }
-  return value;
+  std::string Decode(const std::vector<int>& ids) const override {
+    std::string text;
+    // Cannot fail once every id is in range.
+    if (!sp_->Decode(ids, &text).empty()) return {};
+    return text;
+  }
+  int vocab_size() const override { return sp_->PieceSize(); }
+  int bos_id() const override { return sp_->BosId(); }
+  int eos_id() const override { return sp_->EosId(); }
+  int unk_id() const override { return sp_->UnkId(); }
+  int PieceToId(std::string_view piece) const override { return sp_->PieceToId(piece); }
+  std::string IdToPiece(int id) const override { return sp_->IdToPiece(id); }
+  bool PieceBytes(int id, std::string* bytes) const override {
+    if (!sp_->IsByte(id)) return false;
+    const int b = text_internal::FallbackByte(sp_->IdToPiece(id));
+    if (b < 0) return false;
+    bytes->push_back(static_cast<char>(b));
+    return true;
+  }
+  bool IsSpecial(int id) const override {
+    return sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsUnused(id);
+  }
+
+ private:
+  std::unique_ptr<text_internal::SentencePieceModel> sp_;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (!in.good() && !in.eof()) return absl::UnavailableError(absl::StrCat("cannot read ", path));
+  return buffer.str();
+}
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix.data(), suffix.size()) == 0;
 }
 
 }  // namespace
 
-Tokenizer::Tokenizer(std::unique_ptr<text_internal::SentencePieceModel> sp) : sp_(std::move(sp)) {
-  vocab_size_ = sp_->PieceSize();
+Tokenizer::Tokenizer(std::unique_ptr<text_internal::TokenizerImpl> impl, const char* format)
+    : impl_(std::move(impl)), format_(format) {
+  vocab_size_ = impl_->vocab_size();
 }
 
 Tokenizer::~Tokenizer() = default;
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& model_path) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
   struct stat st;
-  if (stat(model_path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat("tokenizer model not found: ", model_path));
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("tokenizer not found: ", path));
   }
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer model is not a regular file: ", model_path));
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer is not a regular file: ", path));
   }
-  auto sp = std::make_unique<text_internal::SentencePieceModel>();
-  const std::string error = sp->Load(model_path);
-  if (!error.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot load tokenizer model ", model_path, ": ", error));
-  }
-  if (sp->PieceSize() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer model ", model_path, " has an empty vocabulary"));
-  }
-  std::unique_ptr<Tokenizer> tok(new Tokenizer(std::move(sp)));
-
-  // The streaming detokenizer needs one ordinary piece to stand in for "text already emitted";
-  // any trained vocabulary has single characters, so a model without one is not a real model.
-  for (int id = 0; id < tok->vocab_size_; ++id) {
-    const auto& sp_model = *tok->sp_;
-    if (sp_model.IsByte(id) || sp_model.IsControl(id) || sp_model.IsUnknown(id) ||
-        sp_model.IsUnused(id)) {
-      continue;
+  std::unique_ptr<Tokenizer> tok;
+  if (EndsWith(path, ".json")) {
+    HAP_ASSIGN_OR_RETURN(const std::string json_text, ReadFile(path));
+    const std::string config_path =
+        (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
+    std::string config_text;
+    if (stat(config_path.c_str(), &st) == 0) {
+      HAP_ASSIGN_OR_RETURN(config_text, ReadFile(config_path));
     }
-    const std::string& piece = sp_model.IdToPiece(id);
-    if (piece.empty() || piece.find(kSpaceSymbol) != std::string::npos) continue;
-    std::string text;
-    if (!sp_model.Decode({id}, &text).empty() || text != piece) continue;
-    tok->anchor_id_ = id;
-    tok->anchor_text_ = text;
-    break;
+    HAP_ASSIGN_OR_RETURN(auto hf, text_internal::HfTokenizer::Parse(json_text, config_text, path));
+    tok.reset(new Tokenizer(std::move(hf), "tokenizer.json"));
+  } else {
+    auto sp = std::make_unique<text_internal::SentencePieceModel>();
+    const std::string error = sp->Load(path);
+    if (!error.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot load tokenizer model ", path, ": ", error));
+    }
+    tok.reset(new Tokenizer(std::make_unique<SentencePieceImpl>(std::move(sp)), "tokenizer.model"));
   }
-  if (tok->anchor_id_ < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tokenizer model ", model_path,
-                                                   " has no ordinary (non-space, non-byte) piece"));
+  if (tok->vocab_size_ <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer ", path, " has an empty vocabulary"));
   }
+  HAP_RETURN_IF_ERROR(tok->FindAnchor(path));
   return tok;
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
-  std::vector<int> ids;
-  // SentencePiece only fails here on an unloaded model, which Load rules out.
-  if (!sp_->Encode(text, &ids).empty()) return {};
-  return std::vector<int32_t>(ids.begin(), ids.end());
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadFromDirectory(const std::string& dir) {
+  const std::filesystem::path d(dir);
+  std::error_code ec;
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    if (std::filesystem::exists(d / name, ec)) return Load((d / name).string());
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no tokenizer in ", dir, ": expected tokenizer.json or tokenizer.model"));
+}
+
+absl::Status Tokenizer::FindAnchor(const std::string& path) {
+  // The streaming detokenizer needs one ordinary piece to stand in for "text already emitted";
+  // any trained vocabulary has single letters, so a tokenizer without one is not a real one.
+  for (int id = 0; id < vocab_size_; ++id) {
+    if (impl_->IsSpecial(id)) continue;
+    const std::string piece = impl_->IdToPiece(id);
+    if (piece.empty()) continue;
+    bool plain = true;
+    for (char c : piece) plain = plain && absl::ascii_isalnum(static_cast<unsigned char>(c));
+    if (!plain || impl_->Decode({id}) != piece) continue;
+    anchor_id_ = id;
+    anchor_text_ = piece;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("tokenizer ", path, " has no ordinary piece (letters or digits only)"));
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, SpecialTokens specials) const {
+  return impl_->Encode(text, specials == SpecialTokens::kRecognized);
 }
 
 std::string Tokenizer::DecodeInVocab(const std::vector<int>& ids) const {
-  std::string text;
-  // Cannot fail once every id is in range.
-  if (!sp_->Decode(ids, &text).empty()) return {};
-  return text;
+  return impl_->Decode(ids);
 }
 
 std::string Tokenizer::Decode(const std::vector<int32_t>& ids) const {
@@ -122,22 +173,18 @@ std::string Tokenizer::DecodeContinuation(const std::vector<int>& ids) const {
   return text.size() >= anchor_text_.size() ? text.substr(anchor_text_.size()) : std::string();
 }
 
-int Tokenizer::bos_id() const { return sp_->BosId(); }
-int Tokenizer::eos_id() const { return sp_->EosId(); }
-int Tokenizer::unk_id() const { return sp_->UnkId(); }
+int Tokenizer::bos_id() const { return impl_->bos_id(); }
+int Tokenizer::eos_id() const { return impl_->eos_id(); }
+int Tokenizer::unk_id() const { return impl_->unk_id(); }
 int Tokenizer::vocab_size() const { return vocab_size_; }
-int Tokenizer::PieceToId(std::string_view piece) const { return sp_->PieceToId(piece); }
+int Tokenizer::PieceToId(std::string_view piece) const { return impl_->PieceToId(piece); }
 
 std::string Tokenizer::IdToPiece(int id) const {
-  return InVocab(id) ? sp_->IdToPiece(id) : std::string();
+  return InVocab(id) ? impl_->IdToPiece(id) : std::string();
 }
 
-bool Tokenizer::IsBytePiece(int id) const {
-  return InVocab(id) && sp_->IsByte(id) && ParseBytePiece(sp_->IdToPiece(id)) >= 0;
-}
-
-uint8_t Tokenizer::ByteValue(int id) const {
-  return static_cast<uint8_t>(ParseBytePiece(sp_->IdToPiece(id)));
+bool Tokenizer::PieceBytes(int id, std::string* bytes) const {
+  return InVocab(id) && impl_->PieceBytes(id, bytes);
 }
 
 }  // namespace hap

@@ -10,6 +10,7 @@
 #include "runtime/io/side_files.h"
 #include "runtime/text/tokenizer.h"
 #include "runtime/tiny/tiny_checkpoint.h"
+#include "runtime/tiny/tokenizer_json.h"
 #include "runtime/tiny/train_tokenizer.h"
 
 namespace hap {
@@ -68,7 +69,9 @@ absl::Status WriteTinyModel(const TinyModelOptions& o, const std::string& dir) {
   specials.bos = tokenizer->IdToPiece(specials.bos_id);
   specials.eos = tokenizer->IdToPiece(specials.eos_id);
   if (cfg.text.pad_token_id < sp_size) specials.pad = tokenizer->IdToPiece(cfg.text.pad_token_id);
-  return WriteSideFiles(dir, cfg, ClipImageProcessorConfig(cfg.vision.image_size), specials);
+  HAP_RETURN_IF_ERROR(
+      WriteSideFiles(dir, cfg, ClipImageProcessorConfig(cfg.vision.image_size), specials));
+  return WriteLlavaTokenizerJson(dir, cfg);
 }
 
 }  // namespace hap

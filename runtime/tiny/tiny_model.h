@@ -1,6 +1,6 @@
-// Random-weight llava-hf checkpoints of any size (config.json, safetensors, tokenizer.model and
-// the side files of runtime/io/side_files.h), shared by `hapctl make-tiny`, the tests and the
-// benchmarks.
+// Random-weight llava-hf checkpoints of any size (config.json, safetensors, tokenizer.model, the
+// tokenizer.json made from it, and the side files of runtime/io/side_files.h), shared by
+// `hapctl make-tiny`, the tests and the benchmarks.
 #pragma once
 
 #include <cstdint>

@@ -126,8 +126,24 @@ def main():
     model_case("unknown-architecture", "qwen2_vl", unknown_arch)
 
     def no_tokenizer(d):
-        os.remove(os.path.join(d, "tokenizer.model"))
-    model_case("missing-tokenizer", "tokenizer.model", no_tokenizer)
+        for name in ("tokenizer.json", "tokenizer.model"):
+            if os.path.exists(os.path.join(d, name)):
+                os.remove(os.path.join(d, name))
+    model_case("missing-tokenizer", "tokenizer.json or tokenizer.model", no_tokenizer)
+
+    def unsupported_tokenizer_json(d):
+        p = os.path.join(d, "tokenizer.json")
+        t = json.load(open(p, encoding="utf-8"))
+        t["normalizer"] = {"type": "NFKD"}
+        json.dump(t, open(p, "w", encoding="utf-8"))
+    model_case("unsupported-tokenizer-json", "normalizer.type", unsupported_tokenizer_json)
+
+    def truncated_tokenizer_json(d):
+        p = os.path.join(d, "tokenizer.json")
+        data = open(p, "rb").read()
+        open(p, "wb").write(data[:len(data) // 2])
+    model_case("truncated-tokenizer-json", "tokenizer.json is not a JSON object",
+               truncated_tokenizer_json)
 
     def missing_shard_index(d):
         json.dump({"metadata": {}, "weight_map": {"language_model.model.norm.weight":

@@ -1,8 +1,12 @@
-// Fuzzes the tokenizer (runtime/text/tokenizer.cc, streaming_detokenizer.cc) with the default
-// model's tokenizer.model. The first byte picks the mode: encode the rest as text, or read it as
-// ids (2 bytes each, mostly inside the vocabulary, some outside it: negative, the image and pad
-// ids, INT32 extremes). Either way the ids stream through a StreamingDetokenizer, which must
-// release valid UTF-8 only and, with Flush, exactly what Decode gives for all the ids at once.
+// Fuzzes the tokenizers (runtime/text: tokenizer.cc, hf_tokenizer.cc, bpe_model.cc,
+// pretokenize_regex.cc, unicode.cc, streaming_detokenizer.cc) with the default model's
+// tokenizer.model and tokenizer.json. The first byte picks the mode and the format: encode the
+// rest as text, or read it as ids (2 bytes each, mostly inside the vocabulary, some outside it:
+// negative, the image and pad ids, INT32 extremes). Valid UTF-8 text must get the same ids from
+// both formats. The ids stream through a StreamingDetokenizer, which must release valid UTF-8
+// only and, with Flush, exactly what Decode gives for all the ids at once (for tokenizer.json
+// ids read from bytes, whose <0xNN> runs may be invalid, only the first holds: see
+// streaming_detokenizer.h).
 #include <climits>
 #include <memory>
 #include <string>
@@ -14,12 +18,19 @@
 
 namespace {
 
+const hap::Tokenizer* Load(const char* name) {
+  auto t = hap::Tokenizer::Load(hap::fuzz::SourceDir() + "/models/scenes-llava/" + name);
+  HAP_FUZZ_CHECK(t.ok(), "%s", t.status().ToString().c_str());
+  return t->release();
+}
+
 const hap::Tokenizer& Tok() {
-  static const hap::Tokenizer* tok = [] {
-    auto t = hap::Tokenizer::Load(hap::fuzz::SourceDir() + "/models/scenes-llava/tokenizer.model");
-    HAP_FUZZ_CHECK(t.ok(), "%s", t.status().ToString().c_str());
-    return t->release();
-  }();
+  static const hap::Tokenizer* tok = Load("tokenizer.model");
+  return *tok;
+}
+
+const hap::Tokenizer& JsonTok() {
+  static const hap::Tokenizer* tok = Load("tokenizer.json");
   return *tok;
 }
 
@@ -44,18 +55,30 @@ int32_t IdFrom(uint16_t u, int vocab) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   Tok();
+  JsonTok();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const hap::Tokenizer& tok = Tok();
+  const bool json = data[0] & 2;
+  const hap::Tokenizer& tok = json ? JsonTok() : Tok();
   const int vocab = tok.vocab_size();
+  const bool encode = data[0] % 2 == 0;
   std::vector<int32_t> ids;
-  if (data[0] % 2 == 0) {
-    ids = tok.Encode(hap::fuzz::AsView(data + 1, size - 1));
+  if (encode) {
+    const std::string_view text = hap::fuzz::AsView(data + 1, size - 1);
+    ids = tok.Encode(text);
     for (int32_t id : ids) {
       HAP_FUZZ_CHECK(id >= 0 && id < vocab, "Encode gave id %d outside [0, %d)", id, vocab);
+    }
+    if (json && hap::fuzz::IsValidUtf8(text)) {
+      HAP_FUZZ_CHECK(ids == Tok().Encode(text), "tokenizer.json and tokenizer.model ids differ");
+    }
+    if (json) {
+      for (int32_t id : tok.Encode(text, hap::Tokenizer::SpecialTokens::kRecognized)) {
+        HAP_FUZZ_CHECK(id >= 0 && id < vocab, "Encode gave id %d outside [0, %d)", id, vocab);
+      }
     }
   } else {
     for (size_t i = 1; i + 1 < size; i += 2) {
@@ -74,6 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       streamed += piece;
     }
     streamed += detok.Flush();
+    if (json && !encode) continue;
     HAP_FUZZ_CHECK(streamed == whole, "streamed '%s' != decoded '%s' (%zu ids, round %d)",
                    streamed.c_str(), whole.c_str(), ids.size(), round);
   }

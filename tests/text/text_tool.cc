@@ -4,12 +4,17 @@
 //   text_tool prompt MODEL IMAGE_ID N_VIS MAX QUESTION   ids of BuildLlavaPrompt, or the error
 //   text_tool encode MODEL TEXT                ids
 //   text_tool decode MODEL ID...               decoded text, then the streamed text, as hex
+//   text_tool batch TOKENIZER TEXTS.json       for each text of the JSON list, one JSON line:
+//       {"as_text": ids, "recognized": ids (special tokens recognized), "decoded": text of the
+//        recognized ids, "streamed": the same through StreamingDetokenizer}
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
 #include "runtime/text/llava_prompt.h"
 #include "runtime/text/streaming_detokenizer.h"
 #include "runtime/text/tokenizer.h"
@@ -82,5 +87,27 @@ int main(int argc, char** argv) {
     std::printf("%s\n%s\n", Hex(tok->Decode(ids)).c_str(), Hex(streamed).c_str());
     return 0;
   }
-  return Fail("usage: text_tool train|options|prompt|encode|decode ... (see source)");
+  if (cmd == "batch" && argc == 4) {
+    auto tok = LoadOrDie(argv[2]);
+    std::ifstream in(argv[3]);
+    const nlohmann::json texts = nlohmann::json::parse(in, nullptr, false);
+    if (texts.is_discarded() || !texts.is_array()) return Fail("texts must be a JSON list");
+    for (const nlohmann::json& t : texts) {
+      const std::string text = t.get<std::string>();
+      const std::vector<int32_t> ids =
+          tok->Encode(text, hap::Tokenizer::SpecialTokens::kRecognized);
+      hap::StreamingDetokenizer stream(*tok);
+      std::string streamed;
+      for (int32_t id : ids) streamed += stream.Push(id);
+      streamed += stream.Flush();
+      const nlohmann::json line = {{"as_text", tok->Encode(text)},
+                                   {"recognized", ids},
+                                   {"decoded", tok->Decode(ids)},
+                                   {"streamed", streamed}};
+      std::printf("%s\n",
+                  line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+    return 0;
+  }
+  return Fail("usage: text_tool train|options|prompt|encode|decode|batch ... (see source)");
 }

@@ -608,11 +608,68 @@ def _added_token(content, special=None):
     return t
 
 
+def tokenizer_json(cfg, sp):
+    """tokenizer.json for a SentencePiece BPE tokenizer.model in llava-hf's (legacy) form, as
+    runtime/text/tokenizer_json_writer.cc writes it: every split of a normal piece into two
+    pieces is a merge, ranked by the merged piece's score, then its id; <image> and <pad> are
+    added after the pieces. Key order as the tokenizers library writes the file."""
+    n = sp.get_piece_size()
+    pieces = [sp.id_to_piece(i) for i in range(n)]
+    id_of = {p: i for i, p in enumerate(pieces)}
+    cands = []
+    for i, p in enumerate(pieces):
+        if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i):
+            continue
+        for k in range(1, len(p)):
+            if p[:k] in id_of and p[k:] in id_of:
+                cands.append((-sp.get_score(i), i, p[:k], p[k:]))
+    cands.sort(key=lambda c: (c[0], c[1]))  # stable: splits keep their order
+    special = lambda i, content: {"id": i, "content": content, "single_word": False,
+                                  "lstrip": False, "rstrip": False, "normalized": False,
+                                  "special": True}
+    added = [special(i, pieces[i]) for i in (sp.unk_id(), sp.bos_id(), sp.eos_id()) if i >= 0]
+    extra = []
+    if cfg.image_token_index >= n:
+        extra.append((cfg.image_token_index, "<image>"))
+    pad = cfg.text.get("pad_token_id")
+    if pad is None:
+        pad = cfg.raw.get("pad_token_id")
+    if pad is not None and pad >= n and pad != cfg.image_token_index:
+        extra.append((pad, "<pad>"))
+    added += [special(i, c) for i, c in sorted(extra)]
+    bos = pieces[sp.bos_id()]
+    item = lambda kind, name, type_id: {kind: {"id": name, "type_id": type_id}}
+    space = "\u2581"
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": space},
+            {"type": "Replace", "pattern": {"String": " "}, "content": space}]},
+        "pre_tokenizer": None,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [item("SpecialToken", bos, 0), item("Sequence", "A", 0)],
+            "pair": [item("SpecialToken", bos, 0), item("Sequence", "A", 0),
+                     item("SpecialToken", bos, 1), item("Sequence", "B", 1)],
+            "special_tokens": {bos: {"id": bos, "ids": [sp.bos_id()], "tokens": [bos]}}},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": space}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {
+            "type": "BPE", "dropout": None, "unk_token": pieces[sp.unk_id()],
+            "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": True,
+            "byte_fallback": True, "ignore_merges": False,
+            "vocab": {p: i for i, p in enumerate(pieces)},
+            "merges": [[c[2], c[3]] for c in cands]}}
+    return json.dumps(tok, indent=2, ensure_ascii=False) + "\n"
+
+
 def side_files(cfg, sp, proc=None):
     """{file name: text} of the llava-hf files beside config.json, the weights and
     tokenizer.model: preprocessor_config.json (proc, default clip_processor_config),
     processor_config.json, chat_template.json, tokenizer_config.json, special_tokens_map.json,
-    generation_config.json. tokenizer_config.json says legacy: true, i.e. SentencePiece's dummy
+    generation_config.json, tokenizer.json (tokenizer_json). tokenizer_config.json says legacy: true, i.e. SentencePiece's dummy
     prefix on every text segment, <image> included (the ids prompt_ids builds). No file claims a
     transformers_version: none was written by transformers."""
     t = cfg.text
@@ -654,7 +711,9 @@ def side_files(cfg, sp, proc=None):
         "special_tokens_map.json": special,
         "generation_config.json": gen,
     }
-    return {name: json.dumps(obj, indent=2, sort_keys=True) + "\n" for name, obj in files.items()}
+    out = {name: json.dumps(obj, indent=2, sort_keys=True) + "\n" for name, obj in files.items()}
+    out["tokenizer.json"] = tokenizer_json(cfg, sp)
+    return out
 
 
 def write_side_files(model_dir, proc=None):
@@ -663,7 +722,7 @@ def write_side_files(model_dir, proc=None):
     cfg = Config.load(model_dir)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "tokenizer.model"))
     for name, text in side_files(cfg, sp, proc).items():
-        with open(os.path.join(model_dir, name), "w") as f:
+        with open(os.path.join(model_dir, name), "w", encoding="utf-8") as f:
             f.write(text)
 
 
