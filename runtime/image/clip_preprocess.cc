@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/image/pixel_normalize.h"
 #include "runtime/image/resize.h"
 
 namespace hap {
@@ -88,22 +89,12 @@ absl::StatusOr<std::vector<float>> ClipPreprocess(const RgbImage& img,
   const RgbImage crop =
       ResizeRegion(img, c.resample, nw, nh, left, top, static_cast<int>(ow), static_cast<int>(oh));
 
-  float mean[3], std_dev[3];  // float32, as transformers' normalize casts them
-  for (int ch = 0; ch < 3; ++ch) {
-    mean[ch] = static_cast<float>(c.image_mean[ch]);
-    std_dev[ch] = static_cast<float>(c.image_std[ch]);
-  }
+  const PixelNormalizer normalize(c.do_rescale, c.rescale_factor, c.do_normalize, c.image_mean,
+                                  c.image_std);
   const size_t plane = static_cast<size_t>(ow) * oh;
   std::vector<float> out(3 * plane);  // F32 [3, oh, ow]
   for (size_t i = 0; i < plane; ++i) {
-    for (int ch = 0; ch < 3; ++ch) {
-      const uint8_t u = crop.pixels[i * 3 + ch];
-      // transformers rescales in float64 and casts to float32; for 1/255 that equals u / 255.0f.
-      float x = c.do_rescale ? static_cast<float>(static_cast<double>(u) * c.rescale_factor)
-                             : static_cast<float>(u);
-      if (c.do_normalize) x = (x - mean[ch]) / std_dev[ch];
-      out[ch * plane + i] = x;
-    }
+    for (int ch = 0; ch < 3; ++ch) out[ch * plane + i] = normalize(crop.pixels[i * 3 + ch], ch);
   }
   return out;
 }

@@ -2,20 +2,17 @@
 #include "runtime/io/config.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
 #include "base/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "runtime/io/json_fields.h"
 
 namespace hap {
@@ -269,16 +266,7 @@ int LlavaConfig::vision_layers_used() const {
 absl::StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
                                              std::string_view source_view) {
   const std::string source_name(source_view);
-  Json root;
-  try {
-    root = Json::parse(json_text.begin(), json_text.end());
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source_name, ": malformed JSON: ", e.what()));
-  }
-  if (!root.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(source_name, ": top level is a JSON ",
-                                                   root.type_name(), ", expected an object"));
-  }
+  HAP_ASSIGN_OR_RETURN(const Json root, io_internal::ParseJsonObject(json_text, source_name));
   LlavaConfig c;
   FieldReader r(root, source_name, "");
   c.model_type.clear();
@@ -322,15 +310,8 @@ absl::StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
 
 absl::StatusOr<LlavaConfig> LoadLlavaConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(errno));
-    return errno == ENOENT ? absl::NotFoundError(msg) : absl::UnavailableError(msg);
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::UnavailableError(absl::StrCat(path, ": read failed"));
-  return ParseLlavaConfig(text.str(), path);
+  HAP_ASSIGN_OR_RETURN(const std::string text, io_internal::ReadTextFile(path));
+  return ParseLlavaConfig(text, path);
 }
 
 std::string LlavaConfigToJson(const LlavaConfig& cfg) {

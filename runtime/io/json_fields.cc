@@ -1,16 +1,47 @@
 // FieldReader and the number helpers shared by the config readers and writers.
 #include "runtime/io/json_fields.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <limits>
+#include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace hap::io_internal {
 
 using Json = nlohmann::json;
+
+absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view text, const std::string& source) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": malformed JSON: ", e.what()));
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": top level is a JSON ", root.type_name(), ", expected an object"));
+  }
+  return root;
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(errno));
+    return errno == ENOENT ? absl::NotFoundError(msg) : absl::UnavailableError(msg);
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::UnavailableError(absl::StrCat(path, ": read failed"));
+  return text.str();
+}
 
 std::string Brief(const Json& j) {
   std::string s = j.dump();
@@ -99,6 +130,20 @@ absl::Status FieldReader::Bool(const char* key, bool& out) const {
   const Json& v = obj_[key];
   if (!v.is_boolean()) return TypeError(key, v, "true or false");
   out = v.get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status FieldReader::IntList(const char* key, std::vector<int>& out) const {
+  if (!Has(key)) return absl::OkStatus();
+  const Json& v = obj_[key];
+  if (!v.is_array()) return TypeError(key, v, "a list of integers");
+  std::vector<int> values(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer() || !ToInt(v[i], values[i])) {
+      return TypeError(key, v, "a list of integers");
+    }
+  }
+  out = std::move(values);
   return absl::OkStatus();
 }
 

@@ -3,12 +3,22 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
 namespace hap::io_internal {
+
+// The top-level object of a JSON file's text; InvalidArgument "<source>: malformed JSON: ..." or
+// "<source>: top level is a JSON <type>, expected an object".
+absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view text, const std::string& source);
+
+// A file's bytes: NotFound "<path>: cannot open: ..." when it does not exist, Unavailable for
+// other open or read failures.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path);
 
 // A value for an error message, cut to 80 characters.
 std::string Brief(const nlohmann::json& j);
@@ -38,6 +48,7 @@ class FieldReader {
   absl::Status String(const char* key, std::string& out) const;
   absl::Status Bool(const char* key, bool& out) const;
   absl::Status StringList(const char* key, std::vector<std::string>& out) const;
+  absl::Status IntList(const char* key, std::vector<int>& out) const;
 
   absl::Status TypeError(const char* key, const nlohmann::json& v, const char* expected) const;
 

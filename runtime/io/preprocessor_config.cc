@@ -1,11 +1,7 @@
 // preprocessor_config.json: CLIPImageProcessor settings, read and written as transformers does.
 #include "runtime/io/preprocessor_config.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -129,6 +125,37 @@ const char* ResampleName(int code) {
   }
 }
 
+// resample: a PIL filter number, of which bilinear and bicubic are implemented.
+absl::Status ParseResample(const FieldReader& r, const std::string& source, ResampleFilter& out) {
+  if (!r.Has("resample")) return absl::OkStatus();
+  const Json& v = r.Get("resample");
+  int code = -1;
+  if (!ToInt(v, code) || ResampleName(code) == nullptr) {
+    return r.TypeError("resample", v, "a PIL filter number (2 = BILINEAR, 3 = BICUBIC)");
+  }
+  if (code != 2 && code != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": resample = ", code, " (", ResampleName(code),
+                     ") is not supported (supported: 2 = BILINEAR, 3 = BICUBIC)"));
+  }
+  out = static_cast<ResampleFilter>(code);
+  return absl::OkStatus();
+}
+
+// The rescale and normalisation keys every transformers image processor shares.
+template <typename Config>
+absl::Status ParsePixelValues(const FieldReader& r, Config& c) {
+  HAP_RETURN_IF_ERROR(r.Bool("do_rescale", c.do_rescale));
+  HAP_RETURN_IF_ERROR(r.Double("rescale_factor", c.rescale_factor));
+  if (!(c.rescale_factor > 0)) {
+    return r.TypeError("rescale_factor", r.Get("rescale_factor"), "a positive number (1/255)");
+  }
+  HAP_RETURN_IF_ERROR(r.Bool("do_normalize", c.do_normalize));
+  HAP_RETURN_IF_ERROR(ParseChannels(r, "image_mean", /*nonzero=*/false, c.image_mean));
+  HAP_RETURN_IF_ERROR(ParseChannels(r, "image_std", /*nonzero=*/true, c.image_std));
+  return r.Bool("do_convert_rgb", c.do_convert_rgb);
+}
+
 std::string SizeText(int h, int w) { return absl::StrCat("{height: ", h, ", width: ", w, "}"); }
 
 // Every image must come out image_size x image_size, the vision tower's input.
@@ -176,16 +203,7 @@ absl::StatusOr<ImageProcessorConfig> ParsePreprocessorConfig(std::string_view js
                                                              std::string_view source_view,
                                                              int image_size) {
   const std::string source(source_view);
-  Json root;
-  try {
-    root = Json::parse(json_text.begin(), json_text.end());
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": malformed JSON: ", e.what()));
-  }
-  if (!root.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": top level is a JSON ", root.type_name(), ", expected an object"));
-  }
+  HAP_ASSIGN_OR_RETURN(const Json root, io_internal::ParseJsonObject(json_text, source));
   FieldReader r(root, source, "");
   std::string type = "CLIPImageProcessor";
   HAP_RETURN_IF_ERROR(r.String("image_processor_type", type));
@@ -202,46 +220,99 @@ absl::StatusOr<ImageProcessorConfig> ParsePreprocessorConfig(std::string_view js
   ImageProcessorConfig c;  // CLIPImageProcessor's defaults
   HAP_RETURN_IF_ERROR(r.Bool("do_resize", c.do_resize));
   HAP_RETURN_IF_ERROR(ParseSize(r, c));
-  if (r.Has("resample")) {
-    const Json& v = r.Get("resample");
-    int code = -1;
-    if (!ToInt(v, code) || ResampleName(code) == nullptr) {
-      return r.TypeError("resample", v, "a PIL filter number (2 = BILINEAR, 3 = BICUBIC)");
-    }
-    if (code != 2 && code != 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": resample = ", code, " (", ResampleName(code),
-                       ") is not supported (supported: 2 = BILINEAR, 3 = BICUBIC)"));
-    }
-    c.resample = static_cast<ResampleFilter>(code);
-  }
+  HAP_RETURN_IF_ERROR(ParseResample(r, source, c.resample));
   HAP_RETURN_IF_ERROR(r.Bool("do_center_crop", c.do_center_crop));
   HAP_RETURN_IF_ERROR(ParseCropSize(r, c));
-  HAP_RETURN_IF_ERROR(r.Bool("do_rescale", c.do_rescale));
-  HAP_RETURN_IF_ERROR(r.Double("rescale_factor", c.rescale_factor));
-  if (!(c.rescale_factor > 0)) {
-    return r.TypeError("rescale_factor", r.Get("rescale_factor"), "a positive number (1/255)");
-  }
-  HAP_RETURN_IF_ERROR(r.Bool("do_normalize", c.do_normalize));
-  HAP_RETURN_IF_ERROR(ParseChannels(r, "image_mean", /*nonzero=*/false, c.image_mean));
-  HAP_RETURN_IF_ERROR(ParseChannels(r, "image_std", /*nonzero=*/true, c.image_std));
-  HAP_RETURN_IF_ERROR(r.Bool("do_convert_rgb", c.do_convert_rgb));
+  HAP_RETURN_IF_ERROR(ParsePixelValues(r, c));
   HAP_RETURN_IF_ERROR(CheckAgainstModel(c, source, r.Has("crop_size"), r.Has("size"), image_size));
   return c;
+}
+
+absl::StatusOr<Qwen2VLImageProcessorConfig> ParseQwen2VLPreprocessorConfig(
+    std::string_view json_text, std::string_view source_view) {
+  const std::string source(source_view);
+  HAP_ASSIGN_OR_RETURN(const Json root, io_internal::ParseJsonObject(json_text, source));
+  FieldReader r(root, source, "");
+  std::string type = "Qwen2VLImageProcessor";
+  HAP_RETURN_IF_ERROR(r.String("image_processor_type", type));
+  if (type != "Qwen2VLImageProcessor" && type != "Qwen2VLImageProcessorFast") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": image_processor_type '", type,
+                     "' is not supported for Qwen2-VL models (supported: Qwen2VLImageProcessor, "
+                     "Qwen2VLImageProcessorFast)"));
+  }
+  Qwen2VLImageProcessorConfig c;  // Qwen2VLImageProcessor's defaults
+  HAP_RETURN_IF_ERROR(r.Bool("do_resize", c.do_resize));
+  // size: {"shortest_edge": min, "longest_edge": max}; min_pixels / max_pixels win over it.
+  if (r.Has("size")) {
+    const Json& v = r.Get("size");
+    int64_t lo = 0, hi = 0;
+    if (!v.is_object() || !v.contains("shortest_edge") || !v.contains("longest_edge") ||
+        !v["shortest_edge"].is_number_integer() || !v["longest_edge"].is_number_integer() ||
+        (lo = v["shortest_edge"].get<int64_t>()) < 0 ||
+        (hi = v["longest_edge"].get<int64_t>()) <= 0) {
+      return r.TypeError("size", v,
+                         "{\"shortest_edge\": min pixels, \"longest_edge\": max pixels}");
+    }
+    c.min_pixels = lo;
+    c.max_pixels = hi;
+  }
+  for (const auto& [key, out] :
+       {std::pair{"min_pixels", &c.min_pixels}, std::pair{"max_pixels", &c.max_pixels}}) {
+    if (!r.Has(key)) continue;
+    const Json& v = r.Get(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      return r.TypeError(key, v, "a non-negative integer (pixels)");
+    }
+    *out = v.get<int64_t>();
+  }
+  if (c.min_pixels > c.max_pixels || c.max_pixels == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": min_pixels ", c.min_pixels,
+                                                   " and max_pixels ", c.max_pixels,
+                                                   ": expected 0 < max_pixels, min <= max"));
+  }
+  for (const auto& [key, out] : {std::pair{"patch_size", &c.patch_size},
+                                 std::pair{"temporal_patch_size", &c.temporal_patch_size},
+                                 std::pair{"merge_size", &c.merge_size}}) {
+    HAP_RETURN_IF_ERROR(r.Int(key, *out));
+    if (*out <= 0 || *out > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": ", key, " is ", *out, ", expected an integer in 1..64"));
+    }
+  }
+  HAP_RETURN_IF_ERROR(ParseResample(r, source, c.resample));
+  HAP_RETURN_IF_ERROR(ParsePixelValues(r, c));
+  return c;
+}
+
+std::string Qwen2VLPreprocessorConfigToJson(const Qwen2VLImageProcessorConfig& c) {
+  auto channels = [](const std::array<double, 3>& v) { return Json::array({v[0], v[1], v[2]}); };
+  Json root = {{"do_convert_rgb", c.do_convert_rgb},
+               {"do_normalize", c.do_normalize},
+               {"do_rescale", c.do_rescale},
+               {"do_resize", c.do_resize},
+               {"image_mean", channels(c.image_mean)},
+               {"image_processor_type", "Qwen2VLImageProcessor"},
+               {"image_std", channels(c.image_std)},
+               {"max_pixels", c.max_pixels},
+               {"merge_size", c.merge_size},
+               {"min_pixels", c.min_pixels},
+               {"patch_size", c.patch_size},
+               {"processor_class", "Qwen2_5_VLProcessor"},
+               {"resample", static_cast<int>(c.resample)},
+               {"rescale_factor", c.rescale_factor},
+               {"size", {{"longest_edge", c.max_pixels}, {"shortest_edge", c.min_pixels}}},
+               {"temporal_patch_size", c.temporal_patch_size}};
+  return root.dump(2) + "\n";
 }
 
 absl::StatusOr<ImageProcessorConfig> LoadPreprocessorConfig(const std::string& model_dir,
                                                             const LlavaConfig& config) {
   const std::string path = absl::StrCat(model_dir, "/", kPreprocessorConfigFile);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (errno == ENOENT) return ClipImageProcessorConfig(config.vision.image_size);
-    return absl::UnavailableError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::UnavailableError(absl::StrCat(path, ": read failed"));
-  return ParsePreprocessorConfig(text.str(), path, config.vision.image_size);
+  absl::StatusOr<std::string> text = io_internal::ReadTextFile(path);
+  if (absl::IsNotFound(text.status())) return ClipImageProcessorConfig(config.vision.image_size);
+  if (!text.ok()) return text.status();
+  return ParsePreprocessorConfig(*text, path, config.vision.image_size);
 }
 
 std::string PreprocessorConfigToJson(const ImageProcessorConfig& c) {

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/image/clip_preprocess.h"
+#include "runtime/image/qwen2vl_preprocess.h"
 #include "runtime/io/config.h"
 
 namespace hap {
@@ -23,6 +24,19 @@ inline constexpr char kPreprocessorConfigFile[] = "preprocessor_config.json";
 absl::StatusOr<ImageProcessorConfig> ParsePreprocessorConfig(std::string_view json_text,
                                                              std::string_view source_name,
                                                              int image_size);
+
+// preprocessor_config.json of a Qwen2-VL / Qwen2.5-VL checkpoint (transformers'
+// Qwen2VLImageProcessor, or its Fast variant, whose pixels the slow one's PIL resampling stands
+// for): min_pixels / max_pixels (or size {shortest_edge, longest_edge}, which they override),
+// patch_size, temporal_patch_size, merge_size, resample, do_resize, do_rescale, rescale_factor,
+// do_normalize, image_mean, image_std, do_convert_rgb; absent keys take the processor's
+// defaults. Errors are InvalidArgument, start with `source_name` and name the field.
+absl::StatusOr<Qwen2VLImageProcessorConfig> ParseQwen2VLPreprocessorConfig(
+    std::string_view json_text, std::string_view source_name);
+
+// The file as Qwen2.5-VL ships it (keys sorted); ParseQwen2VLPreprocessorConfig reads it back to
+// an equal config.
+std::string Qwen2VLPreprocessorConfigToJson(const Qwen2VLImageProcessorConfig& config);
 
 // model_dir/preprocessor_config.json; when the file is absent, ClipImageProcessorConfig of the
 // vision tower's image_size (CLIP's values, what llava-hf ships).

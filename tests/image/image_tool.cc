@@ -6,16 +6,22 @@
 //   image_tool preprocess IN SIZE OUT.npy [FILTER]    F32 [3, SIZE, SIZE]
 // FILTER is PIL's number: 3 = bicubic (default), 2 = bilinear.
 //   image_tool encode IN OUT.png                      WritePng(decode(IN))
+//   image_tool qwen2vl IN CONFIG.json OUT.npy         F32 [patches, 3*T*P*P] of
+//       Qwen2VLPreprocess(decode(IN)) with the preprocessor_config.json CONFIG; prints
+//       "grid T H W resized HEIGHT WIDTH" on stdout
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "runtime/image/clip_preprocess.h"
 #include "runtime/image/image.h"
 #include "runtime/image/png_encode.h"
+#include "runtime/image/qwen2vl_preprocess.h"
 #include "runtime/image/resize.h"
+#include "runtime/io/preprocessor_config.h"
 
 namespace {
 
@@ -82,6 +88,25 @@ int main(int argc, char** argv) {
     }
     WriteNpy(argv[4], "<f4", {3, static_cast<size_t>(size), static_cast<size_t>(size)}, x->data(),
              x->size() * sizeof(float));
+  } else if (cmd == "qwen2vl" && argc == 5) {
+    std::ifstream in(argv[3], std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto config = hap::ParseQwen2VLPreprocessorConfig(text.str(), argv[3]);
+    if (!config.ok()) {
+      std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
+      return 2;
+    }
+    auto x = hap::Qwen2VLPreprocess(ReadOrExit(argv[2]), *config);
+    if (!x.ok()) {
+      std::fprintf(stderr, "%s\n", x.status().ToString().c_str());
+      return 2;
+    }
+    const size_t rows = static_cast<size_t>(x->grid.patches());
+    WriteNpy(argv[4], "<f4", {rows, x->pixel_values.size() / rows}, x->pixel_values.data(),
+             x->pixel_values.size() * sizeof(float));
+    std::printf("grid %d %d %d resized %d %d\n", x->grid.t, x->grid.h, x->grid.w, x->resized.height,
+                x->resized.width);
   } else if (cmd == "encode" && argc == 4) {
     const absl::Status s = hap::WritePng(argv[3], ReadOrExit(argv[2]));
     if (!s.ok()) {
@@ -89,7 +114,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   } else {
-    std::fprintf(stderr, "usage: image_tool decode|resize|region|preprocess|encode ...\n");
+    std::fprintf(stderr, "usage: image_tool decode|resize|region|preprocess|encode|qwen2vl ...\n");
     return 1;
   }
   return 0;
