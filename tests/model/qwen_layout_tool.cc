@@ -1,0 +1,48 @@
+// Command-line access to the Qwen2.5-VL index functions for the PyTorch parity test
+// (qwen_layout_parity.py). Reads one JSON object per line on stdin:
+//   {"grids": [[t, h, w], ...], "patch_size": P, "merge": M, "window_size": W,
+//    "ids": [...], "image_token_id": I}
+// and writes one JSON line: {"row", "col", "window_index", "window_bounds", "frame_bounds",
+// "mrope": {"t", "h", "w", "next"}} or {"error": message} (for the window layout or positions).
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "runtime/model/mrope_positions.h"
+#include "runtime/model/qwen_vision_layout.h"
+
+int main() {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    const nlohmann::json in = nlohmann::json::parse(line);
+    std::vector<hap::ImageGrid> grids;
+    for (const auto& g : in["grids"])
+      grids.push_back({g[0].get<int>(), g[1].get<int>(), g[2].get<int>()});
+    const int merge = in["merge"].get<int>();
+    nlohmann::json out;
+    const hap::VisionPatchPositions pos = hap::QwenVisionPatchPositions(grids, merge);
+    out["row"] = pos.row;
+    out["col"] = pos.col;
+    auto layout = hap::QwenVisionWindowLayout(grids, in["patch_size"].get<int>(), merge,
+                                              in["window_size"].get<int>());
+    if (!layout.ok()) {
+      out = {{"error", std::string(layout.status().message())}};
+    } else {
+      out["window_index"] = layout->window_index;
+      out["window_bounds"] = layout->window_bounds;
+      out["frame_bounds"] = layout->frame_bounds;
+      auto mrope = hap::QwenMropePositions(in["ids"].get<std::vector<int32_t>>(), grids, merge,
+                                           in["image_token_id"].get<int>());
+      if (!mrope.ok()) {
+        out = {{"error", std::string(mrope.status().message())}};
+      } else {
+        out["mrope"] = {{"t", mrope->t}, {"h", mrope->h}, {"w", mrope->w}, {"next", mrope->next}};
+      }
+    }
+    std::printf("%s\n", out.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
