@@ -15,10 +15,12 @@
 
 #include "nlohmann/json.hpp"
 #include "runtime/io/config.h"
+#include "runtime/text/chat_template.h"
 #include "runtime/text/llava_prompt.h"
 #include "runtime/text/streaming_detokenizer.h"
 #include "runtime/text/tokenizer.h"
 #include "runtime/text/tokenizer_json_writer.h"
+#include "runtime/tiny/bytelevel_bpe.h"
 #include "runtime/tiny/tokenizer_json.h"
 #include "runtime/tiny/train_tokenizer.h"
 
@@ -388,6 +390,49 @@ TEST_F(ByteLevelTest, StreamingHoldsACharacterSplitOverPieces) {
   EXPECT_EQ(tok_->Decode({0xF0, 0x9F, 'a'}),
             "\xEF\xBF\xBD"
             "a");
+}
+
+// make-tiny's Qwen2.5-VL tokenizer: trained byte-level BPE, Qwen's special tokens after it, the
+// chat template in tokenizer_config.json.
+TEST(QwenTokenizer, TrainedFilesEncodeTheChatTemplate) {
+  auto bpe = TrainByteLevelBpe(SourcePath("data/tokenizer/corpus.txt"), 300);
+  ASSERT_TRUE(bpe.ok()) << bpe.status();
+  EXPECT_EQ(bpe->vocab.size(), 256u + 300u);
+  const std::string dir = TempDir();
+  WriteAll(dir + "/tokenizer.json", QwenTokenizerJson(*bpe));
+  WriteAll(dir + "/tokenizer_config.json", QwenTokenizerConfigJson(*bpe, 4096));
+  auto tok = Tokenizer::LoadFromDirectory(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int first_special = 556;
+  EXPECT_EQ((*tok)->vocab_size(), first_special + 14);
+  EXPECT_EQ((*tok)->bos_id(), -1);
+  EXPECT_EQ((*tok)->eos_id(), (*tok)->PieceToId("<|im_end|>"));
+  EXPECT_EQ((*tok)->PieceToId("<|image_pad|>"), first_special + 12);
+
+  // Every corpus line round-trips (the corpus is NFC already).
+  std::istringstream corpus(ReadAll(SourcePath("data/tokenizer/corpus.txt")));
+  for (std::string line; std::getline(corpus, line);) {
+    ASSERT_EQ((*tok)->Decode((*tok)->Encode(line)), line);
+  }
+
+  auto chat = ChatTemplate::ForModelDir(dir);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->origin(), "tokenizer_config.json");
+  const nlohmann::json messages = nlohmann::json::parse(
+      R"([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}])");
+  auto text = chat->Render(messages, /*add_generation_prompt=*/true);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text,
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+            "<|vision_start|><|image_pad|><|vision_end|>What is it?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  const std::vector<int32_t> ids = (*tok)->Encode(*text, Tokenizer::SpecialTokens::kRecognized);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), (*tok)->PieceToId("<|im_start|>")), 3);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), (*tok)->PieceToId("<|image_pad|>")), 1);
+  EXPECT_EQ((*tok)->Decode(ids),
+            "system\nYou are a helpful assistant.\nuser\nWhat is it?\n"
+            "assistant\n");
+  fs::remove_all(dir);
 }
 
 // Loads `json` as a directory's tokenizer.json and returns the error message.

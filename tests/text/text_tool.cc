@@ -4,6 +4,8 @@
 //   text_tool prompt MODEL IMAGE_ID N_VIS MAX QUESTION   ids of BuildLlavaPrompt, or the error
 //   text_tool encode MODEL TEXT                ids
 //   text_tool decode MODEL ID...               decoded text, then the streamed text, as hex
+//   text_tool train-bytelevel CORPUS OUT_DIR MERGES   a Qwen2-layout byte-level BPE
+//       (runtime/tiny/bytelevel_bpe.h): OUT_DIR/tokenizer.json and tokenizer_config.json
 //   text_tool batch TOKENIZER TEXTS.json       for each text of the JSON list, one JSON line:
 //       {"as_text": ids, "recognized": ids (special tokens recognized), "decoded": text of the
 //        recognized ids, "streamed": the same through StreamingDetokenizer}
@@ -18,6 +20,7 @@
 #include "runtime/text/llava_prompt.h"
 #include "runtime/text/streaming_detokenizer.h"
 #include "runtime/text/tokenizer.h"
+#include "runtime/tiny/bytelevel_bpe.h"
 #include "runtime/tiny/train_tokenizer.h"
 
 namespace {
@@ -87,6 +90,16 @@ int main(int argc, char** argv) {
     std::printf("%s\n%s\n", Hex(tok->Decode(ids)).c_str(), Hex(streamed).c_str());
     return 0;
   }
+  if (cmd == "train-bytelevel" && argc == 5) {
+    auto bpe = hap::TrainByteLevelBpe(argv[2], std::atoi(argv[4]));
+    if (!bpe.ok()) return Fail(bpe.status().ToString());
+    const std::string dir = argv[3];
+    std::ofstream(dir + "/tokenizer.json", std::ios::binary) << hap::QwenTokenizerJson(*bpe);
+    std::ofstream(dir + "/tokenizer_config.json", std::ios::binary)
+        << hap::QwenTokenizerConfigJson(*bpe, 32768);
+    std::printf("trained %zu merges, %zu tokens\n", bpe->merges.size(), bpe->vocab.size());
+    return 0;
+  }
   if (cmd == "batch" && argc == 4) {
     auto tok = LoadOrDie(argv[2]);
     std::ifstream in(argv[3]);
@@ -109,5 +122,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  return Fail("usage: text_tool train|options|prompt|encode|decode|batch ... (see source)");
+  return Fail(
+      "usage: text_tool train|train-bytelevel|options|prompt|encode|decode|batch ... (see source)");
 }

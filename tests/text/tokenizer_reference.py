@@ -6,7 +6,9 @@ usage: tokenizer_reference.py TEXT_TOOL SOURCE_DIR WORK_DIR
 Tokenizers: two byte-level BPEs trained by hf_reference/train_bytelevel.mjs (plain JS, not the
 C++ code) on data/tokenizer/corpus.txt plus the adversarial texts below: one in Qwen2's layout,
 one with Llama-3's digit pattern, tiktoken-style merges (several pairs per piece) and whole-word
-pieces that only ignore_merges reaches; and the default model's (models/scenes-llava)
+pieces that only ignore_merges reaches; one trained by the project's own trainer
+(runtime/tiny/bytelevel_bpe.h, as make-tiny's Qwen2.5-VL checkpoints get); and the default
+model's (models/scenes-llava)
 tokenizer.json, SentencePiece-style BPE with byte fallback as llava-hf ships it. Texts: the
 adversarial list plus seeded random concatenations of its pieces. For every text:
 `text_tool batch` ids with special tokens recognized == tokenizers.js ids (add_special_tokens
@@ -221,6 +223,11 @@ def main():
         directory = os.path.join(WORK_DIR, f"bytelevel_{name}")
         print(run([NODE, train, corpus_path, directory, str(NUM_MERGES), *flags]).strip())
         compare_json(check, f"bytelevel_{name}", directory, texts_path, len(texts))
+    # The project's own trainer (make-tiny's Qwen2.5-VL tokenizer), on the same corpus.
+    directory = os.path.join(WORK_DIR, "bytelevel_cpp")
+    os.makedirs(directory, exist_ok=True)
+    print(run([TOOL, "train-bytelevel", corpus_path, directory, str(NUM_MERGES)]).strip())
+    compare_json(check, "bytelevel_cpp", directory, texts_path, len(texts))
 
     # The default model ships both files; they must give the same ids.
     for name in ("tokenizer.json", "tokenizer.model"):
