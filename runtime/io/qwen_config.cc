@@ -44,8 +44,8 @@ absl::Status ParseVision(const Json& root, const std::string& source, Qwen25VLVi
   // The published files say in_chans; transformers' attribute is in_channels.
   HAP_RETURN_IF_ERROR(r.Int("in_chans", v.in_channels));
   HAP_RETURN_IF_ERROR(r.Int("in_channels", v.in_channels));
+  // transformers reads patch_size; the published files' spatial_patch_size repeats it unread.
   HAP_RETURN_IF_ERROR(r.Int("patch_size", v.patch_size));
-  HAP_RETURN_IF_ERROR(r.Int("spatial_patch_size", v.patch_size));
   HAP_RETURN_IF_ERROR(r.Int("spatial_merge_size", v.spatial_merge_size));
   HAP_RETURN_IF_ERROR(r.Int("temporal_patch_size", v.temporal_patch_size));
   HAP_RETURN_IF_ERROR(r.Int("window_size", v.window_size));

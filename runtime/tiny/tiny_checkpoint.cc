@@ -37,13 +37,7 @@ constexpr double kQKGain = 1.25;
 // output (the visual tokens) back near the unit scale of the text embeddings.
 constexpr double kProjectorOutGain = std::numbers::sqrt2;
 
-// Standard deviation and mean of the initial values of one tensor, from its name.
-struct Init {
-  double mean = 0.0;
-  double stddev = 1.0;
-};
-
-Init InitFor(const ExpectedTensor& t, const LlavaConfig& cfg) {
+TensorInit InitFor(const ExpectedTensor& t, const LlavaConfig& cfg) {
   const std::string& n = t.name;
   if (absl::EndsWith(n, ".bias")) return {0.0, 0.02};
   if (t.shape.size() == 1 && absl::StrContains(n, "norm")) return {1.0, 0.05};
@@ -70,22 +64,13 @@ Init InitFor(const ExpectedTensor& t, const LlavaConfig& cfg) {
   return {0.0, gain / std::sqrt(static_cast<double>(std::max<int64_t>(fan_in, 1)))};
 }
 
-std::vector<float> RandomTensor(const ExpectedTensor& t, const LlavaConfig& cfg, uint64_t seed) {
+std::vector<float> RandomTensor(const ExpectedTensor& t, const TensorInit& init, uint64_t seed) {
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
-  const Init init = InitFor(t, cfg);
   Rng rng(seed ^ Fnv1a64(t.name));
   std::vector<float> values(static_cast<size_t>(n));
   for (float& v : values) v = static_cast<float>(init.mean + init.stddev * rng.Normal());
   return values;
-}
-
-absl::Status WriteTextFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat(path, ": write failed"));
-  return absl::OkStatus();
 }
 
 // Checkpoint files of an earlier run in `dir` that this run does not rewrite would be picked
@@ -106,7 +91,14 @@ absl::Status RemoveStaleCheckpointFiles(const std::string& dir) {
   return absl::OkStatus();
 }
 
-// transformers' name of the dtype, for config.json's torch_dtype.
+absl::Status CheckShards(int shards, size_t tensors) {
+  if (shards >= 1 && static_cast<size_t>(shards) <= tensors) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("shards = ", shards, " must be in [1, ", tensors, "] (the tensor count)"));
+}
+
+}  // namespace
+
 const char* TorchDTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF16: return "float16";
@@ -116,7 +108,13 @@ const char* TorchDTypeName(DType dtype) {
   return "float32";
 }
 
-}  // namespace
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
 
 absl::Status WriteRandomLlavaCheckpoint(
     const LlavaConfig& cfg_in, const std::string& dir, uint64_t seed, DType dtype, int shards,
@@ -127,15 +125,25 @@ absl::Status WriteRandomLlavaCheckpoint(
   const std::string config_json = LlavaConfigToJson(cfg);
   HAP_RETURN_IF_ERROR(ParseLlavaConfig(config_json, "config").status());
   const std::vector<ExpectedTensor> tensors = ExpectedLlavaTensors(cfg);
-  if (shards < 1 || static_cast<size_t>(shards) > tensors.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("shards = ", shards, " must be in [1, ",
-                                                   tensors.size(), "] (the tensor count)"));
-  }
+  HAP_RETURN_IF_ERROR(CheckShards(shards, tensors.size()));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+  HAP_RETURN_IF_ERROR(WriteTextFile(dir + "/config.json", config_json));
+  return WriteRandomTensors(
+      tensors, [&](const ExpectedTensor& t) { return InitFor(t, cfg); }, dir, seed, dtype, shards,
+      progress);
+}
+
+absl::Status WriteRandomTensors(const std::vector<ExpectedTensor>& tensors,
+                                const std::function<TensorInit(const ExpectedTensor&)>& init,
+                                const std::string& dir, uint64_t seed, DType dtype, int shards,
+                                const std::function<void(const CheckpointProgress&)>& progress) {
+  HAP_RETURN_IF_ERROR(CheckShards(shards, tensors.size()));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::UnavailableError(absl::StrCat(dir, ": cannot create: ", ec.message()));
   HAP_RETURN_IF_ERROR(RemoveStaleCheckpointFiles(dir));
-  HAP_RETURN_IF_ERROR(WriteTextFile(dir + "/config.json", config_json));
 
   // Shard k takes the tensors whose running byte offset falls in the k-th equal slice of the
   // total, each shard getting at least one tensor.
@@ -176,7 +184,7 @@ absl::Status WriteRandomLlavaCheckpoint(
     std::vector<TensorToWrite> to_write;
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (shard_of[i] != k) continue;
-      values.push_back(RandomTensor(tensors[i], cfg, seed));
+      values.push_back(RandomTensor(tensors[i], init(tensors[i]), seed));
       weight_map[tensors[i].name] = file_name;
     }
     size_t j = 0;

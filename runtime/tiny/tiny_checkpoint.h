@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "base/dtype.h"
 #include "runtime/io/config.h"
+#include "runtime/io/weights.h"
 
 namespace hap {
 
@@ -31,5 +33,26 @@ struct CheckpointProgress {
 absl::Status WriteRandomLlavaCheckpoint(
     const LlavaConfig& cfg, const std::string& dir, uint64_t seed, DType dtype, int shards,
     const std::function<void(const CheckpointProgress&)>& progress = nullptr);
+
+// Mean and standard deviation of a tensor's normal initial values.
+struct TensorInit {
+  double mean = 0.0;
+  double stddev = 1.0;
+};
+
+// The weights part of the above for any model: every tensor of `tensors` with values from
+// init(tensor), seeded by (seed, name), in dir/model.safetensors or `shards` shards plus the
+// index (earlier checkpoint files in `dir` removed). InvalidArgument for a shard count outside
+// 1..tensors.size().
+absl::Status WriteRandomTensors(const std::vector<ExpectedTensor>& tensors,
+                                const std::function<TensorInit(const ExpectedTensor&)>& init,
+                                const std::string& dir, uint64_t seed, DType dtype, int shards,
+                                const std::function<void(const CheckpointProgress&)>& progress);
+
+// transformers' name of the dtype, for config.json's torch_dtype: float32, float16, bfloat16.
+const char* TorchDTypeName(DType dtype);
+
+// Writes `text` to `path`; Unavailable naming the path on failure.
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
 
 }  // namespace hap

@@ -6,6 +6,8 @@
 //   text_tool decode MODEL ID...               decoded text, then the streamed text, as hex
 //   text_tool train-bytelevel CORPUS OUT_DIR MERGES   a Qwen2-layout byte-level BPE
 //       (runtime/tiny/bytelevel_bpe.h): OUT_DIR/tokenizer.json and tokenizer_config.json
+//   text_tool render TEMPLATE_FILE CASES.json  for each {"messages", "add_generation_prompt",
+//       "extra"} of the JSON list, one JSON line {"text": rendered} or {"error": message}
 //   text_tool batch TOKENIZER TEXTS.json       for each text of the JSON list, one JSON line:
 //       {"as_text": ids, "recognized": ids (special tokens recognized), "decoded": text of the
 //        recognized ids, "streamed": the same through StreamingDetokenizer}
@@ -13,10 +15,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "runtime/text/chat_template.h"
 #include "runtime/text/llava_prompt.h"
 #include "runtime/text/streaming_detokenizer.h"
 #include "runtime/text/tokenizer.h"
@@ -100,6 +104,26 @@ int main(int argc, char** argv) {
     std::printf("trained %zu merges, %zu tokens\n", bpe->merges.size(), bpe->vocab.size());
     return 0;
   }
+  if (cmd == "render" && argc == 4) {
+    std::ifstream source_file(argv[2], std::ios::binary);
+    std::stringstream source;
+    source << source_file.rdbuf();
+    auto chat = hap::ChatTemplate::Parse(source.str(), argv[2]);
+    if (!chat.ok()) return Fail(chat.status().ToString());
+    std::ifstream in(argv[3]);
+    const nlohmann::json cases = nlohmann::json::parse(in, nullptr, false);
+    if (cases.is_discarded() || !cases.is_array()) return Fail("cases must be a JSON list");
+    for (const nlohmann::json& c : cases) {
+      auto text = chat->Render(c.at("messages"), c.value("add_generation_prompt", false),
+                               c.value("extra", nlohmann::json::object()));
+      const nlohmann::json line =
+          text.ok() ? nlohmann::json{{"text", *text}}
+                    : nlohmann::json{{"error", std::string(text.status().message())}};
+      std::printf("%s\n",
+                  line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+    return 0;
+  }
   if (cmd == "batch" && argc == 4) {
     auto tok = LoadOrDie(argv[2]);
     std::ifstream in(argv[3]);
@@ -123,5 +147,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   return Fail(
-      "usage: text_tool train|train-bytelevel|options|prompt|encode|decode|batch ... (see source)");
+      "usage: text_tool train|train-bytelevel|options|prompt|encode|decode|render|batch ... (see "
+      "source)");
 }
