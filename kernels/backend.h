@@ -108,6 +108,8 @@ class Backend {
   // positions: one original position id per row (host memory is not assumed: backend memory).
   virtual absl::Status Rope(float* x, const int32_t* positions, int rows, int n_heads,
                             int head_dim, float theta) const = 0;
+  // Rotary over several position axes (M-RoPE, 2-D vision rotary; op_args.h RopeAxesArgs).
+  virtual absl::Status RopeAxes(const RopeAxesArgs& args) const = 0;
   virtual absl::Status Activate(Activation kind, float* x, int64_t n) const = 0;
   // gate = silu(gate) · up
   virtual absl::Status SiluMul(float* gate, const float* up, int64_t n) const = 0;

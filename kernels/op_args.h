@@ -20,6 +20,44 @@ enum class LinearRows { kIndependent, kOneSequence };
 // gelu_pytorch_tanh).
 enum class Activation { kQuickGelu, kGelu, kGeluTanh };
 
+// Rotary embedding whose rotated pairs take their positions from several axes (rotate_half
+// layout: pair i is (i, i + head_dim/2), i < head_dim/2). The pairs are cut, in order, into
+// sections[0], sections[1], sections[2] pairs (summing to head_dim/2); the pairs of section a
+// rotate by the row's position on axis a. Pair i's frequency is theta^(−i/(head_dim/2)) over
+// the whole head, or with per_section_frequencies theta^(−j/sections[a]) for the j-th pair of
+// its section. So:
+//   1-D RoPE (LLaMA):            sections {head_dim/2, 0, 0}
+//   M-RoPE (Qwen2.5-VL's text):  sections = mrope_section {16, 24, 24}, positions (t, h, w)
+//   2-D vision rotary (its ViT): sections {head_dim/4, head_dim/4, 0}, per-section frequencies,
+//                                positions (patch row, patch column)
+// Angles are computed in F64, as Rope's.
+struct RopeAxesArgs {
+  float* x = nullptr;                  // F32 [rows, n_heads * head_dim], rotated in place
+  const int32_t* positions = nullptr;  // I32 [axes, rows]: axis a of row r at a * rows + r
+  int rows = 0;
+  int n_heads = 0;
+  int head_dim = 0;
+  float theta = 0.f;
+  int sections[3] = {0, 0, 0};
+  bool per_section_frequencies = false;
+
+  // Axes that own pairs: the position array holds that many rows of `rows` (the last owning
+  // axis + 1).
+  int axes() const { return sections[2] > 0 ? 3 : sections[1] > 0 ? 2 : 1; }
+
+  // What is wrong with the shape, or "" (every backend checks with it).
+  const char* Error() const {
+    if (head_dim <= 0 || head_dim % 2 != 0 || rows < 0 || n_heads <= 0) {
+      return "RopeAxes: rows must be >= 0, n_heads > 0 and head_dim even";
+    }
+    if (sections[0] < 0 || sections[1] < 0 || sections[2] < 0 ||
+        sections[0] + sections[1] + sections[2] != head_dim / 2) {
+      return "RopeAxes: the sections must be non-negative and sum to head_dim / 2";
+    }
+    return "";
+  }
+};
+
 struct AttentionArgs {
   const float* q = nullptr;  // F32 [n_q, n_heads * head_dim]
   const float* k = nullptr;  // F32 [n_kv, n_kv_heads * head_dim]

@@ -51,9 +51,9 @@ fi
 
 # The npm packages of the JavaScript tests (tests/deploy: Kubernetes schemas, js-yaml, ajv;
 # tests/openai: the official openai client; tests/text/hf_reference: Hugging Face's
-# tokenizers.js; tests/image/hf_reference: transformers.js's image processors, install scripts
-# off by its .npmrc), exactly as locked; skipped while node_modules is at least as new as the
-# lock file.
+# tokenizers.js and @huggingface/jinja; tests/image/hf_reference: transformers.js's image
+# processors, install scripts off by its .npmrc), exactly as locked; skipped while node_modules
+# is at least as new as the lock file.
 root="$(cd "$(dirname "$0")/.." && pwd)"
 for dir in "$root/tests/deploy" "$root/tests/openai" "$root/tests/text/hf_reference" \
            "$root/tests/image/hf_reference"; do

@@ -159,6 +159,7 @@ class Cpu final : public Backend {
                     float theta) const override {
     return cpu::Rope(x, positions, rows, n_heads, head_dim, theta);
   }
+  absl::Status RopeAxes(const RopeAxesArgs& args) const override { return cpu::RopeAxes(args); }
   absl::Status Activate(Activation kind, float* x, int64_t n) const override {
     switch (kind) {
       case Activation::kQuickGelu:

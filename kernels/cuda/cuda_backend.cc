@@ -803,6 +803,15 @@ class CudaBackendImpl final : public Backend {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::Rope(x, positions, rows, n_heads, head_dim, theta, c->stream()));
   }
+  absl::Status RopeAxes(const RopeAxesArgs& a) const override {
+    if (const char* error = a.Error(); *error != 0) return absl::InvalidArgumentError(error);
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(a.x, sizeof(float) * a.rows * a.n_heads * a.head_dim, "RopeAxes", "x"));
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(a.positions, sizeof(int32_t) * a.rows * a.axes(), "RopeAxes", "positions"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::RopeAxes(a, c->stream()));
+  }
   absl::Status Activate(Activation kind, float* x, int64_t n) const override {
     HAP_RETURN_IF_ERROR(CheckDevice(x, sizeof(float) * n, "Activate", "x"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());

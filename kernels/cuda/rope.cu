@@ -10,6 +10,24 @@ constexpr int kThreads = 128;
 // Widest head RopeKernel takes (its per-row table holds head_dim / 2 angles).
 constexpr int kMaxHeadDim = 1024;
 
+// Entry i of the row's tables: cos and sin of `angle`, computed in F64 as the CPU's reference.
+__device__ __forceinline__ void StoreAngle(double angle, int i, float* cos_table,
+                                           float* sin_table) {
+  double s, c;
+  sincos(angle, &s, &c);
+  cos_table[i] = static_cast<float>(c);
+  sin_table[i] = static_cast<float>(s);
+}
+
+// Rotates pair (i, i + half) of the head at v by the tables' entry i.
+__device__ __forceinline__ void RotatePair(float* v, int i, int half, const float* cos_table,
+                                           const float* sin_table) {
+  const float cs = cos_table[i], sn = sin_table[i];
+  const float a = v[i], b = v[i + half];
+  v[i] = a * cs - b * sn;
+  v[i + half] = b * cs + a * sn;
+}
+
 // Block per row. The row's angles are the same for every head: the first half of the threads
 // compute cos and sin of position · θ^(−2i/head_dim) (in F64, as the CPU's reference) once into
 // shared memory, then thread t rotates pair i = t % half of head t / half, striding over heads.
@@ -23,10 +41,7 @@ __global__ void RopeKernel(float* x, int n_heads, float* x2, int n_heads2, const
   const double position = positions[blockIdx.x];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const double inv_freq = 1.0 / pow(static_cast<double>(theta), (2.0 * i) / head_dim);
-    double s, c;
-    sincos(position * inv_freq, &s, &c);
-    cos_table[i] = static_cast<float>(c);
-    sin_table[i] = static_cast<float>(s);
+    StoreAngle(position * inv_freq, i, cos_table, sin_table);
   }
   __syncthreads();
   float* row = x + static_cast<int64_t>(blockIdx.x) * n_heads * head_dim;
@@ -34,16 +49,49 @@ __global__ void RopeKernel(float* x, int n_heads, float* x2, int n_heads2, const
       x2 == nullptr ? nullptr : x2 + static_cast<int64_t>(blockIdx.x) * n_heads2 * head_dim;
   for (int t = threadIdx.x; t < (n_heads + n_heads2) * half; t += blockDim.x) {
     const int h = t / half;
-    const int i = t % half;
-    const float cs = cos_table[i], sn = sin_table[i];
     float* v = h < n_heads ? row + h * head_dim : row2 + (h - n_heads) * head_dim;
-    const float a = v[i], b = v[i + half];
-    v[i] = a * cs - b * sn;
-    v[i + half] = b * cs + a * sn;
+    RotatePair(v, t % half, half, cos_table, sin_table);
+  }
+}
+
+// RopeKernel with each pair's position taken from its section's axis and, with
+// per_section_frequencies, its frequency from its place in that section.
+__global__ void RopeAxesKernel(float* x, const int32_t* positions, int rows, int n_heads,
+                               int head_dim, float theta, int s0, int s1,
+                               bool per_section_frequencies) {
+  HAP_SHARED(float, cos_table, kMaxHeadDim / 2);
+  HAP_SHARED(float, sin_table, kMaxHeadDim / 2);
+  const int half = head_dim / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const int axis = i < s0 ? 0 : i < s0 + s1 ? 1 : 2;
+    const int j = axis == 0 ? i : axis == 1 ? i - s0 : i - s0 - s1;
+    const int section = axis == 0 ? s0 : axis == 1 ? s1 : half - s0 - s1;
+    const double exponent =
+        per_section_frequencies ? static_cast<double>(j) / section : (2.0 * i) / head_dim;
+    const double inv_freq = 1.0 / pow(static_cast<double>(theta), exponent);
+    const double position = positions[static_cast<int64_t>(axis) * rows + blockIdx.x];
+    StoreAngle(position * inv_freq, i, cos_table, sin_table);
+  }
+  __syncthreads();
+  float* row = x + static_cast<int64_t>(blockIdx.x) * n_heads * head_dim;
+  for (int t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
+    RotatePair(row + (t / half) * head_dim, t % half, half, cos_table, sin_table);
   }
 }
 
 }  // namespace
+
+KernelStatus RopeAxes(const RopeAxesArgs& a, Stream stream) {
+  if (const char* error = a.Error(); *error != 0) return KernelStatus::Error(error);
+  if (a.head_dim > kMaxHeadDim) {
+    return KernelStatus::Error("RopeAxes: head_dim " + std::to_string(a.head_dim) + " is over " +
+                               std::to_string(kMaxHeadDim));
+  }
+  if (a.rows == 0) return KernelStatus::Ok();
+  return Launch("RopeAxesKernel", RopeAxesKernel, dim3(a.rows), dim3(kThreads), 0, stream, a.x,
+                a.positions, a.rows, a.n_heads, a.head_dim, a.theta, a.sections[0], a.sections[1],
+                a.per_section_frequencies);
+}
 
 KernelStatus Rope(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
                   float theta, Stream stream) {

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/device_types.h"
 #include "kernels/cuda/kernel_status.h"
+#include "kernels/op_args.h"
 
 namespace hap::cuda {
 
@@ -18,5 +19,8 @@ KernelStatus Rope(float* x, const int32_t* positions, int rows, int n_heads, int
 // two Rope calls. Errors as Rope's, and for a null, empty or identical x2.
 KernelStatus RopePair(float* x, int n_heads, float* x2, int n_heads2, const int32_t* positions,
                       int rows, int head_dim, float theta, Stream stream);
+// op_args.h RopeAxesArgs (device pointers): bit for bit kernels/cpu/rope.h RopeAxes, each pair's
+// angle from its section's axis in F64.
+KernelStatus RopeAxes(const RopeAxesArgs& args, Stream stream);
 
 }  // namespace hap::cuda

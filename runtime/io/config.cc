@@ -275,6 +275,13 @@ absl::StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
   HAP_RETURN_IF_ERROR(r.StringList("architectures", c.architectures));
   const bool llava_arch = std::find(c.architectures.begin(), c.architectures.end(),
                                     "LlavaForConditionalGeneration") != c.architectures.end();
+  if (c.model_type == "qwen2_5_vl") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_name,
+        ": a Qwen2.5-VL checkpoint (model_type 'qwen2_5_vl'): its config, tokenizer and image "
+        "processor are read, but the engine does not run its vision tower and M-RoPE decoder "
+        "yet; supported: model_type 'llava' (LlavaForConditionalGeneration)"));
+  }
   if (c.model_type != "llava" && !llava_arch) {
     return absl::InvalidArgumentError(
         absl::StrCat(source_name, ": unsupported architecture: model_type '", c.model_type,

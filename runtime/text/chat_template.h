@@ -27,7 +27,10 @@
 //     replace join; dict get items keys values. Globals: raise_exception, range, namespace,
 //     dict, strftime_now.
 //   - Values are JSON; Python semantics for truthiness, str() (None, True, 1.0, ['a']),
-//     arithmetic and comparison. Jinja's default Undefined: renders empty, is falsy, iterates as
+//     arithmetic and comparison. String methods and filters work on code points with Python's
+//     Unicode rules: strip/split/trim take str.isspace() whitespace (U+3000, NBSP, ...),
+//     upper/lower/title/capitalize use the full case mappings ("ß".upper() is "SS", a final Σ
+//     lowers to ς). Jinja's default Undefined: renders empty, is falsy, iterates as
 //     empty; an attribute or item of an undefined value is undefined too (Jinja would raise).
 //   - Limits as Jinja's sandbox: range() of at most 100000 items; also at most 1M loop iterations,
 //     64 MiB of output and 4M values made by expressions (list items, dict entries, 64-byte

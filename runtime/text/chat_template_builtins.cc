@@ -21,56 +21,65 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/text/chat_template_internal.h"
+#include "runtime/text/unicode.h"
 
 namespace hap {
 namespace chat_template_internal {
 namespace {
 
 // ------------------------------------------------------------------------------------------
-// Strings (ASCII case mapping; other bytes pass through)
+// Strings: Python's str methods over code points (Unicode whitespace and full case mappings).
 
-constexpr char kWhitespace[] = " \t\n\r\f\v";
-
-std::string MapCase(std::string s, int (*f)(int)) {
-  for (char& c : s) {
-    if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(f(c));
-  }
-  return s;
+std::string Upper(const std::string& s) {
+  return unicode::EncodeUtf8(unicode::PyUpper(unicode::DecodeUtf8(s)));
 }
-std::string Upper(const std::string& s) { return MapCase(s, ::toupper); }
-std::string Lower(const std::string& s) { return MapCase(s, ::tolower); }
-
+std::string Lower(const std::string& s) {
+  return unicode::EncodeUtf8(unicode::PyLower(unicode::DecodeUtf8(s)));
+}
 std::string Capitalize(const std::string& s) {
-  std::string out = Lower(s);
-  if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
-  return out;
+  return unicode::EncodeUtf8(unicode::PyCapitalize(unicode::DecodeUtf8(s)));
+}
+// str.title().
+std::string PyTitle(const std::string& s) {
+  return unicode::EncodeUtf8(unicode::PyTitle(unicode::DecodeUtf8(s)));
 }
 
-// str.title() when `word_breaks` is null (a letter after a non-letter starts a word), Jinja's
-// |title when it lists the characters that end a word.
-std::string Title(const std::string& s, const char* word_breaks) {
-  std::string out;
-  bool in_word = false;
-  for (const char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    if (word_breaks ? std::strchr(word_breaks, ch) != nullptr || IsSpace(ch)
-                    : !std::isalpha(c) && c < 0x80) {
-      out += ch;
-      in_word = false;
+// Jinja's |title: the text cut before and after runs of whitespace and -({[<, each piece's
+// first character upper-cased and the rest lowered.
+std::string JinjaTitle(const std::string& s) {
+  const std::u32string text = unicode::DecodeUtf8(s);
+  auto is_break = [](char32_t c) {
+    return unicode::IsPythonSpace(c) || c == U'-' || c == U'(' || c == U'{' || c == U'[' ||
+           c == U'<';
+  };
+  std::u32string out;
+  for (size_t i = 0; i < text.size();) {
+    size_t j = i;
+    const bool breaks = is_break(text[i]);
+    while (j < text.size() && is_break(text[j]) == breaks) ++j;
+    const std::u32string_view piece(text.data() + i, j - i);
+    if (breaks) {
+      out += piece;
     } else {
-      out += c >= 0x80 ? ch : static_cast<char>(in_word ? std::tolower(c) : std::toupper(c));
-      in_word = true;
+      out += unicode::PyUpper(piece.substr(0, 1));
+      out += unicode::PyLower(piece.substr(1));
     }
+    i = j;
   }
-  return out;
+  return unicode::EncodeUtf8(out);
 }
 
+// str.strip/lstrip/rstrip: Python whitespace, or the code points of `chars`.
 std::string Strip(const std::string& s, const Value& chars, bool left, bool right) {
-  const std::string set = Absent(chars) ? kWhitespace : Str(chars);
-  size_t b = 0, e = s.size();
-  while (left && b < e && set.find(s[b]) != std::string::npos) ++b;
-  while (right && e > b && set.find(s[e - 1]) != std::string::npos) --e;
-  return s.substr(b, e - b);
+  const std::u32string text = unicode::DecodeUtf8(s);
+  const std::u32string set = Absent(chars) ? std::u32string() : unicode::DecodeUtf8(Str(chars));
+  auto strip = [&](char32_t c) {
+    return Absent(chars) ? unicode::IsPythonSpace(c) : set.find(c) != std::u32string::npos;
+  };
+  size_t b = 0, e = text.size();
+  while (left && b < e && strip(text[b])) ++b;
+  while (right && e > b && strip(text[e - 1])) --e;
+  return unicode::EncodeUtf8(std::u32string_view(text).substr(b, e - b));
 }
 
 std::string Replace(const std::string& s, const std::string& from, const std::string& to,
@@ -98,16 +107,21 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
 // str.split(sep=None, maxsplit=-1).
 absl::StatusOr<Json> Split(const std::string& s, const Value& sep, int64_t maxsplit) {
   Json out = Json::array();
-  if (Absent(sep)) {  // runs of whitespace; no empty strings
-    size_t i = s.find_first_not_of(kWhitespace);
-    while (i != std::string::npos) {
+  if (Absent(sep)) {  // runs of Python whitespace; no empty strings
+    const std::u32string text = unicode::DecodeUtf8(s);
+    size_t i = 0;
+    while (i < text.size() && unicode::IsPythonSpace(text[i])) ++i;
+    while (i < text.size()) {
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-        out.push_back(Strip(s.substr(i), Value(), false, true));
+        out.push_back(
+            Strip(unicode::EncodeUtf8(std::u32string_view(text).substr(i)), Value(), false, true));
         break;
       }
-      const size_t e = std::min(s.find_first_of(kWhitespace, i), s.size());
-      out.push_back(s.substr(i, e - i));
-      i = s.find_first_not_of(kWhitespace, e);
+      size_t e = i;
+      while (e < text.size() && !unicode::IsPythonSpace(text[e])) ++e;
+      out.push_back(unicode::EncodeUtf8(std::u32string_view(text).substr(i, e - i)));
+      i = e;
+      while (i < text.size() && unicode::IsPythonSpace(text[i])) ++i;
     }
     return out;
   }
@@ -242,7 +256,7 @@ absl::StatusOr<Value> CallMethod(const Value& obj, const std::string& name, cons
     HAP_RETURN_IF_ERROR(bind({}).status());
     return Data(name == "upper"   ? Upper(s)
                 : name == "lower" ? Lower(s)
-                : name == "title" ? Title(s, nullptr)
+                : name == "title" ? PyTitle(s)
                                   : Capitalize(s));
   }
   if (name == "startswith" || name == "endswith") {
@@ -356,7 +370,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     return Data(name == "upper"        ? Upper(s)
                 : name == "lower"      ? Lower(s)
                 : name == "capitalize" ? Capitalize(s)
-                                       : Title(s, "-({[<"));
+                                       : JinjaTitle(s));
   }
   if (name == "trim") {
     HAP_ASSIGN_OR_RETURN(auto a, bind({"chars"}));
@@ -421,6 +435,11 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     if (!v.is_data() || !v.json().is_object()) return Err("items filter needs a mapping");
     return CallMethod(v, "items", {}, {});
   }
+  // Jinja's select/reject/map start with `if value:`, so a falsy value (None, undefined, empty)
+  // gives an empty result instead of "not iterable".
+  const bool guarded = name == "select" || name == "reject" || name == "selectattr" ||
+                       name == "rejectattr" || name == "map";
+  if (guarded && !Truthy(v)) return Data(Json::array());
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
     return SelectFilter(name, v, args);
   }

@@ -135,6 +135,105 @@ char32_t SimpleFold(char32_t c) {
   return it != end && it->from == c ? it->to : c;
 }
 
+bool IsPythonSpace(char32_t c) { return IsWhitespace(c) || (c >= 0x1C && c <= 0x1F); }
+
+namespace {
+
+// Appends c's mapping in `table` (sorted by code point), or c itself.
+template <size_t N>
+void AppendMapped(const CaseMapping (&table)[N], char32_t c, std::u32string* out) {
+  const CaseMapping* it =
+      std::lower_bound(std::begin(table), std::end(table), c,
+                       [](const CaseMapping& m, char32_t v) { return m.from < v; });
+  if (it == std::end(table) || it->from != c) {
+    out->push_back(c);
+    return;
+  }
+  out->append(kCasePool + it->offset, it->length);
+}
+
+// The Cased property (Python's _PyUnicode_IsCased).
+bool IsCased(char32_t c) {
+  const CodePointPair* it =
+      std::upper_bound(std::begin(kCasedRanges), std::end(kCasedRanges), c,
+                       [](char32_t v, const CodePointPair& r) { return v < r.from; });
+  return it != std::begin(kCasedRanges) && c <= (it - 1)->to;
+}
+
+// Case_Ignorable: marks, format characters, modifier letters and symbols, and the word-internal
+// punctuation Unicode lists (apostrophes, period, colon, middle dot).
+bool IsCaseIgnorable(char32_t c) {
+  const Category cat = GeneralCategory(c);
+  if (cat == Category::kMn || cat == Category::kMe || cat == Category::kCf ||
+      cat == Category::kLm || cat == Category::kSk) {
+    return true;
+  }
+  return c == U'\'' || c == U'.' || c == U':' || c == 0x00B7 || c == 0x2019 || c == 0x2018 ||
+         c == 0x2024 || c == 0xFE13 || c == 0xFE52 || c == 0xFE55 || c == 0xFF07 || c == 0xFF0E ||
+         c == 0xFF1A || c == 0x0387 || c == 0x05F4 || c == 0x2027 || c == 0xFE30;
+}
+
+// Python's lowercasing of text[i] (with its neighbours for the final sigma).
+void AppendLowerAt(std::u32string_view text, size_t i, std::u32string* out) {
+  if (text[i] == 0x03A3) {
+    size_t j = i;
+    while (j > 0 && IsCaseIgnorable(text[j - 1])) --j;
+    bool final_sigma = j > 0 && IsCased(text[j - 1]);
+    if (final_sigma) {
+      size_t k = i + 1;
+      while (k < text.size() && IsCaseIgnorable(text[k])) ++k;
+      final_sigma = k == text.size() || !IsCased(text[k]);
+    }
+    out->push_back(final_sigma ? 0x03C2 : 0x03C3);
+    return;
+  }
+  AppendMapped(kLowerMap, text[i], out);
+}
+
+}  // namespace
+
+std::u32string PyUpper(std::u32string_view text) {
+  std::u32string out;
+  out.reserve(text.size());
+  for (char32_t c : text) AppendMapped(kUpperMap, c, &out);
+  return out;
+}
+
+std::u32string PyLower(std::u32string_view text) {
+  std::u32string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) AppendLowerAt(text, i, &out);
+  return out;
+}
+
+std::u32string PyTitle(std::u32string_view text) {
+  std::u32string out;
+  out.reserve(text.size());
+  bool previous_cased = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (previous_cased) {
+      AppendLowerAt(text, i, &out);
+    } else {
+      AppendMapped(kTitleMap, text[i], &out);
+    }
+    previous_cased = IsCased(text[i]);
+  }
+  return out;
+}
+
+std::u32string PyCapitalize(std::u32string_view text) {
+  std::u32string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (i == 0) {
+      AppendMapped(kTitleMap, text[i], &out);
+    } else {
+      AppendLowerAt(text, i, &out);
+    }
+  }
+  return out;
+}
+
 std::u32string Nfc(std::u32string_view text) {
   // 1. Full canonical decomposition.
   std::u32string buf;

@@ -42,6 +42,19 @@ bool IsWhitespace(char32_t c);
 // `c` itself. Case-insensitive regex groups compare folded code points.
 char32_t SimpleFold(char32_t c);
 
+// Python's str.isspace() of one code point: White_Space plus U+001C..U+001F (what str.strip(),
+// str.split() and Jinja's |trim treat as whitespace).
+bool IsPythonSpace(char32_t c);
+
+// Python's str methods on code points, with its full case mappings (SpecialCasing: "ß".upper()
+// is "SS", "İ".lower() is "i̇"): upper(), lower() (with the final sigma rule: Σ ending a word
+// lowers to ς), title() (a cased character after a cased one lowers, any other title-cases),
+// capitalize() (the first character title-cased, the rest lowered).
+std::u32string PyUpper(std::u32string_view text);
+std::u32string PyLower(std::u32string_view text);
+std::u32string PyTitle(std::u32string_view text);
+std::u32string PyCapitalize(std::u32string_view text);
+
 // Canonical composition (Normalization Form C) of `text`.
 std::u32string Nfc(std::u32string_view text);
 

@@ -125,6 +125,13 @@ def main():
         json.dump(c, open(p, "w"))
     model_case("unknown-architecture", "qwen2_vl", unknown_arch)
 
+    def qwen25_vl(d):
+        p = os.path.join(d, "config.json")
+        c = json.load(open(p))
+        c["model_type"] = "qwen2_5_vl"
+        json.dump(c, open(p, "w"))
+    model_case("qwen2.5-vl-not-yet-served", "does not run its vision tower", qwen25_vl)
+
     def no_tokenizer(d):
         for name in ("tokenizer.json", "tokenizer.model"):
             if os.path.exists(os.path.join(d, name)):

@@ -110,6 +110,7 @@ class CountingBackend final : public Backend {
               (const float* x, const float* w, const float* b, float* y, int r, int d, float e),
               (x, w, b, y, r, d, e))
   HAP_FORWARD(Rope, (float* x, const int32_t* p, int r, int h, int hd, float t), (x, p, r, h, hd, t))
+  HAP_FORWARD(RopeAxes, (const RopeAxesArgs& a), (a))
   HAP_FORWARD(Activate, (Activation k, float* x, int64_t n), (k, x, n))
   HAP_FORWARD(SiluMul, (float* g, const float* u, int64_t n), (g, u, n))
   HAP_FORWARD(Add, (float* y, const float* x, int64_t n), (y, x, n))

@@ -3,7 +3,9 @@ mrope_positions.h) against the PyTorch reference (tools/pytorch/qwen2_5_vl_model
 patch rows/columns (rot_pos_ids), window order and boundaries (get_window_index, repeated
 boundaries dropped as the model drops them), per-frame boundaries (full_cu_seqlens) and M-RoPE
 positions with the decode position (get_rope_index), on seeded random prompts of 1-3 images of
-random grids and both window sizes Qwen2.5-VL uses.
+random grids and both window sizes Qwen2.5-VL uses; and the CPU backend's RopeAxes against the
+reference's rotary: M-RoPE at those positions (mrope_cos_sin) and the vision tower's 2-D rotary
+at the patches' rows and columns (rot_pos_emb).
 
 usage: qwen_layout_parity.py QWEN_LAYOUT_TOOL SOURCE_DIR
 """
@@ -16,6 +18,8 @@ import sys
 TOOL, SOURCE_DIR = sys.argv[1:3]
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "pytorch"))
 import qwen2_5_vl_model as Q  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 IMAGE, VISION_START, VISION_END = 90, 91, 92
 rng = random.Random(20261127)
@@ -55,9 +59,44 @@ def main():
                 print(f"FAIL {key} for grids {c['grids']} window {c['window_size']}:\n"
                       f"  C++       {str(got.get(key))[:300]}\n  reference {str(want[key])[:300]}")
                 break
+    # Rotary: random rows rotated by the C++ RopeAxes and by the reference's cos/sin.
+    ropes, wants = [], []
+    for c in cases[:40]:
+        heads = 2
+        for kind in ("text", "vision"):
+            if kind == "text":
+                head_dim, theta, sections, per_section = 16, 1e6, [2, 3, 3], False
+                pos, _ = Q.get_rope_index(c["ids"], c["grids"], c["merge"], IMAGE, 93, VISION_START)
+                cos, sin = Q.mrope_cos_sin(pos, head_dim, theta, sections)
+            else:
+                head_dim, theta, sections, per_section = 20, 1e4, [5, 5, 0], True
+                pos = Q.rot_pos_ids(c["grids"], c["merge"]).T
+                angles = torch.from_numpy(Q.rot_pos_emb(c["grids"], head_dim, c["merge"], theta))
+                emb = torch.cat([angles, angles], dim=-1)
+                cos, sin = emb.cos(), emb.sin()
+            rows = pos.shape[1]
+            x = torch.from_numpy(np.random.RandomState(rows).randn(rows, heads, head_dim)
+                                 .astype(np.float32))
+            want = x * cos[:, None] + Q.rotate_half(x) * sin[:, None]
+            ropes.append({"rope": {"x": x.reshape(-1).tolist(), "positions": pos.tolist(),
+                                   "heads": heads, "head_dim": head_dim, "theta": theta,
+                                   "sections": sections, "per_section": per_section}})
+            wants.append((kind, want.reshape(-1).numpy()))
+    proc = subprocess.run([TOOL], input="".join(json.dumps(r) + "\n" for r in ropes),
+                          capture_output=True, text=True, check=True)
+    worst = {"text": 0.0, "vision": 0.0}
+    for (kind, want), line in zip(wants, proc.stdout.splitlines()):
+        got = np.asarray(json.loads(line)["x"], dtype=np.float32)
+        worst[kind] = max(worst[kind], float(np.abs(got - want).max()))
+    for kind, err in worst.items():
+        # The reference's angles are float32 (as transformers'), the engine's float64.
+        if not err < 1e-4:
+            failures += 1
+            print(f"FAIL {kind} rotary differs from the reference by {err:.2e}")
     if failures:
         sys.exit(f"FAIL: {failures} of {len(cases)} cases differ")
-    print(f"PASS: {len(cases)} random prompts agree with the PyTorch reference")
+    print(f"PASS: {len(cases)} random prompts agree with the PyTorch reference; rotary worst "
+          f"difference {worst['text']:.1e} (M-RoPE), {worst['vision']:.1e} (2-D vision)")
 
 
 main()

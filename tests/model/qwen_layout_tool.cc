@@ -4,11 +4,14 @@
 //    "ids": [...], "image_token_id": I}
 // and writes one JSON line: {"row", "col", "window_index", "window_bounds", "frame_bounds",
 // "mrope": {"t", "h", "w", "next"}} or {"error": message} (for the window layout or positions).
+// A line {"rope": {"x", "positions": [[axis 0], ...], "heads", "head_dim", "theta",
+// "sections", "per_section"}} applies the CPU backend's RopeAxes instead: {"x": rotated}.
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "runtime/model/mrope_positions.h"
 #include "runtime/model/qwen_vision_layout.h"
@@ -17,6 +20,29 @@ int main() {
   std::string line;
   while (std::getline(std::cin, line)) {
     const nlohmann::json in = nlohmann::json::parse(line);
+    if (in.contains("rope")) {
+      const nlohmann::json& r = in["rope"];
+      std::vector<float> x = r["x"].get<std::vector<float>>();
+      std::vector<int32_t> positions;
+      for (const auto& axis : r["positions"]) {
+        for (int p : axis.get<std::vector<int>>()) positions.push_back(p);
+      }
+      hap::RopeAxesArgs a;
+      a.x = x.data();
+      a.positions = positions.data();
+      a.rows = static_cast<int>(r["positions"][0].size());
+      a.n_heads = r["heads"].get<int>();
+      a.head_dim = r["head_dim"].get<int>();
+      a.theta = r["theta"].get<float>();
+      for (int i = 0; i < 3; ++i) a.sections[i] = r["sections"][i].get<int>();
+      a.per_section_frequencies = r["per_section"].get<bool>();
+      const absl::Status s = hap::CpuBackend().RopeAxes(a);
+      const nlohmann::json out =
+          s.ok() ? nlohmann::json{{"x", x}} : nlohmann::json{{"error", std::string(s.message())}};
+      std::printf("%s\n", out.dump().c_str());
+      std::fflush(stdout);
+      continue;
+    }
     std::vector<hap::ImageGrid> grids;
     for (const auto& g : in["grids"])
       grids.push_back({g[0].get<int>(), g[1].get<int>(), g[2].get<int>()});

@@ -167,6 +167,19 @@ TEST(ChatTemplateTest, Filters) {
   ExpectRenders({
       {"{{ '  x  '|trim }}|{{ 'xxhixx'|trim('x') }}|{{ 'Ab'|upper }}{{ 'Ab'|lower }}", "{}",
        "x|hi|ABab"},
+      // Python's Unicode whitespace and full case mappings.
+      {"[{{ '\u3000\u00a0x\u2028 '|trim }}][{{ ' a\u3000b '.split() }}][{{ "
+       "'\u00e9\u00e9'.strip('\u00e9') }}]",
+       "{}", "[x][['a', 'b']][]"},
+      {"{{ 'na\u00efve stra\u00dfe'|upper }} {{ '\u039f\u0394\u039f\u03a3'|lower }} "
+       "{{ '\u00e9a b'|title }} {{ '\u00e9A'|capitalize }}",
+       "{}",
+       "NA\xC3\x8FVE STRASSE \xCE\xBF\xCE\xB4\xCE\xBF\xCF\x82 \xC3\x89"
+       "a B \xC3\x89"
+       "a"},
+      // Jinja's select/reject/map on none give nothing.
+      {"[{{ none|selectattr('type')|list }}][{{ none|map(attribute='x')|list }}]", "{}",
+       "[[]][[]]"},
       {"{{ 'hELLo wOrld'|capitalize }} {{ 'ab cd-ef (gh'|title }} {{ 'a-b'|replace('-', '+') }}",
        "{}", "Hello world Ab Cd-Ef (Gh a+b"},
       {"{{ [1, 2]|length }} {{ 'héllo'|length }} {{ {'a': 1}|count }} {{ x|length }}", "{}",

@@ -294,6 +294,7 @@ TEST(UnicodeTest, MatchesPythonUnicodedata) {
       "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co", "Cn"};
   char32_t next_category = 0;  // G runs must cover every code point in order
   int sequences = 0;
+  int case_mappings = 0;
   int failures = 0;
   std::string line;
   while (std::getline(in, line) && failures < 20) {
@@ -323,6 +324,17 @@ TEST(UnicodeTest, MatchesPythonUnicodedata) {
       folds[std::stoul(a, nullptr, 16)] = std::stoul(b, nullptr, 16);
     } else if (tag == "N1") {
       nfc1[std::stoul(a, nullptr, 16)] = ParseHexSeq(b);
+    } else if (tag == "U" || tag == "L" || tag == "T") {
+      // A code point alone: the mapping has no context (the final sigma needs a word).
+      const std::u32string input(1, static_cast<char32_t>(std::stoul(a, nullptr, 16)));
+      const std::u32string got = tag == "U"   ? PyUpper(input)
+                                 : tag == "L" ? PyLower(input)
+                                              : PyTitle(input);
+      if (got != ParseHexSeq(b)) {
+        ADD_FAILURE() << tag << " of " << Hex(input) << " = " << Hex(got) << ", want " << b;
+        ++failures;
+      }
+      ++case_mappings;
     } else if (tag == "N") {
       const std::u32string input = ParseHexSeq(a);
       const std::u32string want = ParseHexSeq(b);
@@ -341,6 +353,7 @@ TEST(UnicodeTest, MatchesPythonUnicodedata) {
   EXPECT_GT(folds.size(), 1000u);
   EXPECT_GT(nfc1.size(), 1000u);
   EXPECT_GT(sequences, 5000);
+  EXPECT_GT(case_mappings, 4000);
 
   // Every code point: the listed ones map as listed, the rest to themselves.
   for (char32_t cp = 0; cp <= 0x10FFFF && failures < 20; ++cp) {
@@ -363,6 +376,18 @@ TEST(UnicodeTest, MatchesPythonUnicodedata) {
     }
   }
   EXPECT_EQ(failures, 0);
+}
+
+TEST(Unicode, PythonStringMethods) {
+  EXPECT_EQ(PyUpper(U"na\u00efve stra\u00dfe"), U"NA\u00cfVE STRASSE");
+  EXPECT_EQ(PyLower(U"\u039f\u0394\u039f\u03a3"), U"\u03bf\u03b4\u03bf\u03c2");  // final ς
+  EXPECT_EQ(PyLower(U"\u03a3\u039f \u039f\u03a3."), U"\u03c3\u03bf \u03bf\u03c2.");
+  EXPECT_EQ(PyLower(U"\u0130"), U"i\u0307");
+  EXPECT_EQ(PyTitle(U"\u00e9a b \u01c6x"), U"\u00c9a B \u01c5x");
+  EXPECT_EQ(PyCapitalize(U"\u00dfAB"), U"Ssab");
+  EXPECT_TRUE(IsPythonSpace(0x3000));
+  EXPECT_TRUE(IsPythonSpace(0x1F));
+  EXPECT_FALSE(IsPythonSpace(0x200B));
 }
 
 }  // namespace

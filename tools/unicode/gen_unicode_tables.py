@@ -15,6 +15,8 @@ runtime/text/unicode.cc against, one case a line (code points in hex, '.'-separa
   F <cp> <fold>                   every code point whose simple fold is not itself
   N1 <cp> <nfc>                   every code point whose NFC is not itself
   N <input> <nfc>                 pairs, triples and longer mixes of the interesting ones
+  U|L|T <cp> <mapped>             every code point whose str.upper() / lower() / title() is not
+                                  itself (full mappings: several code points where Python has)
 """
 import argparse
 import itertools
@@ -108,6 +110,37 @@ def compositions(decomps):
     return out
 
 
+def case_maps():
+    """{'upper'|'lower'|'title': [(cp, mapped string)]} for every code point whose str.upper(),
+    str.lower() or str.title() of it alone is not itself (Python's full mappings, SpecialCasing
+    included; the context-dependent final sigma is left to the code)."""
+    maps = {"upper": [], "lower": [], "title": []}
+    for c in range(MAX_CP + 1):
+        if 0xD800 <= c <= 0xDFFF:
+            continue
+        ch = chr(c)
+        for kind in maps:
+            mapped = getattr(ch, kind)()
+            if mapped != ch:
+                maps[kind].append((c, mapped))
+    return maps
+
+
+def cased_ranges():
+    """[(first, last)] of the Cased code points (Python's notion: c.islower(), c.isupper() or
+    c.istitle() of the character alone)."""
+    out = []
+    for c in range(MAX_CP + 1):
+        ch = chr(c)
+        if 0xD800 <= c <= 0xDFFF or not (ch.islower() or ch.isupper() or ch.istitle()):
+            continue
+        if out and out[-1][1] == c - 1:
+            out[-1] = (out[-1][0], c)
+        else:
+            out.append((c, c))
+    return out
+
+
 def hex_list(values, per_line, fmt):
     lines = []
     for i in range(0, len(values), per_line):
@@ -121,6 +154,8 @@ def generate():
     folds = fold_pairs()
     decomps = canonical_decompositions()
     comps = compositions(decomps)
+    cases = case_maps()
+    cased = cased_ranges()
     version = unicodedata.unidata_version
     parts = []
     parts.append(f"""\
@@ -139,6 +174,9 @@ def generate():
 // - combining classes: unicodedata.combining as runs (first << 8 | class).
 // - compositions: the 2-code-point canonical mappings (a, b) -> c for which
 //   normalize('NFC', a + b) == c; that leaves out the composition exclusions.
+// - case mappings: str.upper(), lower() and title() of each code point alone where that is not
+//   itself, as {{code point, offset, length}} into kCasePool (full mappings: 'ß' upper is "SS");
+//   Cased code points as ranges.
 #pragma once
 
 #include <cstdint>
@@ -159,6 +197,11 @@ struct CodePointTriple {{
   char32_t second;
   char32_t third;
 }};
+struct CaseMapping {{
+  char32_t from;
+  uint16_t offset;  // into kCasePool
+  uint16_t length;
+}};
 """)
     parts.append(f"// {len(cat_runs)} runs: first code point << 5 | Category.\n"
                  "constexpr uint32_t kCategoryRuns[] = {\n" +
@@ -178,6 +221,26 @@ struct CodePointTriple {{
                  "(first, second).\n"
                  "constexpr CodePointTriple kCompositions[] = {\n" +
                  hex_list(comps, 4, lambda t: "{0x%x, 0x%x, 0x%x}" % t) + "\n};\n")
+    pool = []
+    tables = {}
+    for kind in ("upper", "lower", "title"):
+        entries = []
+        for c, mapped in cases[kind]:
+            entries.append((c, len(pool), len(mapped)))
+            pool.extend(ord(ch) for ch in mapped)
+        tables[kind] = entries
+    assert len(pool) < 1 << 16
+    parts.append(f"// {len(cased)} ranges {{first, last}} of Cased code points (str.islower(), "
+                 "isupper() or istitle()), sorted.\n"
+                 "constexpr CodePointPair kCasedRanges[] = {\n" +
+                 hex_list(cased, 6, lambda p: "{0x%x, 0x%x}" % p) + "\n};\n")
+    parts.append(f"// {len(pool)} code points the case mappings below point into.\n"
+                 "constexpr char32_t kCasePool[] = {\n" +
+                 hex_list(pool, 10, lambda v: "0x%x" % v) + "\n};\n")
+    for kind, name in (("upper", "kUpperMap"), ("lower", "kLowerMap"), ("title", "kTitleMap")):
+        parts.append(f"// {len(tables[kind])} str.{kind}() mappings, sorted.\n"
+                     f"constexpr CaseMapping {name}[] = {{\n" +
+                     hex_list(tables[kind], 5, lambda t: "{0x%x, %d, %d}" % t) + "\n};\n")
     parts.append("}  // namespace\n}  // namespace hap::unicode\n")
     return "\n".join(parts)
 
@@ -222,6 +285,9 @@ def write_cases(path):
             seqs.append("".join(chr(rng.choice(rng.choice(pool))) for _ in range(length)))
         for s in seqs:
             out.write("N %s %s\n" % (hexseq(s), hexseq(unicodedata.normalize("NFC", s))))
+        for kind, mapping in case_maps().items():
+            for c, mapped in mapping:
+                out.write("%s %x %s\n" % (kind[0].upper(), c, hexseq(mapped)))
 
 
 def main():

@@ -1,5 +1,6 @@
 // Parity rows: RoPE, activations, residual and bias adds, and the embedding lookup, against
 // kernels/cpu (rope.h, activation.h) and base/dtype.h's conversions.
+#include <array>
 #include <string>
 
 #include "base/dtype.h"
@@ -31,6 +32,47 @@ CaseResult RopeCase(int rows, int n_heads, int head_dim, float theta) {
         return Rope(dx.as<float>(), dpos.as<int32_t>(), rows, n_heads, head_dim, theta, nullptr);
       },
       &st);
+  c.Status(st);
+  c.Output("x", dx, want, kF32Tol);
+  c.Unchanged("positions", dpos, pos.data());
+  return c.Result(ms);
+}
+
+// Rotary over position axes: M-RoPE (t, h, w) and the vision tower's 2-D rotary (row, column,
+// per-section frequencies) against the CPU reference; one axis is also Rope's result bit for
+// bit.
+CaseResult RopeAxesCase(int rows, int n_heads, int head_dim, std::array<int, 3> sections,
+                        bool per_section, float theta) {
+  RopeAxesArgs a;
+  a.rows = rows;
+  a.n_heads = n_heads;
+  a.head_dim = head_dim;
+  a.theta = theta;
+  for (int i = 0; i < 3; ++i) a.sections[i] = sections[i];
+  a.per_section_frequencies = per_section;
+  const std::vector<float> x = RandomFloats(int64_t{rows} * n_heads * head_dim, 41 + head_dim);
+  // Axis a of row r: different per axis, with repeats (an image's tokens share t).
+  std::vector<int32_t> pos(static_cast<size_t>(a.axes()) * rows);
+  for (int ax = 0; ax < a.axes(); ++ax) {
+    for (int r = 0; r < rows; ++r) pos[ax * rows + r] = 2 + r / (ax + 1) * (3 + ax) + ax;
+  }
+  std::vector<float> want = x;
+  Checker c;
+  a.x = want.data();
+  a.positions = pos.data();
+  if (!c.Reference(cpu::RopeAxes(a))) return c.Result(0);
+  if (sections[1] == 0 && !per_section) {
+    std::vector<float> one_axis = x;
+    if (!c.Reference(cpu::Rope(one_axis.data(), pos.data(), rows, n_heads, head_dim, theta)) ||
+        one_axis != want) {
+      c.Status(KernelStatus::Error("RopeAxes with one section differs from Rope"));
+    }
+  }
+  DeviceBuffer dx = DeviceBuffer::Of(x), dpos = DeviceBuffer::Of(pos);
+  a.x = dx.as<float>();
+  a.positions = dpos.as<int32_t>();
+  KernelStatus st;
+  const double ms = TimedMs([&] { return RopeAxes(a, nullptr); }, &st);
   c.Status(st);
   c.Output("x", dx, want, kF32Tol);
   c.Unchanged("positions", dpos, pos.data());
@@ -232,6 +274,23 @@ void AddElementwiseCases(std::vector<Case>& cases) {
                      {"RopeKernel"},
                      [rows = rows, heads = heads, hd = hd, theta = theta] {
                        return RopeCase(rows, heads, hd, theta);
+                     }});
+  }
+  // Qwen2.5-VL's text (mrope_section 16/24/24 of head 128) and vision tower (head 80: 20 + 20
+  // pairs, per-section frequencies, theta 10000), a tiny model's 2/3/3, and one axis.
+  for (auto [rows, heads, hd, s0, s1, s2, per_section, theta] :
+       {std::tuple{9, 4, 128, 16, 24, 24, false, 1e6f},
+        {37, 16, 80, 20, 20, 0, true, 1e4f},
+        {5, 4, 16, 2, 3, 3, false, 1e6f},
+        {6, 3, 64, 32, 0, 0, false, 1e4f}}) {
+    cases.push_back({"RopeAxes " + std::to_string(rows) + "x" + std::to_string(heads) + "x" +
+                         std::to_string(hd) + " sections " + std::to_string(s0) + "/" +
+                         std::to_string(s1) + "/" + std::to_string(s2) +
+                         (per_section ? " per-section" : ""),
+                     {"RopeAxesKernel"},
+                     [rows = rows, heads = heads, hd = hd, s0 = s0, s1 = s1, s2 = s2,
+                      per_section = per_section, theta = theta] {
+                       return RopeAxesCase(rows, heads, hd, {s0, s1, s2}, per_section, theta);
                      }});
   }
   for (auto [rows, heads, kv_heads, hd] : {std::tuple{1, 4, 4, 64}, {37, 32, 8, 128}}) {
