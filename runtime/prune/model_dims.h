@@ -18,6 +18,11 @@ struct ModelDims {
 
   // LLaVA-1.5-7B (Vicuna-7B decoder, CLIP ViT-L/14-336 → 24×24 patches).
   static ModelDims Llava15_7B() { return ModelDims{}; }
+  // Qwen2.5-VL-7B's Qwen2 decoder (28 layers, GQA 28/4) with `visual_tokens` from one image:
+  // its count depends on the image's size (dynamic resolution).
+  static ModelDims Qwen25VL_7B(int visual_tokens) {
+    return ModelDims{28, 3584, 18944, 28, 4, 128, visual_tokens};
+  }
 
   absl::Status Validate() const {
     if (n_layers <= 0 || d_model <= 0 || d_ffn <= 0 || n_heads <= 0 || n_kv_heads <= 0 ||

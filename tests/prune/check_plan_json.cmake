@@ -105,3 +105,21 @@ execute_process(COMMAND ${HAPCTL} plan --preset llava-1.5-7b --retain 576 OUTPUT
 if(NOT rc EQUAL 0 OR NOT table MATCHES "paper \\(visual tokens only\\) +3\\.817T +3\\.817T")
   message(FATAL_ERROR "hapctl plan table (llava-1.5-7b), rc=${rc}:\n${table}")
 endif()
+
+# Qwen2.5-VL: the visual tokens follow the image's size through smart_resize (1000 px → 1008 →
+# 36 × 36 merged patches; 4000 px past the 12.8 MP budget → 3584 px → 128 × 128), 28 layers.
+foreach(case "1;1296" "4;5041" "16;16384")
+  list(GET case 0 mp)
+  list(GET case 1 want)
+  run_plan(q --preset qwen2.5-vl-7b --megapixels ${mp} --retain 25%)
+  string(JSON v GET "${q}" visual_tokens)
+  string(JSON layers GET "${q}" layers)
+  if(NOT v EQUAL want OR NOT layers EQUAL 28)
+    message(FATAL_ERROR "qwen2.5-vl-7b at ${mp} MP: V=${v} layers=${layers}, want ${want}, 28")
+  endif()
+endforeach()
+execute_process(COMMAND ${HAPCTL} plan --preset llava-1.5-7b --megapixels 4 --retain 64
+                ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "megapixels is for Qwen2.5-VL")
+  message(FATAL_ERROR "--megapixels on LLaVA: rc=${rc}: ${err}")
+endif()

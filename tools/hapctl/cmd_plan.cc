@@ -1,14 +1,20 @@
 // hapctl plan: shows the HAP schedule (groups, visual tokens per layer, FLOPs in the paper's and
 // the full convention, the paper's closed form, KV-cache size) for a budget and a model.
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
 #include "base/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "runtime/image/qwen2vl_preprocess.h"
 #include "runtime/io/config.h"
+#include "runtime/io/preprocessor_config.h"
+#include "runtime/io/qwen_config.h"
 #include "runtime/prune/factory.h"
 #include "runtime/prune/model_dims.h"
 #include "runtime/prune/planner.h"
@@ -19,8 +25,11 @@ namespace hap::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: hapctl plan (--model DIR | --preset llava-1.5-7b) (--retain K | --flops F) "
-    "[--text-tokens N] [--schedule pyramid|flat] [--paq-temperature T] [--json]\n"
+    "usage: hapctl plan (--model DIR | --preset llava-1.5-7b|qwen2.5-vl-7b) (--retain K | "
+    "--flops F) [--megapixels MP] [--text-tokens N] [--schedule pyramid|flat] "
+    "[--paq-temperature T] [--json]\n"
+    "  --megapixels  Qwen2.5-VL only: a square image of MP million pixels (default 1); its visual\n"
+    "              tokens follow the processor's dynamic resolution (smart_resize)\n"
     "  --retain  average visual tokens per decoder layer (64) or a percentage of them (5.6%)\n"
     "  --flops   fraction of the unpruned LLM prefill FLOPs, full convention (0.25)\n"
     "  --text-tokens  prompt tokens besides the image (default 40) for the full convention\n"
@@ -29,20 +38,90 @@ constexpr char kUsage[] =
     "  --paq-temperature  PAQ-softmax temperature of hap / hap-flat, in [0.01, 100] (default 1,\n"
     "              the paper's): checked and reported; it changes the weights, not the plan";
 
+// A side file's text; NotFound when it does not exist.
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return errno == ENOENT ? absl::NotFoundError(absl::StrCat(path, ": not found"))
+                           : absl::UnavailableError(absl::StrCat(path, ": cannot open"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Visual tokens of a square image of --megapixels under a Qwen2-VL processor: smart_resize, then
+// one token per merged patch.
+absl::StatusOr<int> QwenVisualTokens(const Flags& flags,
+                                     const Qwen2VLImageProcessorConfig& processor) {
+  HAP_ASSIGN_OR_RETURN(double megapixels, flags.Double("megapixels", 1.0));
+  if (!(megapixels > 0 && megapixels <= 1000)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--megapixels ", megapixels, " must be in (0, 1000]"));
+  }
+  const int side = static_cast<int>(std::lround(std::sqrt(megapixels * 1e6)));
+  const int factor = processor.patch_size * processor.merge_size;
+  HAP_ASSIGN_OR_RETURN(const ResizedSize size,
+                       SmartResize(side, side, factor, processor.min_pixels, processor.max_pixels));
+  std::fprintf(stderr, "plan: a %dx%d image is resized to %dx%d: %d visual tokens\n", side, side,
+               size.width, size.height, (size.height / factor) * (size.width / factor));
+  return (size.height / factor) * (size.width / factor);
+}
+
 absl::StatusOr<ModelDims> DimsFromFlags(const Flags& flags) {
   const bool has_model = flags.Has("model"), has_preset = flags.Has("preset");
   if (has_model == has_preset) {
-    return absl::InvalidArgumentError("give exactly one of --model DIR or --preset llava-1.5-7b");
+    return absl::InvalidArgumentError(
+        "give exactly one of --model DIR or --preset llava-1.5-7b|qwen2.5-vl-7b");
   }
   if (has_preset) {
     const std::string preset = *flags.Get("preset");
+    if (preset == "qwen2.5-vl-7b") {
+      Qwen2VLImageProcessorConfig processor;  // Qwen2.5-VL's published budget
+      processor.min_pixels = 3136;
+      processor.max_pixels = 12845056;
+      HAP_ASSIGN_OR_RETURN(const int visual, QwenVisualTokens(flags, processor));
+      return ModelDims::Qwen25VL_7B(visual);
+    }
     if (preset != "llava-1.5-7b") {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown preset '", preset, "' (known: llava-1.5-7b)"));
+          absl::StrCat("unknown preset '", preset, "' (known: llava-1.5-7b, qwen2.5-vl-7b)"));
+    }
+    if (flags.Has("megapixels")) {
+      return absl::InvalidArgumentError(
+          "--megapixels is for Qwen2.5-VL: LLaVA-1.5's processor gives every image 576 tokens");
     }
     return ModelDims::Llava15_7B();
   }
-  HAP_ASSIGN_OR_RETURN(LlavaConfig cfg, LoadLlavaConfig(*flags.Get("model")));
+  const std::string dir = *flags.Get("model");
+  HAP_ASSIGN_OR_RETURN(const std::string config_text, ReadFile(dir + "/config.json"));
+  if (IsQwen25VLConfig(config_text)) {
+    HAP_ASSIGN_OR_RETURN(const Qwen25VLConfig q, ParseQwen25VLConfig(config_text, dir));
+    Qwen2VLImageProcessorConfig processor;
+    const std::string processor_path = dir + "/preprocessor_config.json";
+    absl::StatusOr<std::string> processor_text = ReadFile(processor_path);
+    if (processor_text.ok()) {
+      HAP_ASSIGN_OR_RETURN(processor,
+                           ParseQwen2VLPreprocessorConfig(*processor_text, processor_path));
+    } else if (!absl::IsNotFound(processor_text.status())) {
+      return processor_text.status();
+    }
+    ModelDims d;
+    d.n_layers = q.text.num_hidden_layers;
+    d.d_model = q.text.hidden_size;
+    d.d_ffn = q.text.intermediate_size;
+    d.n_heads = q.text.num_attention_heads;
+    d.n_kv_heads = q.text.num_key_value_heads;
+    d.head_dim = q.text.head_dim();
+    HAP_ASSIGN_OR_RETURN(d.n_visual_tokens, QwenVisualTokens(flags, processor));
+    HAP_RETURN_IF_ERROR(d.Validate());
+    return d;
+  }
+  if (flags.Has("megapixels")) {
+    return absl::InvalidArgumentError(
+        "--megapixels is for Qwen2.5-VL: LLaVA's processor gives every image the same tokens");
+  }
+  HAP_ASSIGN_OR_RETURN(LlavaConfig cfg, ParseLlavaConfig(config_text, dir + "/config.json"));
   ModelDims d;
   d.n_layers = cfg.text.num_hidden_layers;
   d.d_model = cfg.text.hidden_size;
@@ -182,8 +261,9 @@ int CmdPlan(const std::vector<std::string>& args) {
     std::printf("%s\n", kUsage);
     return 0;
   }
-  auto flags = Flags::Parse(args, {"model", "preset", "retain", "flops", "text-tokens", "schedule",
-                                   "paq-temperature"},
+  auto flags = Flags::Parse(args,
+                            {"model", "preset", "retain", "flops", "megapixels", "text-tokens",
+                             "schedule", "paq-temperature"},
                             {"json"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", kUsage);
