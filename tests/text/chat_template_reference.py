@@ -48,6 +48,8 @@ import shutil
 import subprocess
 import sys
 
+from reference_run import lines_of, run
+
 TOOL, SOURCE_DIR, WORK_DIR = sys.argv[1:4]
 HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE = os.path.join(HERE, "hf_reference")
@@ -694,22 +696,6 @@ LEFT_OUT = {
 }
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True)
-    if r.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)} exited with {r.returncode}:\n"
-                 f"{r.stderr.decode(errors='replace')}")
-    return r.stdout.decode()
-
-
-def lines_of(cmd, n):
-    # Not splitlines(): that also splits at U+2028, U+0085, ... inside the JSON strings.
-    out = [json.loads(line) for line in run(cmd).split("\n") if line]
-    if len(out) != n:
-        sys.exit(f"FAIL: {' '.join(cmd)} printed {len(out)} lines for {n} cases")
-    return out
-
-
 def cpp_lines(path, cases_path, n):
     """text_tool render's lines; every case gets the error when the template does not parse."""
     r = subprocess.run([TOOL, "render", path, cases_path], capture_output=True)
@@ -754,7 +740,7 @@ def main():
             json.dump(cases, f, ensure_ascii=False)
         cpp = cpp_lines(path, cases_path, len(cases))
         js = lines_of([NODE, os.path.join(REFERENCE, "render.mjs"), path, cases_path],
-                      len(cases))
+                      len(cases), "cases")
         bad = []
         rendered = errors = 0
         for name, c, j in zip(names, cpp, js):

@@ -28,8 +28,9 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
+
+from reference_run import lines_of, run
 
 TOOL, SOURCE_DIR, WORK_DIR = sys.argv[1:4]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -124,22 +125,6 @@ def all_texts():
     return texts
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True)
-    if r.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)} exited with {r.returncode}:\n"
-                 f"{r.stderr.decode(errors='replace')}")
-    return r.stdout.decode()
-
-
-def lines_of(cmd, n):
-    # Not splitlines(): that also splits at U+2028, U+0085, ... inside the JSON strings.
-    out = [json.loads(line) for line in run(cmd).split("\n") if line]
-    if len(out) != n:
-        sys.exit(f"FAIL: {' '.join(cmd)} printed {len(out)} lines for {n} texts")
-    return out
-
-
 def pieces_of(tokenizer_json):
     """id -> piece, for the diffs."""
     with open(tokenizer_json, encoding="utf-8") as f:
@@ -185,8 +170,8 @@ class Checker:
 
 def compare_json(check, name, directory, texts_path, n):
     tokenizer_json = os.path.join(directory, "tokenizer.json")
-    cpp = lines_of([TOOL, "batch", tokenizer_json, texts_path], n)
-    js = lines_of([NODE, os.path.join(REFERENCE, "encode.mjs"), directory, texts_path], n)
+    cpp = lines_of([TOOL, "batch", tokenizer_json, texts_path], n, "texts")
+    js = lines_of([NODE, os.path.join(REFERENCE, "encode.mjs"), directory, texts_path], n, "texts")
     pieces = pieces_of(tokenizer_json)
     check.ids(f"{name}: ids, special tokens recognized (C++ vs tokenizers.js)", cpp, js,
               ("recognized", "recognized", "C++", "JS "), pieces)
@@ -235,7 +220,7 @@ def main():
             sys.exit(f"FAIL: {LLAVA_DIR} has no {name}")
     cpp, pieces = compare_json(check, "scenes-llava", LLAVA_DIR, texts_path, len(texts))
     spm = lines_of([TOOL, "batch", os.path.join(LLAVA_DIR, "tokenizer.model"), texts_path],
-                   len(texts))
+                   len(texts), "texts")
     check.ids("scenes-llava: ids, special tokens as text (tokenizer.json vs tokenizer.model)",
               cpp, spm, ("as_text", "as_text", "json ", "model"), pieces)
     # Decoding compares where the text spells no special token (tokenizer.model has none).
