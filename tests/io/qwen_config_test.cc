@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "runtime/io/qwen_weights.h"
 
 namespace hap {
 namespace {
@@ -134,6 +135,38 @@ TEST(Qwen25VLConfig, ErrorsNameTheKey) {
   }
   EXPECT_FALSE(IsQwen25VLConfig(R"({"model_type": "llava"})"));
   EXPECT_FALSE(IsQwen25VLConfig("not json"));
+}
+
+TEST(Qwen25VLTensors, PublishedNamesAndShapes) {
+  auto c = ParseQwen25VLConfig(kQwen25VL7B, "config.json");
+  ASSERT_TRUE(c.ok());
+  const std::vector<ExpectedTensor> tensors = ExpectedQwen25VLTensors(*c);
+  // 1 patch embed + 32 blocks x 12 + merger 5; embed + 28 layers x 12 + norm + lm_head.
+  EXPECT_EQ(tensors.size(), 1u + 32 * 12 + 5 + 1 + 28 * 12 + 1 + 1);
+  auto shape_of = [&](const std::string& name) {
+    for (const ExpectedTensor& t : tensors) {
+      if (t.name == name) return t.shape;
+    }
+    return std::vector<int64_t>();
+  };
+  EXPECT_EQ(shape_of("visual.patch_embed.proj.weight"), (std::vector<int64_t>{1280, 3, 2, 14, 14}));
+  EXPECT_EQ(shape_of("visual.blocks.31.attn.qkv.weight"), (std::vector<int64_t>{3840, 1280}));
+  EXPECT_EQ(shape_of("visual.merger.mlp.0.weight"), (std::vector<int64_t>{5120, 5120}));
+  EXPECT_EQ(shape_of("visual.merger.mlp.2.weight"), (std::vector<int64_t>{3584, 5120}));
+  EXPECT_EQ(shape_of("model.layers.27.self_attn.k_proj.weight"), (std::vector<int64_t>{512, 3584}));
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.k_proj.bias"), (std::vector<int64_t>{512}));
+  EXPECT_TRUE(shape_of("model.layers.0.self_attn.o_proj.bias").empty());  // no bias
+  EXPECT_EQ(shape_of("lm_head.weight"), (std::vector<int64_t>{152064, 3584}));
+  c->text.tie_word_embeddings = true;
+  EXPECT_EQ(ExpectedQwen25VLTensors(*c).size(), tensors.size() - 1);
+
+  EXPECT_EQ(CanonicalQwen25VLTensorName("model.visual.blocks.0.norm1.weight"),
+            "visual.blocks.0.norm1.weight");
+  EXPECT_EQ(CanonicalQwen25VLTensorName("model.language_model.layers.3.mlp.up_proj.weight"),
+            "model.layers.3.mlp.up_proj.weight");
+  EXPECT_EQ(CanonicalQwen25VLTensorName("model.layers.3.mlp.up_proj.weight"),
+            "model.layers.3.mlp.up_proj.weight");
+  EXPECT_EQ(CanonicalQwen25VLTensorName("lm_head.weight"), "lm_head.weight");
 }
 
 }  // namespace
