@@ -1,14 +1,10 @@
 // FieldReader and the number helpers shared by the config readers and writers.
 #include "runtime/io/json_fields.h"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -29,18 +25,6 @@ absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view text, const std:
         absl::StrCat(source, ": top level is a JSON ", root.type_name(), ", expected an object"));
   }
   return root;
-}
-
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(errno));
-    return errno == ENOENT ? absl::NotFoundError(msg) : absl::UnavailableError(msg);
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::UnavailableError(absl::StrCat(path, ": read failed"));
-  return text.str();
 }
 
 std::string Brief(const Json& j) {

@@ -16,10 +16,6 @@ namespace hap::io_internal {
 // "<source>: top level is a JSON <type>, expected an object".
 absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view text, const std::string& source);
 
-// A file's bytes: NotFound "<path>: cannot open: ..." when it does not exist, Unavailable for
-// other open or read failures.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
-
 // A value for an error message, cut to 80 characters.
 std::string Brief(const nlohmann::json& j);
 

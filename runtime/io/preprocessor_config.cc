@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "runtime/io/json_fields.h"
@@ -309,7 +310,7 @@ std::string Qwen2VLPreprocessorConfigToJson(const Qwen2VLImageProcessorConfig& c
 absl::StatusOr<ImageProcessorConfig> LoadPreprocessorConfig(const std::string& model_dir,
                                                             const LlavaConfig& config) {
   const std::string path = absl::StrCat(model_dir, "/", kPreprocessorConfigFile);
-  absl::StatusOr<std::string> text = io_internal::ReadTextFile(path);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
   if (absl::IsNotFound(text.status())) return ClipImageProcessorConfig(config.vision.image_size);
   if (!text.ok()) return text.status();
   return ParsePreprocessorConfig(*text, path, config.vision.image_size);

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "runtime/io/json_fields.h"
@@ -246,7 +247,7 @@ absl::StatusOr<Qwen25VLConfig> ParseQwen25VLConfig(std::string_view json_text,
 
 absl::StatusOr<Qwen25VLConfig> LoadQwen25VLConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  HAP_ASSIGN_OR_RETURN(const std::string text, io_internal::ReadTextFile(path));
+  HAP_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
   return ParseQwen25VLConfig(text, path);
 }
 

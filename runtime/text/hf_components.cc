@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "runtime/text/byte_level.h"
 #include "runtime/text/unicode.h"
 
 namespace hap::text_internal {
@@ -97,35 +98,13 @@ absl::StatusOr<Pattern> ParsePattern(const json& obj, const std::string& path,
                     absl::StrCat("must be {\"String\": ...} or {\"Regex\": ...}, got ", Brief(p)));
 }
 
-// GPT-2's reversible map of the 256 bytes onto printable characters: the printable Latin-1
-// bytes stand for themselves, the others take U+0100 onwards in byte order.
-struct ByteLevelMap {
-  char32_t to_char[256];
-  std::vector<int> to_byte;  // indexed by character, -1 where it stands for no byte
-
-  ByteLevelMap() : to_byte(512, -1) {
-    int next = 256;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-      to_char[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(next++);
-      to_byte[to_char[b]] = b;
-    }
-  }
-  int Byte(char32_t c) const { return c < to_byte.size() ? to_byte[c] : -1; }
-};
-
-const ByteLevelMap& ByteMap() {
-  static const ByteLevelMap* map = new ByteLevelMap();
-  return *map;
-}
-
 }  // namespace
 
 // The piece's bytes when every character is a byte-level character.
 std::optional<std::string> ByteLevelBytes(const std::string& token) {
   std::string bytes;
   for (char32_t c : unicode::DecodeUtf8(token)) {
-    const int b = ByteMap().Byte(c);
+    const int b = ByteLevelByte(c);
     if (b < 0) return std::nullopt;
     bytes.push_back(static_cast<char>(b));
   }
@@ -355,7 +334,7 @@ void HfPreTokenizer::ApplyOne(Piece* piece, std::vector<Piece>* out) const {
       for (Piece& w : words) {
         std::u32string mapped;
         for (char byte : unicode::EncodeUtf8(w.text)) {
-          mapped.push_back(ByteMap().to_char[static_cast<uint8_t>(byte)]);
+          mapped.push_back(ByteLevelChar(static_cast<uint8_t>(byte)));
         }
         out->push_back({std::move(mapped), w.at_start});
       }

@@ -175,6 +175,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(std::string_view
 
   // Which pieces decode as raw bytes (for streaming: a character may span pieces).
   tok->byte_level_piece_.assign(tok->id_to_token_.size(), false);
+  tok->byte_fallback_decoder_ = tok->decoder_ && tok->decoder_->Has(HfDecoder::Kind::kByteFallback);
   if (tok->decoder_ && tok->decoder_->Has(HfDecoder::Kind::kByteLevel)) {
     for (int id = 0; id < tok->model_.size(); ++id) {
       tok->byte_level_piece_[id] =
@@ -237,7 +238,7 @@ bool HfTokenizer::PieceBytes(int id, std::string* bytes) const {
     *bytes += *b;
     return true;
   }
-  if (decoder_ && decoder_->Has(HfDecoder::Kind::kByteFallback)) {
+  if (byte_fallback_decoder_) {
     const int b = FallbackByte(id_to_token_[id]);
     if (b < 0) return false;
     bytes->push_back(static_cast<char>(b));

@@ -74,6 +74,7 @@ class HfTokenizer final : public TokenizerImpl {
   std::vector<std::string> id_to_token_;            // model and added tokens
   std::vector<bool> special_;
   std::vector<bool> byte_level_piece_;  // the decoder reads the piece as byte-level chars
+  bool byte_fallback_decoder_ = false;  // the decoder turns <0xNN> pieces into bytes
   std::unique_ptr<HfNormalizer> normalizer_;
   std::unique_ptr<HfPreTokenizer> pre_tokenizer_;
   std::unique_ptr<HfDecoder> decoder_;

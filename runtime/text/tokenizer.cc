@@ -5,13 +5,12 @@
 #include <sys/stat.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "runtime/text/hf_components.h"
 #include "runtime/text/hf_tokenizer.h"
@@ -61,14 +60,6 @@ class SentencePieceImpl final : public text_internal::TokenizerImpl {
   std::unique_ptr<text_internal::SentencePieceModel> sp_;
 };
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (!in.good() && !in.eof()) return absl::UnavailableError(absl::StrCat("cannot read ", path));
-  return buffer.str();
-}
-
 bool EndsWith(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix.data(), suffix.size()) == 0;
@@ -93,12 +84,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
   }
   std::unique_ptr<Tokenizer> tok;
   if (EndsWith(path, ".json")) {
-    HAP_ASSIGN_OR_RETURN(const std::string json_text, ReadFile(path));
+    HAP_ASSIGN_OR_RETURN(const std::string json_text, ReadFileToString(path));
     const std::string config_path =
         (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
     std::string config_text;
     if (stat(config_path.c_str(), &st) == 0) {
-      HAP_ASSIGN_OR_RETURN(config_text, ReadFile(config_path));
+      HAP_ASSIGN_OR_RETURN(config_text, ReadFileToString(config_path));
     }
     HAP_ASSIGN_OR_RETURN(auto hf, text_internal::HfTokenizer::Parse(json_text, config_text, path));
     tok.reset(new Tokenizer(std::move(hf), "tokenizer.json"));

@@ -1,17 +1,17 @@
 // TrainByteLevelBpe and the Qwen2-layout tokenizer files.
 #include "runtime/tiny/bytelevel_bpe.h"
 
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "runtime/text/byte_level.h"
 #include "runtime/text/pretokenize_regex.h"
 #include "runtime/text/unicode.h"
 
@@ -20,18 +20,10 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// GPT-2's printable stand-in for each byte.
+// GPT-2's printable stand-in for `b`, as UTF-8.
 std::string ByteChar(int b) {
-  const auto printable = [](int x) {
-    return (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE;
-  };
-  char32_t c = static_cast<char32_t>(b);
-  if (!printable(b)) {
-    c = 256;
-    for (int x = 0; x < b; ++x) c += printable(x) ? 0 : 1;
-  }
   std::string out;
-  unicode::AppendUtf8(c, &out);
+  unicode::AppendUtf8(ByteLevelChar(static_cast<uint8_t>(b)), &out);
   return out;
 }
 
@@ -77,11 +69,8 @@ const char kQwen25VLChatTemplate[] =
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 absl::StatusOr<ByteLevelBpe> TrainByteLevelBpe(const std::string& corpus_path, int num_merges) {
-  std::ifstream in(corpus_path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("tokenizer corpus not found: ", corpus_path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::u32string text = unicode::Nfc(unicode::DecodeUtf8(buffer.str()));
+  HAP_ASSIGN_OR_RETURN(const std::string corpus, ReadFileToString(corpus_path));
+  const std::u32string text = unicode::Nfc(unicode::DecodeUtf8(corpus));
   absl::StatusOr<PretokenizeRegex> split = PretokenizeRegex::Compile(kQwen2SplitPattern);
   if (!split.ok()) return split.status();
 

@@ -2,8 +2,10 @@
 // the processor and generation files.
 #include "runtime/tiny/qwen_tiny.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <string_view>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -63,13 +65,18 @@ absl::StatusOr<Qwen25VLConfig> TinyQwenConfig(const TinyQwenOptions& o, int voca
   c.text.rms_norm_eps = 1e-6f;
   c.text.mrope_section = o.mrope_section;
   // Qwen's special tokens follow the BPE vocabulary in QwenSpecialTokens' order.
-  const int specials = vocab_size - static_cast<int>(QwenSpecialTokens().size());
-  c.text.bos_token_id = specials;      // <|endoftext|>
-  c.text.eos_token_id = specials + 2;  // <|im_end|>
-  c.vision_start_token_id = specials + 9;
-  c.vision_end_token_id = specials + 10;
-  c.image_token_id = specials + 12;
-  c.video_token_id = specials + 13;
+  const std::vector<std::string>& specials = QwenSpecialTokens();
+  auto id_of = [&](std::string_view token) {
+    const int first = vocab_size - static_cast<int>(specials.size());
+    return first +
+           static_cast<int>(std::find(specials.begin(), specials.end(), token) - specials.begin());
+  };
+  c.text.bos_token_id = id_of("<|endoftext|>");
+  c.text.eos_token_id = id_of("<|im_end|>");
+  c.vision_start_token_id = id_of("<|vision_start|>");
+  c.vision_end_token_id = id_of("<|vision_end|>");
+  c.image_token_id = id_of("<|image_pad|>");
+  c.video_token_id = id_of("<|video_pad|>");
   c.torch_dtype = TorchDTypeName(o.dtype);
   // Only what the parser accepts is written.
   return ParseQwen25VLConfig(Qwen25VLConfigToJson(c), "make-tiny config");

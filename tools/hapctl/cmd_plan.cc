@@ -1,14 +1,12 @@
 // hapctl plan: shows the HAP schedule (groups, visual tokens per layer, FLOPs in the paper's and
 // the full convention, the paper's closed form, KV-cache size) for a budget and a model.
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "runtime/image/qwen2vl_preprocess.h"
@@ -37,18 +35,6 @@ constexpr char kUsage[] =
     "              count for the same average (the hap-flat / uniform-flat ablation)\n"
     "  --paq-temperature  PAQ-softmax temperature of hap / hap-flat, in [0.01, 100] (default 1,\n"
     "              the paper's): checked and reported; it changes the weights, not the plan";
-
-// A side file's text; NotFound when it does not exist.
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return errno == ENOENT ? absl::NotFoundError(absl::StrCat(path, ": not found"))
-                           : absl::UnavailableError(absl::StrCat(path, ": cannot open"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Visual tokens of a square image of --megapixels under a Qwen2-VL processor: smart_resize, then
 // one token per merged patch.
@@ -94,12 +80,12 @@ absl::StatusOr<ModelDims> DimsFromFlags(const Flags& flags) {
     return ModelDims::Llava15_7B();
   }
   const std::string dir = *flags.Get("model");
-  HAP_ASSIGN_OR_RETURN(const std::string config_text, ReadFile(dir + "/config.json"));
+  HAP_ASSIGN_OR_RETURN(const std::string config_text, ReadFileToString(dir + "/config.json"));
   if (IsQwen25VLConfig(config_text)) {
     HAP_ASSIGN_OR_RETURN(const Qwen25VLConfig q, ParseQwen25VLConfig(config_text, dir));
     Qwen2VLImageProcessorConfig processor;
     const std::string processor_path = dir + "/preprocessor_config.json";
-    absl::StatusOr<std::string> processor_text = ReadFile(processor_path);
+    absl::StatusOr<std::string> processor_text = ReadFileToString(processor_path);
     if (processor_text.ok()) {
       HAP_ASSIGN_OR_RETURN(processor,
                            ParseQwen2VLPreprocessorConfig(*processor_text, processor_path));
