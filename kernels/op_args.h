@@ -33,7 +33,7 @@ enum class Activation { kQuickGelu, kGelu, kGeluTanh };
 // Angles are computed in F64, as Rope's.
 struct RopeAxesArgs {
   float* x = nullptr;                  // F32 [rows, n_heads * head_dim], rotated in place
-  const int32_t* positions = nullptr;  // I32 [axes, rows]: axis a of row r at a * rows + r
+  const int32_t* positions = nullptr;  // I32 [rows, axes]: axis a of row r at r * axes() + a
   int rows = 0;
   int n_heads = 0;
   int head_dim = 0;
@@ -41,8 +41,8 @@ struct RopeAxesArgs {
   int sections[3] = {0, 0, 0};
   bool per_section_frequencies = false;
 
-  // Axes that own pairs: the position array holds that many rows of `rows` (the last owning
-  // axis + 1).
+  // Axes that own pairs (the last owning axis + 1): the positions of a row, side by side, so a
+  // row's positions move with it as one record when rows are gathered.
   int axes() const { return sections[2] > 0 ? 3 : sections[1] > 0 ? 2 : 1; }
 
   // What is wrong with the shape, or "" (every backend checks with it).

@@ -80,8 +80,11 @@ absl::Status CheckOp(const StepDesc& desc, size_t index) {
           [&](const step_op::Rope& o) -> absl::Status {
             HAP_RETURN_IF_ERROR(check.Positive("n_heads", o.n_heads));
             HAP_RETURN_IF_ERROR(check.Positive("head_dim", o.head_dim));
+            if (o.multi_axis()) {
+              if (const char* error = o.AxesArgs().Error(); *error != 0) return check.Error(error);
+            }
             HAP_RETURN_IF_ERROR(check("x", o.x, f32, int64_t{o.rows} * o.n_heads * o.head_dim));
-            return check("positions", o.positions, StepElem::kI32, o.rows);
+            return check("positions", o.positions, StepElem::kI32, int64_t{o.rows} * o.axes());
           },
           [&](const step_op::Attention& o) -> absl::Status {
             const AttentionArgs& a = o.shape;
@@ -163,8 +166,14 @@ absl::Status RunStepOp(const Backend& backend, const StepOp& op, const std::vect
             return backend.Linear(f32(o.x), o.w, o.bias, f32(o.y), o.m, o.rows);
           },
           [&](const step_op::Rope& o) {
-            return backend.Rope(f32(o.x), static_cast<const int32_t*>(p[o.positions]), o.rows,
-                                o.n_heads, o.head_dim, o.theta);
+            const auto* positions = static_cast<const int32_t*>(p[o.positions]);
+            if (!o.multi_axis()) {
+              return backend.Rope(f32(o.x), positions, o.rows, o.n_heads, o.head_dim, o.theta);
+            }
+            RopeAxesArgs a = o.AxesArgs();
+            a.x = f32(o.x);
+            a.positions = positions;
+            return backend.RopeAxes(a);
           },
           [&](const step_op::Attention& o) { return backend.Attention(BoundAttention(o, p)); },
           [&](const step_op::Add& o) { return backend.Add(f32(o.y), f32(o.x), o.n); },

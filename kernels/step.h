@@ -75,6 +75,22 @@ struct Rope {  // RoPE in place at the rows' position ids (I32 [rows])
   StepValueId x = kNoStepValue, positions = kNoStepValue;
   int rows = 0, n_heads = 0, head_dim = 0;
   float theta = 0.f;
+  // Rotary over several position axes (Backend::RopeAxes, RopeAxesArgs' sections and
+  // frequencies): positions are then I32 [rows, axes]. All zero: Backend::Rope.
+  int sections[3] = {0, 0, 0};
+  bool per_section_frequencies = false;
+
+  bool multi_axis() const { return sections[0] + sections[1] + sections[2] > 0; }
+  // RopeAxes' arguments without the pointers (for a multi-axis op).
+  RopeAxesArgs AxesArgs() const {
+    RopeAxesArgs a;
+    a.rows = rows, a.n_heads = n_heads, a.head_dim = head_dim, a.theta = theta;
+    for (int i = 0; i < 3; ++i) a.sections[i] = sections[i];
+    a.per_section_frequencies = per_section_frequencies;
+    return a;
+  }
+  // Position values per row.
+  int axes() const { return multi_axis() ? AxesArgs().axes() : 1; }
 };
 struct Attention {  // AttentionArgs with values for its arrays; lse may be kNoStepValue
   StepValueId q = kNoStepValue, k = kNoStepValue, v = kNoStepValue, out = kNoStepValue,

@@ -61,13 +61,12 @@ absl::Status RopeAxes(const RopeAxesArgs& a) {
                                                       : (2.0 * i) / a.head_dim;
     inv_freq[i] = 1.0 / std::pow(static_cast<double>(a.theta), exponent);
   }
+  const int axes = a.axes();
   DefaultPool().ParallelFor(a.rows, [&](int64_t begin, int64_t end) {
     std::vector<float> cs(half), sn(half);
     for (int64_t r = begin; r < end; ++r) {
       for (int i = 0; i < half; ++i) {
-        const double angle =
-            static_cast<double>(a.positions[axis[i] * static_cast<int64_t>(a.rows) + r]) *
-            inv_freq[i];
+        const double angle = static_cast<double>(a.positions[r * axes + axis[i]]) * inv_freq[i];
         cs[i] = static_cast<float>(std::cos(angle));
         sn[i] = static_cast<float>(std::sin(angle));
       }

@@ -359,9 +359,9 @@ class CudaStep final : public PlannedStep {
       const auto* rope = std::get_if<step_op::Rope>(&ops[i]);
       if (rope != nullptr && fused_[i].kind == Fused::kNone && i + 1 < ops.size()) {
         const auto* next = std::get_if<step_op::Rope>(&ops[i + 1]);
-        if (next != nullptr && next->x != rope->x && next->positions == rope->positions &&
-            next->rows == rope->rows && next->head_dim == rope->head_dim &&
-            next->theta == rope->theta) {
+        if (next != nullptr && !rope->multi_axis() && !next->multi_axis() && next->x != rope->x &&
+            next->positions == rope->positions && next->rows == rope->rows &&
+            next->head_dim == rope->head_dim && next->theta == rope->theta) {
           fused_[i].kind = Fused::kRopePair;
           fused_[i + 1].kind = Fused::kSkip;
         }

@@ -56,7 +56,7 @@ __global__ void RopeKernel(float* x, int n_heads, float* x2, int n_heads2, const
 
 // RopeKernel with each pair's position taken from its section's axis and, with
 // per_section_frequencies, its frequency from its place in that section.
-__global__ void RopeAxesKernel(float* x, const int32_t* positions, int rows, int n_heads,
+__global__ void RopeAxesKernel(float* x, const int32_t* positions, int axes, int n_heads,
                                int head_dim, float theta, int s0, int s1,
                                bool per_section_frequencies) {
   HAP_SHARED(float, cos_table, kMaxHeadDim / 2);
@@ -69,7 +69,7 @@ __global__ void RopeAxesKernel(float* x, const int32_t* positions, int rows, int
     const double exponent =
         per_section_frequencies ? static_cast<double>(j) / section : (2.0 * i) / head_dim;
     const double inv_freq = 1.0 / pow(static_cast<double>(theta), exponent);
-    const double position = positions[static_cast<int64_t>(axis) * rows + blockIdx.x];
+    const double position = positions[static_cast<int64_t>(blockIdx.x) * axes + axis];
     StoreAngle(position * inv_freq, i, cos_table, sin_table);
   }
   __syncthreads();
@@ -89,7 +89,7 @@ KernelStatus RopeAxes(const RopeAxesArgs& a, Stream stream) {
   }
   if (a.rows == 0) return KernelStatus::Ok();
   return Launch("RopeAxesKernel", RopeAxesKernel, dim3(a.rows), dim3(kThreads), 0, stream, a.x,
-                a.positions, a.rows, a.n_heads, a.head_dim, a.theta, a.sections[0], a.sections[1],
+                a.positions, a.axes(), a.n_heads, a.head_dim, a.theta, a.sections[0], a.sections[1],
                 a.per_section_frequencies);
 }
 

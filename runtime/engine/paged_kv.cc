@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<PagedKv>> PagedKv::FromCache(KvBlockPool* pool,
   HAP_ASSIGN_OR_RETURN(std::unique_ptr<PagedKv> paged,
                        Reserve(pool, LayerRows(cache), reserve_rows));
   paged->next_position = cache.next_position;
+  paged->rope_delta = cache.rope_delta;
   for (size_t l = 0; l < cache.layers.size(); ++l) {
     const int layer = static_cast<int>(l);
     HAP_RETURN_IF_ERROR(

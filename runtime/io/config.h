@@ -45,6 +45,10 @@ struct TextConfig {
   float rope_theta = 10000.0f;
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
+  // Multimodal rotary (Qwen2.5-VL's M-RoPE): the frequency pairs given to the temporal, height
+  // and width positions, summing to head_dim / 2. Empty for LLaMA's 1-D RoPE; config.json of a
+  // LLaVA model never sets it.
+  std::vector<int> mrope_section;
 };
 
 // The CLIP ViT-L/14 at 336 px that LlavaConfig builds when config.json has no vision_config:

@@ -296,4 +296,26 @@ std::string Qwen25VLConfigToJson(const Qwen25VLConfig& c) {
   return root.dump(2) + "\n";
 }
 
+TextConfig DecoderTextConfig(const Qwen25VLConfig& config) {
+  const Qwen25VLTextConfig& q = config.text;
+  TextConfig t;
+  t.vocab_size = q.vocab_size;
+  t.hidden_size = q.hidden_size;
+  t.intermediate_size = q.intermediate_size;
+  t.num_hidden_layers = q.num_hidden_layers;
+  t.num_attention_heads = q.num_attention_heads;
+  t.num_key_value_heads = q.num_key_value_heads;
+  t.head_dim = q.head_dim();
+  t.max_position_embeddings = q.max_position_embeddings;
+  t.bos_token_id = q.bos_token_id;
+  t.eos_token_id = q.eos_token_id;
+  t.pad_token_id = -1;
+  t.rms_norm_eps = q.rms_norm_eps;
+  t.rope_theta = q.rope_theta;
+  t.tie_word_embeddings = q.tie_word_embeddings;
+  t.hidden_act = q.hidden_act;
+  t.mrope_section = q.mrope_section;
+  return t;
+}
+
 }  // namespace hap

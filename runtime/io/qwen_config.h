@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/io/config.h"
 
 namespace hap {
 
@@ -78,6 +79,10 @@ bool IsQwen25VLConfig(std::string_view json_text);
 absl::StatusOr<Qwen25VLConfig> ParseQwen25VLConfig(std::string_view json_text,
                                                    std::string_view source_name);
 absl::StatusOr<Qwen25VLConfig> LoadQwen25VLConfig(const std::string& model_dir);
+
+// The decoder's view of the language model (LlamaDecoder): Qwen2 is LLaMA's layer with q, k and
+// v biases (the weights carry them) and M-RoPE (mrope_section); no pad token.
+TextConfig DecoderTextConfig(const Qwen25VLConfig& config);
 
 // The flat layout of the published checkpoints, every field above written out;
 // ParseQwen25VLConfig reads it back to an equal config.

@@ -3,7 +3,10 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/string_view_compat.h"
 
 namespace hap {
 
@@ -71,6 +74,71 @@ std::string CanonicalQwen25VLTensorName(std::string_view name) {
     }
   }
   return std::string(name);
+}
+
+absl::StatusOr<std::unique_ptr<QwenWeights>> QwenWeights::Load(const std::string& model_dir,
+                                                               const Qwen25VLConfig& cfg,
+                                                               ModelParts parts) {
+  std::unique_ptr<QwenWeights> w(new QwenWeights);
+  w->parts_ = parts;
+  auto wanted = [&](std::string_view name) {
+    return HasPart(parts, absl::StartsWith(AsAbsl(name), "visual.") ? ModelParts::kVision
+                                                                    : ModelParts::kLanguage);
+  };
+  HAP_ASSIGN_OR_RETURN(w->checkpoint_, Checkpoint::Open(model_dir, CanonicalQwen25VLTensorName));
+  Checkpoint& c = *w->checkpoint_;
+  HAP_RETURN_IF_ERROR(c.Check(ExpectedQwen25VLTensors(cfg), wanted));
+
+  if (HasPart(parts, ModelParts::kVision)) {
+    QwenVisionWeights& v = w->vision_;
+    v.patch_w = c.Matrix("visual.patch_embed.proj.weight");
+    for (int i = 0; i < cfg.vision.depth; ++i) {
+      const std::string b = absl::StrCat("visual.blocks.", i, ".");
+      QwenVisionBlockWeights k;
+      k.norm1 = c.Vector(b + "norm1.weight");
+      k.norm2 = c.Vector(b + "norm2.weight");
+      k.qkv_w = c.Matrix(b + "attn.qkv.weight");
+      k.qkv_b = c.Vector(b + "attn.qkv.bias");
+      k.proj_w = c.Matrix(b + "attn.proj.weight");
+      k.proj_b = c.Vector(b + "attn.proj.bias");
+      k.gate_w = c.Matrix(b + "mlp.gate_proj.weight");
+      k.gate_b = c.Vector(b + "mlp.gate_proj.bias");
+      k.up_w = c.Matrix(b + "mlp.up_proj.weight");
+      k.up_b = c.Vector(b + "mlp.up_proj.bias");
+      k.down_w = c.Matrix(b + "mlp.down_proj.weight");
+      k.down_b = c.Vector(b + "mlp.down_proj.bias");
+      v.blocks.push_back(std::move(k));
+    }
+    v.merger_norm = c.Vector("visual.merger.ln_q.weight");
+    v.merger_w1 = c.Matrix("visual.merger.mlp.0.weight");
+    v.merger_b1 = c.Vector("visual.merger.mlp.0.bias");
+    v.merger_w2 = c.Matrix("visual.merger.mlp.2.weight");
+    v.merger_b2 = c.Vector("visual.merger.mlp.2.bias");
+  }
+  if (HasPart(parts, ModelParts::kLanguage)) {
+    TextWeights& t = w->text_;
+    t.embed = c.Matrix("model.embed_tokens.weight");
+    t.norm = c.Vector("model.norm.weight");
+    t.lm_head = cfg.text.tie_word_embeddings ? t.embed : c.Matrix("lm_head.weight");
+    for (int i = 0; i < cfg.text.num_hidden_layers; ++i) {
+      const std::string p = absl::StrCat("model.layers.", i, ".");
+      LlamaLayerWeights l;
+      l.attn_norm = c.Vector(p + "input_layernorm.weight");
+      l.q = c.Matrix(p + "self_attn.q_proj.weight");
+      l.q_b = c.Vector(p + "self_attn.q_proj.bias");
+      l.k = c.Matrix(p + "self_attn.k_proj.weight");
+      l.k_b = c.Vector(p + "self_attn.k_proj.bias");
+      l.v = c.Matrix(p + "self_attn.v_proj.weight");
+      l.v_b = c.Vector(p + "self_attn.v_proj.bias");
+      l.o = c.Matrix(p + "self_attn.o_proj.weight");
+      l.mlp_norm = c.Vector(p + "post_attention_layernorm.weight");
+      l.gate = c.Matrix(p + "mlp.gate_proj.weight");
+      l.up = c.Matrix(p + "mlp.up_proj.weight");
+      l.down = c.Matrix(p + "mlp.down_proj.weight");
+      t.layers.push_back(std::move(l));
+    }
+  }
+  return w;
 }
 
 }  // namespace hap

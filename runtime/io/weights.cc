@@ -1,127 +1,13 @@
 // LLaVA-1.5 weights from a llava-hf checkpoint (single or sharded safetensors) as F32 views.
 #include "runtime/io/weights.h"
 
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <set>
-#include <sstream>
-
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 #include "base/string_view_compat.h"
 
 namespace hap {
-namespace {
-
-using Json = nlohmann::json;
-
-constexpr char kSingleFile[] = "model.safetensors";
-constexpr char kIndexFile[] = "model.safetensors.index.json";
-
-// Where one tensor of the checkpoint lives.
-struct Located {
-  const SafetensorsFile* file;
-  const TensorInfo* info;
-};
-
-// Every tensor of the checkpoint by canonical (legacy) name. A name found twice, whether in two
-// shards or under both conventions, is an error: which copy to use would be a guess.
-absl::Status Register(const SafetensorsFile& file, std::map<std::string, Located>& catalog) {
-  for (const TensorInfo& t : file.tensors()) {
-    auto [it, inserted] = catalog.emplace(CanonicalLlavaTensorName(t.name), Located{&file, &t});
-    if (!inserted) {
-      const Located& first = it->second;
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", it->first, "' appears twice: as '",
-                                                     first.info->name, "' in ", first.file->path(),
-                                                     " and as '", t.name, "' in ", file.path()));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::UnavailableError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A shard name from the index must be a plain file name inside the model directory.
-bool IsPlainFileName(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-         name.find('\\') == std::string::npos;
-}
-
-// Whether `path` names something. A path the OS cannot even look up (too long, a component that is
-// a file) counts as absent: the throwing overload of std::filesystem::exists would abort instead.
-bool PathExists(const std::string& path) {
-  std::error_code ec;
-  return std::filesystem::exists(path, ec) && !ec;
-}
-
-// Opens the shards named by the index and checks the index against them.
-absl::Status OpenSharded(const std::string& dir,
-                         std::vector<std::unique_ptr<SafetensorsFile>>& files,
-                         std::map<std::string, Located>& catalog) {
-  const std::string index_path = absl::StrCat(dir, "/", kIndexFile);
-  HAP_ASSIGN_OR_RETURN(std::string text, ReadText(index_path));
-  Json index;
-  try {
-    index = Json::parse(text);
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(index_path, ": malformed JSON: ", e.what()));
-  }
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(index_path, ": expected an object with a \"weight_map\" object"));
-  }
-  if (index.contains("metadata") && !index["metadata"].is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(index_path, ": \"metadata\" is a JSON ",
-                                                   index["metadata"].type_name(),
-                                                   ", expected an object"));
-  }
-  const Json& weight_map = index["weight_map"];
-  if (weight_map.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map is empty"));
-  }
-  std::map<std::string, std::string> shard_of;  // tensor -> shard file name
-  for (const auto& [tensor, shard] : weight_map.items()) {
-    if (!shard.is_string() || !IsPlainFileName(shard.get<std::string>())) {
-      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map['", tensor, "'] is ",
-                                                     shard.dump(),
-                                                     ", expected a file name in the same folder"));
-    }
-    shard_of[tensor] = shard.get<std::string>();
-  }
-  std::map<std::string, const SafetensorsFile*> opened;
-  for (const auto& [tensor, shard] : shard_of) {
-    if (opened.count(shard)) continue;
-    const std::string path = absl::StrCat(dir, "/", shard);
-    if (!PathExists(path)) {
-      return absl::NotFoundError(absl::StrCat(
-          index_path, ": shard '", shard, "' (named for tensor '", tensor, "') does not exist"));
-    }
-    HAP_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
-    HAP_RETURN_IF_ERROR(Register(*file, catalog));
-    opened[shard] = file.get();
-    files.push_back(std::move(file));
-  }
-  for (const auto& [tensor, shard] : shard_of) {
-    if (opened[shard]->Find(tensor) == nullptr) {
-      return absl::NotFoundError(absl::StrCat(index_path, ": tensor '", tensor,
-                                              "' is missing from its shard '", shard, "'"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 bool HasPart(ModelParts parts, ModelParts part) {
   return (static_cast<int>(parts) & static_cast<int>(part)) != 0;
@@ -237,70 +123,11 @@ absl::StatusOr<std::unique_ptr<LlavaWeights>> LlavaWeights::Load(const std::stri
     return HasPart(parts, absl::StartsWith(AsAbsl(name), "language_model.") ? ModelParts::kLanguage
                                                                              : ModelParts::kVision);
   };
-  std::map<std::string, Located> catalog;
-  const std::string single_path = absl::StrCat(model_dir, "/", kSingleFile);
-  std::string source;  // names the checkpoint in "missing tensor" errors
-  if (PathExists(absl::StrCat(model_dir, "/", kIndexFile))) {
-    source = absl::StrCat(model_dir, "/", kIndexFile);
-    HAP_RETURN_IF_ERROR(OpenSharded(model_dir, w->files_, catalog));
-  } else if (PathExists(single_path)) {
-    source = single_path;
-    HAP_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(single_path));
-    HAP_RETURN_IF_ERROR(Register(*file, catalog));
-    w->files_.push_back(std::move(file));
-  } else {
-    return absl::NotFoundError(
-        absl::StrCat(model_dir, ": neither ", kSingleFile, " nor ", kIndexFile, " exists"));
-  }
-  for (const auto& f : w->files_) w->mapped_bytes_ += static_cast<int64_t>(f->file_size());
-
-  // Presence and shape of every tensor, before any conversion work.
-  for (const ExpectedTensor& e : ExpectedLlavaTensors(cfg)) {
-    if (!wanted(e.name)) continue;
-    auto it = catalog.find(e.name);
-    if (it == catalog.end()) {
-      if (e.optional) continue;
-      return absl::NotFoundError(
-          absl::StrCat(source, ": tensor '", e.name, "' ", ShapeString(e.shape), " is missing"));
-    }
-    const TensorInfo& info = *it->second.info;
-    if (info.shape != e.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(it->second.file->path(), ": tensor '", info.name, "': shape ",
-                       ShapeString(info.shape), ", expected ", ShapeString(e.shape)));
-    }
-  }
-
-  // View of one tensor (already validated above; absent -> null data). Matrices (`stored`) are
-  // used in place in their stored dtype; other tensors become F32, in place when they are F32
-  // and aligned, else in an owned buffer.
-  auto take = [&](const std::string& name, bool stored) -> Weight {
-    auto it = catalog.find(name);
-    if (it == catalog.end()) return Weight{};
-    const SafetensorsFile& file = *it->second.file;
-    const TensorInfo& info = *it->second.info;
-    Weight weight;
-    weight.shape = info.shape;
-    weight.dtype = info.dtype;
-    const uint8_t* src = file.Data(info);
-    w->stored_bytes_ += weight.bytes();
-    const bool aligned_f32 =
-        info.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0;
-    if (aligned_f32 || (stored && info.dtype != DType::kF32)) {
-      weight.data = src;
-      return weight;
-    }
-    const int64_t n = info.numel();
-    auto buffer = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(n));
-    ConvertToF32(info.dtype, src, buffer.get(), static_cast<size_t>(n));
-    weight.data = buffer.get();
-    weight.dtype = DType::kF32;
-    w->converted_bytes_ += n * static_cast<int64_t>(sizeof(float));
-    w->owned_.push_back(std::move(buffer));
-    return weight;
-  };
-  auto matrix = [&](const std::string& name) { return take(name, /*stored=*/true); };
-  auto vector = [&](const std::string& name) { return take(name, /*stored=*/false); };
+  HAP_ASSIGN_OR_RETURN(w->checkpoint_, Checkpoint::Open(model_dir, CanonicalLlavaTensorName));
+  Checkpoint& checkpoint = *w->checkpoint_;
+  HAP_RETURN_IF_ERROR(checkpoint.Check(ExpectedLlavaTensors(cfg), wanted));
+  auto matrix = [&](const std::string& name) { return checkpoint.Matrix(name); };
+  auto vector = [&](const std::string& name) { return checkpoint.Vector(name); };
 
   if (HasPart(parts, ModelParts::kVision)) {
     const std::string vp = "vision_tower.vision_model.";

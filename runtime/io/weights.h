@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/tensor.h"
+#include "runtime/io/checkpoint.h"
 #include "runtime/io/config.h"
 #include "runtime/io/safetensors.h"
 
@@ -45,10 +46,12 @@ struct ProjectorWeights {
 };
 
 // Dt = text hidden, H / KV = query / key-value heads, hd = head_dim, I = intermediate.
+// A LLaMA or Qwen2 decoder layer (Qwen2 adds the q, k and v biases).
 struct LlamaLayerWeights {
-  Weight attn_norm;  // [Dt]
-  Weight q;          // [H * hd, Dt]
-  Weight k, v;       // [KV * hd, Dt]
+  Weight attn_norm;      // [Dt]
+  Weight q;              // [H * hd, Dt]
+  Weight k, v;           // [KV * hd, Dt]
+  Weight q_b, k_b, v_b;  // [H * hd], [KV * hd]: absent in LLaMA
   Weight o;          // [Dt, H * hd]
   Weight mlp_norm;   // [Dt]
   Weight gate, up;   // [I, Dt]
@@ -60,14 +63,6 @@ struct TextWeights {
   Weight norm;     // [Dt]
   Weight lm_head;  // [vocab, Dt]; the same data as embed when embeddings are tied
   std::vector<LlamaLayerWeights> layers;
-};
-
-struct ExpectedTensor {
-  std::string name;  // legacy llava-hf name
-  std::vector<int64_t> shape;
-  // True for tensors LLaVA never reads (vision layers past vision_feature_layer and
-  // post_layernorm): checked for shape when present, tolerated when absent.
-  bool optional = false;
 };
 
 // Every tensor of a llava-hf checkpoint for `cfg`, in legacy names (the names and order of
@@ -104,24 +99,20 @@ class LlavaWeights {
   const TextWeights& text() const { return text_; }
   ModelParts parts() const { return parts_; }
   // Bytes of F32 buffers this object owns (converted or realigned tensors).
-  int64_t converted_bytes() const { return converted_bytes_; }
+  int64_t converted_bytes() const { return checkpoint_->converted_bytes(); }
   // Bytes of the loaded parts' tensors as stored in the checkpoint (what their views read).
-  int64_t stored_bytes() const { return stored_bytes_; }
+  int64_t stored_bytes() const { return checkpoint_->stored_bytes(); }
   // Bytes of the safetensors files mapped (and kept mapped for the object's lifetime).
-  int64_t mapped_bytes() const { return mapped_bytes_; }
+  int64_t mapped_bytes() const { return checkpoint_->mapped_bytes(); }
 
  private:
   LlavaWeights() = default;
 
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::vector<std::unique_ptr<float[]>> owned_;
+  std::unique_ptr<Checkpoint> checkpoint_;
   VisionWeights vision_;
   ProjectorWeights projector_;
   TextWeights text_;
   ModelParts parts_ = ModelParts::kAll;
-  int64_t converted_bytes_ = 0;
-  int64_t stored_bytes_ = 0;
-  int64_t mapped_bytes_ = 0;
 };
 
 }  // namespace hap

@@ -73,6 +73,7 @@ absl::Status KvCache::SetDType(DType dtype) {
 void KvCache::Clear() {
   layers.clear();
   next_position = 0;
+  rope_delta = 0;
 }
 
 const uint8_t* KvCache::k_bytes(int layer) const {
@@ -218,6 +219,7 @@ absl::StatusOr<std::unique_ptr<DeviceKv>> DeviceKv::FromCache(const Backend& bac
       Create(backend, cache.n_layers(), static_cast<int>(row_bytes / DTypeSize(cache.dtype())),
              cache.dtype(), reserve_rows));
   kv->next_position = cache.next_position;
+  kv->rope_delta = cache.rope_delta;
   std::vector<uint8_t> k, v;  // a layer's rows on their way up, in the cache's dtype
   for (int l = 0; l < cache.n_layers(); ++l) {
     const int n = cache.len(l);
@@ -323,6 +325,7 @@ absl::StatusOr<KvCache> DeviceKv::ToHost() const {
   HAP_RETURN_IF_ERROR(cache.SetDType(dtype_));
   cache.kv_dim = kv_dim_;
   cache.next_position = next_position;
+  cache.rope_delta = rope_delta;
   cache.layers.resize(layers_.size());
   std::vector<uint8_t> k, v;
   std::vector<int32_t> positions;

@@ -79,6 +79,10 @@ class KvStore {
 
   // Position id of the next token to decode: the unpruned prompt length, then +1 per token.
   int32_t next_position = 0;
+  // Rotary position minus position id for the tokens decoded after the prompt: 0 for LLaMA;
+  // with M-RoPE (Qwen2.5-VL), an image's tokens advance the rotary position by fewer than their
+  // count (transformers' rope_deltas), so the next token rotates at next_position + rope_delta.
+  int32_t rope_delta = 0;
 };
 
 // One layer's rows in the cache's dtype: an F32 cache fills k and v, a BF16 cache k_bf16 and

@@ -40,21 +40,56 @@ absl::Status CheckKeepList(const std::vector<int>& keep, int n_vis, const char* 
 
 }  // namespace
 
-LlamaDecoder::LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights,
+LlamaDecoder::LlamaDecoder(const TextConfig& cfg, const TextWeights& weights,
                            const Backend& backend, DType attention_operands)
     : backend_(backend),
       cfg_(cfg),
       w_(weights),
-      d_(cfg.text.hidden_size),
-      n_heads_(cfg.text.num_attention_heads),
-      n_kv_heads_(cfg.text.num_key_value_heads),
-      head_dim_(cfg.text.head_dim),
-      ffn_(cfg.text.intermediate_size),
-      vocab_(cfg.text.vocab_size),
-      eps_(cfg.text.rms_norm_eps),
-      theta_(cfg.text.rope_theta),
-      scale_(1.f / std::sqrt(static_cast<float>(cfg.text.head_dim))),
+      d_(cfg.hidden_size),
+      n_heads_(cfg.num_attention_heads),
+      n_kv_heads_(cfg.num_key_value_heads),
+      head_dim_(cfg.head_dim),
+      ffn_(cfg.intermediate_size),
+      vocab_(cfg.vocab_size),
+      eps_(cfg.rms_norm_eps),
+      theta_(cfg.rope_theta),
+      scale_(1.f / std::sqrt(static_cast<float>(cfg.head_dim))),
+      rope_axes_(cfg.mrope_section.empty() ? 1 : 3),
       attention_operands_(attention_operands) {}
+
+absl::Status LlamaDecoder::RotaryRows(const std::vector<int32_t>& positions,
+                                      const MropePositions* mrope, std::vector<int32_t>* rotary,
+                                      int32_t* rope_delta) const {
+  const size_t n = positions.size();
+  *rope_delta = 0;
+  if (rope_axes_ == 1) {
+    if (mrope != nullptr) {
+      return absl::InvalidArgumentError(
+          "prefill: 3-D rotary positions for a model with 1-D RoPE (no mrope_section)");
+    }
+    *rotary = positions;
+    return absl::OkStatus();
+  }
+  rotary->resize(n * 3);
+  if (mrope == nullptr) {  // text only: every axis at the position id
+    for (size_t r = 0; r < n; ++r) {
+      for (int a = 0; a < 3; ++a) (*rotary)[r * 3 + a] = positions[r];
+    }
+    return absl::OkStatus();
+  }
+  if (mrope->t.size() != n || mrope->h.size() != n || mrope->w.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prefill: %d rows with %d/%d/%d M-RoPE positions", n, mrope->t.size(),
+                        mrope->h.size(), mrope->w.size()));
+  }
+  for (size_t r = 0; r < n; ++r) {
+    (*rotary)[r * 3] = mrope->t[r];
+    (*rotary)[r * 3 + 1] = mrope->h[r];
+    (*rotary)[r * 3 + 2] = mrope->w[r];
+  }
+  *rope_delta = n == 0 ? 0 : mrope->next - (positions.back() + 1);
+  return absl::OkStatus();
+}
 
 absl::Status LlamaDecoder::CheckTokenIds(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) {
@@ -79,11 +114,12 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Embed(const std::vector<int32_t
   return out;
 }
 
-LlamaDecoder::StepValues LlamaDecoder::DescribeValues(StepDesc& desc, int n, bool with_lse) const {
+LlamaDecoder::StepValues LlamaDecoder::DescribeValues(StepDesc& desc, int n, bool with_lse,
+                                                      bool prefill) const {
   const int64_t rows = n;
   StepValues v;
-  v.x = desc.Bound("x", StepElem::kF32, rows * d_);             // F32 [n, hidden]
-  v.positions = desc.Bound("positions", StepElem::kI32, rows);  // I32 [n]
+  v.x = desc.Bound("x", StepElem::kF32, rows * d_);  // F32 [n, hidden]
+  v.positions = desc.Bound("positions", StepElem::kI32, rows * (prefill ? rope_axes_ : 1));
   v.h = desc.Scratch("h", StepElem::kF32, rows * d_);           // F32 [n, hidden]
   v.q = desc.Scratch("q", StepElem::kF32, rows * n_heads_ * head_dim_);
   v.k = desc.Scratch("k", StepElem::kF32, rows * kv_dim());  // F32 [n, kv_heads·hd]
@@ -103,11 +139,20 @@ void LlamaDecoder::DescribeLayer(StepDesc& desc, const StepValues& v, int l, int
   const LinearRows rows = prefill || n == 1 ? LinearRows::kOneSequence : LinearRows::kIndependent;
   const int64_t n_hidden = int64_t{n} * d_;
   desc.Add(step_op::RmsNorm{v.x, v.h, lw.attn_norm.f32(), n, d_, eps_});
-  desc.Add(step_op::Linear{v.h, v.q, lw.q, nullptr, n, rows});
-  desc.Add(step_op::Linear{v.h, v.k, lw.k, nullptr, n, rows});
-  desc.Add(step_op::Linear{v.h, v.v, lw.v, nullptr, n, rows});
-  desc.Add(step_op::Rope{v.q, v.positions, n, n_heads_, head_dim_, theta_});
-  desc.Add(step_op::Rope{v.k, v.positions, n, n_kv_heads_, head_dim_, theta_});
+  desc.Add(step_op::Linear{v.h, v.q, lw.q, lw.q_b.f32(), n, rows});
+  desc.Add(step_op::Linear{v.h, v.k, lw.k, lw.k_b.f32(), n, rows});
+  desc.Add(step_op::Linear{v.h, v.v, lw.v, lw.v_b.f32(), n, rows});
+  step_op::Rope rope_q{v.q, v.positions, n, n_heads_, head_dim_, theta_};
+  if (prefill && rope_axes_ == 3) {
+    // M-RoPE: the pairs' sections rotate at the rows' t, h and w positions. A decode step's
+    // rows are text, equal on every axis, where M-RoPE is 1-D RoPE bit for bit.
+    for (int a = 0; a < 3; ++a) rope_q.sections[a] = cfg_.mrope_section[a];
+  }
+  step_op::Rope rope_k = rope_q;
+  rope_k.x = v.k;
+  rope_k.n_heads = n_kv_heads_;
+  desc.Add(rope_q);
+  desc.Add(rope_k);
   if (prefill) {
     // The rows attend to each other causally, straight from the new K/V.
     step_op::Attention a{v.q, v.k, v.v, v.attn, v.lse, {}};
@@ -137,7 +182,7 @@ absl::StatusOr<std::unique_ptr<PlannedStep>> LlamaDecoder::PlanPrefill(int first
                                                                        bool with_lse,
                                                                        StepValues* values) const {
   StepDesc desc(absl::StrFormat("prefill, layers %d-%d, %d rows", first, last, n));
-  *values = DescribeValues(desc, n, with_lse);
+  *values = DescribeValues(desc, n, with_lse, /*prefill=*/true);
   for (int l = first; l <= last; ++l) {
     // Before the layer: cancellation and the slice boundary, no value read. After it: the
     // cache takes k and v, the pruner reads q, k, the LSE and the layer's output x.
@@ -161,7 +206,7 @@ absl::StatusOr<std::shared_ptr<const PlannedStep>> LlamaDecoder::DecodePlan(
     }
   }
   StepDesc desc(absl::StrFormat("decode step, %d sequences", b));
-  StepValues v = DescribeValues(desc, b, /*with_lse=*/false);
+  StepValues v = DescribeValues(desc, b, /*with_lse=*/false, /*prefill=*/false);
   v.logits = desc.Bound("logits", StepElem::kF32, int64_t{b} * vocab_);  // F32 [b, vocab]
   for (int l = 0; l < n_layers(); ++l) DescribeLayer(desc, v, l, b, /*prefill=*/false, l);
   desc.Add(step_op::RmsNorm{v.x, v.h, w_.norm.f32(), b, d_, eps_});
@@ -191,7 +236,10 @@ absl::Status LlamaDecoder::PackDecodeTables(const std::vector<int32_t>& tokens,
     return at;
   };
   ws->ids_at_ = put(tokens.data(), sizeof(int32_t) * b);
+  // The rows rotate at next_position + rope_delta; the caches record next_position.
   ws->positions_at_ = put(positions.data(), sizeof(int32_t) * b);
+  auto* rotary = reinterpret_cast<int32_t*>(packed.data() + ws->positions_at_);
+  for (int i = 0; i < b; ++i) rotary[i] += caches[i]->rope_delta;
   ws->k_dst_at_.assign(n_layers(), 0);
   ws->v_dst_at_.assign(n_layers(), 0);
   ws->layer_groups_.assign(1, 0);
@@ -297,14 +345,14 @@ absl::Status LlamaDecoder::LogitsInto(const float* rows, int n,
 absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
                                                          std::vector<int32_t> positions,
                                                          int vis_begin, int n_vis, Pruner* pruner,
-                                                         KvCache* cache,
-                                                         PrefillTrace* trace) const {
+                                                         KvCache* cache, PrefillTrace* trace,
+                                                         const MropePositions* mrope) const {
   cache->Clear();
   cache->kv_dim = kv_dim();
   cache->layers.resize(w_.layers.size());
   BackendArray<float> logits(backend_);  // F32 [1, vocab]
   HAP_RETURN_IF_ERROR(PrefillInto(std::move(x), std::move(positions), vis_begin, n_vis, pruner,
-                                  cache, trace, &logits));
+                                  cache, trace, &logits, mrope));
   std::vector<float> out(logits.size());
   HAP_RETURN_IF_ERROR(logits.CopyTo(out.data()));
   return out;
@@ -312,17 +360,18 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Prefill(std::vector<float> x,
 
 absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<int32_t> positions,
                                        int vis_begin, int n_vis, Pruner* pruner, KvStore* cache,
-                                       PrefillTrace* trace, BackendArray<float>* logits) const {
+                                       PrefillTrace* trace, BackendArray<float>* logits,
+                                       const MropePositions* mrope) const {
   return PrefillRowsInto(std::move(x_host), nullptr, nullptr, false, std::move(positions),
-                         vis_begin, n_vis, pruner, cache, trace, logits);
+                         vis_begin, n_vis, pruner, cache, trace, logits, mrope);
 }
 
 absl::Status LlamaDecoder::PrefillSplicedInto(const std::vector<int32_t>& ids,
                                               const float* image_embeds, bool image_in_backend,
                                               std::vector<int32_t> positions, int vis_begin,
                                               int n_vis, Pruner* pruner, KvStore* cache,
-                                              PrefillTrace* trace,
-                                              BackendArray<float>* logits) const {
+                                              PrefillTrace* trace, BackendArray<float>* logits,
+                                              const MropePositions* mrope) const {
   if (pruner != nullptr && pruner->ReadsInputEmbeddings()) {
     return absl::InvalidArgumentError(
         "prefill: this pruning method reads the input embeddings on the host; splice them there");
@@ -334,7 +383,7 @@ absl::Status LlamaDecoder::PrefillSplicedInto(const std::vector<int32_t>& ids,
   }
   HAP_RETURN_IF_ERROR(CheckTokenIds(ids));
   return PrefillRowsInto({}, &ids, image_embeds, image_in_backend, std::move(positions), vis_begin,
-                         n_vis, pruner, cache, trace, logits);
+                         n_vis, pruner, cache, trace, logits, mrope);
 }
 
 absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
@@ -342,7 +391,8 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
                                            const float* image_embeds, bool image_in_backend,
                                            std::vector<int32_t> positions, int vis_begin, int n_vis,
                                            Pruner* pruner, KvStore* cache, PrefillTrace* trace,
-                                           BackendArray<float>* logits) const {
+                                           BackendArray<float>* logits,
+                                           const MropePositions* mrope) const {
   int n = static_cast<int>(positions.size());
   const size_t rows_given = ids != nullptr ? ids->size() * d_ : x_host.size();
   if (n == 0 || rows_given != static_cast<size_t>(n) * d_ || vis_begin < 0 || n_vis < 0 ||
@@ -359,6 +409,11 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
         n_layers(), kv_dim()));
   }
   const int32_t next_position = positions.back() + 1;
+  // The rows' rotary positions, I32 [n, rope_axes_], move with the rows as position ids do.
+  std::vector<int32_t> rotary;
+  int32_t rope_delta = 0;
+  HAP_RETURN_IF_ERROR(RotaryRows(positions, mrope, &rotary, &rope_delta));
+  const size_t rotary_bytes = sizeof(int32_t) * rope_axes_;
   if (pruner) {
     // Spliced on the device, the embeddings are not on the host: the pruner does not read them.
     PrefillInput input{
@@ -379,8 +434,11 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
                                                   rows.data(), kept, x_host.data()));
       HAP_RETURN_IF_ERROR(CpuBackend().GatherRows(positions.data(), n, sizeof(int32_t),
                                                   rows.data(), kept, positions.data()));
+      HAP_RETURN_IF_ERROR(CpuBackend().GatherRows(rotary.data(), n, rotary_bytes, rows.data(), kept,
+                                                  rotary.data()));
       x_host.resize(static_cast<size_t>(kept) * d_);
       positions.resize(static_cast<size_t>(kept));
+      rotary.resize(static_cast<size_t>(kept) * rope_axes_);
       n_vis = static_cast<int>(keep->size());
       n = static_cast<int>(kept);
     }
@@ -388,7 +446,7 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
   // The hidden states and position ids in the backend's memory; position ids also stay on the
   // host (the cache records them) and are compacted on both sides.
   BackendArray<float> x(backend_);           // F32 [n, hidden]
-  BackendArray<int32_t> positions_dev(backend_);  // [n]
+  BackendArray<int32_t> positions_dev(backend_);  // [n, rope_axes_]: the rotary positions
   if (ids != nullptr) {
     HAP_RETURN_IF_ERROR(x.Resize(static_cast<size_t>(n) * d_));
     BackendArray<int32_t> ids_in_backend(backend_);
@@ -403,7 +461,8 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
     HAP_RETURN_IF_ERROR(x.Assign(x_host.data(), x_host.size()));
     std::vector<float>().swap(x_host);  // not read again: the prefill's peak holds one copy
   }
-  HAP_RETURN_IF_ERROR(positions_dev.Assign(positions.data(), positions.size()));
+  HAP_RETURN_IF_ERROR(positions_dev.Assign(rotary.data(), rotary.size()));
+  std::vector<int32_t>().swap(rotary);
   // Stages a pruner decides in the backend's memory (a device backend): the rows are compacted
   // there into these buffers (swapped with x and positions_dev), and the kept indices, which the
   // pruner keeps valid until Finish, are copied back after the last layer (one copy per run of
@@ -491,10 +550,10 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
         backend_stages.push_back({l, n_vis, backend_keep.kept, count});
         const int kept = n - n_vis + count;
         HAP_RETURN_IF_ERROR(x_alt.Resize(static_cast<size_t>(kept) * d_));
-        HAP_RETURN_IF_ERROR(positions_alt.Resize(static_cast<size_t>(kept)));
+        HAP_RETURN_IF_ERROR(positions_alt.Resize(static_cast<size_t>(kept) * rope_axes_));
         HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(x.data(), n, sizeof(float) * d_, vis_begin,
                                                     n_vis, backend_keep.kept, count, x_alt.data()));
-        HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(positions_dev.data(), n, sizeof(int32_t),
+        HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(positions_dev.data(), n, rotary_bytes,
                                                     vis_begin, n_vis, backend_keep.kept, count,
                                                     positions_alt.data()));
         std::swap(x, x_alt);
@@ -514,8 +573,8 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
         const int64_t kept = static_cast<int64_t>(rows.size());
         HAP_RETURN_IF_ERROR(backend_.GatherRows(x.data(), n, sizeof(float) * d_, rows.data(),
                                                 kept, x.data()));
-        HAP_RETURN_IF_ERROR(backend_.GatherRows(positions_dev.data(), n, sizeof(int32_t),
-                                                rows.data(), kept, positions_dev.data()));
+        HAP_RETURN_IF_ERROR(backend_.GatherRows(positions_dev.data(), n, rotary_bytes, rows.data(),
+                                                kept, positions_dev.data()));
         for (int64_t i = 0; i < kept; ++i) positions[i] = positions[rows[i]];  // rows ascend
         positions.resize(static_cast<size_t>(kept));
         n_vis = static_cast<int>(keep->size());
@@ -591,6 +650,7 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
     }
   }
   cache->next_position = next_position;
+  cache->rope_delta = rope_delta;
   return LogitsInto(x.data() + static_cast<int64_t>(n - 1) * d_, 1, logits);
 }
 
@@ -608,10 +668,10 @@ absl::Status LlamaDecoder::CheckCanDecode(const KvStore& cache) const {
         "(DeviceKv::FromCache)", std::string(DeviceName(cache.device())),
         std::string(backend_.name())));
   }
-  if (cache.next_position >= cfg_.text.max_position_embeddings) {
+  if (cache.next_position >= cfg_.max_position_embeddings) {
     return absl::OutOfRangeError(absl::StrFormat("position %d reaches the model's context of %d",
                                                  cache.next_position,
-                                                 cfg_.text.max_position_embeddings));
+                                                 cfg_.max_position_embeddings));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,6 @@
-// The LLaMA decoder of LLaVA: prefill (with an optional visual-token pruner called before layer
-// 0 and after each layer) and single-token decode steps over a per-layer KV cache.
+// The decoder of LLaVA (LLaMA) and of Qwen2.5-VL (Qwen2: q, k and v biases, M-RoPE): prefill
+// (with an optional visual-token pruner called before layer 0 and after each layer) and
+// single-token decode steps over a per-layer KV cache.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "runtime/io/config.h"
 #include "runtime/io/weights.h"
 #include "runtime/model/kv_cache.h"
+#include "runtime/model/mrope_positions.h"
 #include "runtime/prune/pruner.h"
 
 namespace hap {
@@ -69,7 +71,8 @@ class LlamaDecoder {
   // Every op runs on `backend` (which must outlive the decoder).
   // attention_operands: AttentionArgs::operands of the prefill's attention
   // (ModelOptions::attention_dtype).
-  LlamaDecoder(const LlavaConfig& cfg, const TextWeights& weights, const Backend& backend,
+  // With cfg.mrope_section, the prefill's rows rotate at 3-D positions (`mrope` below).
+  LlamaDecoder(const TextConfig& cfg, const TextWeights& weights, const Backend& backend,
                DType attention_operands = DType::kF32);
 
   // Token embeddings F32 [n, hidden] for ids (InvalidArgument for an id outside the vocab).
@@ -79,15 +82,21 @@ class LlamaDecoder {
   // vis_begin + n_vis). Fills `cache` (one LayerKv per layer) and returns the logits
   // F32 [vocab] of the last row. `pruner` may be null (no pruning). Visual rows the pruner drops
   // in Begin never reach layer 0 (trace and cache count only the kept ones).
+  // `positions` are the rows' position ids, which the cache records. A model with M-RoPE
+  // rotates the rows at `mrope`'s 3-D positions (one per row; null: text only, every axis at
+  // the position id) and sets the cache's rope_delta from mrope->next; a pruned row keeps its
+  // positions. InvalidArgument for `mrope` on a model without M-RoPE.
   absl::StatusOr<std::vector<float>> Prefill(std::vector<float> x, std::vector<int32_t> positions,
                                              int vis_begin, int n_vis, Pruner* pruner,
-                                             KvCache* cache, PrefillTrace* trace) const;
+                                             KvCache* cache, PrefillTrace* trace,
+                                             const MropePositions* mrope = nullptr) const;
   // Prefill with the last row's logits F32 [1, vocab] left in the backend's memory (`logits`,
   // on the decoder's backend), for a sampler that reads them there (runtime/model/row_sampling.h),
   // into any empty `cache` of n_layers() layers of kv_dim() (a DeviceKv on a device backend).
   absl::Status PrefillInto(std::vector<float> x, std::vector<int32_t> positions, int vis_begin,
                            int n_vis, Pruner* pruner, KvStore* cache, PrefillTrace* trace,
-                           BackendArray<float>* logits) const;
+                           BackendArray<float>* logits,
+                           const MropePositions* mrope = nullptr) const;
   // PrefillInto with the input rows spliced in the backend's memory: the token embeddings of
   // `ids` [n] (an image row's id is embedded, then overwritten), then the image's rows
   // `image_embeds` (host, F32 [n_vis, hidden]) copied over rows [vis_begin, vis_begin + n_vis).
@@ -98,9 +107,11 @@ class LlamaDecoder {
   absl::Status PrefillSplicedInto(const std::vector<int32_t>& ids, const float* image_embeds,
                                   bool image_in_backend, std::vector<int32_t> positions,
                                   int vis_begin, int n_vis, Pruner* pruner, KvStore* cache,
-                                  PrefillTrace* trace, BackendArray<float>* logits) const;
+                                  PrefillTrace* trace, BackendArray<float>* logits,
+                                  const MropePositions* mrope = nullptr) const;
 
-  // Appends `token` at cache->next_position and returns the next logits F32 [vocab].
+  // Appends `token` at cache->next_position (rotated at next_position + rope_delta) and returns
+  // the next logits F32 [vocab].
   absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvStore* cache) const;
 
   // One decode step for b sequences at once: tokens[i] is appended to caches[i] (distinct
@@ -133,7 +144,9 @@ class LlamaDecoder {
     StepValueId x, positions, logits = kNoStepValue;  // bound
     StepValueId h, q, k, v, attn, gate, up, lse = kNoStepValue;
   };
-  StepValues DescribeValues(StepDesc& desc, int n, bool with_lse) const;
+  // positions: I32 [n, rope_axes_] in a prefill, I32 [n] in a decode step (whose rows are
+  // text: every axis at one position).
+  StepValues DescribeValues(StepDesc& desc, int n, bool with_lse, bool prefill) const;
   // Layer l's ops over n rows. `prefill`: the rows attend to each other (Attention op, with the
   // LSE when the values have one); otherwise a Call with id `call_id` sits between RoPE and the
   // output projection, where the engine appends each sequence's row and attends over its cache.
@@ -147,7 +160,11 @@ class LlamaDecoder {
                                const float* image_embeds, bool image_in_backend,
                                std::vector<int32_t> positions, int vis_begin, int n_vis,
                                Pruner* pruner, KvStore* cache, PrefillTrace* trace,
-                               BackendArray<float>* logits) const;
+                               BackendArray<float>* logits, const MropePositions* mrope) const;
+  // The rows' rotary positions I32 [n, rope_axes_] and the cache's rope_delta (PrefillInto's
+  // `mrope`).
+  absl::Status RotaryRows(const std::vector<int32_t>& positions, const MropePositions* mrope,
+                          std::vector<int32_t>* rotary, int32_t* rope_delta) const;
   absl::StatusOr<std::unique_ptr<PlannedStep>> PlanPrefill(int first, int last, int n,
                                                            bool with_lse, StepValues* values) const;
   // A whole decode step of b sequences, the final norm and LM head included, with a Call (id l)
@@ -171,10 +188,11 @@ class LlamaDecoder {
   absl::Status LogitsInto(const float* rows, int n, BackendArray<float>* logits) const;
 
   const Backend& backend_;
-  const LlavaConfig& cfg_;
+  const TextConfig cfg_;
   const TextWeights& w_;
   int d_, n_heads_, n_kv_heads_, head_dim_, ffn_, vocab_;
   float eps_, theta_, scale_;
+  int rope_axes_;  // 3 with M-RoPE, else 1
   DType attention_operands_;
   // Decode plans by batch size (up to kMaxKeptDecodePlans; larger batches plan per step).
   static constexpr int kMaxKeptDecodePlans = 64;

@@ -49,24 +49,48 @@ absl::StatusOr<std::optional<DType>> ParseAttentionDTypeFlagValue(std::string_vi
       absl::StrCat(std::string(flag), " '", std::string(value), "' is not auto, f32, bf16 or f16"));
 }
 
-namespace {
-
-// ModelOptions::attention_dtype for attention layers whose projections are stored in `weights`.
 DType AttentionOperands(const ModelOptions& options, DType weights, const Backend& backend) {
   if (options.attention_dtype.has_value()) return *options.attention_dtype;
   return backend.caps().narrow_attention && weights != DType::kF32 ? weights : DType::kF32;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& dir,
-                                                             const ModelOptions& options) {
+absl::Status BeginModelLoad(const std::string& dir, const ModelOptions& options) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec) || ec) {
     return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
   }
   HAP_RETURN_IF_ERROR(CheckKvDType(options.kv_dtype));
   ConfigureCpuBackend(options.threads, options.pool_spin_us);
+  return absl::OkStatus();
+}
+
+absl::Status NeedModelPart(ModelParts loaded, ModelParts part, const std::string& dir) {
+  if (HasPart(loaded, part)) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("this process loaded only the ", AsAbsl(ModelPartsName(loaded)), " part of ",
+                   dir, "; the ", AsAbsl(ModelPartsName(part)), " part is not loaded"));
+}
+
+absl::StatusOr<PrefillOutput> EmptyPrefillOutput(const Backend& backend,
+                                                 const LlamaDecoder& decoder, DType kv_dtype,
+                                                 int prompt_tokens, int kv_reserve_rows) {
+  PrefillOutput out;
+  out.prompt_tokens = prompt_tokens;
+  HAP_RETURN_IF_ERROR(out.cache.SetDType(kv_dtype));
+  if (backend.caps().host_memory) {
+    out.cache.kv_dim = decoder.kv_dim();
+    out.cache.layers.resize(decoder.n_layers());
+  } else {
+    HAP_ASSIGN_OR_RETURN(
+        out.device_cache,
+        DeviceKv::Create(backend, decoder.n_layers(), decoder.kv_dim(), kv_dtype, kv_reserve_rows));
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& dir,
+                                                             const ModelOptions& options) {
+  HAP_RETURN_IF_ERROR(BeginModelLoad(dir, options));
   std::unique_ptr<LlavaModel> m(new LlavaModel());
   m->dir_ = dir;
   m->options_ = options;
@@ -87,7 +111,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
       text_attention =
           AttentionOperands(options, m->weights_->text().layers[0].q.dtype, m->backend());
     }
-    m->decoder_ = std::make_unique<LlamaDecoder>(m->config_, m->placed_->text(), m->backend(),
+    m->decoder_ = std::make_unique<LlamaDecoder>(m->config_.text, m->placed_->text(), m->backend(),
                                                  text_attention);
   }
   return m;
@@ -104,11 +128,7 @@ absl::StatusOr<std::vector<float>> LlavaModel::PreprocessImage(std::string_view 
 }
 
 absl::Status LlavaModel::NeedPart(ModelParts part) const {
-  if (HasPart(options_.parts, part)) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("this process loaded only the ", AsAbsl(ModelPartsName(options_.parts)),
-                   " part of ", dir_, "; the ", AsAbsl(ModelPartsName(part)),
-                   " part is not loaded"));
+  return NeedModelPart(options_.parts, part, dir_);
 }
 
 absl::StatusOr<std::vector<float>> LlavaModel::DecodeStep(int32_t token, KvStore* cache) const {
@@ -271,17 +291,9 @@ absl::StatusOr<PrefillOutput> LlavaModel::PrefillImageRows(const PromptTokens& p
   std::vector<int32_t> positions(ids.size());
   for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
 
-  PrefillOutput out;
-  out.prompt_tokens = static_cast<int>(ids.size());
-  HAP_RETURN_IF_ERROR(out.cache.SetDType(options_.kv_dtype));
-  if (backend().caps().host_memory) {
-    out.cache.kv_dim = decoder_->kv_dim();
-    out.cache.layers.resize(decoder_->n_layers());
-  } else {
-    HAP_ASSIGN_OR_RETURN(out.device_cache,
-                         DeviceKv::Create(backend(), decoder_->n_layers(), decoder_->kv_dim(),
-                                          options_.kv_dtype, kv_reserve_rows));
-  }
+  HAP_ASSIGN_OR_RETURN(PrefillOutput out,
+                       EmptyPrefillOutput(backend(), *decoder_, options_.kv_dtype,
+                                          static_cast<int>(ids.size()), kv_reserve_rows));
   BackendArray<float> logits(backend());  // F32 [1, vocab]
   if (splice_on_device) {
     HAP_RETURN_IF_ERROR(decoder_->PrefillSplicedInto(

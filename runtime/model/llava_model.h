@@ -54,6 +54,16 @@ struct ModelOptions {
 absl::StatusOr<std::optional<DType>> ParseAttentionDTypeFlagValue(std::string_view flag,
                                                                   std::string_view value);
 
+// ModelOptions::attention_dtype for attention layers whose projections are stored in `weights`
+// on `backend`.
+DType AttentionOperands(const ModelOptions& options, DType weights, const Backend& backend);
+
+// What every model family's Load does first: NotFound unless `dir` is a directory,
+// InvalidArgument for an unsupported kv_dtype; then the CPU pool is sized from `options`.
+absl::Status BeginModelLoad(const std::string& dir, const ModelOptions& options);
+// FailedPrecondition naming the part when a process that loaded `loaded` of `dir` needs `part`.
+absl::Status NeedModelPart(ModelParts loaded, ModelParts part, const std::string& dir);
+
 // A request's prompt: a question the LLaVA template wraps ("USER: <image>\n{question}
 // ASSISTANT:"), or a whole prompt a chat template already rendered, holding exactly one
 // "<image>" placeholder. Converts implicitly from a question.
@@ -91,6 +101,12 @@ struct PrefillOutput {
   PrefillTrace trace;
   int prompt_tokens = 0;      // unpruned prompt length
 };
+
+// An empty PrefillOutput for `decoder`'s prompt of `prompt_tokens` on `backend`: a host cache on
+// the CPU backend, a DeviceKv with room for kv_reserve_rows more rows on a device.
+absl::StatusOr<PrefillOutput> EmptyPrefillOutput(const Backend& backend,
+                                                 const LlamaDecoder& decoder, DType kv_dtype,
+                                                 int prompt_tokens, int kv_reserve_rows);
 
 class LlavaModel {
  public:

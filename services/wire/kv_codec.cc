@@ -52,6 +52,7 @@ void KvChunker::FillHeader(hap::v1::KvHeader* header) const {
   header->clear_layer_rows();
   for (int l = 0; l < cache_->n_layers(); ++l) header->add_layer_rows(cache_->len(l));
   header->set_next_position(cache_->next_position);
+  header->set_rope_delta(cache_->rope_delta);
   header->set_n_chunks(n_chunks_);
 }
 
@@ -125,6 +126,11 @@ absl::Status KvAssembler::OnHeader(const hap::v1::KvHeader& h) {
     return Bad(absl::StrCat("header next_position ", h.next_position(), " is outside [1, ",
                             expect_.max_positions, ")"));
   }
+  // An image's tokens advance the rotary position by at most their count.
+  if (h.rope_delta() > 0 || h.rope_delta() <= -h.next_position()) {
+    return Bad(absl::StrCat("header rope_delta ", h.rope_delta(), " is outside [",
+                            1 - h.next_position(), ", 0]"));
+  }
   total_rows_ = 0;
   for (int l = 0; l < h.layer_rows_size(); ++l) {
     const int rows = h.layer_rows(l);
@@ -155,6 +161,7 @@ absl::Status KvAssembler::OnHeader(const hap::v1::KvHeader& h) {
   cache_.kv_dim = h.kv_dim();
   expected_bytes_ = total_rows_ * 2 * cache_.row_bytes();
   cache_.next_position = h.next_position();
+  cache_.rope_delta = h.rope_delta();
   cache_.layers.resize(h.n_layers());  // rows are allocated as they arrive
   rows_received_.assign(h.n_layers(), 0);
   if (pool_ != nullptr) {
@@ -164,6 +171,7 @@ absl::Status KvAssembler::OnHeader(const hap::v1::KvHeader& h) {
     if (paged.ok()) {
       paged_ = std::move(*paged);
       paged_->next_position = h.next_position();
+      paged_->rope_delta = h.rope_delta();
     } else if (!absl::IsResourceExhausted(paged.status())) {
       return paged.status();
     }

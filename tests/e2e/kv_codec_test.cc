@@ -18,6 +18,7 @@ KvCache MakeCache(int layers, int kv_dim) {
   KvCache c;
   c.kv_dim = kv_dim;
   c.next_position = 200;
+  c.rope_delta = -90;  // an M-RoPE image's tokens advance the rotary position less
   for (int l = 0; l < layers; ++l) {
     LayerKv& layer = c.layers.emplace_back();
     const int rows = 150 - 20 * l;  // pruned layers hold fewer rows
@@ -99,6 +100,7 @@ TEST(KvCodecTest, ChunksStayUnderTheLimitAndReassembleExactly) {
   ASSERT_EQ(got.layers.size(), cache.layers.size());
   EXPECT_EQ(got.kv_dim, cache.kv_dim);
   EXPECT_EQ(got.next_position, cache.next_position);
+  EXPECT_EQ(got.rope_delta, cache.rope_delta);
   for (size_t l = 0; l < cache.layers.size(); ++l) {
     EXPECT_EQ(got.layers[l].k, cache.layers[l].k);
     EXPECT_EQ(got.layers[l].v, cache.layers[l].v);
@@ -135,6 +137,7 @@ TEST(KvCodecTest, RowsLandInPoolBlocksAsTheyArrive) {
       auto copied = PagedKv::FromCache(pool->get(), cache, header.max_new_tokens());
       ASSERT_TRUE(copied.ok());
       EXPECT_EQ(landed->next_position, cache.next_position);
+      EXPECT_EQ(landed->rope_delta, cache.rope_delta);
       const size_t row_bytes = 32 * DTypeSize(dtype);
       for (int l = 0; l < landed->n_layers(); ++l) {
         ASSERT_EQ(landed->len(l), cache.layers[l].len());
@@ -351,6 +354,11 @@ TEST(KvCodecTest, RejectsWhatDoesNotFit) {
   wrong.kv_dim = 8;
   EXPECT_EQ(KvAssembler(wrong).OnHeader(Header(*chunker)).code(),
             absl::StatusCode::kInvalidArgument);
+  for (int delta : {1, -200}) {  // a rotary position ahead of the count, or before the first
+    hap::v1::KvHeader h = Header(*chunker);
+    h.set_rope_delta(delta);
+    EXPECT_EQ(KvAssembler(Expect(cache)).OnHeader(h).code(), absl::StatusCode::kInvalidArgument);
+  }
   KvAssembler a(Expect(cache));
   ASSERT_TRUE(a.OnHeader(Header(*chunker)).ok());
   EXPECT_FALSE(a.OnHeader(Header(*chunker)).ok());  // a second header

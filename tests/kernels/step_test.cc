@@ -319,6 +319,69 @@ TEST_P(StepTest, ScratchValuesHaveDisjointAlignedPlacesInTheWorkspace) {
   EXPECT_EQ((*plan)->Address(bound, bindings), in);
 }
 
+// A multi-axis Rope op (M-RoPE's sections over [rows, 3] positions) is the backend's RopeAxes,
+// and with the q and k of a layer beside it does not take the 1-D pair's fused path.
+TEST_P(StepTest, AMultiAxisRopeIsTheBackendsRopeAxes) {
+  constexpr int kRows = 5, kHeads = 2, kHd = 16;
+  const std::vector<float> x0 = Random(size_t{kRows} * kHeads * kHd, 8);
+  const std::vector<int32_t> pos0 = {3, 3, 3, 4, 4, 5, 4, 5, 4, 4, 5, 5, 8, 8, 8};  // (t, h, w)
+  StepDesc desc("m-rope");
+  const StepValueId q = desc.Bound("q", StepElem::kF32, int64_t{kRows} * kHeads * kHd);
+  const StepValueId k = desc.Bound("k", StepElem::kF32, int64_t{kRows} * kHeads * kHd);
+  const StepValueId pos = desc.Bound("pos", StepElem::kI32, int64_t{kRows} * 3);
+  step_op::Rope rope{q, pos, kRows, kHeads, kHd, 1e6f};
+  rope.sections[0] = 2, rope.sections[1] = 3, rope.sections[2] = 3;
+  desc.Add(rope);
+  rope.x = k;
+  desc.Add(rope);
+  absl::StatusOr<std::unique_ptr<PlannedStep>> plan = b().Plan(desc);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  BackendArray<float> dq = Upload(b(), x0), dk = Upload(b(), x0), want = Upload(b(), x0);
+  BackendArray<int32_t> dpos = Upload(b(), pos0);
+  void* bound[3] = {dq.data(), dk.data(), dpos.data()};
+  StepBindings bindings;
+  bindings.bound = bound;
+  BackendArray<uint8_t> workspace(b());
+  ASSERT_TRUE(workspace.Resize((*plan)->workspace_bytes()).ok());
+  bindings.workspace = workspace.data();
+  ASSERT_TRUE((*plan)->Run(bindings).ok());
+  RopeAxesArgs a = rope.AxesArgs();
+  a.x = want.data();
+  a.positions = dpos.data();
+  ASSERT_TRUE(b().RopeAxes(a).ok());
+  EXPECT_EQ(Download(dq), Download(want));
+  EXPECT_EQ(Download(dk), Download(want));
+  // Rows at one position on every axis turn as 1-D RoPE does.
+  std::vector<float> one_axis = x0;
+  const std::vector<int32_t> flat = {3, 4, 4, 5, 8};
+  ASSERT_TRUE(CpuBackend().Rope(one_axis.data(), flat.data(), kRows, kHeads, kHd, 1e6f).ok());
+  std::vector<float> same = x0;
+  std::vector<int32_t> equal_axes;
+  for (int32_t p : flat) equal_axes.insert(equal_axes.end(), {p, p, p});
+  RopeAxesArgs e = rope.AxesArgs();
+  e.x = same.data();
+  e.positions = equal_axes.data();
+  ASSERT_TRUE(CpuBackend().RopeAxes(e).ok());
+  EXPECT_EQ(same, one_axis);
+
+  StepDesc bad("bad sections");
+  const StepValueId bx = bad.Bound("x", StepElem::kF32, int64_t{kRows} * kHeads * kHd);
+  const StepValueId bp = bad.Bound("pos", StepElem::kI32, kRows);  // [rows, 3] expected
+  step_op::Rope short_pos{bx, bp, kRows, kHeads, kHd, 1e6f};
+  short_pos.sections[0] = 2, short_pos.sections[1] = 3, short_pos.sections[2] = 3;
+  bad.Add(short_pos);
+  absl::Status s = b().Plan(bad).status();
+  EXPECT_TRUE(Contains(s.message(), "positions \"pos\" holds 5 elements, the op needs 15"));
+  step_op::Rope wrong = short_pos;
+  wrong.sections[2] = 2;  // 7 pairs of 8
+  StepDesc bad2("bad sum");
+  bad2.Bound("x", StepElem::kF32, int64_t{kRows} * kHeads * kHd);
+  bad2.Bound("pos", StepElem::kI32, int64_t{kRows} * 3);
+  bad2.Add(wrong);
+  s = b().Plan(bad2).status();
+  EXPECT_TRUE(Contains(s.message(), "sum to head_dim / 2"));
+}
+
 TEST_P(StepTest, ADescriptionThatDoesNotHoldTogetherIsRefusedNamingTheOperand) {
   {
     StepDesc desc("wrong type");

@@ -109,7 +109,7 @@ TEST_F(PreLlmPruneTest, EveryLayerSeesTheKeptRowsAtTheirOriginalPositions) {
       ASSERT_TRUE(out.ok()) << out.status();
       std::vector<int32_t> ids = tokens->ids;
       for (int i = 0; i < V; ++i) ids[vb + i] = 0;
-      LlamaDecoder plain(model_->config(), model_->placed_weights().text(), model_->backend());
+      LlamaDecoder plain(model_->config().text, model_->placed_weights().text(), model_->backend());
       auto x = plain.Embed(ids);
       ASSERT_TRUE(x.ok());
       const int d = model_->config().text.hidden_size;

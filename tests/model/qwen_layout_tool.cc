@@ -23,9 +23,11 @@ int main() {
     if (in.contains("rope")) {
       const nlohmann::json& r = in["rope"];
       std::vector<float> x = r["x"].get<std::vector<float>>();
+      // Given axis by axis ([axes][rows]); RopeAxes reads them row by row.
+      const auto by_axis = r["positions"].get<std::vector<std::vector<int32_t>>>();
       std::vector<int32_t> positions;
-      for (const auto& axis : r["positions"]) {
-        for (int p : axis.get<std::vector<int>>()) positions.push_back(p);
+      for (size_t row = 0; row < by_axis[0].size(); ++row) {
+        for (const auto& axis : by_axis) positions.push_back(axis[row]);
       }
       hap::RopeAxesArgs a;
       a.x = x.data();

@@ -54,7 +54,7 @@ CaseResult RopeAxesCase(int rows, int n_heads, int head_dim, std::array<int, 3> 
   // Axis a of row r: different per axis, with repeats (an image's tokens share t).
   std::vector<int32_t> pos(static_cast<size_t>(a.axes()) * rows);
   for (int ax = 0; ax < a.axes(); ++ax) {
-    for (int r = 0; r < rows; ++r) pos[ax * rows + r] = 2 + r / (ax + 1) * (3 + ax) + ax;
+    for (int r = 0; r < rows; ++r) pos[r * a.axes() + ax] = 2 + r / (ax + 1) * (3 + ax) + ax;
   }
   std::vector<float> want = x;
   Checker c;

@@ -1,0 +1,213 @@
+#include "runtime/model/qwen_model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
+#include "runtime/io/preprocessor_config.h"
+#include "runtime/model/qwen_vision_tower.h"
+#include "runtime/text/chat_prompt.h"
+
+namespace hap {
+namespace {
+
+// preprocessor_config.json (the processor's defaults when absent), which must cut the patches
+// the vision tower reads.
+absl::StatusOr<Qwen2VLImageProcessorConfig> LoadQwenImageProcessor(const std::string& dir,
+                                                                   const Qwen25VLConfig& cfg) {
+  const std::string path = absl::StrCat(dir, "/preprocessor_config.json");
+  Qwen2VLImageProcessorConfig p;
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    HAP_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+    HAP_ASSIGN_OR_RETURN(p, ParseQwen2VLPreprocessorConfig(text, path));
+  }
+  const Qwen25VLVisionConfig& v = cfg.vision;
+  for (const auto& [field, got, want] :
+       {std::tuple{"patch_size", p.patch_size, v.patch_size},
+        std::tuple{"temporal_patch_size", p.temporal_patch_size, v.temporal_patch_size},
+        std::tuple{"merge_size", p.merge_size, v.spatial_merge_size}}) {
+    if (got != want) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %s is %d; config.json's vision_config says %d", path, field, got, want));
+    }
+  }
+  return p;
+}
+
+// The attention ops must take the model's head widths on this backend.
+absl::Status CheckQwenHeadDims(const Qwen25VLConfig& cfg, ModelParts parts,
+                               const Backend& backend) {
+  const int limit = backend.caps().max_head_dim;
+  for (const auto& [part, head_dim, field] :
+       {std::tuple{ModelParts::kLanguage, cfg.text.head_dim(), "hidden_size / num_attention_heads"},
+        std::tuple{ModelParts::kVision, cfg.vision.head_dim(),
+                   "vision_config.hidden_size / num_heads"}}) {
+    if (HasPart(parts, part) && head_dim > limit) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config.json: %s gives heads of %d; the %s backend's attention takes at most %d", field,
+          head_dim, std::string(backend.name()), limit));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<QwenModel>> QwenModel::Load(const std::string& dir,
+                                                           const ModelOptions& options) {
+  HAP_RETURN_IF_ERROR(BeginModelLoad(dir, options));
+  std::unique_ptr<QwenModel> m(new QwenModel());
+  m->dir_ = dir;
+  m->options_ = options;
+  HAP_ASSIGN_OR_RETURN(m->config_, LoadQwen25VLConfig(dir));
+  m->text_config_ = DecoderTextConfig(m->config_);
+  HAP_RETURN_IF_ERROR(CheckQwenHeadDims(m->config_, options.parts, m->backend()));
+  HAP_ASSIGN_OR_RETURN(m->image_processor_, LoadQwenImageProcessor(dir, m->config_));
+  HAP_ASSIGN_OR_RETURN(m->weights_, QwenWeights::Load(dir, m->config_, options.parts));
+  HAP_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::LoadFromDirectory(dir));
+  for (const auto& [id, field] : {std::pair{m->config_.image_token_id, "image_token_id"},
+                                  {m->config_.vision_start_token_id, "vision_start_token_id"},
+                                  {m->config_.vision_end_token_id, "vision_end_token_id"}}) {
+    if (id < 0 || id >= m->tokenizer_->vocab_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s/config.json: %s %d is outside the tokenizer's %d ids (%s)", dir,
+                          field, id, m->tokenizer_->vocab_size(), m->tokenizer_->format()));
+    }
+  }
+  HAP_ASSIGN_OR_RETURN(m->chat_template_, ChatTemplate::ForModelDir(dir));
+
+  // The weights in the backend's memory.
+  m->vision_ = m->weights_->vision();
+  m->text_ = m->weights_->text();
+  WeightPlacer place(m->backend(), &m->storage_, &m->device_bytes_);
+  QwenVisionWeights& v = m->vision_;
+  for (Weight* w :
+       {&v.patch_w, &v.merger_norm, &v.merger_w1, &v.merger_b1, &v.merger_w2, &v.merger_b2}) {
+    HAP_RETURN_IF_ERROR(place(w));
+  }
+  for (QwenVisionBlockWeights& b : v.blocks) {
+    for (Weight* w : {&b.norm1, &b.norm2, &b.qkv_w, &b.qkv_b, &b.proj_w, &b.proj_b, &b.down_w,
+                      &b.down_b, &b.gate_b, &b.up_b}) {
+      HAP_RETURN_IF_ERROR(place(w));
+    }
+    HAP_RETURN_IF_ERROR(place.Together({&b.gate_w, &b.up_w}));
+  }
+  HAP_RETURN_IF_ERROR(place.PlaceText(&m->text_));
+  if (HasPart(options.parts, ModelParts::kVision) && !v.blocks.empty()) {
+    m->vision_attention_ = AttentionOperands(options, v.blocks[0].qkv_w.dtype, m->backend());
+  }
+  if (HasPart(options.parts, ModelParts::kLanguage)) {
+    DType text_attention = DType::kF32;
+    if (!m->text_.layers.empty()) {
+      text_attention = AttentionOperands(options, m->text_.layers[0].q.dtype, m->backend());
+    }
+    m->decoder_ =
+        std::make_unique<LlamaDecoder>(m->text_config_, m->text_, m->backend(), text_attention);
+  }
+  return m;
+}
+
+absl::Status QwenModel::NeedPart(ModelParts part) const {
+  return NeedModelPart(options_.parts, part, dir_);
+}
+
+absl::StatusOr<Qwen2VLPixels> QwenModel::PreprocessImage(std::string_view bytes) const {
+  HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(bytes, options_.image_limits));
+  return Qwen2VLPreprocess(image, image_processor_);
+}
+
+absl::StatusOr<std::vector<float>> QwenModel::ImageEmbeddings(const Qwen2VLPixels& pixels) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kVision));
+  return RunQwenVision(backend(), config_.vision, vision_, pixels.pixel_values, {pixels.grid},
+                       vision_attention_);
+}
+
+absl::StatusOr<QwenPrompt> QwenModel::Tokenize(std::string_view question,
+                                               const ImageGrid& grid) const {
+  if (question.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return absl::InvalidArgumentError("prompt is empty");
+  }
+  const int merge = config_.vision.spatial_merge_size;
+  const int64_t n_vis64 = grid.patches() / (merge * merge);
+  if (grid.t != 1 || n_vis64 < 1 || grid.patches() % (merge * merge) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("image grid %dx%dx%d is not one frame of whole %dx%d merge units", grid.t,
+                        grid.h, grid.w, merge, merge));
+  }
+  nlohmann::json messages = nlohmann::json::array(
+      {{{"role", "user"},
+        {"content",
+         nlohmann::json::array(
+             {{{"type", "image"}}, {{"type", "text"}, {"text", std::string(question)}}})}}});
+  HAP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, TokenizeChat(*tokenizer_, chat_template_, messages,
+                                                              /*add_generation_prompt=*/true));
+  const int32_t pad = config_.image_token_id;
+  const auto first = std::find(ids.begin(), ids.end(), pad);
+  if (first == ids.end() || std::count(ids.begin(), ids.end(), pad) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template ", chat_template_.origin(), " renders ",
+                     std::count(ids.begin(), ids.end(), pad), " image pad tokens (id ", pad,
+                     ") for one image; exactly one was expected"));
+  }
+  const int ctx = config_.text.max_position_embeddings;
+  const int max_tokens =
+      options_.max_prompt_tokens > 0 ? std::min(options_.max_prompt_tokens, ctx) : ctx;
+  const int64_t total = static_cast<int64_t>(ids.size()) - 1 + n_vis64;
+  if (total > max_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prompt is %d tokens (%d of them the image's); the limit is %d", total,
+                        n_vis64, max_tokens));
+  }
+  QwenPrompt p;
+  p.grid = grid;
+  p.tokens.vis_begin = static_cast<int>(first - ids.begin());
+  p.tokens.n_vis = static_cast<int>(n_vis64);
+  ids.insert(first, static_cast<size_t>(n_vis64) - 1, pad);
+  p.tokens.ids = std::move(ids);
+  HAP_ASSIGN_OR_RETURN(p.mrope, QwenMropePositions(p.tokens.ids, {grid}, merge, pad));
+  return p;
+}
+
+absl::StatusOr<PrefillOutput> QwenModel::Prefill(const QwenPrompt& prompt,
+                                                 const std::vector<float>& image_embeds,
+                                                 Pruner* pruner, int kv_reserve_rows) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
+  const int d = text_config_.hidden_size;
+  const PromptTokens& t = prompt.tokens;
+  if (image_embeds.size() != static_cast<size_t>(t.n_vis) * d) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("image embeddings hold %d values, expected %d visual tokens x %d",
+                        image_embeds.size(), t.n_vis, d));
+  }
+  // Text rows from the embedding table; the image pad rows are replaced by the image's.
+  std::vector<int32_t> ids = t.ids;
+  std::fill(ids.begin() + t.vis_begin, ids.begin() + t.vis_begin + t.n_vis, 0);
+  HAP_ASSIGN_OR_RETURN(std::vector<float> x, decoder_->Embed(ids));
+  std::memcpy(x.data() + static_cast<int64_t>(t.vis_begin) * d, image_embeds.data(),
+              image_embeds.size() * sizeof(float));
+  std::vector<int32_t> positions(t.ids.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  HAP_ASSIGN_OR_RETURN(PrefillOutput out,
+                       EmptyPrefillOutput(backend(), *decoder_, options_.kv_dtype,
+                                          static_cast<int>(t.ids.size()), kv_reserve_rows));
+  BackendArray<float> logits(backend());  // F32 [1, vocab]
+  HAP_RETURN_IF_ERROR(decoder_->PrefillInto(std::move(x), std::move(positions), t.vis_begin,
+                                            t.n_vis, pruner, &out.kv(), &out.trace, &logits,
+                                            &prompt.mrope));
+  out.logits.resize(logits.size());
+  HAP_RETURN_IF_ERROR(logits.CopyTo(out.logits.data()));
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> QwenModel::DecodeStep(int32_t token, KvStore* cache) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
+  return decoder_->DecodeStep(token, cache);
+}
+
+}  // namespace hap
