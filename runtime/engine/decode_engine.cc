@@ -10,10 +10,10 @@
 
 namespace hap {
 
-absl::StatusOr<double> WarmUpDecode(const LlavaModel& model, int batch, DType kv_dtype,
+absl::StatusOr<double> WarmUpDecode(const LanguageModel& model, int batch, DType kv_dtype,
                                     int64_t* workspace_bytes) {
   const Backend& backend = model.backend();
-  const TextConfig& text = model.config().text;
+  const TextConfig& text = model.text_config();
   const int64_t before = backend.DeviceBytesInUse();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::unique_ptr<DeviceKv>> caches;
@@ -40,7 +40,7 @@ absl::StatusOr<double> WarmUpDecode(const LlavaModel& model, int batch, DType kv
   return ms;
 }
 
-DecodeEngine::DecodeEngine(const LlavaModel& model, const DecodeEngineOptions& options)
+DecodeEngine::DecodeEngine(const LanguageModel& model, const DecodeEngineOptions& options)
     : model_(model), options_(options), thread_([this] { Loop(); }) {}
 
 DecodeEngine::~DecodeEngine() {

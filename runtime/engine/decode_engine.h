@@ -1,5 +1,5 @@
 // Continuous batching of decode steps: one engine thread per process runs the next token of
-// every active sequence as one batched step (LlavaModel::DecodeBatch: each weight read once
+// every active sequence as one batched step (LanguageModel::DecodeBatch: each weight read once
 // per step for the whole batch), admits new sequences between steps and retires finished ones,
 // so throughput grows with the number of concurrent answers instead of each answer competing
 // for the cores on its own thread. Sampling, stop conditions and streaming stay per sequence
@@ -20,7 +20,7 @@
 #include "runtime/engine/paged_kv.h"
 #include "runtime/model/generate.h"
 #include "runtime/model/kv_cache.h"
-#include "runtime/model/llava_model.h"
+#include "runtime/model/language_model.h"
 #include "runtime/model/sampler.h"
 
 namespace hap {
@@ -69,12 +69,12 @@ struct DecodeEngineStats {
 // step's wall time in ms and, in *workspace_bytes, the backend's DeviceBytesInUse() with the
 // step's workspace still held less what it held before (the attention's slice results of long
 // contexts, at most a few tens of MiB, come on top).
-absl::StatusOr<double> WarmUpDecode(const LlavaModel& model, int batch, DType kv_dtype,
+absl::StatusOr<double> WarmUpDecode(const LanguageModel& model, int batch, DType kv_dtype,
                                     int64_t* workspace_bytes);
 
 class DecodeEngine {
  public:
-  DecodeEngine(const LlavaModel& model, const DecodeEngineOptions& options);
+  DecodeEngine(const LanguageModel& model, const DecodeEngineOptions& options);
   // Ends every sequence still waiting or running as cancelled, then joins the thread.
   ~DecodeEngine();
   DecodeEngine(const DecodeEngine&) = delete;
@@ -105,7 +105,7 @@ class DecodeEngine {
   // How long an idle engine waits before looking for free blocks again.
   static constexpr std::chrono::milliseconds kBlockWait{2};
 
-  const LlavaModel& model_;
+  const LanguageModel& model_;
   const DecodeEngineOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -279,9 +279,9 @@ absl::StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
   if (c.model_type == "qwen2_5_vl") {
     return absl::InvalidArgumentError(absl::StrCat(
         source_name,
-        ": a Qwen2.5-VL checkpoint (model_type 'qwen2_5_vl'): its config, tokenizer and image "
-        "processor are read, but the engine does not run its vision tower and M-RoPE decoder "
-        "yet; supported: model_type 'llava' (LlavaForConditionalGeneration)"));
+        ": a Qwen2.5-VL checkpoint (model_type 'qwen2_5_vl'): `hapctl run` and hap-decode "
+        "serve it, this path (hap-encoder, hap-prefill, hapctl eval/explain/dump) does not yet; "
+        "supported here: model_type 'llava' (LlavaForConditionalGeneration)"));
   }
   if (c.model_type != "llava" && !llava_arch) {
     return absl::InvalidArgumentError(

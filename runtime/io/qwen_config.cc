@@ -296,6 +296,11 @@ std::string Qwen25VLConfigToJson(const Qwen25VLConfig& c) {
   return root.dump(2) + "\n";
 }
 
+bool IsQwen25VLDirectory(const std::string& model_dir) {
+  absl::StatusOr<std::string> text = ReadFileToString(model_dir + "/config.json");
+  return text.ok() && IsQwen25VLConfig(*text);
+}
+
 TextConfig DecoderTextConfig(const Qwen25VLConfig& config) {
   const Qwen25VLTextConfig& q = config.text;
   TextConfig t;

@@ -79,6 +79,9 @@ bool IsQwen25VLConfig(std::string_view json_text);
 absl::StatusOr<Qwen25VLConfig> ParseQwen25VLConfig(std::string_view json_text,
                                                    std::string_view source_name);
 absl::StatusOr<Qwen25VLConfig> LoadQwen25VLConfig(const std::string& model_dir);
+// Whether model_dir/config.json names a Qwen2.5-VL model (false when it is missing or
+// malformed: the family's own loader then says what is wrong).
+bool IsQwen25VLDirectory(const std::string& model_dir);
 
 // The decoder's view of the language model (LlamaDecoder): Qwen2 is LLaMA's layer with q, k and
 // v biases (the weights carry them) and M-RoPE (mrope_section); no pad token.

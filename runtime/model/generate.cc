@@ -4,7 +4,7 @@
 
 #include "base/status_macros.h"
 #include "base/timer.h"
-#include "runtime/model/llava_model.h"
+#include "runtime/model/language_model.h"
 
 namespace hap {
 
@@ -61,10 +61,10 @@ std::string StopStringFilter::Flush() {
   return out;
 }
 
-absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvStore* cache,
+absl::StatusOr<DecodeResult> RunDecodeLoop(const LanguageModel& model, KvStore* cache,
                                            std::vector<float> logits,
-                                           const SamplingParams& sampling,
-                                           const StopCriteria& stop, const TokenSink& sink) {
+                                           const SamplingParams& sampling, const StopCriteria& stop,
+                                           const TokenSink& sink) {
   HAP_RETURN_IF_ERROR(ValidateSamplingParams(sampling));
   if (stop.max_new_tokens <= 0) return DecodeResult{};
   Sampler sampler(sampling);
@@ -72,7 +72,7 @@ absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvStore* cac
   return ContinueDecodeLoop(model, cache, first, sampler, stop, sink);
 }
 
-TokenStream::TokenStream(const LlavaModel& model, Sampler sampler, const StopCriteria& stop,
+TokenStream::TokenStream(const LanguageModel& model, Sampler sampler, const StopCriteria& stop,
                          TokenSink sink)
     : model_(model),
       sampler_(std::move(sampler)),
@@ -86,7 +86,7 @@ TokenStream::TokenStream(const LlavaModel& model, Sampler sampler, const StopCri
 bool TokenStream::Accept(int32_t token) {
   if (done_) return false;
   result_.tokens.push_back(token);
-  if (token == model_.tokenizer().eos_id() || token == model_.config().text.eos_token_id) {
+  if (token == model_.tokenizer().eos_id() || token == model_.text_config().eos_token_id) {
     result_.finish = FinishReason::kEos;
     done_ = true;
     return false;
@@ -127,7 +127,7 @@ DecodeResult TokenStream::Finish() {
   return std::move(result_);
 }
 
-absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvStore* cache,
+absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LanguageModel& model, KvStore* cache,
                                                 int32_t first_token, Sampler& sampler,
                                                 const StopCriteria& stop, const TokenSink& sink) {
   // The stream samples with its own copy; hand the caller's state back when done.
@@ -138,7 +138,7 @@ absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvStore
   // prefill left it).
   const int room =
       std::max(0, std::min(stop.max_new_tokens,
-                           model.config().text.max_position_embeddings - cache->next_position));
+                           model.text_config().max_position_embeddings - cache->next_position));
   KvStore* store = cache;
   std::unique_ptr<DeviceKv> device_kv;
   if (cache->device() != model.backend().device()) {

@@ -15,7 +15,7 @@
 
 namespace hap {
 
-class LlavaModel;
+class LanguageModel;
 
 enum class FinishReason { kEos, kStop, kLength, kCancelled };
 std::string_view FinishReasonName(FinishReason reason);
@@ -37,17 +37,17 @@ struct DecodeResult {
 };
 
 // Generates from `first_logits` (the prefill's last-row logits) on `cache`.
-absl::StatusOr<DecodeResult> RunDecodeLoop(const LlavaModel& model, KvStore* cache,
+absl::StatusOr<DecodeResult> RunDecodeLoop(const LanguageModel& model, KvStore* cache,
                                            std::vector<float> first_logits,
-                                           const SamplingParams& sampling,
-                                           const StopCriteria& stop, const TokenSink& sink);
+                                           const SamplingParams& sampling, const StopCriteria& stop,
+                                           const TokenSink& sink);
 
 // Continues after `first_token`, which `sampler` already drew from the prefill logits (possibly
 // in another process: see Sampler::Discard). RunDecodeLoop is this after one Sample().
 // A cache in the backend's memory (the CPU backend's host cache, a device prefill's DeviceKv)
 // is decoded from in place, with room for the answer reserved first; a host cache on a device
 // backend is copied into the backend's memory and stays as it was.
-absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LlavaModel& model, KvStore* cache,
+absl::StatusOr<DecodeResult> ContinueDecodeLoop(const LanguageModel& model, KvStore* cache,
                                                 int32_t first_token, Sampler& sampler,
                                                 const StopCriteria& stop, const TokenSink& sink);
 
@@ -71,7 +71,8 @@ class StopStringFilter {
 // batching engine drives many, one batched step for all of them.
 class TokenStream {
  public:
-  TokenStream(const LlavaModel& model, Sampler sampler, const StopCriteria& stop, TokenSink sink);
+  TokenStream(const LanguageModel& model, Sampler sampler, const StopCriteria& stop,
+              TokenSink sink);
 
   // Records `token` (already sampled), emits its text and decides whether the answer goes on.
   // Returns true while another decode step with `token` as input is wanted.
@@ -81,7 +82,7 @@ class TokenStream {
   int generated() const { return static_cast<int>(result_.tokens.size()); }
   const Sampler& sampler() const { return sampler_; }
   // The stream's sampler, for a decode step that samples where the logits are
-  // (LlavaModel::DecodeBatchSampled); its token then goes to Accept().
+  // (LanguageModel::DecodeBatchSampled); its token then goes to Accept().
   Sampler* mutable_sampler() { return &sampler_; }
   // Ends the answer early (cancelled by the caller, deadline passed).
   void Cancel();
@@ -89,7 +90,7 @@ class TokenStream {
   DecodeResult Finish();
 
  private:
-  const LlavaModel& model_;
+  const LanguageModel& model_;
   Sampler sampler_;
   StopCriteria stop_;
   TokenSink sink_;

@@ -39,55 +39,6 @@ absl::Status CheckHeadDims(const LlavaConfig& cfg, ModelParts parts, const Backe
 
 }  // namespace
 
-absl::StatusOr<std::optional<DType>> ParseAttentionDTypeFlagValue(std::string_view flag,
-                                                                  std::string_view value) {
-  if (value == "auto") return std::optional<DType>();
-  if (value == "f32") return DType::kF32;
-  if (value == "bf16") return DType::kBF16;
-  if (value == "f16") return DType::kF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat(std::string(flag), " '", std::string(value), "' is not auto, f32, bf16 or f16"));
-}
-
-DType AttentionOperands(const ModelOptions& options, DType weights, const Backend& backend) {
-  if (options.attention_dtype.has_value()) return *options.attention_dtype;
-  return backend.caps().narrow_attention && weights != DType::kF32 ? weights : DType::kF32;
-}
-
-absl::Status BeginModelLoad(const std::string& dir, const ModelOptions& options) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec) || ec) {
-    return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
-  }
-  HAP_RETURN_IF_ERROR(CheckKvDType(options.kv_dtype));
-  ConfigureCpuBackend(options.threads, options.pool_spin_us);
-  return absl::OkStatus();
-}
-
-absl::Status NeedModelPart(ModelParts loaded, ModelParts part, const std::string& dir) {
-  if (HasPart(loaded, part)) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("this process loaded only the ", AsAbsl(ModelPartsName(loaded)), " part of ",
-                   dir, "; the ", AsAbsl(ModelPartsName(part)), " part is not loaded"));
-}
-
-absl::StatusOr<PrefillOutput> EmptyPrefillOutput(const Backend& backend,
-                                                 const LlamaDecoder& decoder, DType kv_dtype,
-                                                 int prompt_tokens, int kv_reserve_rows) {
-  PrefillOutput out;
-  out.prompt_tokens = prompt_tokens;
-  HAP_RETURN_IF_ERROR(out.cache.SetDType(kv_dtype));
-  if (backend.caps().host_memory) {
-    out.cache.kv_dim = decoder.kv_dim();
-    out.cache.layers.resize(decoder.n_layers());
-  } else {
-    HAP_ASSIGN_OR_RETURN(
-        out.device_cache,
-        DeviceKv::Create(backend, decoder.n_layers(), decoder.kv_dim(), kv_dtype, kv_reserve_rows));
-  }
-  return out;
-}
-
 absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& dir,
                                                              const ModelOptions& options) {
   HAP_RETURN_IF_ERROR(BeginModelLoad(dir, options));
@@ -95,6 +46,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
   m->dir_ = dir;
   m->options_ = options;
   HAP_ASSIGN_OR_RETURN(m->config_, LoadLlavaConfig(dir));
+  m->text_config_ = m->config_.text;
   HAP_RETURN_IF_ERROR(CheckHeadDims(m->config_, options.parts, m->backend()));
   HAP_ASSIGN_OR_RETURN(m->image_processor_, LoadPreprocessorConfig(dir, m->config_));
   HAP_ASSIGN_OR_RETURN(m->weights_, LlavaWeights::Load(dir, m->config_, options.parts));
@@ -111,80 +63,24 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
       text_attention =
           AttentionOperands(options, m->weights_->text().layers[0].q.dtype, m->backend());
     }
-    m->decoder_ = std::make_unique<LlamaDecoder>(m->config_.text, m->placed_->text(), m->backend(),
+    m->decoder_ = std::make_unique<LlamaDecoder>(m->text_config_, m->placed_->text(), m->backend(),
                                                  text_attention);
   }
   return m;
 }
 
-int LlavaModel::max_prompt_tokens() const {
-  const int ctx = config_.text.max_position_embeddings;
-  return options_.max_prompt_tokens > 0 ? std::min(options_.max_prompt_tokens, ctx) : ctx;
+std::string LlavaModel::Summary() const {
+  return absl::StrFormat(
+      "LLaVA: %d decoder layers, hidden %d, %d visual tokens; %.1f MiB of weights as stored, "
+      "%.1f MiB converted to F32, %.1f MiB on the device",
+      config_.text.num_hidden_layers, config_.text.hidden_size, config_.num_visual_tokens(),
+      weights_->stored_bytes() / 1048576.0, weights_->converted_bytes() / 1048576.0,
+      placed_->device_bytes() / 1048576.0);
 }
 
 absl::StatusOr<std::vector<float>> LlavaModel::PreprocessImage(std::string_view bytes) const {
   HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(bytes, options_.image_limits));
   return ClipPreprocess(image, image_processor_);
-}
-
-absl::Status LlavaModel::NeedPart(ModelParts part) const {
-  return NeedModelPart(options_.parts, part, dir_);
-}
-
-absl::StatusOr<std::vector<float>> LlavaModel::DecodeStep(int32_t token, KvStore* cache) const {
-  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
-  return decoder_->DecodeStep(token, cache);
-}
-
-absl::StatusOr<std::vector<float>> LlavaModel::DecodeBatch(
-    const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches) const {
-  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
-  return decoder_->DecodeBatch(tokens, caches);
-}
-
-absl::StatusOr<std::vector<int32_t>> LlavaModel::DecodeBatchSampled(
-    const std::vector<int32_t>& tokens, const std::vector<KvStore*>& caches,
-    const std::vector<Sampler*>& samplers, RowSamplingCounts* counts,
-    DecodeWorkspace* workspace) const {
-  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
-  if (samplers.size() != tokens.size() ||
-      std::find(samplers.begin(), samplers.end(), nullptr) != samplers.end()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "decode batch: %d tokens for %d samplers (none may be null)", tokens.size(),
-        samplers.size()));
-  }
-  std::unique_ptr<DecodeWorkspace> local;
-  if (workspace == nullptr) {
-    local = std::make_unique<DecodeWorkspace>(backend());
-    workspace = local.get();
-  }
-  HAP_RETURN_IF_ERROR(decoder_->DecodeBatchInto(tokens, caches, workspace));
-  const BackendArray<float>& logits = workspace->logits();  // F32 [b, vocab]
-  const int b = static_cast<int>(tokens.size());
-  const int vocab = static_cast<int>(logits.size() / tokens.size());
-  return SampleWhereTheyAre(logits.data(), b, vocab, samplers, counts);
-}
-
-absl::StatusOr<std::vector<int32_t>> LlavaModel::SampleWhereTheyAre(
-    const float* logits, int rows, int vocab, const std::vector<Sampler*>& samplers,
-    RowSamplingCounts* counts) const {
-  RowSamplingCounts local;
-  if (counts == nullptr) counts = &local;
-  *counts = RowSamplingCounts{};
-  if (!backend().caps().host_memory) {
-    return SampleRows(backend(), logits, rows, vocab, samplers, counts);
-  }
-  std::vector<int32_t> next(rows);
-  for (int i = 0; i < rows; ++i) {
-    next[i] = samplers[i]->Sample(logits + static_cast<int64_t>(i) * vocab, vocab);
-  }
-  counts->host = rows;
-  return next;
-}
-
-absl::Status LlavaModel::CheckCanDecode(const KvStore& cache) const {
-  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
-  return decoder_->CheckCanDecode(cache);
 }
 
 absl::Status LlavaModel::CheckPixels(const std::vector<float>& pixels) const {
@@ -304,15 +200,7 @@ absl::StatusOr<PrefillOutput> LlavaModel::PrefillImageRows(const PromptTokens& p
                                               prompt.n_vis, pruner, &out.kv(), &out.trace,
                                               &logits));
   }
-  if (sampler == nullptr) {
-    out.logits.resize(logits.size());
-    HAP_RETURN_IF_ERROR(logits.CopyTo(out.logits.data()));
-    return out;
-  }
-  HAP_ASSIGN_OR_RETURN(std::vector<int32_t> first,
-                       SampleWhereTheyAre(logits.data(), 1, static_cast<int>(logits.size()),
-                                          {sampler}, &out.sampling));
-  out.first_token = first[0];
+  HAP_RETURN_IF_ERROR(FinishPrefill(logits, sampler, &out));
   return out;
 }
 

@@ -1,7 +1,9 @@
 #include "runtime/model/pipeline.h"
 
 #include <chrono>
+#include <functional>
 
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/timer.h"
 #include "runtime/image/clip_preprocess.h"
@@ -11,17 +13,107 @@
 
 namespace hap {
 
-ModelDims DimsOf(const LlavaConfig& config) {
+ModelDims DimsOf(const TextConfig& text, int visual_tokens) {
   ModelDims dims;
-  dims.n_layers = config.text.num_hidden_layers;
-  dims.d_model = config.text.hidden_size;
-  dims.d_ffn = config.text.intermediate_size;
-  dims.n_heads = config.text.num_attention_heads;
-  dims.n_kv_heads = config.text.num_key_value_heads;
-  dims.head_dim = config.text.head_dim;
-  dims.n_visual_tokens = config.num_visual_tokens();
+  dims.n_layers = text.num_hidden_layers;
+  dims.d_model = text.hidden_size;
+  dims.d_ffn = text.intermediate_size;
+  dims.n_heads = text.num_attention_heads;
+  dims.n_kv_heads = text.num_key_value_heads;
+  dims.head_dim = text.head_dim;
+  dims.n_visual_tokens = visual_tokens;
   return dims;
 }
+
+ModelDims DimsOf(const LlavaConfig& config) {
+  return DimsOf(config.text, config.num_visual_tokens());
+}
+
+ModelDims DimsOf(const Qwen25VLConfig& config, int visual_tokens) {
+  return DimsOf(DecoderTextConfig(config), visual_tokens);
+}
+
+namespace {
+
+// A prefill's output and stats: `out` moved into a PrefillResult, the FLOPs and KV sizes over
+// `dims` (V = dims.n_visual_tokens, what the image gives unpruned), `n_vis` visual tokens
+// entering the decoder, the pruner's own record.
+PrefillResult ResultOf(PrefillOutput out, const ModelDims& dims, const std::string& method,
+                       int n_vis, const Pruner& pruner, Clock::time_point t0) {
+  PrefillResult result;
+  result.first_token = out.first_token;
+  result.first_token_sampling = out.sampling;
+  result.cache = std::move(out.cache);
+  result.device_cache = std::move(out.device_cache);
+  result.trace = std::move(out.trace);
+
+  PrefillStats& s = result.stats;
+  s.method = method;
+  s.prompt_tokens = out.prompt_tokens;
+  s.visual_tokens = n_vis;
+  s.image_visual_tokens = dims.n_visual_tokens;
+  s.text_tokens = out.prompt_tokens - n_vis;
+  s.layer_visual_tokens = result.trace.visual_tokens_per_layer;
+  const int L = dims.n_layers;
+  const double D = dims.d_model, F = dims.d_ffn;
+  const int V = s.image_visual_tokens;
+  double sum_vis = 0;
+  for (int l = 0; l < L; ++l) {
+    const int vis = s.layer_visual_tokens[l];
+    sum_vis += vis;
+    s.flops_paper += LayerFlops(vis, D, F);
+    s.flops_full += LayerFlops(s.text_tokens + vis, D, F);
+  }
+  s.average_visual_tokens = sum_vis / L;
+  s.unpruned_flops_paper = L * LayerFlops(V, D, F);
+  s.unpruned_flops_full = L * LayerFlops(s.text_tokens + V, D, F);
+  s.kv_bytes = result.kv().bytes();
+  s.kv_bytes_unpruned = static_cast<int64_t>(L) * (s.text_tokens + V) * 2 * result.kv().row_bytes();
+  s.prune = pruner.stats();
+  s.stages = s.prune.stages;
+  s.score_select_ms = s.prune.score_select_us / 1e3;
+  s.prefill_ms = MsBetween(t0, Clock::now());
+  return result;
+}
+
+// A request's pruner for a prompt of `prompt_tokens`, `n_vis` of them visual.
+absl::StatusOr<std::unique_ptr<Pruner>> PrunerFor(const PruneRequest& prune, const ModelDims& dims,
+                                                  int prompt_tokens, int n_vis) {
+  PruneRequest req = prune;
+  req.text_tokens = prompt_tokens - n_vis;
+  return MakePruner(req, dims);
+}
+
+// Generate after the image is encoded: prefill (drawing the first token), then the decode loop
+// on the prefill's cache, with the request's timings. `prefill` runs stage 2.
+absl::StatusOr<GenerateResult> DecodeAfterPrefill(
+    const LanguageModel& model, const GenerateRequest& request, const EncodeResult& encoded,
+    Clock::time_point t0, const TokenSink& sink,
+    const std::function<absl::StatusOr<PrefillResult>(Sampler*)>& prefill) {
+  GenerateResult result;
+  Sampler sampler(request.sampling);
+  HAP_ASSIGN_OR_RETURN(PrefillResult pre, prefill(&sampler));
+  const auto t_first = Clock::now();
+  result.stats = std::move(pre.stats);
+  result.trace = std::move(pre.trace);
+  StopCriteria stop = request.stop;
+  HAP_ASSIGN_OR_RETURN(result.decode,
+                       ContinueDecodeLoop(model, &pre.kv(), pre.first_token, sampler, stop, sink));
+  const auto t_end = Clock::now();
+  StageTimings& t = result.timings;
+  t.preprocess_ms = encoded.preprocess_ms;
+  t.encode_ms = encoded.encode_ms;
+  t.prefill_ms = result.stats.prefill_ms;
+  t.ttft_ms = MsBetween(t0, t_first);
+  t.decode_ms = MsBetween(t_first, t_end);
+  t.total_ms = MsBetween(t0, t_end);
+  t.prefill_tokens_per_s = t.prefill_ms > 0 ? result.stats.prompt_tokens / (t.prefill_ms / 1e3) : 0;
+  const size_t n_tok = result.decode.tokens.size();
+  t.decode_tokens_per_s = (n_tok > 1 && t.decode_ms > 0) ? (n_tok - 1) / (t.decode_ms / 1e3) : 0;
+  return result;
+}
+
+}  // namespace
 
 absl::Status ValidateRequest(const LlavaModel& model, const PromptText& prompt,
                              const PruneRequest& prune) {
@@ -105,13 +197,11 @@ absl::StatusOr<double> WarmUpPrefill(const LlavaModel& model, const PruneRequest
 absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptText& prompt,
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler, int kv_reserve_rows) {
-  const LlavaConfig& cfg = model.config();
   const auto t0 = Clock::now();
   HAP_ASSIGN_OR_RETURN(PromptTokens tokens, model.Tokenize(prompt, encoded.n_vis));
-  PruneRequest req = prune;
-  req.text_tokens = static_cast<int>(tokens.ids.size()) - tokens.n_vis;
-  const ModelDims dims = DimsOf(cfg);
-  HAP_ASSIGN_OR_RETURN(std::unique_ptr<Pruner> pruner, MakePruner(req, dims));
+  const ModelDims dims = DimsOf(model.config());
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<Pruner> pruner,
+                       PrunerFor(prune, dims, static_cast<int>(tokens.ids.size()), tokens.n_vis));
   // Method "none" runs the plain engine path (no attention statistics are even computed), so
   // it is bit-identical to an engine without pruning.
   Pruner* active = prune.method == "none" ? nullptr : pruner.get();
@@ -121,76 +211,89 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
           ? model.PrefillFromBackend(tokens, *encoded.embeds_in_backend, active, sampler,
                                      kv_reserve_rows)
           : model.Prefill(tokens, encoded.embeds, active, sampler, kv_reserve_rows));
+  return ResultOf(std::move(out), dims, prune.method, encoded.n_vis, *pruner, t0);
+}
 
-  PrefillResult result;
-  result.first_token = out.first_token;
-  result.first_token_sampling = out.sampling;
-  result.cache = std::move(out.cache);
-  result.device_cache = std::move(out.device_cache);
-  result.trace = std::move(out.trace);
-
-  PrefillStats& s = result.stats;
-  s.method = prune.method;
-  s.prompt_tokens = out.prompt_tokens;
-  s.visual_tokens = encoded.n_vis;
-  s.image_visual_tokens = cfg.num_visual_tokens();
-  s.text_tokens = out.prompt_tokens - encoded.n_vis;
-  s.layer_visual_tokens = result.trace.visual_tokens_per_layer;
-  const int L = cfg.text.num_hidden_layers;
-  const double D = cfg.text.hidden_size, F = cfg.text.intermediate_size;
-  const int V = s.image_visual_tokens;
-  double sum_vis = 0;
-  for (int l = 0; l < L; ++l) {
-    const int vis = s.layer_visual_tokens[l];
-    sum_vis += vis;
-    s.flops_paper += LayerFlops(vis, D, F);
-    s.flops_full += LayerFlops(s.text_tokens + vis, D, F);
+absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, std::string_view question,
+                                         const EncodeResult& encoded, const PruneRequest& prune,
+                                         Sampler* sampler, int kv_reserve_rows) {
+  const auto t0 = Clock::now();
+  HAP_ASSIGN_OR_RETURN(QwenPrompt prompt, model.Tokenize(question, encoded.grid));
+  if (prompt.tokens.n_vis != encoded.n_vis) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the image's grid gives %d visual tokens; %d embeddings came",
+                        prompt.tokens.n_vis, encoded.n_vis));
   }
-  s.average_visual_tokens = sum_vis / L;
-  s.unpruned_flops_paper = L * LayerFlops(V, D, F);
-  s.unpruned_flops_full = L * LayerFlops(s.text_tokens + V, D, F);
-  s.kv_bytes = result.kv().bytes();
-  s.kv_bytes_unpruned =
-      static_cast<int64_t>(L) * (s.text_tokens + V) * 2 * result.kv().row_bytes();
-  s.prune = pruner->stats();
-  s.stages = s.prune.stages;
-  s.score_select_ms = s.prune.score_select_us / 1e3;
-  s.prefill_ms = MsBetween(t0, Clock::now());
-  return result;
+  const ModelDims dims = DimsOf(model.config(), encoded.n_vis);
+  HAP_ASSIGN_OR_RETURN(
+      std::unique_ptr<Pruner> pruner,
+      PrunerFor(prune, dims, static_cast<int>(prompt.tokens.ids.size()), prompt.tokens.n_vis));
+  Pruner* active = prune.method == "none" ? nullptr : pruner.get();
+  HAP_ASSIGN_OR_RETURN(PrefillOutput out,
+                       model.Prefill(prompt, encoded.embeds, active, sampler, kv_reserve_rows));
+  return ResultOf(std::move(out), dims, prune.method, encoded.n_vis, *pruner, t0);
+}
+
+absl::StatusOr<EncodeResult> EncodeImage(const QwenModel& model, std::string_view image_bytes,
+                                         const PruneRequest& prune) {
+  if (prune.method == "visionzip") {
+    return absl::InvalidArgumentError(
+        "visionzip picks its dominant tokens by the attention of the vision tower's CLS token; "
+        "Qwen2.5-VL's tower has none (use hap, divprune or another method that prunes in the "
+        "language model)");
+  }
+  EncodeResult out;
+  const auto t0 = Clock::now();
+  HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(image_bytes, model.options().image_limits));
+  out.image_width = image.width;
+  out.image_height = image.height;
+  HAP_ASSIGN_OR_RETURN(Qwen2VLPixels pixels, Qwen2VLPreprocess(image, model.image_processor()));
+  const auto t1 = Clock::now();
+  HAP_ASSIGN_OR_RETURN(out.embeds, model.ImageEmbeddings(pixels));
+  out.grid = pixels.grid;
+  out.n_vis = static_cast<int>(out.embeds.size() / model.text_config().hidden_size);
+  out.preprocess_ms = MsBetween(t0, t1);
+  out.encode_ms = MsBetween(t1, Clock::now());
+  return out;
+}
+
+absl::StatusOr<int> VisualTokensOf(const QwenModel& model, std::string_view image_bytes) {
+  HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(image_bytes, model.options().image_limits));
+  const Qwen2VLImageProcessorConfig& p = model.image_processor();
+  const int factor = p.patch_size * p.merge_size;
+  int h = image.height, w = image.width;
+  if (p.do_resize) {
+    HAP_ASSIGN_OR_RETURN(ResizedSize size, SmartResize(h, w, factor, p.min_pixels, p.max_pixels));
+    h = size.height, w = size.width;
+  }
+  return (h / factor) * (w / factor);
 }
 
 absl::StatusOr<GenerateResult> Generate(const LlavaModel& model, const GenerateRequest& request,
                                         const TokenSink& sink) {
   HAP_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
-  GenerateResult result;
   const auto t0 = Clock::now();
   // Reject a bad prompt or budget before spending time on the image.
   HAP_RETURN_IF_ERROR(ValidateRequest(model, request.prompt, request.prune));
   HAP_ASSIGN_OR_RETURN(EncodeResult encoded, EncodeImage(model, request.image_bytes, request.prune,
                                                          /*keep_in_backend=*/true));
-  Sampler sampler(request.sampling);
   // On a device the cache keeps room for the answer, and the decode loop decodes from it.
-  HAP_ASSIGN_OR_RETURN(PrefillResult prefill,
-                       RunPrefill(model, request.prompt, encoded, request.prune, &sampler,
-                                  request.stop.max_new_tokens));
-  const auto t_first = Clock::now();
-  result.stats = std::move(prefill.stats);
-  result.trace = std::move(prefill.trace);
-  StopCriteria stop = request.stop;
-  HAP_ASSIGN_OR_RETURN(result.decode, ContinueDecodeLoop(model, &prefill.kv(), prefill.first_token,
-                                                         sampler, stop, sink));
-  const auto t_end = Clock::now();
-  StageTimings& t = result.timings;
-  t.preprocess_ms = encoded.preprocess_ms;
-  t.encode_ms = encoded.encode_ms;
-  t.prefill_ms = result.stats.prefill_ms;
-  t.ttft_ms = MsBetween(t0, t_first);
-  t.decode_ms = MsBetween(t_first, t_end);
-  t.total_ms = MsBetween(t0, t_end);
-  t.prefill_tokens_per_s = t.prefill_ms > 0 ? result.stats.prompt_tokens / (t.prefill_ms / 1e3) : 0;
-  const size_t n_tok = result.decode.tokens.size();
-  t.decode_tokens_per_s = (n_tok > 1 && t.decode_ms > 0) ? (n_tok - 1) / (t.decode_ms / 1e3) : 0;
-  return result;
+  return DecodeAfterPrefill(model, request, encoded, t0, sink, [&](Sampler* sampler) {
+    return RunPrefill(model, request.prompt, encoded, request.prune, sampler,
+                      request.stop.max_new_tokens);
+  });
+}
+
+absl::StatusOr<GenerateResult> Generate(const QwenModel& model, const GenerateRequest& request,
+                                        const TokenSink& sink) {
+  HAP_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  const auto t0 = Clock::now();
+  HAP_ASSIGN_OR_RETURN(EncodeResult encoded,
+                       EncodeImage(model, request.image_bytes, request.prune));
+  return DecodeAfterPrefill(model, request, encoded, t0, sink, [&](Sampler* sampler) {
+    return RunPrefill(model, request.prompt, encoded, request.prune, sampler,
+                      request.stop.max_new_tokens);
+  });
 }
 
 }  // namespace hap

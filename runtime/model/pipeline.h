@@ -11,13 +11,18 @@
 #include "runtime/model/generate.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/llava_model.h"
+#include "runtime/model/qwen_model.h"
 #include "runtime/prune/factory.h"
 #include "runtime/prune/prune_stats.h"
 
 namespace hap {
 
-// Decoder dimensions the planner and pruning methods need; V = the tower's visual tokens.
+// Decoder dimensions the planner and pruning methods need, for an image of `visual_tokens`.
+ModelDims DimsOf(const TextConfig& text, int visual_tokens);
+// LLaVA's; V = the tower's visual tokens.
 ModelDims DimsOf(const LlavaConfig& config);
+// Qwen2.5-VL's, for an image of `visual_tokens` (its count follows the image's size).
+ModelDims DimsOf(const Qwen25VLConfig& config, int visual_tokens);
 
 // Stage 1: image bytes → image embeddings. For "visionzip" the tower's features are compressed
 // here (the LLM then sees fewer visual tokens); every other method gets all V tokens.
@@ -30,6 +35,7 @@ struct EncodeResult {
   int n_vis = 0;
   int image_width = 0;   // the decoded image, before preprocessing
   int image_height = 0;
+  ImageGrid grid;  // Qwen2.5-VL: the patch grid the image was cut into (t = 0 for LLaVA)
   double preprocess_ms = 0;
   double encode_ms = 0;  // vision tower + (VisionZip) + projector
 };
@@ -38,6 +44,15 @@ struct EncodeResult {
 // anyway. Otherwise (the encoder service, which sends them) they come back to the host.
 absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_view image_bytes,
                                          const PruneRequest& prune, bool keep_in_backend = false);
+
+// Qwen2.5-VL's stage 1: the image at the resolution smart_resize picks, through the window-
+// attention tower and merger: grid.h · grid.w / 4 embeddings. InvalidArgument for "visionzip",
+// whose dominant tokens are chosen by the attention of a CLS token this tower does not have.
+absl::StatusOr<EncodeResult> EncodeImage(const QwenModel& model, std::string_view image_bytes,
+                                         const PruneRequest& prune);
+// The visual tokens an image gives a Qwen2.5-VL model (its grid, from the image's size alone),
+// for budgets stated against them before the image is encoded.
+absl::StatusOr<int> VisualTokensOf(const QwenModel& model, std::string_view image_bytes);
 
 // What prefill did for one request (docs/design.md §3 conventions).
 struct PrefillStats {
@@ -78,6 +93,13 @@ struct PrefillResult {
   PrefillStats stats;
 };
 absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptText& prompt,
+                                         const EncodeResult& encoded, const PruneRequest& prune,
+                                         Sampler* sampler, int kv_reserve_rows = 0);
+
+// Qwen2.5-VL's stage 2: `question` in the directory's chat template with the encoded image,
+// pruned as `prune` asks (its budget against this image's visual tokens), kept tokens at their
+// original 3-D positions.
+absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, std::string_view question,
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler, int kv_reserve_rows = 0);
 
@@ -124,6 +146,9 @@ struct GenerateResult {
 };
 
 absl::StatusOr<GenerateResult> Generate(const LlavaModel& model, const GenerateRequest& request,
+                                        const TokenSink& sink);
+// The same for Qwen2.5-VL (request.prompt is the question its chat template wraps).
+absl::StatusOr<GenerateResult> Generate(const QwenModel& model, const GenerateRequest& request,
                                         const TokenSink& sink);
 
 }  // namespace hap

@@ -113,8 +113,18 @@ absl::StatusOr<std::unique_ptr<QwenModel>> QwenModel::Load(const std::string& di
   return m;
 }
 
-absl::Status QwenModel::NeedPart(ModelParts part) const {
-  return NeedModelPart(options_.parts, part, dir_);
+std::string QwenModel::Summary() const {
+  const Checkpoint& c = weights_->checkpoint();
+  // One visual token per merged square of this many pixels a side.
+  const int64_t unit = int64_t{image_processor_.patch_size} * image_processor_.merge_size;
+  return absl::StrFormat(
+      "Qwen2.5-VL: %d decoder layers, hidden %d, %d vision blocks, visual tokens by image size "
+      "(%d to %d); %.1f MiB of weights as stored, %.1f MiB converted to F32, %.1f MiB on the "
+      "device",
+      config_.text.num_hidden_layers, config_.text.hidden_size, config_.vision.depth,
+      static_cast<int>(image_processor_.min_pixels / (unit * unit)),
+      static_cast<int>(image_processor_.max_pixels / (unit * unit)), c.stored_bytes() / 1048576.0,
+      c.converted_bytes() / 1048576.0, device_bytes_ / 1048576.0);
 }
 
 absl::StatusOr<Qwen2VLPixels> QwenModel::PreprocessImage(std::string_view bytes) const {
@@ -155,9 +165,7 @@ absl::StatusOr<QwenPrompt> QwenModel::Tokenize(std::string_view question,
                      std::count(ids.begin(), ids.end(), pad), " image pad tokens (id ", pad,
                      ") for one image; exactly one was expected"));
   }
-  const int ctx = config_.text.max_position_embeddings;
-  const int max_tokens =
-      options_.max_prompt_tokens > 0 ? std::min(options_.max_prompt_tokens, ctx) : ctx;
+  const int max_tokens = max_prompt_tokens();
   const int64_t total = static_cast<int64_t>(ids.size()) - 1 + n_vis64;
   if (total > max_tokens) {
     return absl::InvalidArgumentError(
@@ -176,9 +184,10 @@ absl::StatusOr<QwenPrompt> QwenModel::Tokenize(std::string_view question,
 
 absl::StatusOr<PrefillOutput> QwenModel::Prefill(const QwenPrompt& prompt,
                                                  const std::vector<float>& image_embeds,
-                                                 Pruner* pruner, int kv_reserve_rows) const {
+                                                 Pruner* pruner, Sampler* sampler,
+                                                 int kv_reserve_rows) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
-  const int d = text_config_.hidden_size;
+  const int d = text_config().hidden_size;
   const PromptTokens& t = prompt.tokens;
   if (image_embeds.size() != static_cast<size_t>(t.n_vis) * d) {
     return absl::InvalidArgumentError(
@@ -200,14 +209,8 @@ absl::StatusOr<PrefillOutput> QwenModel::Prefill(const QwenPrompt& prompt,
   HAP_RETURN_IF_ERROR(decoder_->PrefillInto(std::move(x), std::move(positions), t.vis_begin,
                                             t.n_vis, pruner, &out.kv(), &out.trace, &logits,
                                             &prompt.mrope));
-  out.logits.resize(logits.size());
-  HAP_RETURN_IF_ERROR(logits.CopyTo(out.logits.data()));
+  HAP_RETURN_IF_ERROR(FinishPrefill(logits, sampler, &out));
   return out;
-}
-
-absl::StatusOr<std::vector<float>> QwenModel::DecodeStep(int32_t token, KvStore* cache) const {
-  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
-  return decoder_->DecodeStep(token, cache);
 }
 
 }  // namespace hap

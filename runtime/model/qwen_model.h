@@ -15,8 +15,7 @@
 #include "runtime/image/qwen2vl_preprocess.h"
 #include "runtime/io/qwen_config.h"
 #include "runtime/io/qwen_weights.h"
-#include "runtime/model/llama.h"
-#include "runtime/model/llava_model.h"
+#include "runtime/model/language_model.h"
 #include "runtime/model/mrope_positions.h"
 #include "runtime/model/placed_weights.h"
 #include "runtime/text/chat_template.h"
@@ -33,7 +32,7 @@ struct QwenPrompt {
   MropePositions mrope;
 };
 
-class QwenModel {
+class QwenModel : public LanguageModel {
  public:
   // InvalidArgument naming the file and field for a config this runtime does not run; NotFound
   // for a missing file or tensor. ModelOptions as LlavaModel's.
@@ -41,13 +40,9 @@ class QwenModel {
                                                          const ModelOptions& options);
 
   const Qwen25VLConfig& config() const { return config_; }
+  std::string Summary() const override;
   const Qwen2VLImageProcessorConfig& image_processor() const { return image_processor_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ChatTemplate& chat_template() const { return chat_template_; }
-  const Backend& backend() const {
-    return options_.backend != nullptr ? *options_.backend : CpuBackend();
-  }
-  const std::string& dir() const { return dir_; }
 
   // Image bytes (JPEG/PNG) → patches and grid at the resolution smart_resize picks.
   absl::StatusOr<Qwen2VLPixels> PreprocessImage(std::string_view image_bytes) const;
@@ -61,23 +56,18 @@ class QwenModel {
   absl::StatusOr<QwenPrompt> Tokenize(std::string_view question, const ImageGrid& grid) const;
 
   // The decoder over the prompt with the image embeddings F32 [prompt.tokens.n_vis, hidden] at
-  // the image pad tokens; `pruner` may be null. The logits of the last row come back in
-  // PrefillOutput::logits (no sampler); the cache continues the rotary positions. On a device
-  // backend each layer of the cache gets room for kv_reserve_rows more rows (the answer).
+  // the image pad tokens; `pruner` may be null. The first token and the logits as
+  // LlavaModel::Prefill gives them (drawn where they are with a sampler, on the host without);
+  // the cache continues the rotary positions. On a device backend each layer of the cache gets
+  // room for kv_reserve_rows more rows (the answer).
   absl::StatusOr<PrefillOutput> Prefill(const QwenPrompt& prompt,
                                         const std::vector<float>& image_embeds, Pruner* pruner,
-                                        int kv_reserve_rows = 0) const;
-  // Appends `token` to the cache and returns the next logits F32 [vocab].
-  absl::StatusOr<std::vector<float>> DecodeStep(int32_t token, KvStore* cache) const;
+                                        Sampler* sampler = nullptr, int kv_reserve_rows = 0) const;
 
  private:
   QwenModel() = default;
-  absl::Status NeedPart(ModelParts part) const;
 
-  std::string dir_;
-  ModelOptions options_;
   Qwen25VLConfig config_;
-  TextConfig text_config_;  // the decoder's view of config_.text
   Qwen2VLImageProcessorConfig image_processor_;
   std::unique_ptr<QwenWeights> weights_;
   // weights_ in the backend's memory (views of weights_ itself on the CPU backend).
@@ -85,9 +75,7 @@ class QwenModel {
   TextWeights text_;
   std::vector<BackendBuffer> storage_;
   int64_t device_bytes_ = 0;
-  std::unique_ptr<Tokenizer> tokenizer_;
   ChatTemplate chat_template_ = ChatTemplate::Llava15();
-  std::unique_ptr<LlamaDecoder> decoder_;
   DType vision_attention_ = DType::kF32;
 };
 

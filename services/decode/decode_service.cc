@@ -20,8 +20,8 @@
 namespace hap::svc {
 namespace {
 
-KvExpectation ExpectationOf(const LlavaModel& model) {
-  const TextConfig& t = model.config().text;
+KvExpectation ExpectationOf(const LanguageModel& model) {
+  const TextConfig& t = model.text_config();
   KvExpectation e;
   e.n_layers = t.num_hidden_layers;
   e.kv_dim = t.num_key_value_heads * t.head_dim;
@@ -178,7 +178,7 @@ class DecodeReactor final
     job.sampler.Discard(header.samples_drawn());
     job.stop = stop_;
     eos_ = model_->tokenizer().eos_id();
-    cfg_eos_ = model_->config().text.eos_token_id;
+    cfg_eos_ = model_->text_config().eos_token_id;
     // TokenStream calls the sink once per sampled token (never for EOS) and, when the answer
     // ends by EOS or length, once more to flush held-back text: that call repeats the last id
     // (EOS, or the max_new_tokens-th token), so it carries no token id here.
@@ -248,7 +248,7 @@ class DecodeReactor final
   }
 
   DecodeService* service_;
-  const LlavaModel* model_ = nullptr;
+  const LanguageModel* model_ = nullptr;
   ServerState::RequestGuard guard_;
   hap::v1::DecodeRequest in_;
   Phase phase_ = Phase::kHeader;  // reaction threads only, then the worker

@@ -7,7 +7,7 @@
 
 #include "hap/v1/decode.grpc.pb.h"
 #include "runtime/engine/decode_engine.h"
-#include "runtime/model/llava_model.h"
+#include "runtime/model/language_model.h"
 #include "services/server/server_state.h"
 #include "services/server/service_metrics.h"
 #include "services/server/worker_pool.h"
@@ -30,7 +30,7 @@ class DecodeService final : public hap::v1::Decode::CallbackService {
   }
 
   // The model and the engine that batches every call's decode steps (set once loaded).
-  void SetModel(const LlavaModel* model, DecodeEngine* engine) {
+  void SetModel(const LanguageModel* model, DecodeEngine* engine) {
     engine_ = engine;
     model_ = model;
   }
@@ -44,7 +44,7 @@ class DecodeService final : public hap::v1::Decode::CallbackService {
   WorkerPool* pool_;
   KvRegistry* kv_;
   const DecodeConfig config_;
-  std::atomic<const LlavaModel*> model_{nullptr};
+  std::atomic<const LanguageModel*> model_{nullptr};
   std::atomic<DecodeEngine*> engine_{nullptr};
 };
 

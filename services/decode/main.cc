@@ -82,7 +82,7 @@ int Main(int argc, char** argv) {
   DecodeConfig config;
   config.lease_ms = *lease;
 
-  std::unique_ptr<LlavaModel> model;
+  std::unique_ptr<LanguageModel> model;
   WorkerPool pool(common.max_concurrent, common.queue_length);
   KvRegistry kv(*max_kv);
   host.state().Attach(&pool, &kv);
@@ -92,12 +92,12 @@ int Main(int argc, char** argv) {
   }
   ModelOptions model_options;
   model_options.parts = ModelParts::kLanguage;
-  auto loaded = LoadServiceModel(host.name(), common, model_options);
+  auto loaded = LoadServiceLanguageModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);
   // One engine thread batches the decode steps of every call; at most --max-concurrent
   // sequences share a step (admission already keeps the rest waiting).
-  const TextConfig& text = model->config().text;
+  const TextConfig& text = model->text_config();
   // The warm-up step, at the largest batch: what later steps cost, and (with a budget) what a
   // step holds on the device.
   const int64_t weights = model->backend().DeviceBytesInUse();

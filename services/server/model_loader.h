@@ -15,5 +15,10 @@ namespace hap::svc {
 absl::StatusOr<std::unique_ptr<LlavaModel>> LoadServiceModel(const std::string& service,
                                                              const CommonOptions& common,
                                                              ModelOptions model_options);
+// The language model of whichever family the directory holds (LLaVA or Qwen2.5-VL): what the
+// decode service, which reads only the KV cache and the decoder, serves.
+absl::StatusOr<std::unique_ptr<LanguageModel>> LoadServiceLanguageModel(const std::string& service,
+                                                                        const CommonOptions& common,
+                                                                        ModelOptions model_options);
 
 }  // namespace hap::svc

@@ -130,7 +130,9 @@ def main():
         c = json.load(open(p))
         c["model_type"] = "qwen2_5_vl"
         json.dump(c, open(p, "w"))
-    model_case("qwen2.5-vl-not-yet-served", "does not run its vision tower", qwen25_vl)
+    # A LLaVA directory relabelled Qwen2.5-VL: read as one, refused at the first field that does
+    # not fit (CLIP's activation), named.
+    model_case("qwen2.5-vl-label-on-llava", "vision_config.hidden_act", qwen25_vl)
 
     def no_tokenizer(d):
         for name in ("tokenizer.json", "tokenizer.model"):

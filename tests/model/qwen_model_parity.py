@@ -9,7 +9,8 @@ checkpoints `hapctl make-tiny --family qwen2.5-vl` writes, for images of three a
   reference recomputes each from the stages' kept tokens, dropping those rows where the engine
   did and rotating the rest at their original 3-D positions, so the logits and the tokens agree
   only if every kept token kept its positions and the decode continued from the right place;
-- the same on the CUDA backend under SIMT emulation.
+- the same on the CUDA backend under SIMT emulation;
+- `hapctl run` on the directory answers with the same tokens.
 
 usage: qwen_model_parity.py --tool T --hapctl H --source DIR --workdir DIR
 """
@@ -162,6 +163,24 @@ def main():
                     failures.append(f"{label}: greedy tokens {got['tokens']} != {want_tokens}")
                 if got["rope_delta"] != got["mrope"]["next"] - len(ids):
                     failures.append(f"{label}: rope_delta {got['rope_delta']}")
+                if device == "cpu" and name != "divprune":
+                    # `hapctl run` answers with the same tokens (greedy; it stops at EOS).
+                    budget = ["--method", "hap", "--retain", "60%"] if name == "hap" else []
+                    ran = subprocess.run(
+                        [ARGS.hapctl, "run", "--model", model_dir, "--image", image, "--prompt",
+                         QUESTION, "--max-new-tokens", str(MAX_NEW), "--json", *budget],
+                        capture_output=True, text=True)
+                    if ran.returncode != 0:
+                        failures.append(f"{label}: hapctl run failed: {ran.stderr[-500:]}")
+                        continue
+                    run = json.loads(ran.stdout)
+                    answer = run["token_ids"]
+                    ended = len(answer) == MAX_NEW or answer[-1] == cfg["eos_token_id"]
+                    if answer != want_tokens[:len(answer)] or not ended:
+                        failures.append(f"{label}: hapctl run answered {answer}")
+                    if run["pruning"]["prompt_tokens"] != len(ids):
+                        failures.append(f"{label}: hapctl run's prompt has "
+                                        f"{run['pruning']['prompt_tokens']} tokens")
     for f in failures:
         print("FAIL", f)
     sys.exit(1 if failures else 0)

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "nlohmann/json.hpp"
+#include "runtime/model/pipeline.h"
 #include "runtime/model/qwen_model.h"
 #include "runtime/prune/factory.h"
 
@@ -69,10 +70,7 @@ int main(int argc, char** argv) {
   if (!prompt.ok()) return Fail(prompt.status());
   std::unique_ptr<hap::Pruner> pruner;
   if (method != "none") {
-    const hap::Qwen25VLTextConfig& t = m.config().text;
-    hap::ModelDims dims{t.num_hidden_layers,   t.hidden_size,         t.intermediate_size,
-                        t.num_attention_heads, t.num_key_value_heads, t.head_dim(),
-                        prompt->tokens.n_vis};
+    const hap::ModelDims dims = hap::DimsOf(m.config(), prompt->tokens.n_vis);
     hap::PruneRequest req;
     req.method = method;
     req.retain = keep_fraction * prompt->tokens.n_vis;
@@ -81,7 +79,8 @@ int main(int argc, char** argv) {
     if (!made.ok()) return Fail(made.status());
     pruner = std::move(*made);
   }
-  absl::StatusOr<hap::PrefillOutput> pre = m.Prefill(*prompt, *embeds, pruner.get(), max_new);
+  absl::StatusOr<hap::PrefillOutput> pre =
+      m.Prefill(*prompt, *embeds, pruner.get(), nullptr, max_new);
   if (!pre.ok()) return Fail(pre.status());
   nlohmann::json out;
   out["ids"] = prompt->tokens.ids;

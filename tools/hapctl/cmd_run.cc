@@ -1,17 +1,19 @@
-// hapctl run: answer a question about an image in process, streaming the answer.
+// hapctl run: answer a question about an image in process, streaming the answer (a LLaVA or a
+// Qwen2.5-VL directory).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
-#include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 #include "base/timer.h"
+#include "nlohmann/json.hpp"
 #include "runtime/device/device_backend.h"
+#include "runtime/io/model_dir.h"
+#include "runtime/io/qwen_config.h"
 #include "runtime/model/pipeline.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
-#include "runtime/io/model_dir.h"
 #include "tools/hapctl/run_options.h"
 
 namespace hap::cli {
@@ -41,12 +43,8 @@ int CmdRun(const std::vector<std::string>& args) {
   auto backend = BackendForDevice(DeviceFlag(*flags));
   if (!backend.ok()) return Fail("run", backend.status());
   options.backend = *backend;
-  auto model = LlavaModel::Load(ResolveModelDir(flags->GetOr("model", "")), options);
-  if (!model.ok()) return Fail("run", model.status());
-  const double load_ms = MsSince(t0);
-  auto request = ParseGenerateRequest(*flags, (*model)->config().num_visual_tokens());
-  if (!request.ok()) return Fail("run", request.status());
-
+  const std::string dir = ResolveModelDir(flags->GetOr("model", ""));
+  absl::StatusOr<GenerateResult> result;
   TokenSink sink;
   if (!json) {
     sink = [](int32_t, const std::string& delta) {
@@ -55,7 +53,30 @@ int CmdRun(const std::vector<std::string>& args) {
       return true;
     };
   }
-  auto result = Generate(**model, *request, sink);
+  double load_ms = 0;
+  if (IsQwen25VLDirectory(dir)) {
+    // Qwen2.5-VL: the image's own resolution decides its visual tokens, which a budget in %
+    // is taken of.
+    auto model = QwenModel::Load(dir, options);
+    if (!model.ok()) return Fail("run", model.status());
+    load_ms = MsSince(t0);
+    auto image_path = flags->Required("image");
+    if (!image_path.ok()) return Fail("run", image_path.status());
+    auto image = ReadFile(*image_path);
+    if (!image.ok()) return Fail("run", image.status());
+    auto visual_tokens = VisualTokensOf(**model, *image);
+    if (!visual_tokens.ok()) return Fail("run", visual_tokens.status());
+    auto request = ParseGenerateRequest(*flags, *visual_tokens);
+    if (!request.ok()) return Fail("run", request.status());
+    result = Generate(**model, *request, sink);
+  } else {
+    auto model = LlavaModel::Load(dir, options);
+    if (!model.ok()) return Fail("run", model.status());
+    load_ms = MsSince(t0);
+    auto request = ParseGenerateRequest(*flags, (*model)->config().num_visual_tokens());
+    if (!request.ok()) return Fail("run", request.status());
+    result = Generate(**model, *request, sink);
+  }
   if (!result.ok()) {
     if (!json) std::fputc('\n', stdout);
     return Fail("run", result.status());
