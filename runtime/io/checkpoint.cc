@@ -2,10 +2,9 @@
 #include "runtime/io/checkpoint.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -16,14 +15,6 @@ using Json = nlohmann::json;
 
 constexpr char kSingleFile[] = "model.safetensors";
 constexpr char kIndexFile[] = "model.safetensors.index.json";
-
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::UnavailableError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // A shard name from the index must be a plain file name inside the model directory.
 bool IsPlainFileName(const std::string& name) {
@@ -56,7 +47,7 @@ absl::Status Checkpoint::Register(const SafetensorsFile& file) {
 // Opens the shards named by the index and checks the index against them.
 absl::Status Checkpoint::OpenSharded(const std::string& dir) {
   const std::string index_path = absl::StrCat(dir, "/", kIndexFile);
-  HAP_ASSIGN_OR_RETURN(std::string text, ReadText(index_path));
+  HAP_ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path));
   Json index;
   try {
     index = Json::parse(text);

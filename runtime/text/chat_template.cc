@@ -6,16 +6,15 @@
 
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "runtime/text/chat_template_internal.h"
 
@@ -39,12 +38,9 @@ constexpr char kLlava15[] =
     R"({% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %})";
 
 absl::StatusOr<Json> ReadJsonFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the file"));
+  HAP_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
   try {
-    return Json::parse(text.str());
+    return Json::parse(text);
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": malformed JSON: ", e.what()));
   }
