@@ -145,7 +145,7 @@ absl::StatusOr<QwenPrompt> QwenModel::Tokenize(std::string_view question,
   }
   const int merge = config_.vision.spatial_merge_size;
   const int64_t n_vis64 = grid.patches() / (merge * merge);
-  if (grid.t != 1 || n_vis64 < 1 || grid.patches() % (merge * merge) != 0) {
+  if (grid.t != 1 || n_vis64 < 1 || grid.h % merge != 0 || grid.w % merge != 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("image grid %dx%dx%d is not one frame of whole %dx%d merge units", grid.t,
                         grid.h, grid.w, merge, merge));
