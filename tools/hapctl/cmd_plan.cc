@@ -13,6 +13,7 @@
 #include "runtime/io/config.h"
 #include "runtime/io/preprocessor_config.h"
 #include "runtime/io/qwen_config.h"
+#include "runtime/model/pipeline.h"
 #include "runtime/prune/factory.h"
 #include "runtime/prune/model_dims.h"
 #include "runtime/prune/planner.h"
@@ -92,14 +93,8 @@ absl::StatusOr<ModelDims> DimsFromFlags(const Flags& flags) {
     } else if (!absl::IsNotFound(processor_text.status())) {
       return processor_text.status();
     }
-    ModelDims d;
-    d.n_layers = q.text.num_hidden_layers;
-    d.d_model = q.text.hidden_size;
-    d.d_ffn = q.text.intermediate_size;
-    d.n_heads = q.text.num_attention_heads;
-    d.n_kv_heads = q.text.num_key_value_heads;
-    d.head_dim = q.text.head_dim();
-    HAP_ASSIGN_OR_RETURN(d.n_visual_tokens, QwenVisualTokens(flags, processor));
+    HAP_ASSIGN_OR_RETURN(const int visual_tokens, QwenVisualTokens(flags, processor));
+    const ModelDims d = DimsOf(q, visual_tokens);
     HAP_RETURN_IF_ERROR(d.Validate());
     return d;
   }
@@ -108,14 +103,7 @@ absl::StatusOr<ModelDims> DimsFromFlags(const Flags& flags) {
         "--megapixels is for Qwen2.5-VL: LLaVA's processor gives every image the same tokens");
   }
   HAP_ASSIGN_OR_RETURN(LlavaConfig cfg, ParseLlavaConfig(config_text, dir + "/config.json"));
-  ModelDims d;
-  d.n_layers = cfg.text.num_hidden_layers;
-  d.d_model = cfg.text.hidden_size;
-  d.d_ffn = cfg.text.intermediate_size;
-  d.n_heads = cfg.text.num_attention_heads;
-  d.n_kv_heads = cfg.text.num_key_value_heads;
-  d.head_dim = cfg.text.head_dim;
-  d.n_visual_tokens = cfg.num_visual_tokens();
+  const ModelDims d = DimsOf(cfg);
   HAP_RETURN_IF_ERROR(d.Validate());
   return d;
 }
