@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -123,6 +125,45 @@ TEST_F(QwenModelTest, APruningStageThatKeepsEveryTokenChangesNothing) {
   const int merged_h = encoded->grid.h / 2, merged_w = encoded->grid.w / 2;
   EXPECT_EQ(plain->kv().rope_delta, std::max(merged_h, merged_w) - encoded->n_vis);
   EXPECT_EQ(plain->kv().next_position, static_cast<int>(prompt->tokens.ids.size()));
+}
+
+// The same weights stored as BF16 in two shards: loaded through the index, matrices read as
+// stored; the first logits stay near the F32 checkpoint's.
+TEST_F(QwenModelTest, ABf16ShardedCheckpointLoadsAndStaysNearF32) {
+  const std::string bf16_dir = std::string(HAP_BINARY_DIR) + "/tests/model/qwen_model_tiny_bf16";
+  std::filesystem::remove_all(bf16_dir);
+  TinyQwenOptions o;
+  o.layers = 4;
+  o.seed = 9;
+  o.dtype = DType::kBF16;
+  o.shards = 2;
+  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  ASSERT_TRUE(WriteTinyQwen25VL(o, bf16_dir).ok());
+  ASSERT_TRUE(std::filesystem::exists(bf16_dir + "/model.safetensors.index.json"));
+  auto f32 = Load(nullptr);
+  auto bf16 = QwenModel::Load(bf16_dir, ModelOptions{});
+  ASSERT_TRUE(f32 && bf16.ok()) << bf16.status();
+  std::vector<float> logits[2];
+  int i = 0;
+  for (const QwenModel* m : {f32.get(), bf16->get()}) {
+    PruneRequest none;
+    none.method = "none";
+    auto encoded = EncodeImage(*m, *image_, none);
+    ASSERT_TRUE(encoded.ok()) << encoded.status();
+    auto prompt = m->Tokenize("Describe it.", encoded->grid);
+    ASSERT_TRUE(prompt.ok()) << prompt.status();
+    auto out = m->Prefill(*prompt, encoded->embeds, nullptr);
+    ASSERT_TRUE(out.ok()) << out.status();
+    logits[i++] = out->logits;
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  float worst = 0, scale = 0;
+  for (size_t k = 0; k < logits[0].size(); ++k) {
+    worst = std::max(worst, std::abs(logits[0][k] - logits[1][k]));
+    scale = std::max(scale, std::abs(logits[0][k]));
+  }
+  EXPECT_GT(worst, 0.f);  // the rounded weights were loaded, not the F32 ones
+  EXPECT_LT(worst, 0.05f + 0.05f * scale);
 }
 
 TEST_F(QwenModelTest, BadRequestsAreRefusedClearly) {
