@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/tiny/qwen_tiny.h"
@@ -35,17 +36,38 @@ class QwenModelTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::string(std::string(HAP_BINARY_DIR) + "/tests/model/qwen_model_tiny");
     std::filesystem::remove_all(*dir_);
-    TinyQwenOptions o;
-    o.layers = 4;
-    o.seed = 9;
-    o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-    ASSERT_TRUE(WriteTinyQwen25VL(o, *dir_).ok());
+    ASSERT_TRUE(WriteTinyQwen25VL(TinyOptions(), *dir_).ok());
     image_ = new std::string(
         ReadAll(std::string(HAP_SOURCE_DIR) + "/data/scenes-test/images/test_0000.jpg"));
   }
   static void TearDownTestSuite() {
     delete dir_;
     delete image_;
+  }
+
+  // The checkpoint's options: 4 decoder layers, seed 9, F32 in one file.
+  static TinyQwenOptions TinyOptions() {
+    TinyQwenOptions o;
+    o.layers = 4;
+    o.seed = 9;
+    o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+    return o;
+  }
+
+  // The test image encoded, a short question around it and its unpruned prefill.
+  struct Unpruned {
+    EncodeResult encoded;
+    QwenPrompt prompt;
+    PrefillOutput out;
+  };
+  static absl::StatusOr<Unpruned> PrefillUnpruned(const QwenModel& m) {
+    PruneRequest none;
+    none.method = "none";
+    Unpruned u;
+    HAP_ASSIGN_OR_RETURN(u.encoded, EncodeImage(m, *image_, none));
+    HAP_ASSIGN_OR_RETURN(u.prompt, m.Tokenize("Describe it.", u.encoded.grid));
+    HAP_ASSIGN_OR_RETURN(u.out, m.Prefill(u.prompt, u.encoded.embeds, nullptr));
+    return u;
   }
 
   static std::unique_ptr<QwenModel> Load(const Backend* backend) {
@@ -104,14 +126,11 @@ TEST_F(QwenModelTest, APruningStageThatKeepsEveryTokenChangesNothing) {
   // every visual row kept gives the unpruned logits bit for bit.
   auto m = Load(nullptr);
   ASSERT_TRUE(m);
-  PruneRequest none;
-  none.method = "none";
-  auto encoded = EncodeImage(*m, *image_, none);
-  ASSERT_TRUE(encoded.ok()) << encoded.status();
-  auto prompt = m->Tokenize("Describe it.", encoded->grid);
-  ASSERT_TRUE(prompt.ok()) << prompt.status();
-  auto plain = m->Prefill(*prompt, encoded->embeds, nullptr);
-  ASSERT_TRUE(plain.ok()) << plain.status();
+  absl::StatusOr<Unpruned> u = PrefillUnpruned(*m);
+  ASSERT_TRUE(u.ok()) << u.status();
+  const EncodeResult* encoded = &u->encoded;
+  const QwenPrompt* prompt = &u->prompt;
+  const PrefillOutput* plain = &u->out;
   PruneRequest all;
   all.method = "divprune";
   all.retain = encoded->n_vis;  // keeps every token, through the pruning path
@@ -132,12 +151,9 @@ TEST_F(QwenModelTest, APruningStageThatKeepsEveryTokenChangesNothing) {
 TEST_F(QwenModelTest, ABf16ShardedCheckpointLoadsAndStaysNearF32) {
   const std::string bf16_dir = std::string(HAP_BINARY_DIR) + "/tests/model/qwen_model_tiny_bf16";
   std::filesystem::remove_all(bf16_dir);
-  TinyQwenOptions o;
-  o.layers = 4;
-  o.seed = 9;
+  TinyQwenOptions o = TinyOptions();
   o.dtype = DType::kBF16;
   o.shards = 2;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
   ASSERT_TRUE(WriteTinyQwen25VL(o, bf16_dir).ok());
   ASSERT_TRUE(std::filesystem::exists(bf16_dir + "/model.safetensors.index.json"));
   auto f32 = Load(nullptr);
@@ -146,15 +162,9 @@ TEST_F(QwenModelTest, ABf16ShardedCheckpointLoadsAndStaysNearF32) {
   std::vector<float> logits[2];
   int i = 0;
   for (const QwenModel* m : {f32.get(), bf16->get()}) {
-    PruneRequest none;
-    none.method = "none";
-    auto encoded = EncodeImage(*m, *image_, none);
-    ASSERT_TRUE(encoded.ok()) << encoded.status();
-    auto prompt = m->Tokenize("Describe it.", encoded->grid);
-    ASSERT_TRUE(prompt.ok()) << prompt.status();
-    auto out = m->Prefill(*prompt, encoded->embeds, nullptr);
-    ASSERT_TRUE(out.ok()) << out.status();
-    logits[i++] = out->logits;
+    absl::StatusOr<Unpruned> u = PrefillUnpruned(*m);
+    ASSERT_TRUE(u.ok()) << u.status();
+    logits[i++] = u->out.logits;
   }
   ASSERT_EQ(logits[0].size(), logits[1].size());
   float worst = 0, scale = 0;
