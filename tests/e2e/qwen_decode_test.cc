@@ -15,6 +15,7 @@
 #include "runtime/model/pipeline.h"
 #include "runtime/model/qwen_model.h"
 #include "sdk/child_process.h"
+#include "sdk/client.h"
 #include "services/wire/kv_codec.h"
 #include "services/wire/proto_convert.h"
 #include "tests/e2e/e2e_util.h"
@@ -60,8 +61,10 @@ TEST(QwenDecodeTest, TheDecodeServiceContinuesAQwenCacheAsTheEngineDoes) {
       (*child)->WaitForLine([](const std::string& l) { return sdk::ParseListeningPort(l) > 0; },
                             std::chrono::seconds(60));
   ASSERT_TRUE(line.ok()) << line.status();
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", sdk::ParseListeningPort(*line)),
-                                     grpc::InsecureChannelCredentials());
+  const std::string address = absl::StrCat("127.0.0.1:", sdk::ParseListeningPort(*line));
+  // The port opens before the warm-up step: wait for SERVING, as a client would.
+  ASSERT_TRUE(sdk::WaitUntilServing(address, std::chrono::seconds(60)).ok());
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   auto stub = hap::v1::Decode::NewStub(channel);
   auto chunker = svc::KvChunker::Create(&prefill->kv(), 1 << 16);
   ASSERT_TRUE(chunker.ok()) << chunker.status();
