@@ -10,9 +10,12 @@
 
 namespace hap::image_internal {
 
-// `bytes` starts with the format's signature and is within limits.max_bytes.
-absl::StatusOr<RgbImage> DecodeJpeg(std::string_view bytes, const ImageLimits& limits);
-absl::StatusOr<RgbImage> DecodePng(std::string_view bytes, const ImageLimits& limits);
+// `bytes` starts with the format's signature and is within limits.max_bytes. header_only: stop
+// after the header, with the size and limits checked and no pixel decoded (`pixels` empty).
+absl::StatusOr<RgbImage> DecodeJpeg(std::string_view bytes, const ImageLimits& limits,
+                                    bool header_only = false);
+absl::StatusOr<RgbImage> DecodePng(std::string_view bytes, const ImageLimits& limits,
+                                   bool header_only = false);
 
 // ResourceExhausted when width * height exceeds limits.max_pixels.
 absl::Status CheckPixelLimit(const char* format, int64_t width, int64_t height,

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "runtime/image/codecs.h"
 #include "runtime/image/image.h"
 
@@ -59,16 +60,20 @@ std::string FirstBytesHex(std::string_view b) {
   return out;
 }
 
-}  // namespace
-
-absl::StatusOr<RgbImage> DecodeImage(std::string_view bytes, const ImageLimits& limits) {
+// DecodeImage, or with header_only its checks up to the header (the size, no pixels).
+absl::StatusOr<RgbImage> Decode(std::string_view bytes, const ImageLimits& limits,
+                                bool header_only) {
   if (bytes.empty()) return absl::InvalidArgumentError("image is empty");
   if (static_cast<int64_t>(bytes.size()) > limits.max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "image is ", bytes.size(), " bytes; the limit is ", limits.max_bytes, " bytes"));
   }
-  if (StartsWith(bytes, "\xFF\xD8\xFF")) return image_internal::DecodeJpeg(bytes, limits);
-  if (StartsWith(bytes, "\x89PNG\r\n\x1A\n")) return image_internal::DecodePng(bytes, limits);
+  if (StartsWith(bytes, "\xFF\xD8\xFF")) {
+    return image_internal::DecodeJpeg(bytes, limits, header_only);
+  }
+  if (StartsWith(bytes, "\x89PNG\r\n\x1A\n")) {
+    return image_internal::DecodePng(bytes, limits, header_only);
+  }
   if (const char* name = KnownUnsupportedFormat(bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unsupported image format ", name, "; ", kSupported));
@@ -76,6 +81,17 @@ absl::StatusOr<RgbImage> DecodeImage(std::string_view bytes, const ImageLimits& 
   return absl::InvalidArgumentError(absl::StrCat("unsupported image format: unrecognised data (",
                                                  bytes.size(), " bytes starting ",
                                                  FirstBytesHex(bytes), "); ", kSupported));
+}
+
+}  // namespace
+
+absl::StatusOr<RgbImage> DecodeImage(std::string_view bytes, const ImageLimits& limits) {
+  return Decode(bytes, limits, /*header_only=*/false);
+}
+
+absl::StatusOr<ImageSize> ReadImageSize(std::string_view bytes, const ImageLimits& limits) {
+  HAP_ASSIGN_OR_RETURN(RgbImage header, Decode(bytes, limits, /*header_only=*/true));
+  return ImageSize{header.width, header.height};
 }
 
 absl::StatusOr<RgbImage> ReadImageFile(const std::string& path, const ImageLimits& limits) {

@@ -30,6 +30,14 @@ struct RgbImage {
 // width * height exceeds max_pixels.
 absl::StatusOr<RgbImage> DecodeImage(std::string_view bytes, const ImageLimits& limits);
 
+struct ImageSize {
+  int width = 0, height = 0;
+};
+// The size DecodeImage gives `bytes`, read from the header alone (no pixel is decoded), with
+// DecodeImage's format and limit checks; data corrupt past the header is found only by
+// DecodeImage. What a budget stated against an image's size needs before the image is decoded.
+absl::StatusOr<ImageSize> ReadImageSize(std::string_view bytes, const ImageLimits& limits);
+
 // Reads `path` (refusing files over max_bytes before reading them) and decodes it. Errors
 // name the path; NotFound when it does not exist.
 absl::StatusOr<RgbImage> ReadImageFile(const std::string& path, const ImageLimits& limits);

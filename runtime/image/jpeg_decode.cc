@@ -76,7 +76,8 @@ uint8_t CmykChannel(uint8_t c, uint8_t k) {
 // Decodes into `out` (sized here). Returns false after a libjpeg error (message in ctx) or a
 // limit violation (ctx->too_many_pixels).
 bool DecodeJpegInner(jpeg_decompress_struct* cinfo, JpegContext* ctx, std::string_view bytes,
-                     const ImageLimits& limits, RgbImage* out, std::vector<uint8_t>* row) {
+                     const ImageLimits& limits, bool header_only, RgbImage* out,
+                     std::vector<uint8_t>* row) {
   if (setjmp(ctx->jump)) return false;
   jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
                static_cast<unsigned long>(bytes.size()));
@@ -87,6 +88,11 @@ bool DecodeJpegInner(jpeg_decompress_struct* cinfo, JpegContext* ctx, std::strin
   if (ctx->width * ctx->height > limits.max_pixels) {
     ctx->too_many_pixels = true;
     return false;
+  }
+  if (header_only) {
+    out->width = static_cast<int>(ctx->width);
+    out->height = static_cast<int>(ctx->height);
+    return true;
   }
   // Grey and YCbCr/RGB are converted to RGB by libjpeg. CMYK and YCCK (Adobe) are converted
   // here rather than refused: libjpeg yields CMYK for both, stored inverted by Adobe's
@@ -134,7 +140,8 @@ bool DecodeJpegInner(jpeg_decompress_struct* cinfo, JpegContext* ctx, std::strin
 
 }  // namespace
 
-absl::StatusOr<RgbImage> DecodeJpeg(std::string_view bytes, const ImageLimits& limits) {
+absl::StatusOr<RgbImage> DecodeJpeg(std::string_view bytes, const ImageLimits& limits,
+                                    bool header_only) {
   jpeg_decompress_struct cinfo;
   JpegContext ctx;
   std::memset(ctx.message, 0, sizeof(ctx.message));
@@ -152,7 +159,7 @@ absl::StatusOr<RgbImage> DecodeJpeg(std::string_view bytes, const ImageLimits& l
 
   RgbImage out;
   std::vector<uint8_t> row;
-  const bool ok = DecodeJpegInner(&cinfo, &ctx, bytes, limits, &out, &row);
+  const bool ok = DecodeJpegInner(&cinfo, &ctx, bytes, limits, header_only, &out, &row);
   jpeg_destroy_decompress(&cinfo);
   if (ctx.too_many_pixels) {
     return CheckPixelLimit("JPEG", ctx.width, ctx.height, limits);

@@ -56,11 +56,17 @@ uint8_t OverWhite(uint8_t v, uint8_t a) {
   return static_cast<uint8_t>((((t >> 8) + t) >> 8) >> 7);
 }
 
-bool DecodePngInner(png_structp png, png_infop info, PngContext* ctx, int* channels) {
+bool DecodePngInner(png_structp png, png_infop info, PngContext* ctx, bool header_only,
+                    int* channels) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_read_fn(png, ctx, ReadFn);
   png_read_info(png, info);
   ctx->header_read = true;
+  if (header_only) {
+    ctx->width = png_get_image_width(png, info);
+    ctx->height = png_get_image_height(png, info);
+    return true;
+  }
 
   const int color_type = png_get_color_type(png, info);
   const int bit_depth = png_get_bit_depth(png, info);
@@ -112,7 +118,8 @@ absl::Status CheckIhdrPixels(std::string_view bytes, const ImageLimits& limits) 
 
 }  // namespace
 
-absl::StatusOr<RgbImage> DecodePng(std::string_view bytes, const ImageLimits& limits) {
+absl::StatusOr<RgbImage> DecodePng(std::string_view bytes, const ImageLimits& limits,
+                                   bool header_only) {
   HAP_RETURN_IF_ERROR(CheckIhdrPixels(bytes, limits));
   PngContext ctx;
   ctx.bytes = bytes;
@@ -124,7 +131,7 @@ absl::StatusOr<RgbImage> DecodePng(std::string_view bytes, const ImageLimits& li
     return absl::ResourceExhaustedError("cannot initialise libpng");
   }
   int channels = 0;
-  const bool ok = DecodePngInner(png, info, &ctx, &channels);
+  const bool ok = DecodePngInner(png, info, &ctx, header_only, &channels);
   png_destroy_read_struct(&png, &info, nullptr);
   if (!ok) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -134,6 +141,7 @@ absl::StatusOr<RgbImage> DecodePng(std::string_view bytes, const ImageLimits& li
   RgbImage out;
   out.width = static_cast<int>(ctx.width);
   out.height = static_cast<int>(ctx.height);
+  if (header_only) return out;
   const size_t n = static_cast<size_t>(ctx.width) * ctx.height;
   if (channels == 3) {
     out.pixels = std::move(ctx.rgba);

@@ -62,6 +62,25 @@ absl::Status BeginModelLoad(const std::string& dir, const ModelOptions& options)
 // FailedPrecondition naming the part when a process that loaded `loaded` of `dir` needs `part`.
 absl::Status NeedModelPart(ModelParts loaded, ModelParts part, const std::string& dir);
 
+// A request's prompt: a question the family's template wraps (LLaVA's "USER: <image>\n{question}
+// ASSISTANT:", Qwen2.5-VL's chat template with the image first), or a whole prompt a chat
+// template already rendered, holding the family's image placeholder exactly once ("<image>";
+// "<|image_pad|>"). Converts implicitly from a question.
+struct PromptText {
+  PromptText() = default;
+  PromptText(std::string_view question) : text(question) {}  // NOLINT(runtime/explicit)
+  PromptText(const std::string& question) : text(question) {}  // NOLINT(runtime/explicit)
+  PromptText(const char* question) : text(question) {}  // NOLINT(runtime/explicit)
+  static PromptText Rendered(std::string_view text) {
+    PromptText p(text);
+    p.rendered = true;
+    return p;
+  }
+
+  std::string_view text;  // not owned
+  bool rendered = false;
+};
+
 struct PrefillOutput {
   // The KV cache, in ModelOptions::kv_dtype: on the CPU backend `cache`, in host memory; on a
   // device backend `device_cache`, in the backend's memory (`cache` stays empty), which the KV

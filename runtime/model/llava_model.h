@@ -23,24 +23,6 @@
 
 namespace hap {
 
-// A request's prompt: a question the LLaVA template wraps ("USER: <image>\n{question}
-// ASSISTANT:"), or a whole prompt a chat template already rendered, holding exactly one
-// "<image>" placeholder. Converts implicitly from a question.
-struct PromptText {
-  PromptText() = default;
-  PromptText(std::string_view question) : text(question) {}  // NOLINT(runtime/explicit)
-  PromptText(const std::string& question) : text(question) {}  // NOLINT(runtime/explicit)
-  PromptText(const char* question) : text(question) {}  // NOLINT(runtime/explicit)
-  static PromptText Rendered(std::string_view text) {
-    PromptText p(text);
-    p.rendered = true;
-    return p;
-  }
-
-  std::string_view text;  // not owned
-  bool rendered = false;
-};
-
 class LlavaModel : public LanguageModel {
  public:
   // Loads config.json, preprocessor_config.json (CLIP's values when absent), the safetensors

@@ -113,6 +113,15 @@ absl::StatusOr<GenerateResult> DecodeAfterPrefill(
   return result;
 }
 
+// Qwen2.5-VL's tower has no CLS token for VisionZip to read.
+absl::Status RefuseVisionZip(const PruneRequest& prune) {
+  if (prune.method != "visionzip") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "visionzip picks its dominant tokens by the attention of the vision tower's CLS token; "
+      "Qwen2.5-VL's tower has none (use hap, divprune or another method that prunes in the "
+      "language model)");
+}
+
 }  // namespace
 
 absl::Status ValidateRequest(const LlavaModel& model, const PromptText& prompt,
@@ -214,11 +223,11 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
   return ResultOf(std::move(out), dims, prune.method, encoded.n_vis, *pruner, t0);
 }
 
-absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, std::string_view question,
+absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, const PromptText& text,
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler, int kv_reserve_rows) {
   const auto t0 = Clock::now();
-  HAP_ASSIGN_OR_RETURN(QwenPrompt prompt, model.Tokenize(question, encoded.grid));
+  HAP_ASSIGN_OR_RETURN(QwenPrompt prompt, model.Tokenize(text, encoded.grid));
   if (prompt.tokens.n_vis != encoded.n_vis) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the image's grid gives %d visual tokens; %d embeddings came",
@@ -236,12 +245,7 @@ absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, std::string_vie
 
 absl::StatusOr<EncodeResult> EncodeImage(const QwenModel& model, std::string_view image_bytes,
                                          const PruneRequest& prune) {
-  if (prune.method == "visionzip") {
-    return absl::InvalidArgumentError(
-        "visionzip picks its dominant tokens by the attention of the vision tower's CLS token; "
-        "Qwen2.5-VL's tower has none (use hap, divprune or another method that prunes in the "
-        "language model)");
-  }
+  HAP_RETURN_IF_ERROR(RefuseVisionZip(prune));
   EncodeResult out;
   const auto t0 = Clock::now();
   HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(image_bytes, model.options().image_limits));
@@ -257,8 +261,7 @@ absl::StatusOr<EncodeResult> EncodeImage(const QwenModel& model, std::string_vie
   return out;
 }
 
-absl::StatusOr<int> VisualTokensOf(const QwenModel& model, std::string_view image_bytes) {
-  HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(image_bytes, model.options().image_limits));
+absl::StatusOr<ImageGrid> ImageGridOf(const QwenModel& model, ImageSize image) {
   const Qwen2VLImageProcessorConfig& p = model.image_processor();
   const int factor = p.patch_size * p.merge_size;
   int h = image.height, w = image.width;
@@ -266,7 +269,49 @@ absl::StatusOr<int> VisualTokensOf(const QwenModel& model, std::string_view imag
     HAP_ASSIGN_OR_RETURN(ResizedSize size, SmartResize(h, w, factor, p.min_pixels, p.max_pixels));
     h = size.height, w = size.width;
   }
-  return (h / factor) * (w / factor);
+  return ImageGrid{1, h / factor * p.merge_size, w / factor * p.merge_size};
+}
+
+absl::StatusOr<int> VisualTokensOf(const QwenModel& model, std::string_view image_bytes) {
+  HAP_ASSIGN_OR_RETURN(ImageSize size, ReadImageSize(image_bytes, model.options().image_limits));
+  HAP_ASSIGN_OR_RETURN(ImageGrid grid, ImageGridOf(model, size));
+  const int merge = model.image_processor().merge_size;
+  return static_cast<int>(grid.patches() / (merge * merge));
+}
+
+absl::Status ValidateRequest(const QwenModel& model, const PromptText& prompt,
+                             const PruneRequest& prune, int visual_tokens) {
+  HAP_RETURN_IF_ERROR(RefuseVisionZip(prune));
+  HAP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.PromptIds(prompt, visual_tokens));
+  PruneRequest req = prune;
+  req.text_tokens = static_cast<int>(ids.size()) - 1;
+  return MakePruner(req, DimsOf(model.config(), visual_tokens)).status();
+}
+
+ImageSize WarmUpImageSize(const QwenModel& model) {
+  const Qwen2VLImageProcessorConfig& p = model.image_processor();
+  const int side = 16 * p.patch_size * p.merge_size;
+  return ImageSize{side, side};
+}
+
+absl::StatusOr<double> WarmUpEncode(const QwenModel& model, const PruneRequest& prune) {
+  HAP_ASSIGN_OR_RETURN(std::string png, PatternPng(WarmUpImageSize(model).width));
+  const auto t0 = Clock::now();
+  HAP_RETURN_IF_ERROR(EncodeImage(model, png, prune).status());
+  return MsBetween(t0, Clock::now());
+}
+
+absl::StatusOr<double> WarmUpPrefill(const QwenModel& model, const PruneRequest& prune) {
+  EncodeResult image;
+  HAP_ASSIGN_OR_RETURN(image.grid, ImageGridOf(model, WarmUpImageSize(model)));
+  const int merge = model.image_processor().merge_size;
+  image.n_vis = static_cast<int>(image.grid.patches() / (merge * merge));
+  image.embeds.assign(static_cast<size_t>(image.n_vis) * model.text_config().hidden_size, 0.f);
+  Sampler greedy{SamplingParams{}};
+  const auto t0 = Clock::now();
+  HAP_RETURN_IF_ERROR(
+      RunPrefill(model, PromptText("What is in the picture?"), image, prune, &greedy).status());
+  return MsBetween(t0, Clock::now());
 }
 
 absl::StatusOr<GenerateResult> Generate(const LlavaModel& model, const GenerateRequest& request,
@@ -288,6 +333,9 @@ absl::StatusOr<GenerateResult> Generate(const QwenModel& model, const GenerateRe
                                         const TokenSink& sink) {
   HAP_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   const auto t0 = Clock::now();
+  // Reject a bad prompt or budget before spending time on the image (its size is in its header).
+  HAP_ASSIGN_OR_RETURN(int visual_tokens, VisualTokensOf(model, request.image_bytes));
+  HAP_RETURN_IF_ERROR(ValidateRequest(model, request.prompt, request.prune, visual_tokens));
   HAP_ASSIGN_OR_RETURN(EncodeResult encoded,
                        EncodeImage(model, request.image_bytes, request.prune));
   return DecodeAfterPrefill(model, request, encoded, t0, sink, [&](Sampler* sampler) {

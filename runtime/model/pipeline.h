@@ -50,8 +50,10 @@ absl::StatusOr<EncodeResult> EncodeImage(const LlavaModel& model, std::string_vi
 // whose dominant tokens are chosen by the attention of a CLS token this tower does not have.
 absl::StatusOr<EncodeResult> EncodeImage(const QwenModel& model, std::string_view image_bytes,
                                          const PruneRequest& prune);
-// The visual tokens an image gives a Qwen2.5-VL model (its grid, from the image's size alone),
-// for budgets stated against them before the image is encoded.
+// The patch grid an image of `size` gives a Qwen2.5-VL model (smart_resize, then patches).
+absl::StatusOr<ImageGrid> ImageGridOf(const QwenModel& model, ImageSize size);
+// The visual tokens an image gives a Qwen2.5-VL model (its grid, from the size in the image's
+// header: nothing is decoded), for budgets stated against them before the image is encoded.
 absl::StatusOr<int> VisualTokensOf(const QwenModel& model, std::string_view image_bytes);
 
 // What prefill did for one request (docs/design.md §3 conventions).
@@ -96,10 +98,10 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler, int kv_reserve_rows = 0);
 
-// Qwen2.5-VL's stage 2: `question` in the directory's chat template with the encoded image,
-// pruned as `prune` asks (its budget against this image's visual tokens), kept tokens at their
-// original 3-D positions.
-absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, std::string_view question,
+// Qwen2.5-VL's stage 2: the prompt (a question in the directory's chat template, or a rendered
+// one) with the encoded image, pruned as `prune` asks (its budget against this image's visual
+// tokens), kept tokens at their original 3-D positions.
+absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, const PromptText& prompt,
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler, int kv_reserve_rows = 0);
 
@@ -111,11 +113,19 @@ absl::StatusOr<double> WarmUpEncode(const LlavaModel& model, const PruneRequest&
 // WarmUpPrefill: a prefill of a short question over an image of zero embeddings (all V
 // tokens), pruned by `prune`, its first token drawn greedily where the logits are.
 absl::StatusOr<double> WarmUpPrefill(const LlavaModel& model, const PruneRequest& prune);
+// Qwen2.5-VL's: an image of WarmUpImageSize, a square of 16 x 16 merge units before smart_resize
+// (448 pixels a side at patch 14: 256 visual tokens where min_pixels/max_pixels allow).
+ImageSize WarmUpImageSize(const QwenModel& model);
+absl::StatusOr<double> WarmUpEncode(const QwenModel& model, const PruneRequest& prune);
+absl::StatusOr<double> WarmUpPrefill(const QwenModel& model, const PruneRequest& prune);
 
 // Checks a request's prompt and pruning options without running the model (services call this
 // on receipt so bad requests fail fast).
 absl::Status ValidateRequest(const LlavaModel& model, const PromptText& prompt,
                              const PruneRequest& prune);
+// Qwen2.5-VL's, for an image of `visual_tokens` (VisualTokensOf); visionzip is refused.
+absl::Status ValidateRequest(const QwenModel& model, const PromptText& prompt,
+                             const PruneRequest& prune, int visual_tokens);
 
 // The whole request in process.
 struct GenerateRequest {

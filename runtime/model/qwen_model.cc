@@ -138,11 +138,45 @@ absl::StatusOr<std::vector<float>> QwenModel::ImageEmbeddings(const Qwen2VLPixel
                        vision_attention_);
 }
 
-absl::StatusOr<QwenPrompt> QwenModel::Tokenize(std::string_view question,
-                                               const ImageGrid& grid) const {
-  if (question.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+absl::StatusOr<std::vector<int32_t>> QwenModel::PromptIds(const PromptText& prompt,
+                                                         int visual_tokens) const {
+  if (prompt.text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return absl::InvalidArgumentError("prompt is empty");
   }
+  std::vector<int32_t> ids;
+  if (prompt.rendered) {
+    ids = tokenizer_->Encode(prompt.text, Tokenizer::SpecialTokens::kRecognized);
+  } else {
+    nlohmann::json messages = nlohmann::json::array(
+        {{{"role", "user"},
+          {"content", nlohmann::json::array({{{"type", "image"}},
+                                             {{"type", "text"}, {"text", std::string(prompt.text)}}})}}});
+    HAP_ASSIGN_OR_RETURN(ids, TokenizeChat(*tokenizer_, chat_template_, messages,
+                                           /*add_generation_prompt=*/true));
+  }
+  const int32_t pad = config_.image_token_id;
+  const int64_t pads = std::count(ids.begin(), ids.end(), pad);
+  if (pads != 1) {
+    return absl::InvalidArgumentError(
+        prompt.rendered
+            ? absl::StrCat("the prompt holds ", pads, " <|image_pad|> tokens (id ", pad,
+                           "); each request carries exactly one image, placed by one")
+            : absl::StrCat("chat template ", chat_template_.origin(), " renders ", pads,
+                           " image pad tokens (id ", pad,
+                           ") for one image; exactly one was expected"));
+  }
+  const int max_tokens = max_prompt_tokens();
+  const int64_t total = static_cast<int64_t>(ids.size()) - 1 + visual_tokens;
+  if (total > max_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prompt is %d tokens (%d of them the image's); the limit is %d", total,
+                        visual_tokens, max_tokens));
+  }
+  return ids;
+}
+
+absl::StatusOr<QwenPrompt> QwenModel::Tokenize(const PromptText& prompt,
+                                               const ImageGrid& grid) const {
   const int merge = config_.vision.spatial_merge_size;
   const int64_t n_vis64 = grid.patches() / (merge * merge);
   if (grid.t != 1 || n_vis64 < 1 || grid.h % merge != 0 || grid.w % merge != 0) {
@@ -150,28 +184,10 @@ absl::StatusOr<QwenPrompt> QwenModel::Tokenize(std::string_view question,
         absl::StrFormat("image grid %dx%dx%d is not one frame of whole %dx%d merge units", grid.t,
                         grid.h, grid.w, merge, merge));
   }
-  nlohmann::json messages = nlohmann::json::array(
-      {{{"role", "user"},
-        {"content",
-         nlohmann::json::array(
-             {{{"type", "image"}}, {{"type", "text"}, {"text", std::string(question)}}})}}});
-  HAP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, TokenizeChat(*tokenizer_, chat_template_, messages,
-                                                              /*add_generation_prompt=*/true));
+  HAP_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                       PromptIds(prompt, static_cast<int>(n_vis64)));
   const int32_t pad = config_.image_token_id;
   const auto first = std::find(ids.begin(), ids.end(), pad);
-  if (first == ids.end() || std::count(ids.begin(), ids.end(), pad) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chat template ", chat_template_.origin(), " renders ",
-                     std::count(ids.begin(), ids.end(), pad), " image pad tokens (id ", pad,
-                     ") for one image; exactly one was expected"));
-  }
-  const int max_tokens = max_prompt_tokens();
-  const int64_t total = static_cast<int64_t>(ids.size()) - 1 + n_vis64;
-  if (total > max_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("prompt is %d tokens (%d of them the image's); the limit is %d", total,
-                        n_vis64, max_tokens));
-  }
   QwenPrompt p;
   p.grid = grid;
   p.tokens.vis_begin = static_cast<int>(first - ids.begin());

@@ -49,11 +49,17 @@ class QwenModel : public LanguageModel {
   // Patches → image embeddings F32 [grid.patches() / merge², hidden].
   absl::StatusOr<std::vector<float>> ImageEmbeddings(const Qwen2VLPixels& pixels) const;
 
-  // One user turn holding the image and then `question`, rendered by the directory's chat
-  // template with the assistant's turn opened; the question stays text. InvalidArgument for an
-  // empty question, a template without exactly one image pad for the image, or a prompt longer
-  // than the context.
-  absl::StatusOr<QwenPrompt> Tokenize(std::string_view question, const ImageGrid& grid) const;
+  // A question: one user turn holding the image and then the question, rendered by the
+  // directory's chat template with the assistant's turn opened; the question stays text. A
+  // rendered prompt: tokenized as it is, special tokens recognized (whoever rendered it placed
+  // them), its one "<|image_pad|>" the image. InvalidArgument for an empty prompt, a prompt
+  // without exactly one image pad, a grid that is not whole merge units, or a prompt longer than
+  // the context.
+  absl::StatusOr<QwenPrompt> Tokenize(const PromptText& prompt, const ImageGrid& grid) const;
+  // The prompt's ids with its one image pad not yet expanded (what Tokenize expands to the
+  // grid's tokens), checked as Tokenize checks them for an image of `visual_tokens`.
+  absl::StatusOr<std::vector<int32_t>> PromptIds(const PromptText& prompt,
+                                                 int visual_tokens) const;
 
   // The decoder over the prompt with the image embeddings F32 [prompt.tokens.n_vis, hidden] at
   // the image pad tokens; `pruner` may be null. The first token and the logits as

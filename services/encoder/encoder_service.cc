@@ -50,11 +50,11 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
           absl::StrCat("image is ", request_->image().size(), " bytes; the limit is ",
                        service_->config_.max_image_bytes, " (--max-image-bytes)"));
     }
-    HAP_ASSIGN_OR_RETURN(prune_, PruneFromProto(request_->pruning(), hap::v1::Pruning(),
-                                                model_->config().num_visual_tokens()));
-    if (prune_.method == "visionzip") {
-      HAP_RETURN_IF_ERROR(VisionZipCountsFor(prune_, DimsOf(model_->config())).status());
-    }
+    // The image's visual tokens from its header: what a percentage budget is of.
+    HAP_ASSIGN_OR_RETURN(const int visual_tokens, model_->VisualTokensOf(request_->image()));
+    HAP_ASSIGN_OR_RETURN(prune_,
+                         PruneFromProto(request_->pruning(), hap::v1::Pruning(), visual_tokens));
+    HAP_RETURN_IF_ERROR(model_->EncodedTokens(prune_, visual_tokens).status());
     return service_->pool_->Admit();
   }
 
@@ -72,7 +72,7 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
       // vision tower at its next layer.
       ComputeGate::Hold compute = ProcessComputeGate().Enter();
       ScopedCancellation scope([this] { return cancelled(); });
-      encoded = EncodeImage(*model_, request_->image(), prune_);
+      encoded = model_->EncodeImage(request_->image(), prune_);
     }
     EncoderMetrics::Get().encode_seconds->Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -88,7 +88,7 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
         .SetAttribute("hap.encode_ms", r.encode_ms);
     span.End();
     if (cancelled()) return absl::CancelledError("cancelled after encoding");
-    const int hidden = model_->config().text.hidden_size;
+    const int hidden = model_->text_config().hidden_size;
     int limit = service_->config_.max_message_bytes;
     if (request_->max_message_bytes() > 0) {
       limit = std::min<int>(limit, static_cast<int>(request_->max_message_bytes()));
@@ -106,6 +106,9 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
     h->set_image_height(r.image_height);
     h->set_preprocess_ms(r.preprocess_ms);
     h->set_encode_ms(r.encode_ms);
+    h->set_grid_t(r.grid.t);
+    h->set_grid_h(r.grid.h);
+    h->set_grid_w(r.grid.w);
     Send(std::move(head));
     for (hap::v1::EmbeddingChunk& c : chunks) {
       hap::v1::EncodeResponse msg;
@@ -117,7 +120,7 @@ class EncodeReactor final : public OutboxReactor<grpc::ServerWriteReactor<hap::v
 
   EncoderService* service_;
   const hap::v1::EncodeRequest* request_;
-  const LlavaModel* model_ = nullptr;
+  const VisionLanguageModel* model_ = nullptr;
   PruneRequest prune_;
   ServerState::RequestGuard guard_;
 };

@@ -1,12 +1,13 @@
-// hap.v1.Encoder: image bytes → CLIP preprocessing → vision tower (→ VisionZip) → projector →
-// visual embeddings, streamed to prefill in checksummed row chunks.
+// hap.v1.Encoder: image bytes → the family's preprocessing (LLaVA: CLIP's square; Qwen2.5-VL: the
+// image's own resolution) → vision tower (→ VisionZip) → projector or merger → visual
+// embeddings, streamed to prefill in checksummed row chunks.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
 #include "hap/v1/encoder.grpc.pb.h"
-#include "runtime/model/llava_model.h"
+#include "runtime/model/vision_language_model.h"
 #include "services/server/server_state.h"
 #include "services/server/service_metrics.h"
 #include "services/server/worker_pool.h"
@@ -26,7 +27,7 @@ class EncoderService final : public hap::v1::Encoder::CallbackService {
   }
 
   // Called once the model is loaded (requests before get UNAVAILABLE).
-  void SetModel(const LlavaModel* model) { model_ = model; }
+  void SetModel(const VisionLanguageModel* model) { model_ = model; }
 
   grpc::ServerWriteReactor<hap::v1::EncodeResponse>* Encode(
       grpc::CallbackServerContext* ctx, const hap::v1::EncodeRequest* request) override;
@@ -36,7 +37,7 @@ class EncoderService final : public hap::v1::Encoder::CallbackService {
   ServerState* state_;
   WorkerPool* pool_;
   const EncoderConfig config_;
-  std::atomic<const LlavaModel*> model_{nullptr};
+  std::atomic<const VisionLanguageModel*> model_{nullptr};
 };
 
 }  // namespace hap::svc

@@ -40,7 +40,7 @@ int Main(int argc, char** argv) {
   if (!max_pixels.ok()) return StartupFailure(host.name(), max_pixels.status());
   config.max_image_bytes = *max_image;
 
-  std::unique_ptr<LlavaModel> model;
+  std::unique_ptr<VisionLanguageModel> model;
   WorkerPool pool(common.max_concurrent, common.queue_length);
   host.state().Attach(&pool, nullptr);
   EncoderService service(&host.state(), &pool, config);
@@ -64,7 +64,7 @@ int Main(int argc, char** argv) {
   if (common.warm_up) {
     PruneRequest none;
     none.method = "none";
-    absl::StatusOr<double> ms = WarmUpEncode(*model, none);
+    absl::StatusOr<double> ms = model->WarmUpEncode(none);
     if (!ms.ok()) return host.Fail(Annotate(ms.status(), "warm-up request"));
     std::fprintf(stderr, "%s: warm-up request (one image) in %.1f ms\n", host.name().c_str(), *ms);
   }

@@ -169,11 +169,20 @@ absl::StatusOr<json> TemplateMessages(const json& messages, const ChatOptions& o
       return Invalid(content_field, "must be a string or an array of content parts");
     }
     for (const json& p : parts) {
-      if (p["type"] == "text" &&
-          absl::StrContains(p["text"].get<std::string>(), "<image>")) {
+      if (p["type"] != "text") continue;
+      const std::string& text = p["text"].get_ref<const std::string&>();
+      if (absl::StrContains(text, options.image_placeholder)) {
         return Invalid(content_field,
-                       "contains the text '<image>', which is the image placeholder; send the "
-                       "image as an image_url part");
+                       absl::StrCat("contains the text '", options.image_placeholder,
+                                    "', which is the image placeholder; send the image as an "
+                                    "image_url part"));
+      }
+      if (options.control_tokens != nullptr &&
+          options.control_tokens->Encode(text, Tokenizer::SpecialTokens::kRecognized) !=
+              options.control_tokens->Encode(text)) {
+        return Invalid(content_field,
+                       "spells one of the model's special tokens (chat markup such as "
+                       "'<|im_start|>'), which a message cannot carry");
       }
     }
     out.push_back({{"role", role}, {"content", std::move(parts)}});
@@ -415,11 +424,12 @@ absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body_text,
   if (!options.bos_token.empty() && absl::StartsWith(prompt, options.bos_token)) {
     prompt.erase(0, options.bos_token.size());
   }
-  const size_t first = prompt.find("<image>");
-  if (first == std::string::npos || prompt.find("<image>", first + 1) != std::string::npos) {
+  const std::string& placeholder = options.image_placeholder;
+  const size_t first = prompt.find(placeholder);
+  if (first == std::string::npos || prompt.find(placeholder, first + 1) != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the model's chat template (", options.chat_template->origin(),
-        ") must place the image as '<image>' exactly once; it rendered it ",
+        "the model's chat template (", options.chat_template->origin(), ") must place the image as '",
+        placeholder, "' exactly once; it rendered it ",
         first == std::string::npos ? "0 times" : "more than once"));
   }
   out.generate.set_raw_prompt(std::move(prompt));

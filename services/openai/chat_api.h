@@ -16,6 +16,7 @@
 #include "hap/v1/generate.pb.h"
 #include "nlohmann/json.hpp"
 #include "runtime/text/chat_template.h"
+#include "runtime/text/tokenizer.h"
 
 namespace hap::svc::openai {
 
@@ -38,6 +39,13 @@ struct ChatOptions {
   GenerationDefaults defaults;
   std::string bos_token = "<s>";  // the template's bos_token / eos_token variables
   std::string eos_token = "</s>";
+  // What the rendered prompt holds exactly once for the image ("<image>" for LLaVA,
+  // "<|image_pad|>" for Qwen2.5-VL); a message text may not contain it.
+  std::string image_placeholder = "<image>";
+  // Where the rendered prompt is tokenized with special tokens recognized (Qwen2.5-VL's chat
+  // markup), the model's tokenizer: a message text that spells one of its special tokens is
+  // refused, since it would read as control markup. Null: message texts are read as text.
+  const Tokenizer* control_tokens = nullptr;
 };
 
 struct ChatRequest {

@@ -201,15 +201,15 @@ absl::Status GenerateReactor::Execute() {
     ComputeGate::Hold compute = ProcessComputeGate().Enter();
     HAP_RETURN_IF_ERROR(CheckCancelled("while waiting to prefill"));
     t_prefill = Clock::now();
-    const LlavaModel& model = *service_->model();
+    const VisionLanguageModel& model = *service_->model();
     TurnBudget turns(&compute, int64_t{service_->config().prefill_chunk_tokens} *
-                                   model.config().text.num_hidden_layers);
+                                   model.text_config().num_hidden_layers);
     ScopedTurnHook slices([&turns](int64_t rows) { turns.Spend(rows); });
     ScopedCancellation scope([this, &layer_starts] {
       layer_starts.push_back(Clock::now());
       return cancelled();
     });
-    prefill = RunPrefill(model, job_.prompt, encoded, job_.prune, &sampler);
+    prefill = model.RunPrefill(job_.prompt, encoded, job_.prune, &sampler);
     turn_yields = turns.yields();
     turn_wait_ms = turns.waited_ms();
   }
@@ -241,7 +241,7 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoderOnce(const std::string&
                                                               std::string* address,
                                                               bool* retryable) {
   const auto t0 = Clock::now();
-  const LlavaModel& model = *service_->model();
+  const VisionLanguageModel& model = *service_->model();
   std::unique_ptr<grpc::ClientContext> ctx = grpc::ClientContext::FromCallbackServerContext(*ctx_);
   children_.Add(ctx.get());
   absl::Cleanup remove = [&] { children_.Remove(ctx.get()); };
@@ -257,7 +257,7 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoderOnce(const std::string&
   req.set_max_message_bytes(service_->config().max_message_bytes);
   std::unique_ptr<grpc::ClientReader<hap::v1::EncodeResponse>> reader =
       encoder.stub()->Encode(ctx.get(), req);
-  EmbeddingAssembler assembler(model.config().text.hidden_size, model.config().num_visual_tokens());
+  EmbeddingAssembler assembler(model.text_config().hidden_size, model.max_visual_tokens());
   hap::v1::EncodeResponse msg;
   absl::Status stream_error;
   bool received = false;
@@ -282,12 +282,8 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoderOnce(const std::string&
   r.image_height = h.image_height();
   r.preprocess_ms = h.preprocess_ms();
   r.encode_ms = h.encode_ms();
-  int expected = model.config().num_visual_tokens();
-  if (job_.prune.method == "visionzip") {
-    HAP_ASSIGN_OR_RETURN(VisionZipCounts zip,
-                         VisionZipCountsFor(job_.prune, DimsOf(model.config())));
-    if (zip.enabled()) expected = zip.total();
-  }
+  r.grid = ImageGrid{h.grid_t(), h.grid_h(), h.grid_w()};
+  HAP_ASSIGN_OR_RETURN(const int expected, model.EncodedTokens(job_.prune, job_.visual_tokens));
   if (r.n_vis != expected) {
     return absl::InternalError(absl::StrCat("encoder returned ", r.n_vis, " visual tokens; ",
                                             expected, " were expected for method ",
@@ -330,7 +326,7 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
 absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistry::Handle& lease,
                                          DecodeCall& call_slot, const std::string& avoid,
                                          std::string* address, bool* retryable) {
-  const LlavaModel& model = *service_->model();
+  const VisionLanguageModel& model = *service_->model();
   const PrefillConfig& config = service_->config();
   KvRegistry* kv = service_->kv();
   std::unique_ptr<grpc::ClientContext> ctx = grpc::ClientContext::FromCallbackServerContext(*ctx_);
@@ -374,8 +370,8 @@ absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistr
   hap::v1::KvHeader* h = out.mutable_header();
   chunker.FillHeader(h);
   h->set_request_id(job_.request_id);
-  h->set_d_model(model.config().text.hidden_size);
-  h->set_vocab_size(model.config().text.vocab_size);
+  h->set_d_model(model.text_config().hidden_size);
+  h->set_vocab_size(model.text_config().vocab_size);
   h->set_first_token(prefill.first_token);
   *h->mutable_sampling() = SamplingToProto(job_.sampling);
   h->set_samples_drawn(1);

@@ -158,7 +158,7 @@ absl::StatusOr<std::unique_ptr<TokenAuth>> StartAuth(const Options& options,
 // The OpenAI-compatible HTTP API over this process's own Generation service.
 absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartOpenAi(const Options& options,
                                                                   const CommonOptions& common,
-                                                                  const LlavaModel& model,
+                                                                  const VisionLanguageModel& model,
                                                                   const TokenAuth* auth,
                                                                   ServiceHost* host) {
   HAP_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::ForModelDir(model.dir()));
@@ -181,8 +181,12 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartOpenAi(const Options&
   o.auth = auth;
   o.chat.chat_template = std::make_shared<const ChatTemplate>(std::move(chat_template));
   HAP_ASSIGN_OR_RETURN(o.chat.defaults, openai::GenerationDefaults::ForModelDir(model.dir()));
-  o.chat.bos_token = model.tokenizer().IdToPiece(model.tokenizer().bos_id());
-  o.chat.eos_token = model.tokenizer().IdToPiece(model.tokenizer().eos_id());
+  const Tokenizer& tokenizer = model.language().tokenizer();
+  o.chat.bos_token = tokenizer.IdToPiece(tokenizer.bos_id());
+  o.chat.eos_token = tokenizer.IdToPiece(tokenizer.eos_id());
+  o.chat.image_placeholder = std::string(model.image_placeholder());
+  // Where the rendered prompt is read with special tokens recognized, a message cannot spell one.
+  if (model.rendered_prompt_reads_special_tokens()) o.chat.control_tokens = &tokenizer;
   auto server = std::make_unique<openai::OpenAiServer>(o, host->InProcessChannel());
   HAP_RETURN_IF_ERROR(server->Start());
   std::printf("%s openai on %s:%d (model '%s', chat template: %s)\n", host->name().c_str(),
@@ -256,7 +260,7 @@ int Main(int argc, char** argv) {
   auto auth = StartAuth(options, host.name());
   if (!auth.ok()) return StartupFailure(host.name(), auth.status());
 
-  std::unique_ptr<LlavaModel> model;
+  std::unique_ptr<VisionLanguageModel> model;
   WorkerPool pool(common.max_concurrent, common.queue_length);
   KvRegistry kv(*max_kv);
   host.state().Attach(&pool, &kv);
@@ -282,20 +286,22 @@ int Main(int argc, char** argv) {
   if (*gpu_budget > 0) {
     // What the prefills' activations and KV caches have left once the weights are in.
     absl::StatusOr<GpuMemoryPlan> plan =
-        PlanGpuMemory("--gpu-memory", *gpu_budget, model->backend().DeviceBytesInUse(), 0, 1);
+        PlanGpuMemory("--gpu-memory", *gpu_budget, model->language().backend().DeviceBytesInUse(), 0, 1);
     if (!plan.ok()) return host.Fail(plan.status());
     std::fprintf(stderr, "%s: GPU memory %s (left for the prefills' activations and KV caches)\n",
                  host.name().c_str(), DescribeGpuMemoryPlan(*plan).c_str());
   }
-  // A default budget this model cannot reach would fail every request: refuse to start.
-  auto prune = PruneFromProto(hap::v1::Pruning(), config.default_pruning,
-                              model->config().num_visual_tokens());
+  // A default budget this model cannot reach would fail every request: refuse to start. (For
+  // Qwen2.5-VL, whose images give different counts, it is checked on the warm-up image's.)
+  const int visual_tokens = model->reference_visual_tokens();
+  auto prune = PruneFromProto(hap::v1::Pruning(), config.default_pruning, visual_tokens);
   absl::Status ok =
-      prune.ok() ? ValidateRequest(*model, "default pruning check", *prune) : prune.status();
+      prune.ok() ? model->ValidateRequest("default pruning check", *prune, visual_tokens)
+                 : prune.status();
   if (!ok.ok()) return host.Fail(Annotate(ok, "default pruning (--method/--retain/--flops)"));
   if (common.warm_up) {
     // The default method's path: its kernels, the planned steps, the sampling.
-    absl::StatusOr<double> ms = WarmUpPrefill(*model, *prune);
+    absl::StatusOr<double> ms = model->WarmUpPrefill(*prune);
     if (!ms.ok()) return host.Fail(Annotate(ms.status(), "warm-up request"));
     std::fprintf(stderr, "%s: warm-up request (a prefill, %s) in %.1f ms\n", host.name().c_str(),
                  prune->method.c_str(), *ms);

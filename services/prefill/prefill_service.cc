@@ -81,7 +81,7 @@ PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry*
 
 absl::StatusOr<GenerateJob> PrefillService::Check(const hap::v1::GenerateRequest& request) {
   HAP_RETURN_IF_ERROR(state_->CheckAccepting());
-  const LlavaModel* model = model_.load();
+  const VisionLanguageModel* model = model_.load();
   GenerateJob job;
   job.request_id =
       request.request_id().empty() ? state_->NewRequestId("req") : request.request_id();
@@ -106,10 +106,13 @@ absl::StatusOr<GenerateJob> PrefillService::Check(const hap::v1::GenerateRequest
                                             : PromptText::Rendered(request.raw_prompt());
   HAP_ASSIGN_OR_RETURN(job.sampling, SamplingFromProto(request.sampling()));
   HAP_ASSIGN_OR_RETURN(job.stop, StopFromProto(request.max_new_tokens(), request.stop()));
+  // The image's visual tokens (read from its header where they follow its size): what a
+  // percentage budget is of and what the prompt's length counts.
+  HAP_ASSIGN_OR_RETURN(job.visual_tokens, model->VisualTokensOf(request.image()));
   HAP_ASSIGN_OR_RETURN(job.prune, PruneFromProto(request.pruning(), config_.default_pruning,
-                                                 model->config().num_visual_tokens()));
-  // Prompt length (--max-prompt-tokens), method and budget against this model.
-  HAP_RETURN_IF_ERROR(ValidateRequest(*model, job.prompt, job.prune));
+                                                 job.visual_tokens));
+  // Prompt length (--max-prompt-tokens), method and budget against this model and image.
+  HAP_RETURN_IF_ERROR(model->ValidateRequest(job.prompt, job.prune, job.visual_tokens));
   return job;
 }
 

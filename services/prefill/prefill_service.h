@@ -14,7 +14,7 @@
 #include "hap/v1/encoder.grpc.pb.h"
 #include "hap/v1/generate.grpc.pb.h"
 #include "runtime/model/generate.h"
-#include "runtime/model/llava_model.h"
+#include "runtime/model/vision_language_model.h"
 #include "runtime/model/sampler.h"
 #include "runtime/prune/factory.h"
 #include "services/auth/token_auth.h"
@@ -67,13 +67,14 @@ struct GenerateJob {
   SamplingParams sampling;
   StopCriteria stop;
   PromptText prompt;  // views the request's prompt or raw_prompt
+  int visual_tokens = 0;  // what the image gives unpruned (from its header for Qwen2.5-VL)
 };
 
 class PrefillService final : public hap::v1::Generation::CallbackService {
  public:
   PrefillService(ServerState* state, WorkerPool* pool, KvRegistry* kv, const PrefillConfig& config);
 
-  void SetModel(const LlavaModel* model) { model_ = model; }
+  void SetModel(const VisionLanguageModel* model) { model_ = model; }
   // Before serving: every Generate call then needs a bearer token `auth` accepts, and counts
   // against its client's limit. Null = no authentication.
   void SetAuth(TokenAuth* auth) { auth_ = auth; }
@@ -90,7 +91,7 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   KvRegistry* kv() { return kv_; }
   TokenAuth* auth() { return auth_; }
   const PrefillConfig& config() const { return config_; }
-  const LlavaModel* model() const { return model_.load(); }
+  const VisionLanguageModel* model() const { return model_.load(); }
   ReplicaSet<hap::v1::Encoder>& encoders() { return *encoders_; }
   ReplicaSet<hap::v1::Decode>& decoders() { return *decoders_; }
 
@@ -100,7 +101,7 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   KvRegistry* kv_;
   TokenAuth* auth_ = nullptr;
   const PrefillConfig config_;
-  std::atomic<const LlavaModel*> model_{nullptr};
+  std::atomic<const VisionLanguageModel*> model_{nullptr};
   std::unique_ptr<ReplicaSet<hap::v1::Encoder>> encoders_;
   std::unique_ptr<ReplicaSet<hap::v1::Decode>> decoders_;
   std::unique_ptr<DecodeLoadPoller> decode_load_;  // after decoders_: stops before it goes

@@ -42,10 +42,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadTimed(
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<LlavaModel>> LoadServiceModel(const std::string& service,
-                                                             const CommonOptions& common,
-                                                             ModelOptions model_options) {
-  return LoadTimed<LlavaModel>(service, common, std::move(model_options), &LlavaModel::Load);
+absl::StatusOr<std::unique_ptr<VisionLanguageModel>> LoadServiceModel(const std::string& service,
+                                                                      const CommonOptions& common,
+                                                                      ModelOptions model_options) {
+  return LoadTimed<VisionLanguageModel>(service, common, std::move(model_options),
+                                        &VisionLanguageModel::Load);
 }
 
 absl::StatusOr<std::unique_ptr<LanguageModel>> LoadServiceLanguageModel(

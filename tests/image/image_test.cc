@@ -232,6 +232,53 @@ TEST(DecodeImageTest, MaxPixelsCheckedFromHeader) {
               {"JPEG", "60000x60000", "3600000000 pixels"});
 }
 
+// ReadImageSize: DecodeImage's size and checks from the header alone.
+TEST(ReadImageSizeTest, EqualsTheDecodedSize) {
+  const std::vector<std::string> files = {Png(Pattern(37, 21)), EncodeJpeg(Pattern(64, 48)),
+                                          EncodeJpeg(Pattern(33, 70), Progressive()),
+                                          EncodeJpeg(Pattern(15, 9), Gray())};
+  for (const std::string& file : files) {
+    absl::StatusOr<RgbImage> decoded = DecodeImage(file, {});
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    absl::StatusOr<ImageSize> size = ReadImageSize(file, {});
+    ASSERT_TRUE(size.ok()) << size.status();
+    EXPECT_EQ(size->width, decoded->width);
+    EXPECT_EQ(size->height, decoded->height);
+  }
+  // A frame header saying 640x480 over the scan data of a 16x16 image: the header's size.
+  std::string jpeg = EncodeJpeg(Pattern(16, 16));
+  const size_t sof = jpeg.find("\xFF\xC0");
+  ASSERT_NE(sof, std::string::npos);
+  jpeg[sof + 5] = '\x01', jpeg[sof + 6] = '\xE0';  // height 480
+  jpeg[sof + 7] = '\x02', jpeg[sof + 8] = '\x80';  // width 640
+  absl::StatusOr<ImageSize> bare = ReadImageSize(jpeg, {});
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(bare->width, 640);
+  EXPECT_EQ(bare->height, 480);
+}
+
+TEST(ReadImageSizeTest, RefusesWhatDecodeImageRefusesBeforeThePixels) {
+  auto expect = [](const absl::StatusOr<ImageSize>& got, absl::StatusCode code,
+                   const std::string& fragment) {
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.status().code(), code) << got.status();
+    EXPECT_TRUE(Contains(std::string(got.status().message()), fragment)) << got.status();
+  };
+  expect(ReadImageSize("", {}), absl::StatusCode::kInvalidArgument, "image is empty");
+  expect(ReadImageSize("GIF89a\x01\x00\x01\x00", {}), absl::StatusCode::kInvalidArgument, "GIF");
+  expect(ReadImageSize(HeaderOnlyPng(100000, 100000), {}), absl::StatusCode::kResourceExhausted,
+         "100000x100000");
+  ImageLimits limits;
+  limits.max_pixels = 64 * 48 - 1;
+  expect(ReadImageSize(EncodeJpeg(Pattern(64, 48)), limits), absl::StatusCode::kResourceExhausted,
+         "64x48");
+  // Cut inside the header: no size to give.
+  const std::string jpeg = EncodeJpeg(Pattern(64, 48));
+  expect(ReadImageSize(jpeg.substr(0, 40), {}), absl::StatusCode::kInvalidArgument, "JPEG");
+  const std::string png = Png(Pattern(20, 10));
+  expect(ReadImageSize(png.substr(0, 20), {}), absl::StatusCode::kInvalidArgument, "PNG");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Corrupt and truncated data
 

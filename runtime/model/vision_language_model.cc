@@ -1,0 +1,137 @@
+#include "runtime/model/vision_language_model.h"
+
+#include <utility>
+
+#include "base/status_macros.h"
+#include "runtime/io/qwen_config.h"
+#include "runtime/prune/visionzip.h"
+
+namespace hap {
+
+namespace {
+
+class LlavaPipeline final : public VisionLanguageModel {
+ public:
+  explicit LlavaPipeline(std::unique_ptr<LlavaModel> model) : model_(std::move(model)) {}
+
+  const LanguageModel& language() const override { return *model_; }
+  std::string_view family() const override { return "llava"; }
+  std::string_view image_placeholder() const override { return "<image>"; }
+  bool rendered_prompt_reads_special_tokens() const override { return false; }
+
+  absl::StatusOr<int> VisualTokensOf(std::string_view) const override {
+    return model_->config().num_visual_tokens();
+  }
+  int max_visual_tokens() const override { return model_->config().num_visual_tokens(); }
+  int reference_visual_tokens() const override { return model_->config().num_visual_tokens(); }
+  absl::StatusOr<int> EncodedTokens(const PruneRequest& prune, int visual_tokens) const override {
+    if (prune.method != "visionzip") return visual_tokens;
+    HAP_ASSIGN_OR_RETURN(VisionZipCounts zip, VisionZipCountsFor(prune, DimsOf(model_->config())));
+    return zip.enabled() ? zip.total() : visual_tokens;
+  }
+
+  absl::Status ValidateRequest(const PromptText& prompt, const PruneRequest& prune,
+                               int) const override {
+    return hap::ValidateRequest(*model_, prompt, prune);
+  }
+  absl::StatusOr<EncodeResult> EncodeImage(std::string_view image_bytes, const PruneRequest& prune,
+                                           bool keep_in_backend) const override {
+    return hap::EncodeImage(*model_, image_bytes, prune, keep_in_backend);
+  }
+  absl::StatusOr<PrefillResult> RunPrefill(const PromptText& prompt, const EncodeResult& encoded,
+                                           const PruneRequest& prune, Sampler* sampler,
+                                           int kv_reserve_rows) const override {
+    return hap::RunPrefill(*model_, prompt, encoded, prune, sampler, kv_reserve_rows);
+  }
+  absl::StatusOr<double> WarmUpEncode(const PruneRequest& prune) const override {
+    return hap::WarmUpEncode(*model_, prune);
+  }
+  absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune) const override {
+    return hap::WarmUpPrefill(*model_, prune);
+  }
+  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+                                          const TokenSink& sink) const override {
+    return hap::Generate(*model_, request, sink);
+  }
+
+ private:
+  std::unique_ptr<LlavaModel> model_;
+};
+
+class QwenPipeline final : public VisionLanguageModel {
+ public:
+  explicit QwenPipeline(std::unique_ptr<QwenModel> model) : model_(std::move(model)) {}
+
+  const LanguageModel& language() const override { return *model_; }
+  std::string_view family() const override { return "qwen2.5-vl"; }
+  std::string_view image_placeholder() const override { return "<|image_pad|>"; }
+  bool rendered_prompt_reads_special_tokens() const override { return true; }
+
+  absl::StatusOr<int> VisualTokensOf(std::string_view image_bytes) const override {
+    return hap::VisualTokensOf(*model_, image_bytes);
+  }
+  int max_visual_tokens() const override {
+    const Qwen2VLImageProcessorConfig& p = model_->image_processor();
+    const int64_t unit = int64_t{p.patch_size} * p.merge_size;
+    return static_cast<int>(p.max_pixels / (unit * unit));
+  }
+  int reference_visual_tokens() const override {
+    absl::StatusOr<ImageGrid> grid = ImageGridOf(*model_, WarmUpImageSize(*model_));
+    const int merge = model_->image_processor().merge_size;
+    return grid.ok() ? static_cast<int>(grid->patches() / (merge * merge)) : max_visual_tokens();
+  }
+
+  absl::Status ValidateRequest(const PromptText& prompt, const PruneRequest& prune,
+                               int visual_tokens) const override {
+    return hap::ValidateRequest(*model_, prompt, prune, visual_tokens);
+  }
+  absl::StatusOr<EncodeResult> EncodeImage(std::string_view image_bytes, const PruneRequest& prune,
+                                           bool) const override {
+    return hap::EncodeImage(*model_, image_bytes, prune);
+  }
+  absl::StatusOr<PrefillResult> RunPrefill(const PromptText& prompt, const EncodeResult& encoded,
+                                           const PruneRequest& prune, Sampler* sampler,
+                                           int kv_reserve_rows) const override {
+    return hap::RunPrefill(*model_, prompt, encoded, prune, sampler, kv_reserve_rows);
+  }
+  absl::StatusOr<double> WarmUpEncode(const PruneRequest& prune) const override {
+    return hap::WarmUpEncode(*model_, prune);
+  }
+  absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune) const override {
+    return hap::WarmUpPrefill(*model_, prune);
+  }
+  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+                                          const TokenSink& sink) const override {
+    return hap::Generate(*model_, request, sink);
+  }
+
+ private:
+  std::unique_ptr<QwenModel> model_;
+};
+
+}  // namespace
+
+absl::StatusOr<int> VisionLanguageModel::EncodedTokens(const PruneRequest&,
+                                                       int visual_tokens) const {
+  return visual_tokens;
+}
+
+std::unique_ptr<VisionLanguageModel> VisionLanguageModel::Of(std::unique_ptr<LlavaModel> model) {
+  return std::make_unique<LlavaPipeline>(std::move(model));
+}
+
+std::unique_ptr<VisionLanguageModel> VisionLanguageModel::Of(std::unique_ptr<QwenModel> model) {
+  return std::make_unique<QwenPipeline>(std::move(model));
+}
+
+absl::StatusOr<std::unique_ptr<VisionLanguageModel>> VisionLanguageModel::Load(
+    const std::string& dir, const ModelOptions& options) {
+  if (IsQwen25VLDirectory(dir)) {
+    HAP_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> qwen, QwenModel::Load(dir, options));
+    return Of(std::move(qwen));
+  }
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<LlavaModel> llava, LlavaModel::Load(dir, options));
+  return Of(std::move(llava));
+}
+
+}  // namespace hap

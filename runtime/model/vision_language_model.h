@@ -1,0 +1,77 @@
+// A loaded vision-language checkpoint of either family, LLaVA or Qwen2.5-VL, as the services and
+// hapctl drive it: pipeline.h's stages behind one interface, so a caller holds no family branch.
+// What differs between the families stays in their models: how many visual tokens an image gives
+// (LLaVA's fixed V; Qwen2.5-VL's from the image's size), the image placeholder of a rendered
+// prompt, and which methods apply (VisionZip needs LLaVA's CLS token).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "runtime/model/generate.h"
+#include "runtime/model/language_model.h"
+#include "runtime/model/llava_model.h"
+#include "runtime/model/pipeline.h"
+#include "runtime/model/qwen_model.h"
+#include "runtime/prune/factory.h"
+
+namespace hap {
+
+class VisionLanguageModel {
+ public:
+  // The family config.json names, loaded with `options` (LlavaModel::Load, QwenModel::Load).
+  static absl::StatusOr<std::unique_ptr<VisionLanguageModel>> Load(const std::string& dir,
+                                                                  const ModelOptions& options);
+  static std::unique_ptr<VisionLanguageModel> Of(std::unique_ptr<LlavaModel> model);
+  static std::unique_ptr<VisionLanguageModel> Of(std::unique_ptr<QwenModel> model);
+  virtual ~VisionLanguageModel() = default;
+
+  virtual const LanguageModel& language() const = 0;
+  const std::string& dir() const { return language().dir(); }
+  const TextConfig& text_config() const { return language().text_config(); }
+  std::string Summary() const { return language().Summary(); }
+  // "llava" or "qwen2.5-vl".
+  virtual std::string_view family() const = 0;
+  // What a rendered prompt (PromptText::Rendered) holds exactly once where the image goes:
+  // "<image>" (LLaVA) or "<|image_pad|>" (Qwen2.5-VL, between <|vision_start|> and
+  // <|vision_end|>, as its chat template places it).
+  virtual std::string_view image_placeholder() const = 0;
+  // Whether a rendered prompt is read with special tokens recognized (Qwen2.5-VL's chat markup
+  // is special tokens; LLaVA's rendered prompts are text around "<image>"). Where it is, text a
+  // client wrote must not spell them (Tokenizer::Encode's two modes differ on such text).
+  virtual bool rendered_prompt_reads_special_tokens() const = 0;
+
+  // The visual tokens an image gives unpruned: LLaVA's fixed count, or Qwen2.5-VL's from the
+  // size in the image's header (nothing is decoded). Errors as ReadImageSize's.
+  virtual absl::StatusOr<int> VisualTokensOf(std::string_view image_bytes) const = 0;
+  // The most visual tokens an image this model accepts can give (what one stream may carry).
+  virtual int max_visual_tokens() const = 0;
+  // An image's visual tokens where no image is at hand (a default budget checked at start-up):
+  // LLaVA's fixed count; Qwen2.5-VL's for the warm-up image (WarmUpImageSize).
+  virtual int reference_visual_tokens() const = 0;
+  // Decoder dimensions for an image of `visual_tokens`.
+  ModelDims Dims(int visual_tokens) const { return DimsOf(text_config(), visual_tokens); }
+  // The rows the encoder sends for an image of `visual_tokens` under `prune`: VisionZip's
+  // compressed count, else all of them.
+  virtual absl::StatusOr<int> EncodedTokens(const PruneRequest& prune, int visual_tokens) const;
+
+  // A request's prompt and pruning checked against an image of `visual_tokens` without running
+  // the model (the prompt's length, the method and its budget).
+  virtual absl::Status ValidateRequest(const PromptText& prompt, const PruneRequest& prune,
+                                       int visual_tokens) const = 0;
+  virtual absl::StatusOr<EncodeResult> EncodeImage(std::string_view image_bytes,
+                                                   const PruneRequest& prune,
+                                                   bool keep_in_backend = false) const = 0;
+  virtual absl::StatusOr<PrefillResult> RunPrefill(const PromptText& prompt,
+                                                   const EncodeResult& encoded,
+                                                   const PruneRequest& prune, Sampler* sampler,
+                                                   int kv_reserve_rows = 0) const = 0;
+  virtual absl::StatusOr<double> WarmUpEncode(const PruneRequest& prune) const = 0;
+  virtual absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune) const = 0;
+  virtual absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+                                                  const TokenSink& sink) const = 0;
+};
+
+}  // namespace hap
