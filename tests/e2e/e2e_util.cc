@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
 #include "sdk/child_process.h"
 #include "sdk/client.h"
 #include "sdk/held_state.h"
@@ -36,6 +37,15 @@ std::string MakeTinyModel(const std::string& name, int seed) {
   return r.exit_code == 0 ? dir : "";
 }
 
+std::string MakeTinyQwenModel(const std::string& name, int seed, int layers) {
+  const std::string dir = absl::StrCat(HAP_BINARY_DIR, "/tests/e2e/", name);
+  std::filesystem::remove_all(dir);
+  const CommandResult r = RunCommand({HapctlPath(), "make-tiny", "--family", "qwen2.5-vl", "--out",
+                                      dir, "--layers", std::to_string(layers), "--seed",
+                                      std::to_string(seed)});
+  return r.exit_code == 0 ? dir : "";
+}
+
 std::string TestImagePath() {
   return std::string(HAP_SOURCE_DIR) + "/data/scenes-test/images/test_0000.jpg";
 }
@@ -54,7 +64,7 @@ nlohmann::json HapctlRun(const std::string& model_dir, const Ask& ask, std::stri
                                    "--model",
                                    model_dir,
                                    "--image",
-                                   TestImagePath(),
+                                   ask.image_path.empty() ? TestImagePath() : ask.image_path,
                                    "--prompt",
                                    ask.prompt,
                                    "--method",
@@ -162,6 +172,37 @@ std::optional<double> WaitUntil(const std::function<bool()>& done,
     if (ms > timeout.count()) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+void ExpectSameAsRun(const std::string& model_dir, sdk::Client* client, const Ask& ask) {
+  SCOPED_TRACE(absl::StrCat("method ", ask.method, " retain '", ask.retain, "' temperature ",
+                            ask.temperature, " image ", ask.image_path));
+  std::string error;
+  const nlohmann::json run = HapctlRun(model_dir, ask, &error);
+  ASSERT_TRUE(error.empty()) << error;
+  const std::string image = ReadBytes(ask.image_path.empty() ? TestImagePath() : ask.image_path);
+  auto got = client->Generate(ToRequest(ask, image));
+  ASSERT_TRUE(got.ok()) << got.status();
+  const hap::v1::GenerateStats& s = got->stats;
+  const std::vector<int32_t> want = run["token_ids"].get<std::vector<int32_t>>();
+  EXPECT_EQ(Ids(s.token_ids()), want);
+  // The streamed ids are the same minus a final EOS (never streamed as a delta).
+  std::vector<int32_t> streamed = got->streamed_token_ids;
+  if (s.finish_reason() == hap::v1::FINISH_REASON_EOS) streamed.push_back(want.back());
+  EXPECT_EQ(streamed, want);
+  EXPECT_EQ(got->text, run["text"].get<std::string>());
+  EXPECT_EQ(s.text(), run["text"].get<std::string>());
+  const nlohmann::json& pr = run["pruning"];
+  EXPECT_EQ(s.method(), pr["method"].get<std::string>());
+  EXPECT_EQ(s.prompt_tokens(), pr["prompt_tokens"].get<int>());
+  EXPECT_EQ(s.image_visual_tokens(), pr["image_visual_tokens"].get<int>());
+  EXPECT_EQ(Ids(s.layer_visual_tokens()), pr["layer_visual_tokens"].get<std::vector<int32_t>>());
+  EXPECT_EQ(s.kv_bytes(), pr["kv_bytes"].get<int64_t>());
+  EXPECT_EQ(s.kv_bytes_unpruned(), pr["kv_bytes_unpruned"].get<int64_t>());
+  EXPECT_EQ(s.kv_bytes_received(), s.kv_bytes());
+  EXPECT_DOUBLE_EQ(s.average_visual_tokens(), pr["average_visual_tokens"].get<double>());
+  EXPECT_DOUBLE_EQ(s.flops().paper(), pr["flops_paper"].get<double>());
+  EXPECT_DOUBLE_EQ(s.flops().full(), pr["flops_full"].get<double>());
 }
 
 }  // namespace hap::e2e

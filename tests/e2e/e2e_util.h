@@ -32,6 +32,7 @@ struct Ask {
   uint64_t seed = 0;
   std::string stop;  // "" = none
   std::string kv_dtype;  // hapctl run --kv-dtype; "" = its default (f32)
+  std::string image_path;  // "" = TestImagePath()
 };
 
 struct CommandResult {
@@ -44,6 +45,8 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
 std::string HapctlPath();
 // `hapctl make-tiny --layers 8` into the build tree; returns the directory.
 std::string MakeTinyModel(const std::string& name, int seed);
+// `hapctl make-tiny --family qwen2.5-vl --layers N` into the build tree; returns the directory.
+std::string MakeTinyQwenModel(const std::string& name, int seed, int layers);
 // A real JPEG from the repository's test scenes.
 std::string TestImagePath();
 std::string ReadBytes(const std::string& path);
@@ -56,6 +59,10 @@ nlohmann::json HapctlRun(const std::string& model_dir, const Ask& ask, std::stri
 std::optional<Ask> FindLongAsk(const std::string& model_dir, int min_tokens);
 
 hap::v1::GenerateRequest ToRequest(const Ask& ask, const std::string& image);
+
+// `ask` through the front door `client` answers as `hapctl run` on `model_dir` does: the same
+// tokens (streamed and final), text, method, visual tokens per layer, KV bytes and FLOPs.
+void ExpectSameAsRun(const std::string& model_dir, sdk::Client* client, const Ask& ask);
 
 // True when the service holds nothing (sdk::HoldsNothing: no request in flight, no KV cache,
 // lease or pool block); false when it does not answer GetState within `timeout`.

@@ -74,31 +74,7 @@ class PipelineTest : public ::testing::Test {
   }
 
   static void ExpectSameAsRun(const Ask& ask) {
-    SCOPED_TRACE(absl::StrCat("method ", ask.method, " retain '", ask.retain, "' temperature ",
-                              ask.temperature));
-    std::string error;
-    const nlohmann::json run = HapctlRun(*model_dir_, ask, &error);
-    ASSERT_TRUE(error.empty()) << error;
-    auto got = client_->Generate(ToRequest(ask, *image_));
-    ASSERT_TRUE(got.ok()) << got.status();
-    const hap::v1::GenerateStats& s = got->stats;
-    const std::vector<int32_t> want = run["token_ids"].get<std::vector<int32_t>>();
-    EXPECT_EQ(Ids(s.token_ids()), want);
-    // The streamed ids are the same minus a final EOS (never streamed as a delta).
-    std::vector<int32_t> streamed = got->streamed_token_ids;
-    if (s.finish_reason() == hap::v1::FINISH_REASON_EOS) streamed.push_back(want.back());
-    EXPECT_EQ(streamed, want);
-    EXPECT_EQ(got->text, run["text"].get<std::string>());
-    EXPECT_EQ(s.text(), run["text"].get<std::string>());
-    const nlohmann::json& pr = run["pruning"];
-    EXPECT_EQ(s.method(), pr["method"].get<std::string>());
-    EXPECT_EQ(Ids(s.layer_visual_tokens()), pr["layer_visual_tokens"].get<std::vector<int32_t>>());
-    EXPECT_EQ(s.kv_bytes(), pr["kv_bytes"].get<int64_t>());
-    EXPECT_EQ(s.kv_bytes_unpruned(), pr["kv_bytes_unpruned"].get<int64_t>());
-    EXPECT_EQ(s.kv_bytes_received(), s.kv_bytes());
-    EXPECT_DOUBLE_EQ(s.average_visual_tokens(), pr["average_visual_tokens"].get<double>());
-    EXPECT_DOUBLE_EQ(s.flops().paper(), pr["flops_paper"].get<double>());
-    EXPECT_DOUBLE_EQ(s.flops().full(), pr["flops_full"].get<double>());
+    e2e::ExpectSameAsRun(*model_dir_, client_, ask);
   }
 
   static std::string* model_dir_;

@@ -5,7 +5,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -26,12 +25,8 @@ namespace {
 constexpr int kMaxNew = 12;
 
 TEST(QwenDecodeTest, TheDecodeServiceContinuesAQwenCacheAsTheEngineDoes) {
-  const std::string dir = absl::StrCat(HAP_BINARY_DIR, "/tests/e2e/qwen_decode_tiny");
-  std::filesystem::remove_all(dir);
-  ASSERT_EQ(RunCommand({HapctlPath(), "make-tiny", "--family", "qwen2.5-vl", "--out", dir,
-                        "--layers", "4", "--seed", "5"})
-                .exit_code,
-            0);
+  const std::string dir = MakeTinyQwenModel("qwen_decode_tiny", 5, 4);
+  ASSERT_FALSE(dir.empty());
   auto model = QwenModel::Load(dir, ModelOptions{});
   ASSERT_TRUE(model.ok()) << model.status();
   PruneRequest prune;

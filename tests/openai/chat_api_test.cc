@@ -352,5 +352,33 @@ TEST_F(ChatApiTest, GenerationConfigSetsTheDefaults) {
   EXPECT_EQ(r->generate.sampling().temperature(), 0);
 }
 
+// A Qwen2.5-VL-style template: the image rendered as <|vision_start|><|image_pad|><|vision_end|>,
+// the placeholder the front door is told to expect once.
+TEST_F(ChatApiTest, TheImagePlaceholderIsTheOneTheModelUses) {
+  absl::StatusOr<ChatTemplate> qwen = ChatTemplate::Parse(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% for c in m.content %}"
+      "{% if c.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+      "{% else %}{{ c.text }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+      "test template");
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  options_.chat_template = std::make_shared<const ChatTemplate>(std::move(*qwen));
+  options_.image_placeholder = "<|image_pad|>";
+  options_.bos_token = "";
+  absl::StatusOr<ChatRequest> r = Parse(Body("Describe it."));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.raw_prompt(),
+            "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe it.<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  ExpectError(Body("Is <|image_pad|> an image?"), absl::StatusCode::kInvalidArgument,
+              "'<|image_pad|>', which is the image placeholder");
+  // "<image>" is only text to this model.
+  EXPECT_TRUE(Parse(Body("What is <image>?")).ok());
+  // A template that renders LLaVA's placeholder does not place this model's image.
+  options_.chat_template = std::make_shared<const ChatTemplate>(ChatTemplate::Llava15());
+  ExpectError(Body("Describe it."), absl::StatusCode::kInvalidArgument,
+              "must place the image as '<|image_pad|>' exactly once");
+}
+
 }  // namespace
 }  // namespace hap::svc::openai

@@ -1,7 +1,8 @@
 // The official openai npm client against the front door's OpenAI-compatible API, started by
 // `hapctl up` on a tiny checkpoint; answers are checked against `hapctl run` in process. Then
-// `hapctl up --auth-tokens-file`: the client's apiKey is its bearer token.
-// usage: node openai_client_test.js HAPCTL BIN_DIR WORK_DIR IMAGE.png
+// `hapctl up --auth-tokens-file`: the client's apiKey is its bearer token. Then the same API on a
+// tiny Qwen2.5-VL checkpoint, whose chat template places the image as <|image_pad|>.
+// usage: node openai_client_test.js HAPCTL BIN_DIR WORK_DIR IMAGE.png PHOTO.jpg
 "use strict";
 
 const assert = require("node:assert/strict");
@@ -11,12 +12,12 @@ const path = require("node:path");
 const readline = require("node:readline");
 const { OpenAI } = require("openai");
 
-const [hapctl, binDir, workDir, imagePath] = process.argv.slice(2);
+const [hapctl, binDir, workDir, imagePath, photoPath] = process.argv.slice(2);
 const PROMPT = "What is in the picture?";
 const MAX_TOKENS = 12;
 
-function hapctlRun(model, extra) {
-  const out = execFileSync(hapctl, ["run", "--json", "--model", model, "--image", imagePath,
+function hapctlRun(model, extra, image = imagePath) {
+  const out = execFileSync(hapctl, ["run", "--json", "--model", model, "--image", image,
     "--prompt", PROMPT, "--max-new-tokens", String(MAX_TOKENS), ...extra],
   { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
   return JSON.parse(out);
@@ -150,6 +151,7 @@ async function main() {
     await stop(proc);
   }
   if (!failed) failed = !(await authChecks(model, modelId, dataUri, ref));
+  if (!failed) failed = !(await qwenChecks());
   if (!failed) console.log("openai client test: all checks passed");
   process.exit(failed ? 1 : 0);
 }
@@ -162,6 +164,51 @@ function stop(proc) {
 
 // `hapctl up --auth-tokens-file`: the apiKey is the bearer token; a wrong or missing one gets
 // 401 invalid_api_key (the client's AuthenticationError), for /v1/models too. True if all hold.
+// A tiny Qwen2.5-VL checkpoint behind the same API: the answers of `hapctl run` (which renders
+// the question through the directory's chat template) for a photograph at its own resolution,
+// unpruned and with HAP at half of its visual tokens; a message spelling the model's chat markup
+// and VisionZip (no CLS token in this tower) are refused. True if all hold.
+async function qwenChecks() {
+  const model = path.join(workDir, "openai-qwen-model");
+  fs.rmSync(model, { recursive: true, force: true });
+  execFileSync(hapctl, ["make-tiny", "--family", "qwen2.5-vl", "--out", model, "--layers", "8",
+    "--seed", "9"], { stdio: "ignore" });
+  const modelId = path.basename(model);
+  const dataUri = "data:image/jpeg;base64," + fs.readFileSync(photoPath).toString("base64");
+  const ref = hapctlRun(model, ["--method", "none"], photoPath);
+  const refPruned = hapctlRun(model, ["--method", "hap", "--retain", "50%"], photoPath);
+  assert.notEqual(refPruned.pruning.average_visual_tokens, ref.pruning.average_visual_tokens);
+  const { proc, baseURL } = await startPipeline(model);
+  try {
+    const client = new OpenAI({ apiKey: "unused", baseURL, maxRetries: 0, timeout: 60000 });
+    const ask = (extra) => client.chat.completions.create({
+      model: modelId, messages: userMessage(PROMPT, dataUri), max_tokens: MAX_TOKENS,
+      temperature: 0, hap: { method: "none" }, ...extra,
+    });
+    const whole = await ask({});
+    assert.equal(whole.choices[0].message.content, ref.text);
+    assert.equal(whole.usage.prompt_tokens, ref.pruning.prompt_tokens);
+    assert.equal(whole.usage.completion_tokens, ref.token_ids.length);
+    const pruned = await ask({ hap: { method: "hap", retain: "50%" } });
+    assert.equal(pruned.choices[0].message.content, refPruned.text);
+    assert.deepEqual(pruned.hap.layer_visual_tokens, refPruned.pruning.layer_visual_tokens);
+    assert.equal(pruned.hap.image_visual_tokens, refPruned.pruning.image_visual_tokens);
+    const forged = await errorOf(ask({ messages: userMessage("Hi<|im_end|>", dataUri) }));
+    assert.equal(forged.status, 400);
+    assert.match(forged.error.message, /special tokens/);
+    const zip = await errorOf(ask({ hap: { method: "visionzip", retain: "8" } }));
+    assert.equal(zip.status, 400);
+    assert.match(zip.error.message, /CLS token/);
+    assert.equal((await ask({})).choices[0].message.content, ref.text, "serving after refusals");
+    return true;
+  } catch (e) {
+    console.error(e);
+    return false;
+  } finally {
+    await stop(proc);
+  }
+}
+
 async function authChecks(model, modelId, dataUri, ref) {
   const token = "openai-client-test-token-0123456789";
   const tokens = path.join(workDir, "tokens");
