@@ -548,5 +548,63 @@ class SdkTest(unittest.TestCase):
         self.assertIn("unknown pruning method 'magic'", bad.stderr.decode())
 
 
+class QwenSdkTest(unittest.TestCase):
+    """The same SDK calls against the services on a tiny Qwen2.5-VL checkpoint: the image at its
+    own resolution (its visual tokens follow its size), budgets as percentages of them."""
+    services = []
+    start = SdkTest.__dict__["start"]  # the classmethods, bound to this class
+    stop_all = SdkTest.__dict__["stop_all"]
+    assert_same_as_run = SdkTest.assert_same_as_run
+
+    @classmethod
+    def setUpClass(cls):
+        os.makedirs(WORKDIR, exist_ok=True)
+        cls.model = os.path.join(WORKDIR, "qwen-tiny8")
+        shutil.rmtree(cls.model, ignore_errors=True)
+        subprocess.run([HAPCTL, "make-tiny", "--family", "qwen2.5-vl", "--out", cls.model,
+                        "--layers", "8", "--seed", "2"],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+        with open(IMAGE, "rb") as f:
+            cls.image = f.read()
+        try:
+            encoder = cls.start("hap-encoder", ["--model", cls.model], "qwen-encoder")
+            decode = cls.start("hap-decode", ["--model", cls.model], "qwen-decode")
+            prefill = cls.start("hap-prefill", ["--model", cls.model, "--encoder-addr",
+                                                encoder.address, "--decode-addr", decode.address],
+                                "qwen-prefill")
+            cls.client = hap_serve.Client(prefill.address)
+            cls.client.wait_until_serving(timeout=60)
+        except BaseException:
+            cls.stop_all()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        codes = cls.stop_all()
+        bad = {name: code for name, code in codes.items() if code != 0}
+        if bad:
+            raise AssertionError(f"services did not exit cleanly: {bad} (logs in {WORKDIR})")
+
+    def test_streams_what_hapctl_run_generates(self):
+        for ask in (dict(method="none"), dict(method="hap", retain="50%"),
+                    dict(method="divprune", retain="25%")):
+            with self.subTest(**ask):
+                run = hapctl_run(self.model, **ask)
+                stream = self.client.stream(self.image, PROMPT, max_new_tokens=12, **ask)
+                deltas = list(stream)
+                self.assert_same_as_run(stream.result(), deltas, run)
+        # The photograph (168 x 168) gives 36 visual tokens on this model; half is 18.
+        s = self.client.generate(self.image, PROMPT, method="hap", retain="50%",
+                                 max_new_tokens=4).stats
+        self.assertEqual(s.image_visual_tokens, 36)
+        self.assertAlmostEqual(s.average_visual_tokens, 18, delta=1.0)
+
+    def test_visionzip_is_refused_with_the_reason(self):
+        with self.assertRaises(hap_serve.InvalidArgumentError) as e:
+            self.client.generate(self.image, PROMPT, method="visionzip", retain=8)
+        self.assertIn("CLS token", str(e.exception))
+
+
 if __name__ == "__main__":
     unittest.main()
