@@ -10,8 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/device/device_backend.h"
 #include "runtime/io/model_dir.h"
-#include "runtime/io/qwen_config.h"
-#include "runtime/model/pipeline.h"
+#include "runtime/model/vision_language_model.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
 #include "tools/hapctl/run_options.h"
@@ -44,7 +43,6 @@ int CmdRun(const std::vector<std::string>& args) {
   if (!backend.ok()) return Fail("run", backend.status());
   options.backend = *backend;
   const std::string dir = ResolveModelDir(flags->GetOr("model", ""));
-  absl::StatusOr<GenerateResult> result;
   TokenSink sink;
   if (!json) {
     sink = [](int32_t, const std::string& delta) {
@@ -53,30 +51,14 @@ int CmdRun(const std::vector<std::string>& args) {
       return true;
     };
   }
-  double load_ms = 0;
-  if (IsQwen25VLDirectory(dir)) {
-    // Qwen2.5-VL: the image's own resolution decides its visual tokens, which a budget in %
-    // is taken of.
-    auto model = QwenModel::Load(dir, options);
-    if (!model.ok()) return Fail("run", model.status());
-    load_ms = MsSince(t0);
-    auto image_path = flags->Required("image");
-    if (!image_path.ok()) return Fail("run", image_path.status());
-    auto image = ReadFile(*image_path);
-    if (!image.ok()) return Fail("run", image.status());
-    auto visual_tokens = VisualTokensOf(**model, *image);
-    if (!visual_tokens.ok()) return Fail("run", visual_tokens.status());
-    auto request = ParseGenerateRequest(*flags, *visual_tokens);
-    if (!request.ok()) return Fail("run", request.status());
-    result = Generate(**model, *request, sink);
-  } else {
-    auto model = LlavaModel::Load(dir, options);
-    if (!model.ok()) return Fail("run", model.status());
-    load_ms = MsSince(t0);
-    auto request = ParseGenerateRequest(*flags, (*model)->config().num_visual_tokens());
-    if (!request.ok()) return Fail("run", request.status());
-    result = Generate(**model, *request, sink);
-  }
+  auto model = VisionLanguageModel::Load(dir, options);
+  if (!model.ok()) return Fail("run", model.status());
+  const double load_ms = MsSince(t0);
+  // A budget in % is of the image's visual tokens (for Qwen2.5-VL they follow its size).
+  auto request = ParseGenerateRequest(
+      *flags, [&](std::string_view image) { return (*model)->VisualTokensOf(image); });
+  if (!request.ok()) return Fail("run", request.status());
+  absl::StatusOr<GenerateResult> result = (*model)->Generate(*request, sink);
   if (!result.ok()) {
     if (!json) std::fputc('\n', stdout);
     return Fail("run", result.status());

@@ -96,11 +96,19 @@ absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags) {
 }
 
 absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags, int n_visual_tokens) {
+  return ParseGenerateRequest(flags,
+                              [n_visual_tokens](std::string_view) { return n_visual_tokens; });
+}
+
+absl::StatusOr<GenerateRequest> ParseGenerateRequest(
+    const Flags& flags,
+    const std::function<absl::StatusOr<int>(std::string_view image)>& visual_tokens_of) {
   GenerateRequest req;
-  HAP_ASSIGN_OR_RETURN(req.prune, ParsePruneFlags(flags, n_visual_tokens));
   HAP_ASSIGN_OR_RETURN(std::string image_path, flags.Required("image"));
   HAP_ASSIGN_OR_RETURN(req.prompt, flags.Required("prompt"));
   HAP_ASSIGN_OR_RETURN(req.image_bytes, ReadFile(image_path));
+  HAP_ASSIGN_OR_RETURN(const int n_visual_tokens, visual_tokens_of(req.image_bytes));
+  HAP_ASSIGN_OR_RETURN(req.prune, ParsePruneFlags(flags, n_visual_tokens));
   HAP_ASSIGN_OR_RETURN(req.stop.max_new_tokens, ParseMaxNewTokens(flags, 64));
   HAP_ASSIGN_OR_RETURN(req.sampling, ParseSamplingFlags(flags));
   if (auto stop = flags.Get("stop")) req.stop.stop_strings.push_back(*stop);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -19,6 +20,10 @@ void AddGenerationFlags(std::set<std::string>* value_flags);
 // Reads --image (file) and --prompt plus the generation and pruning flags into a request.
 // `n_visual_tokens` (V of the model) resolves a "--retain 5.6%" percentage.
 absl::StatusOr<GenerateRequest> ParseGenerateRequest(const Flags& flags, int n_visual_tokens);
+// The same with V taken from the image (a Qwen2.5-VL image's count follows its size).
+absl::StatusOr<GenerateRequest> ParseGenerateRequest(
+    const Flags& flags,
+    const std::function<absl::StatusOr<int>(std::string_view image)>& visual_tokens_of);
 
 // --max-new-tokens (`default_value` when absent), checked to be in [1, 1048576].
 absl::StatusOr<int> ParseMaxNewTokens(const Flags& flags, int default_value);
