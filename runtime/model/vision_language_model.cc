@@ -1,14 +1,34 @@
 #include "runtime/model/vision_language_model.h"
 
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <utility>
 
 #include "base/status_macros.h"
+#include "runtime/image/resize.h"
 #include "runtime/io/qwen_config.h"
 #include "runtime/prune/visionzip.h"
 
 namespace hap {
 
 namespace {
+
+// Normalised pixels F32 [3, size, size] back to RGB8: pixel = (x·std + mean)·255.
+RgbImage Denormalise(const std::vector<float>& pixels, int size, const std::array<double, 3>& mean,
+                     const std::array<double, 3>& std) {
+  RgbImage img;
+  img.width = img.height = size;
+  img.pixels.resize(static_cast<size_t>(size) * size * 3);
+  const size_t plane = static_cast<size_t>(size) * size;
+  for (int c = 0; c < 3; ++c) {
+    for (size_t i = 0; i < plane; ++i) {
+      const double v = (pixels[c * plane + i] * std[c] + mean[c]) * 255.0;
+      img.pixels[i * 3 + c] = static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+    }
+  }
+  return img;
+}
 
 class LlavaPipeline final : public VisionLanguageModel {
  public:
@@ -52,6 +72,30 @@ class LlavaPipeline final : public VisionLanguageModel {
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
                                           const TokenSink& sink) const override {
     return hap::Generate(*model_, request, sink);
+  }
+
+  absl::StatusOr<PromptTokens> Tokenize(const PromptText& prompt,
+                                        const EncodeResult& encoded) const override {
+    return model_->Tokenize(prompt, encoded.n_vis);
+  }
+  absl::StatusOr<PrefillOutput> Prefill(const PromptText& prompt, const EncodeResult& encoded,
+                                        Pruner* pruner) const override {
+    HAP_ASSIGN_OR_RETURN(PromptTokens tokens, Tokenize(prompt, encoded));
+    return model_->Prefill(tokens, encoded.embeds, pruner);
+  }
+  absl::StatusOr<VisualTokenLayout> TokenLayoutOf(std::string_view image_bytes) const override {
+    const LlavaConfig& cfg = model_->config();
+    if (cfg.vision_feature_select_strategy != "default") {
+      return absl::FailedPreconditionError(
+          "visual tokens map to image patches only for vision_feature_select_strategy "
+          "'default' (with 'full' the first one is the CLS token)");
+    }
+    HAP_ASSIGN_OR_RETURN(std::vector<float> pixels, model_->PreprocessImage(image_bytes));
+    const ImageProcessorConfig& p = model_->image_processor();
+    VisualTokenLayout out;
+    out.image = Denormalise(pixels, cfg.vision.image_size, p.image_mean, p.image_std);
+    out.rows = out.cols = cfg.vision.image_size / cfg.vision.patch_size;
+    return out;
   }
 
  private:
@@ -103,6 +147,31 @@ class QwenPipeline final : public VisionLanguageModel {
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
                                           const TokenSink& sink) const override {
     return hap::Generate(*model_, request, sink);
+  }
+
+  absl::StatusOr<PromptTokens> Tokenize(const PromptText& prompt,
+                                        const EncodeResult& encoded) const override {
+    HAP_ASSIGN_OR_RETURN(QwenPrompt p, model_->Tokenize(prompt, encoded.grid));
+    return p.tokens;
+  }
+  absl::StatusOr<PrefillOutput> Prefill(const PromptText& prompt, const EncodeResult& encoded,
+                                        Pruner* pruner) const override {
+    HAP_ASSIGN_OR_RETURN(QwenPrompt p, model_->Tokenize(prompt, encoded.grid));
+    return model_->Prefill(p, encoded.embeds, pruner);
+  }
+  // The merger's output runs over 2 x 2 merge units row by row, so token k is the unit
+  // (k / (grid.w / merge), k % (grid.w / merge)) of the resized image.
+  absl::StatusOr<VisualTokenLayout> TokenLayoutOf(std::string_view image_bytes) const override {
+    HAP_ASSIGN_OR_RETURN(RgbImage image,
+                         DecodeImage(image_bytes, model_->options().image_limits));
+    HAP_ASSIGN_OR_RETURN(ImageGrid grid,
+                         ImageGridOf(*model_, ImageSize{image.width, image.height}));
+    const Qwen2VLImageProcessorConfig& p = model_->image_processor();
+    VisualTokenLayout out;
+    out.image = Resize(image, p.resample, grid.w * p.patch_size, grid.h * p.patch_size);
+    out.rows = grid.h / p.merge_size;
+    out.cols = grid.w / p.merge_size;
+    return out;
   }
 
  private:

@@ -19,6 +19,13 @@
 
 namespace hap {
 
+// An image as the vision tower sees it, and where each visual token lies on it: token k covers
+// the cell (k / cols, k % cols) of a rows x cols grid over `image`.
+struct VisualTokenLayout {
+  RgbImage image;  // resized (and cropped) as the image processor does, RGB8
+  int rows = 0, cols = 0;
+};
+
 class VisionLanguageModel {
  public:
   // The family config.json names, loaded with `options` (LlavaModel::Load, QwenModel::Load).
@@ -72,6 +79,19 @@ class VisionLanguageModel {
   virtual absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune) const = 0;
   virtual absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
                                                   const TokenSink& sink) const = 0;
+
+  // For tools that look inside one request (hapctl explain):
+  // The prompt's ids for an encoded image (where its visual rows sit).
+  virtual absl::StatusOr<PromptTokens> Tokenize(const PromptText& prompt,
+                                                const EncodeResult& encoded) const = 0;
+  // The model's prefill of the prompt over an encoded image (embeddings on the host) with
+  // `pruner` as its pruning hook (null: none), the logits returned.
+  virtual absl::StatusOr<PrefillOutput> Prefill(const PromptText& prompt,
+                                                const EncodeResult& encoded,
+                                                Pruner* pruner) const = 0;
+  // The image as the tower sees it and its visual tokens' cells. FailedPrecondition where
+  // tokens do not map to cells (LLaVA's "full" strategy keeps the CLS token).
+  virtual absl::StatusOr<VisualTokenLayout> TokenLayoutOf(std::string_view image_bytes) const = 0;
 };
 
 }  // namespace hap

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -22,7 +23,9 @@
 #include "nlohmann/json.hpp"
 #include "runtime/device/device_backend.h"
 #include "runtime/io/model_dir.h"
+#include "runtime/io/qwen_config.h"
 #include "runtime/model/pipeline.h"
+#include "runtime/model/vision_language_model.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
 #include "tools/hapctl/llava_eval_files.h"
@@ -91,6 +94,7 @@ struct EvalSummary {
   std::map<std::string, std::pair<int, int>> per_type;  // type → (correct, total)
   double sum_avg_visual = 0, sum_flops_frac = 0, sum_flops_paper_frac = 0, sum_kv_frac = 0;
   double sum_prefill_ms = 0, sum_select_ms = 0;
+  double sum_image_visual = 0;  // V of each question's image (Qwen2.5-VL's follows its size)
   std::vector<nlohmann::json> predictions;
   double accuracy() const { return total ? static_cast<double>(correct) / total : 0; }
 };
@@ -144,31 +148,43 @@ class Progress {
   Clock::time_point last_print_ = start_;
 };
 
-absl::StatusOr<EvalSummary> Evaluate(const LlavaModel& model, const std::string& dir,
+// A request's pruning for an image of `visual_tokens` (a budget in % is of them).
+using PruneFor = std::function<absl::StatusOr<PruneRequest>(int visual_tokens)>;
+
+absl::StatusOr<EvalSummary> Evaluate(const VisionLanguageModel& model, const std::string& dir,
                                      const std::vector<Question>& questions,
-                                     const PruneRequest& prune, int max_new_tokens,
+                                     const PruneFor& prune_for, int max_new_tokens,
                                      const char* label) {
   EvalSummary s;
   Progress progress(label, static_cast<int>(questions.size()));
-  std::map<std::string, EncodeResult> encoded;  // per image: encoding does not depend on text
+  struct Encoded {
+    PruneRequest prune;
+    EncodeResult image;
+  };
+  // Per image: encoding does not depend on the question.
+  std::map<std::string, Encoded> encoded;
   for (const Question& q : questions) {
     auto it = encoded.find(q.image);
     if (it == encoded.end()) {
       HAP_ASSIGN_OR_RETURN(std::string bytes,
                            ReadFile((std::filesystem::path(dir) / q.image).string()));
-      HAP_ASSIGN_OR_RETURN(EncodeResult enc, EncodeImage(model, bytes, prune));
+      Encoded e;
+      HAP_ASSIGN_OR_RETURN(const int visual_tokens, model.VisualTokensOf(bytes));
+      HAP_ASSIGN_OR_RETURN(e.prune, prune_for(visual_tokens));
+      HAP_ASSIGN_OR_RETURN(e.image, model.EncodeImage(bytes, e.prune));
       if (encoded.size() > 64) encoded.clear();
-      it = encoded.emplace(q.image, std::move(enc)).first;
+      it = encoded.emplace(q.image, std::move(e)).first;
     }
+    const PruneRequest& prune = it->second.prune;
     Sampler sampler(SamplingParams{});
-    HAP_ASSIGN_OR_RETURN(PrefillResult prefill,
-                         RunPrefill(model, q.question, it->second, prune, &sampler,
-                                    max_new_tokens));
+    HAP_ASSIGN_OR_RETURN(
+        PrefillResult prefill,
+        model.RunPrefill(q.question, it->second.image, prune, &sampler, max_new_tokens));
     StopCriteria stop;
     stop.max_new_tokens = max_new_tokens;
-    HAP_ASSIGN_OR_RETURN(
-        DecodeResult dec,
-        ContinueDecodeLoop(model, &prefill.kv(), prefill.first_token, sampler, stop, nullptr));
+    HAP_ASSIGN_OR_RETURN(DecodeResult dec,
+                         ContinueDecodeLoop(model.language(), &prefill.kv(), prefill.first_token,
+                                            sampler, stop, nullptr));
     const bool ok = NormaliseAnswer(dec.text) == NormaliseAnswer(q.answer);
     const PrefillStats& st = prefill.stats;
     s.total++;
@@ -176,6 +192,7 @@ absl::StatusOr<EvalSummary> Evaluate(const LlavaModel& model, const std::string&
     s.per_type[q.type].first += ok;
     s.per_type[q.type].second++;
     s.sum_avg_visual += st.average_visual_tokens;
+    s.sum_image_visual += st.image_visual_tokens;
     s.sum_flops_frac += st.flops_full / st.unpruned_flops_full;
     s.sum_flops_paper_frac += st.flops_paper / st.unpruned_flops_paper;
     s.sum_kv_frac += static_cast<double>(st.kv_bytes) / st.kv_bytes_unpruned;
@@ -205,6 +222,7 @@ nlohmann::json SummaryJson(const EvalSummary& s) {
           {"total", s.total},
           {"per_type", per_type},
           {"average_visual_tokens", s.sum_avg_visual / n},
+          {"average_image_visual_tokens", s.sum_image_visual / n},
           {"flops_full", s.sum_flops_frac / n},
           {"flops_paper", s.sum_flops_paper_frac / n},
           {"kv_cache_fraction", s.sum_kv_frac / n},
@@ -213,29 +231,37 @@ nlohmann::json SummaryJson(const EvalSummary& s) {
 }
 
 // --model (or the default model) on --device with --threads, its KV caches in --kv-dtype.
-absl::StatusOr<std::unique_ptr<LlavaModel>> LoadModel(const Flags& flags) {
+absl::StatusOr<ModelOptions> LoadOptions(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0));
   ModelOptions options;
   options.threads = static_cast<int>(threads);
   HAP_ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeFlag(flags));
   HAP_ASSIGN_OR_RETURN(options.attention_dtype, ParseAttentionDTypeFlag(flags));
   HAP_ASSIGN_OR_RETURN(options.backend, BackendForDevice(DeviceFlag(flags)));
-  return LlavaModel::Load(ResolveModelDir(flags.GetOr("model", "")), options);
+  return options;
 }
 
 absl::Status EvalFolder(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(std::string data, flags.Required("data"));
   HAP_ASSIGN_OR_RETURN(int64_t limit, flags.Int("limit", 0));
   HAP_ASSIGN_OR_RETURN(int64_t max_new, flags.Int("max-new-tokens", 4));
-  HAP_ASSIGN_OR_RETURN(auto model, LoadModel(flags));
-  HAP_ASSIGN_OR_RETURN(PruneRequest prune,
-                       ParsePruneFlags(flags, model->config().num_visual_tokens()));
-  HAP_RETURN_IF_ERROR(ValidateRequest(*model, "What is it?", prune));
-  HAP_ASSIGN_OR_RETURN(std::vector<Question> questions, ReadQuestions(data, limit));
-
+  HAP_ASSIGN_OR_RETURN(ModelOptions options, LoadOptions(flags));
   HAP_ASSIGN_OR_RETURN(
-      EvalSummary pruned,
-      Evaluate(*model, data, questions, prune, static_cast<int>(max_new), prune.method.c_str()));
+      std::unique_ptr<VisionLanguageModel> model,
+      VisionLanguageModel::Load(ResolveModelDir(flags.GetOr("model", "")), options));
+  // The budget as given, checked on an image of the model's reference size; a budget in % is
+  // resolved again for each image's own visual tokens (they differ on Qwen2.5-VL).
+  const int reference_tokens = model->reference_visual_tokens();
+  HAP_ASSIGN_OR_RETURN(PruneRequest prune, ParsePruneFlags(flags, reference_tokens));
+  HAP_RETURN_IF_ERROR(model->ValidateRequest("What is it?", prune, reference_tokens));
+  HAP_ASSIGN_OR_RETURN(std::vector<Question> questions, ReadQuestions(data, limit));
+  const PruneFor pruned_for = [&flags](int visual_tokens) {
+    return ParsePruneFlags(flags, visual_tokens);
+  };
+
+  HAP_ASSIGN_OR_RETURN(EvalSummary pruned, Evaluate(*model, data, questions, pruned_for,
+                                                    static_cast<int>(max_new),
+                                                    prune.method.c_str()));
   nlohmann::json out = SummaryJson(pruned);
   out["method"] = prune.method;
   out["paq_temperature"] = prune.paq_temperature;
@@ -244,8 +270,10 @@ absl::Status EvalFolder(const Flags& flags) {
   if (prune.method != "none" && !flags.Bool("no-baseline")) {
     PruneRequest none;
     none.method = "none";
-    HAP_ASSIGN_OR_RETURN(EvalSummary base, Evaluate(*model, data, questions, none,
-                                                    static_cast<int>(max_new), "unpruned"));
+    HAP_ASSIGN_OR_RETURN(
+        EvalSummary base,
+        Evaluate(*model, data, questions, [&none](int) { return none; },
+                 static_cast<int>(max_new), "unpruned"));
     out["unpruned_accuracy"] = base.accuracy();
     out["relative_score"] = base.accuracy() > 0 ? pruned.accuracy() / base.accuracy() : 0.0;
   }
@@ -271,9 +299,10 @@ absl::Status EvalFolder(const Flags& flags) {
                 ct.second);
   }
   std::printf(
-      "average visual tokens per layer %.2f of %d | FLOPs %.1f%% (full), %.1f%% (paper) | "
+      "average visual tokens per layer %.2f of %.4g | FLOPs %.1f%% (full), %.1f%% (paper) | "
       "KV %.1f%% | mean prefill %.2f ms (PAQ+select %.3f ms)\n",
-      out["average_visual_tokens"].get<double>(), model->config().num_visual_tokens(),
+      out["average_visual_tokens"].get<double>(),
+      out["average_image_visual_tokens"].get<double>(),
       100 * out["flops_full"].get<double>(), 100 * out["flops_paper"].get<double>(),
       100 * out["kv_cache_fraction"].get<double>(), out["mean_prefill_ms"].get<double>(),
       out["mean_score_select_ms"].get<double>());
@@ -414,7 +443,13 @@ absl::Status EvalLlavaFiles(const Flags& flags) {
 
   const std::string model_dir = ResolveModelDir(flags.GetOr("model", ""));
   o.model_id = ModelIdOf(model_dir);
-  HAP_ASSIGN_OR_RETURN(auto model, LoadModel(flags));
+  if (IsQwen25VLDirectory(model_dir)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        model_dir, " is a Qwen2.5-VL directory; --question-file renders LLaVA's conversation "
+                   "modes (llava_hf, vicuna_v1): evaluate it with --data"));
+  }
+  HAP_ASSIGN_OR_RETURN(ModelOptions options, LoadOptions(flags));
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<LlavaModel> model, LlavaModel::Load(model_dir, options));
   o.kv_dtype = model->options().kv_dtype;
   HAP_ASSIGN_OR_RETURN(PruneRequest base,
                        ParsePruneFlags(flags, model->config().num_visual_tokens()));

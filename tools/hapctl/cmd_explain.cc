@@ -19,9 +19,8 @@
 #include "kernels/prune/weighted_sum.h"
 #include "nlohmann/json.hpp"
 #include "base/status_macros.h"
-#include "runtime/image/clip_preprocess.h"
 #include "runtime/image/png_encode.h"
-#include "runtime/model/pipeline.h"
+#include "runtime/model/vision_language_model.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
 #include "runtime/io/model_dir.h"
@@ -30,36 +29,29 @@
 namespace hap::cli {
 namespace {
 
-// The preprocessed crop the model saw, as RGB8: pixel = (x·std + mean)·255.
-RgbImage Denormalise(const std::vector<float>& pixels, int size) {
-  RgbImage img;
-  img.width = img.height = size;
-  img.pixels.resize(static_cast<size_t>(size) * size * 3);
-  for (int c = 0; c < 3; ++c) {
-    for (int i = 0; i < size * size; ++i) {
-      const float v = (pixels[static_cast<size_t>(c) * size * size + i] * kClipStd[c] + kClipMean[c]) * 255.f;
-      img.pixels[static_cast<size_t>(i) * 3 + c] =
-          static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
-    }
-  }
-  return img;
+// The cell of `layout` that pixel (x, y) of its image lies in, as a token index.
+int CellOf(const VisualTokenLayout& layout, int x, int y) {
+  const int cell_w = layout.image.width / layout.cols, cell_h = layout.image.height / layout.rows;
+  const int gy = std::min(y / cell_h, layout.rows - 1), gx = std::min(x / cell_w, layout.cols - 1);
+  return gy * layout.cols + gx;
 }
 
-// Kept patches keep their colours; dropped ones are darkened and desaturated; a grid marks the
-// patch boundaries.
-RgbImage HighlightKept(const RgbImage& base, int grid, const std::vector<int>& kept) {
+// Kept tokens' cells keep their colours; dropped ones are darkened and desaturated; a grid marks
+// the cell boundaries.
+RgbImage HighlightKept(const VisualTokenLayout& layout, const std::vector<int>& kept) {
+  const RgbImage& base = layout.image;
   RgbImage out = base;
-  std::vector<bool> keep(static_cast<size_t>(grid) * grid, false);
+  const int n = layout.rows * layout.cols;
+  std::vector<bool> keep(static_cast<size_t>(n), false);
   for (int k : kept) {
-    if (k >= 0 && k < grid * grid) keep[k] = true;
+    if (k >= 0 && k < n) keep[k] = true;
   }
-  const int patch = base.width / grid;
+  const int cell_w = base.width / layout.cols, cell_h = base.height / layout.rows;
   for (int y = 0; y < base.height; ++y) {
     for (int x = 0; x < base.width; ++x) {
-      const int gy = std::min(y / patch, grid - 1), gx = std::min(x / patch, grid - 1);
       uint8_t* p = &out.pixels[(static_cast<size_t>(y) * base.width + x) * 3];
-      const bool border = (y % patch == 0) || (x % patch == 0);
-      if (!keep[gy * grid + gx]) {
+      const bool border = (y % cell_h == 0) || (x % cell_w == 0);
+      if (!keep[CellOf(layout, x, y)]) {
         const int gray = (p[0] + p[1] + p[2]) / 3;
         for (int c = 0; c < 3; ++c) p[c] = static_cast<uint8_t>(gray / 4);
       } else if (border) {
@@ -72,17 +64,16 @@ RgbImage HighlightKept(const RgbImage& base, int grid, const std::vector<int>& k
   return out;
 }
 
-// Heat map of scores (one per patch; -1 = not present) over the image: a black→red→yellow
-// ramp blended 70/30 with the image; absent patches are black.
-RgbImage HeatMap(const RgbImage& base, int grid, const std::vector<float>& scores) {
+// Heat map of scores (one per token's cell; -1 = not present) over the image: a
+// black→red→yellow ramp blended 70/30 with the image; absent cells are black.
+RgbImage HeatMap(const VisualTokenLayout& layout, const std::vector<float>& scores) {
+  const RgbImage& base = layout.image;
   RgbImage out = base;
   float hi = 0;
   for (float s : scores) hi = std::max(hi, s);
-  const int patch = base.width / grid;
   for (int y = 0; y < base.height; ++y) {
     for (int x = 0; x < base.width; ++x) {
-      const int gy = std::min(y / patch, grid - 1), gx = std::min(x / patch, grid - 1);
-      const float s = scores[gy * grid + gx];
+      const float s = scores[CellOf(layout, x, y)];
       uint8_t* p = &out.pixels[(static_cast<size_t>(y) * base.width + x) * 3];
       if (s < 0) {
         p[0] = p[1] = p[2] = 0;
@@ -201,13 +192,14 @@ class HeadStatsObserver : public Pruner {
 };
 
 // Runs the prompt once more without pruning and returns the "head_stats" object of explain.json.
-absl::StatusOr<nlohmann::json> HeadStatsJson(const LlavaModel& model, const GenerateRequest& req) {
+absl::StatusOr<nlohmann::json> HeadStatsJson(const VisionLanguageModel& model,
+                                             const GenerateRequest& req) {
   PruneRequest none;
   none.method = "none";
-  HAP_ASSIGN_OR_RETURN(EncodeResult encoded, EncodeImage(model, req.image_bytes, none));
-  HAP_ASSIGN_OR_RETURN(PromptTokens tokens, model.Tokenize(req.prompt, encoded.n_vis));
+  HAP_ASSIGN_OR_RETURN(EncodeResult encoded, model.EncodeImage(req.image_bytes, none));
+  HAP_ASSIGN_OR_RETURN(PromptTokens tokens, model.Tokenize(req.prompt, encoded));
   HeadStatsObserver observer(req.prune.paq_temperature);
-  HAP_RETURN_IF_ERROR(model.Prefill(tokens, encoded.embeds, &observer).status());
+  HAP_RETURN_IF_ERROR(model.Prefill(req.prompt, encoded, &observer).status());
   nlohmann::json layers = nlohmann::json::array();
   for (const HeadStatsLayer& s : observer.layers()) {
     const int H = static_cast<int>(s.weights.size());
@@ -245,9 +237,14 @@ absl::StatusOr<nlohmann::json> HeadStatsJson(const LlavaModel& model, const Gene
 
 absl::Status Explain(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(std::string out_dir, flags.Required("out"));
-  HAP_ASSIGN_OR_RETURN(auto model, LlavaModel::Load(ResolveModelDir(flags.GetOr("model", "")), {}));
-  const LlavaConfig& cfg = model->config();
-  HAP_ASSIGN_OR_RETURN(GenerateRequest req, ParseGenerateRequest(flags, cfg.num_visual_tokens()));
+  HAP_ASSIGN_OR_RETURN(
+      std::unique_ptr<VisionLanguageModel> model,
+      VisionLanguageModel::Load(ResolveModelDir(flags.GetOr("model", "")), ModelOptions{}));
+  // A budget in % is of this image's visual tokens (they follow its size on Qwen2.5-VL).
+  HAP_ASSIGN_OR_RETURN(GenerateRequest req,
+                       ParseGenerateRequest(flags, [&](std::string_view image) {
+                         return model->VisualTokensOf(image);
+                       }));
   if (req.prune.method == "none") req.prune.method = "hap";
   if (req.prune.method != "hap" && req.prune.method != "uniform" &&
       req.prune.method != "hap-flat" && req.prune.method != "uniform-flat") {
@@ -257,10 +254,10 @@ absl::Status Explain(const Flags& flags) {
   if (!req.prune.retain && !req.prune.flops) {
     return absl::InvalidArgumentError("explain needs a budget: --retain K|P% or --flops F");
   }
-  if (cfg.vision_feature_select_strategy != "default") {
-    return absl::InvalidArgumentError("explain maps tokens to patches only for strategy 'default'");
-  }
-  HAP_ASSIGN_OR_RETURN(GenerateResult result, Generate(*model, req, nullptr));
+  // Where each visual token lies on the image (before the model runs: a layout this model's
+  // tokens do not have fails first).
+  HAP_ASSIGN_OR_RETURN(const VisualTokenLayout layout, model->TokenLayoutOf(req.image_bytes));
+  HAP_ASSIGN_OR_RETURN(GenerateResult result, model->Generate(req, nullptr));
   const PruneStats& ps = result.stats.prune;
   HAP_RETURN_IF_ERROR(CreateDirectories(out_dir));
   const auto path = [&](const std::string& name) {
@@ -290,26 +287,23 @@ absl::Status Explain(const Flags& flags) {
     HAP_ASSIGN_OR_RETURN(j["head_stats"], HeadStatsJson(*model, req));
   }
 
-  HAP_ASSIGN_OR_RETURN(std::vector<float> pixels, model->PreprocessImage(req.image_bytes));
-  const int size = cfg.vision.image_size;
-  const int grid = size / cfg.vision.patch_size;
-  const RgbImage base = Denormalise(pixels, size);
-  HAP_RETURN_IF_ERROR(WritePng(path("image.png"), base));
+  const int n_cells = layout.rows * layout.cols;
+  HAP_RETURN_IF_ERROR(WritePng(path("image.png"), layout.image));
   nlohmann::json groups = nlohmann::json::array();
   for (const HapGroupExplain& g : ps.hap_groups) {
     // Scores are over the tokens present in the group; map them back to image patches.
     std::vector<int> present_original;
     if (g.group == 0) {
-      for (int i = 0; i < grid * grid; ++i) present_original.push_back(i);
+      for (int i = 0; i < n_cells; ++i) present_original.push_back(i);
     } else {
       present_original = ps.hap_groups[g.group - 1].kept_original;
     }
-    std::vector<float> patch_scores(static_cast<size_t>(grid) * grid, -1.f);
+    std::vector<float> patch_scores(static_cast<size_t>(n_cells), -1.f);
     for (size_t i = 0; i < g.token_scores.size() && i < present_original.size(); ++i) {
       patch_scores[present_original[i]] = g.token_scores[i];
     }
     const std::string heat = absl::StrFormat("group%02d_scores.png", g.group);
-    HAP_RETURN_IF_ERROR(WritePng(path(heat), HeatMap(base, grid, patch_scores)));
+    HAP_RETURN_IF_ERROR(WritePng(path(heat), HeatMap(layout, patch_scores)));
     groups.push_back({{"group", g.group},
                       {"layers", {g.first_layer, g.first_layer + g.n_layers - 1}},
                       {"layer_paq", g.layer_paq},
@@ -323,18 +317,20 @@ absl::Status Explain(const Flags& flags) {
   // No pruning step (M = 1, e.g. --retain 100%): every patch stays.
   std::vector<int> final_kept;
   if (ps.hap_groups.empty()) {
-    for (int i = 0; i < grid * grid; ++i) final_kept.push_back(i);
+    for (int i = 0; i < n_cells; ++i) final_kept.push_back(i);
   } else {
     final_kept = ps.hap_groups.back().kept_original;
   }
-  HAP_RETURN_IF_ERROR(WritePng(path("kept.png"), HighlightKept(base, grid, final_kept)));
+  HAP_RETURN_IF_ERROR(WritePng(path("kept.png"), HighlightKept(layout, final_kept)));
   j["final_kept_tokens"] = final_kept;
-  j["grid"] = grid;
+  // Token k covers cell (k / grid_cols, k % grid_cols) of image.png.
+  j["grid_rows"] = layout.rows;
+  j["grid_cols"] = layout.cols;
   std::ofstream(path("explain.json")) << j.dump(2) << "\n";
   std::printf("answer: %s\n", result.decode.text.c_str());
   std::printf("wrote %s: explain.json, image.png, kept.png (%zu of %d patches kept at the end), "
               "%zu group heat maps\n",
-              out_dir.c_str(), final_kept.size(), grid * grid, ps.hap_groups.size());
+              out_dir.c_str(), final_kept.size(), n_cells, ps.hap_groups.size());
   return absl::OkStatus();
 }
 
