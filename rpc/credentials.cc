@@ -1,19 +1,18 @@
 #include "rpc/credentials.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 
 namespace hap::rpc {
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> pem = ReadFileToString(path);
+  if (!pem.ok()) {
+    return absl::Status(pem.status().code(),
+                        absl::StrCat("cannot read ", what, ": ", pem.status().message()));
+  }
+  return pem;
 }
 
 }  // namespace

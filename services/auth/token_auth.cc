@@ -11,14 +11,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <unordered_map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "telemetry/metrics.h"
 
 namespace hap::svc {
@@ -236,14 +235,12 @@ absl::StatusOr<std::shared_ptr<const TokenAuth::Tokens>> TokenAuth::ReadFile(
   stamp->ino = st.st_ino;
   stamp->size = st.st_size;
   stamp->mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read the tokens file ", path, ": ", std::strerror(errno)));
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("cannot read the tokens file ", text.status().message()));
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  absl::StatusOr<std::vector<ClientToken>> parsed = ParseTokens(ss.str(), path);
+  absl::StatusOr<std::vector<ClientToken>> parsed = ParseTokens(*text, path);
   if (!parsed.ok()) return parsed.status();
   return std::make_shared<const Tokens>(std::move(*parsed));
 }

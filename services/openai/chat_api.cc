@@ -1,8 +1,6 @@
 #include "services/openai/chat_api.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -10,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "runtime/prune/factory.h"
 #include "google/protobuf/util/json_util.h"
@@ -308,11 +307,10 @@ absl::Status RefuseUnsupported(const json& body) {
 absl::StatusOr<GenerationDefaults> GenerationDefaults::ForModelDir(const std::string& dir) {
   GenerationDefaults d;
   const std::string path = dir + "/generation_config.json";
-  std::ifstream f(path);
-  if (!f) return d;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (absl::IsNotFound(text.status())) return d;  // greedy unless the directory says otherwise
+  if (!text.ok()) return text.status();
+  const json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   }

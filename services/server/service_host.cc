@@ -4,12 +4,11 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "base/stop_signals.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -25,11 +24,12 @@ namespace hap::svc {
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> pem = ReadFileToString(path);
+  if (!pem.ok()) {
+    return absl::Status(pem.status().code(),
+                        absl::StrCat("cannot read a TLS file: ", pem.status().message()));
+  }
+  return pem;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
