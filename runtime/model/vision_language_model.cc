@@ -30,11 +30,37 @@ RgbImage Denormalise(const std::vector<float>& pixels, int size, const std::arra
   return img;
 }
 
-class LlavaPipeline final : public VisionLanguageModel {
+// What both families' pipelines forward alike to pipeline.h's overloads for `Model`.
+template <typename Model>
+class PipelineOf : public VisionLanguageModel {
  public:
-  explicit LlavaPipeline(std::unique_ptr<LlavaModel> model) : model_(std::move(model)) {}
+  explicit PipelineOf(std::unique_ptr<Model> model) : model_(std::move(model)) {}
 
   const LanguageModel& language() const override { return *model_; }
+  absl::StatusOr<PrefillResult> RunPrefill(const PromptText& prompt, const EncodeResult& encoded,
+                                           const PruneRequest& prune, Sampler* sampler,
+                                           int kv_reserve_rows) const override {
+    return hap::RunPrefill(*model_, prompt, encoded, prune, sampler, kv_reserve_rows);
+  }
+  absl::StatusOr<double> WarmUpEncode(const PruneRequest& prune) const override {
+    return hap::WarmUpEncode(*model_, prune);
+  }
+  absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune) const override {
+    return hap::WarmUpPrefill(*model_, prune);
+  }
+  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+                                          const TokenSink& sink) const override {
+    return hap::Generate(*model_, request, sink);
+  }
+
+ protected:
+  std::unique_ptr<Model> model_;
+};
+
+class LlavaPipeline final : public PipelineOf<LlavaModel> {
+ public:
+  using PipelineOf::PipelineOf;
+
   std::string_view family() const override { return "llava"; }
   std::string_view image_placeholder() const override { return "<image>"; }
   bool rendered_prompt_reads_special_tokens() const override { return false; }
@@ -57,21 +83,6 @@ class LlavaPipeline final : public VisionLanguageModel {
   absl::StatusOr<EncodeResult> EncodeImage(std::string_view image_bytes, const PruneRequest& prune,
                                            bool keep_in_backend) const override {
     return hap::EncodeImage(*model_, image_bytes, prune, keep_in_backend);
-  }
-  absl::StatusOr<PrefillResult> RunPrefill(const PromptText& prompt, const EncodeResult& encoded,
-                                           const PruneRequest& prune, Sampler* sampler,
-                                           int kv_reserve_rows) const override {
-    return hap::RunPrefill(*model_, prompt, encoded, prune, sampler, kv_reserve_rows);
-  }
-  absl::StatusOr<double> WarmUpEncode(const PruneRequest& prune) const override {
-    return hap::WarmUpEncode(*model_, prune);
-  }
-  absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune) const override {
-    return hap::WarmUpPrefill(*model_, prune);
-  }
-  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
-                                          const TokenSink& sink) const override {
-    return hap::Generate(*model_, request, sink);
   }
 
   absl::StatusOr<PromptTokens> Tokenize(const PromptText& prompt,
@@ -98,15 +109,12 @@ class LlavaPipeline final : public VisionLanguageModel {
     return out;
   }
 
- private:
-  std::unique_ptr<LlavaModel> model_;
 };
 
-class QwenPipeline final : public VisionLanguageModel {
+class QwenPipeline final : public PipelineOf<QwenModel> {
  public:
-  explicit QwenPipeline(std::unique_ptr<QwenModel> model) : model_(std::move(model)) {}
+  using PipelineOf::PipelineOf;
 
-  const LanguageModel& language() const override { return *model_; }
   std::string_view family() const override { return "qwen2.5-vl"; }
   std::string_view image_placeholder() const override { return "<|image_pad|>"; }
   bool rendered_prompt_reads_special_tokens() const override { return true; }
@@ -132,21 +140,6 @@ class QwenPipeline final : public VisionLanguageModel {
   absl::StatusOr<EncodeResult> EncodeImage(std::string_view image_bytes, const PruneRequest& prune,
                                            bool) const override {
     return hap::EncodeImage(*model_, image_bytes, prune);
-  }
-  absl::StatusOr<PrefillResult> RunPrefill(const PromptText& prompt, const EncodeResult& encoded,
-                                           const PruneRequest& prune, Sampler* sampler,
-                                           int kv_reserve_rows) const override {
-    return hap::RunPrefill(*model_, prompt, encoded, prune, sampler, kv_reserve_rows);
-  }
-  absl::StatusOr<double> WarmUpEncode(const PruneRequest& prune) const override {
-    return hap::WarmUpEncode(*model_, prune);
-  }
-  absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune) const override {
-    return hap::WarmUpPrefill(*model_, prune);
-  }
-  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
-                                          const TokenSink& sink) const override {
-    return hap::Generate(*model_, request, sink);
   }
 
   absl::StatusOr<PromptTokens> Tokenize(const PromptText& prompt,
@@ -174,8 +167,6 @@ class QwenPipeline final : public VisionLanguageModel {
     return out;
   }
 
- private:
-  std::unique_ptr<QwenModel> model_;
 };
 
 }  // namespace

@@ -16,8 +16,14 @@ std::mutex long_ask_mu;  // LongAsk may first be called from a test's thread
 
 void PipelineSuite::StartPipeline(const std::string& model_name, int seed,
                                   sdk::LocalPipelineOptions options) {
-  model_dir_ = new std::string(MakeTinyModel(model_name, seed));
-  ASSERT_FALSE(model_dir_->empty()) << "hapctl make-tiny failed";
+  const std::string dir = MakeTinyModel(model_name, seed);
+  ASSERT_FALSE(dir.empty()) << "hapctl make-tiny failed";
+  StartPipelineOn(dir, std::move(options));
+}
+
+void PipelineSuite::StartPipelineOn(const std::string& model_dir,
+                                    sdk::LocalPipelineOptions options) {
+  model_dir_ = new std::string(model_dir);
   image_ = new std::string(ReadBytes(TestImagePath()));
   options.model_dir = *model_dir_;
   options.bin_dir = HAP_BIN_DIR;

@@ -19,6 +19,8 @@ class PipelineSuite : public ::testing::Test {
   // services with `options`, whose model_dir, bin_dir and echo_output are set here.
   static void StartPipeline(const std::string& model_name, int seed,
                             sdk::LocalPipelineOptions options);
+  // The same on a checkpoint directory already made (`model_dir`, which the suite then owns).
+  static void StartPipelineOn(const std::string& model_dir, sdk::LocalPipelineOptions options);
   static void TearDownTestSuite();
 
   static std::unique_ptr<sdk::Client> Connect(sdk::Service s);

@@ -12,6 +12,7 @@
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/pipeline_fixture.h"
 
 namespace hap::e2e {
 namespace {
@@ -25,15 +26,15 @@ std::string RenderedQwenPrompt(const std::string& question) {
       question, "<|im_end|>\n<|im_start|>assistant\n");
 }
 
-class QwenPipelineTest : public ::testing::Test {
+class QwenPipelineTest : public PipelineSuite {
  protected:
   static void SetUpTestSuite() {
     // 8 layers: the front door's default budget (hap, 33.3%) is reachable, as on the real model.
-    model_dir_ = new std::string(MakeTinyQwenModel("qwen_pipeline_tiny", 3, 8));
-    ASSERT_FALSE(model_dir_->empty()) << "hapctl make-tiny --family qwen2.5-vl failed";
+    const std::string dir = MakeTinyQwenModel("qwen_pipeline_tiny", 3, 8);
+    ASSERT_FALSE(dir.empty()) << "hapctl make-tiny --family qwen2.5-vl failed";
     // 280 x 112 pixels: a grid of 8 x 20 patches, 40 visual tokens, where the scene photograph
     // (168 x 168) gives 36.
-    wide_image_ = new std::string(absl::StrCat(*model_dir_, "-wide.png"));
+    wide_image_ = new std::string(absl::StrCat(dir, "-wide.png"));
     RgbImage wide;
     wide.width = 280;
     wide.height = 112;
@@ -43,41 +44,26 @@ class QwenPipelineTest : public ::testing::Test {
     }
     ASSERT_TRUE(WritePng(*wide_image_, wide).ok());
     sdk::LocalPipelineOptions o;
-    o.model_dir = *model_dir_;
-    o.bin_dir = HAP_BIN_DIR;
-    o.echo_output = false;
     o.encoder_args = o.decode_args = o.prefill_args = {"--threads", "1"};
-    auto p = sdk::LocalPipeline::Start(o);
-    ASSERT_TRUE(p.ok()) << p.status();
-    pipeline_ = p->release();
-    auto c = sdk::Client::Connect(pipeline_->front_door());
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = c->release();
+    StartPipelineOn(dir, o);
+    client_ = Connect(sdk::Service::kPrefill).release();
   }
   static void TearDownTestSuite() {
     delete client_;
-    if (pipeline_ != nullptr) {
-      EXPECT_TRUE(pipeline_->Stop().ok()) << "a service did not exit cleanly";
-    }
-    delete pipeline_;
-    delete model_dir_;
     delete wide_image_;
+    PipelineSuite::TearDownTestSuite();
   }
 
   // The front door answers a plain request (after a refusal).
   static void ExpectServing() {
-    auto got = client_->Generate(ToRequest(Ask(), ReadBytes(TestImagePath())));
+    auto got = client_->Generate(ToRequest(Ask(), *image_));
     EXPECT_TRUE(got.ok()) << "the front door stopped serving: " << got.status();
   }
 
-  static std::string* model_dir_;
   static std::string* wide_image_;
-  static sdk::LocalPipeline* pipeline_;
   static sdk::Client* client_;
 };
-std::string* QwenPipelineTest::model_dir_ = nullptr;
 std::string* QwenPipelineTest::wide_image_ = nullptr;
-sdk::LocalPipeline* QwenPipelineTest::pipeline_ = nullptr;
 sdk::Client* QwenPipelineTest::client_ = nullptr;
 
 TEST_F(QwenPipelineTest, EveryImageAndMethodAnswersAsHapctlRun) {
@@ -95,7 +81,7 @@ TEST_F(QwenPipelineTest, EveryImageAndMethodAnswersAsHapctlRun) {
   Ask ask;
   ask.method = "hap";
   ask.retain = "50%";
-  auto photo = client_->Generate(ToRequest(ask, ReadBytes(TestImagePath())));
+  auto photo = client_->Generate(ToRequest(ask, *image_));
   auto wide = client_->Generate(ToRequest(ask, ReadBytes(*wide_image_)));
   ASSERT_TRUE(photo.ok()) << photo.status();
   ASSERT_TRUE(wide.ok()) << wide.status();
@@ -109,7 +95,7 @@ TEST_F(QwenPipelineTest, ARenderedPromptAnswersAsTheQuestionItRenders) {
   Ask ask;
   ask.method = "hap";
   ask.retain = "50%";
-  const std::string image = ReadBytes(TestImagePath());
+  const std::string& image = *image_;
   auto asked = client_->Generate(ToRequest(ask, image));
   ASSERT_TRUE(asked.ok()) << asked.status();
   hap::v1::GenerateRequest raw = ToRequest(ask, image);
@@ -123,7 +109,7 @@ TEST_F(QwenPipelineTest, ARenderedPromptAnswersAsTheQuestionItRenders) {
 }
 
 TEST_F(QwenPipelineTest, RefusalsNameTheReasonAndLeaveItServing) {
-  const std::string image = ReadBytes(TestImagePath());
+  const std::string& image = *image_;
   struct Case {
     const char* name;
     hap::v1::GenerateRequest request;

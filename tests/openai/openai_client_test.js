@@ -178,8 +178,7 @@ async function qwenChecks() {
   const ref = hapctlRun(model, ["--method", "none"], photoPath);
   const refPruned = hapctlRun(model, ["--method", "hap", "--retain", "50%"], photoPath);
   assert.notEqual(refPruned.pruning.average_visual_tokens, ref.pruning.average_visual_tokens);
-  const { proc, baseURL } = await startPipeline(model);
-  try {
+  return withPipeline(model, [], async (baseURL) => {
     const client = new OpenAI({ apiKey: "unused", baseURL, maxRetries: 0, timeout: 60000 });
     const ask = (extra) => client.chat.completions.create({
       model: modelId, messages: userMessage(PROMPT, dataUri), max_tokens: MAX_TOKENS,
@@ -200,6 +199,15 @@ async function qwenChecks() {
     assert.equal(zip.status, 400);
     assert.match(zip.error.message, /CLS token/);
     assert.equal((await ask({})).choices[0].message.content, ref.text, "serving after refusals");
+  });
+}
+
+// `hapctl up` on `model` with `extra` flags, `checks(baseURL)` run against it, then stopped.
+// True if the checks passed (a failure is printed).
+async function withPipeline(model, extra, checks) {
+  const { proc, baseURL } = await startPipeline(model, extra);
+  try {
+    await checks(baseURL);
     return true;
   } catch (e) {
     console.error(e);
@@ -213,8 +221,7 @@ async function authChecks(model, modelId, dataUri, ref) {
   const token = "openai-client-test-token-0123456789";
   const tokens = path.join(workDir, "tokens");
   fs.writeFileSync(tokens, `# client-id:token\nnode-client:${token}\n`);
-  const { proc, baseURL } = await startPipeline(model, ["--auth-tokens-file", tokens]);
-  try {
+  return withPipeline(model, ["--auth-tokens-file", tokens], async (baseURL) => {
     const withKey = (apiKey) => new OpenAI({ apiKey, baseURL, maxRetries: 0, timeout: 60000 });
     const ask = (client) => client.chat.completions.create({
       model: modelId, messages: userMessage(PROMPT, dataUri), max_tokens: MAX_TOKENS,
@@ -236,13 +243,7 @@ async function authChecks(model, modelId, dataUri, ref) {
       }
     }
     assert.equal((await ask(good)).choices[0].message.content, ref.text, "serving after 401s");
-    return true;
-  } catch (e) {
-    console.error(e);
-    return false;
-  } finally {
-    await stop(proc);
-  }
+  });
 }
 
 main().catch((e) => {
