@@ -1,9 +1,11 @@
-// Fuzzes image decoding (runtime/image: DecodeImage's sniffing, the libjpeg and libpng decoders)
+// Fuzzes image decoding (runtime/image: DecodeImage's sniffing, the libjpeg and libpng decoders),
+// the header-only size probe (ReadImageSize: where the image decodes, it gives the decoded size)
 // and CLIP preprocessing of whatever decodes. The pixel limit is lowered to 4 megapixels so one
 // input stays fast; the processor (bicubic with a crop, or bilinear to an exact size) is picked
 // by the input's size, so one corpus covers both.
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/image/clip_preprocess.h"
 #include "runtime/image/image.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -11,7 +13,22 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hap::ImageLimits limits;
   limits.max_pixels = 4'000'000;
+  auto header = hap::ReadImageSize(hap::fuzz::AsView(data, size), limits);
+  if (!header.ok()) {
+    HAP_FUZZ_CHECK(
+        absl::IsInvalidArgument(header.status()) || absl::IsResourceExhausted(header.status()),
+        "ReadImageSize: unexpected error code: %s", header.status().ToString().c_str());
+  }
   auto image = hap::DecodeImage(hap::fuzz::AsView(data, size), limits);
+  if (image.ok()) {
+    // What decodes has a readable header, and the header said its size.
+    HAP_FUZZ_CHECK(header.ok() && header->width == image->width &&
+                       header->height == image->height,
+                   "header %s, decoded %dx%d",
+                   header.ok() ? absl::StrCat(header->width, "x", header->height).c_str()
+                               : header.status().ToString().c_str(),
+                   image->width, image->height);
+  }
   if (!image.ok()) {
     HAP_FUZZ_CHECK(
         absl::IsInvalidArgument(image.status()) || absl::IsResourceExhausted(image.status()),
