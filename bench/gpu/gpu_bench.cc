@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_cat.h"
 #include "base/dtype.h"
+#include "base/flags.h"
 #include "base/status_macros.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/add.h"
@@ -299,74 +299,34 @@ struct Args {
   int decode_steps = 32;
 };
 
-bool ParseArgs(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; i += 2) {
-    const std::string k = argv[i];
-    if (i + 1 == argc) {
-      std::fprintf(stderr, "gpu_bench: %s needs a value\n", k.c_str());
-      return false;
-    }
-    const std::string v = argv[i + 1];
-    auto count = [&](int min, int* out) {
-      if (absl::SimpleAtoi(v, out) && *out >= min) return true;
-      std::fprintf(stderr, "gpu_bench: %s '%s' is not a whole number >= %d\n", k.c_str(), v.c_str(),
-                   min);
-      return false;
-    };
-    if (k == "--model") {
-      a->model = v;
-    } else if (k == "--image") {
-      a->image = v;
-    } else if (k == "--prompt") {
-      a->prompt = v;
-    } else if (k == "--method") {
-      a->method = v;
-    } else if (k == "--json") {
-      a->json = v;
-    } else if (k == "--requests") {
-      if (!count(1, &a->requests)) return false;
-    } else if (k == "--warmup") {
-      if (!count(0, &a->warmup)) return false;
-    } else if (k == "--kv-dtype") {
-      a->kv_dtype = v;
-    } else if (k == "--decode-steps") {
-      if (!count(1, &a->decode_steps)) return false;
-    } else if (k == "--decode-batches") {
-      a->decode_batches.clear();
-      for (auto part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
-        int x;
-        if (!absl::SimpleAtoi(part, &x) || x < 1) {
-          std::fprintf(stderr,
-                       "gpu_bench: --decode-batches '%s': '%s' is not a whole number >= 1\n",
-                       v.c_str(), std::string(part).c_str());
-          return false;
-        }
-        a->decode_batches.push_back(x);
-      }
-    } else if (k == "--retain") {
-      a->retain.clear();
-      for (auto part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
-        double x;
-        if (!absl::SimpleAtod(part, &x) || !(x > 0)) {
-          std::fprintf(stderr, "gpu_bench: --retain '%s': '%s' is not a positive number\n",
-                       v.c_str(), std::string(part).c_str());
-          return false;
-        }
-        a->retain.push_back(x);
-      }
-    } else {
-      std::fprintf(stderr, "gpu_bench: unknown flag %s\n", k.c_str());
-      return false;
-    }
+absl::Status ParseArgs(int argc, char** argv, Args* a) {
+  HAP_ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv,
+                                             {"model", "image", "prompt", "method", "json",
+                                              "requests", "warmup", "kv-dtype", "decode-steps",
+                                              "decode-batches", "retain"},
+                                             {}));
+  a->model = f.GetOr("model", a->model);
+  a->image = f.GetOr("image", a->image);
+  a->prompt = f.GetOr("prompt", a->prompt);
+  a->method = f.GetOr("method", a->method);
+  a->json = f.GetOr("json", a->json);
+  a->kv_dtype = f.GetOr("kv-dtype", a->kv_dtype);
+  HAP_ASSIGN_OR_RETURN(a->requests, f.PositiveInt("requests", a->requests));
+  HAP_ASSIGN_OR_RETURN(const int64_t warmup, f.Int("warmup", a->warmup));
+  if (warmup < 0 || warmup > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("--warmup ", warmup, " is not in [0, 1000]"));
   }
+  a->warmup = static_cast<int>(warmup);
+  HAP_ASSIGN_OR_RETURN(a->decode_steps, f.PositiveInt("decode-steps", a->decode_steps));
+  HAP_ASSIGN_OR_RETURN(a->decode_batches, f.PositiveInts("decode-batches", a->decode_batches));
+  HAP_ASSIGN_OR_RETURN(a->retain, f.PositiveNumbers("retain", a->retain));
   if (a->model.empty()) {
-    std::fprintf(stderr,
-                 "usage: gpu_bench --model DIR [--image FILE] [--retain 192,128,64,32] "
-                 "[--method hap] [--requests N] [--warmup N] [--kv-dtype f32|bf16] "
-                 "[--decode-batches 1,8,32] [--decode-steps N] [--json OUT]\n");
-    return false;
+    return absl::InvalidArgumentError(
+        "usage: gpu_bench --model DIR [--image FILE] [--retain 192,128,64,32] [--method hap] "
+        "[--requests N] [--warmup N] [--kv-dtype f32|bf16] [--decode-batches 1,8,32] "
+        "[--decode-steps N] [--json OUT]");
   }
-  return true;
+  return absl::OkStatus();
 }
 
 // One configuration's requests: the medians and what the last one's prefill reported.
@@ -552,7 +512,10 @@ Json ProfileRequest(const LlavaModel& model, const Backend& b, const std::string
 
 int Main(int argc, char** argv) {
   Args a;
-  if (!ParseArgs(argc, argv, &a)) return 2;
+  if (absl::Status parsed = ParseArgs(argc, argv, &a); !parsed.ok()) {
+    std::fprintf(stderr, "gpu_bench: %s\n", std::string(parsed.message()).c_str());
+    return 2;
+  }
   absl::StatusOr<const Backend*> backend = BackendForDevice("cuda");
   if (!backend.ok()) Die("--device cuda", backend.status());
   const Backend& b = **backend;

@@ -15,9 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_cat.h"
 #include "base/dtype.h"
+#include "base/flags.h"
+#include "base/status_macros.h"
 #include "base/thread_pool.h"
 #include "bench/common/percentile.h"
 #include "kernels/cpu/decode_attention.h"
@@ -31,43 +32,28 @@ int Main(int argc, char** argv) {
   int heads = 32, kv_heads = 32, hd = 128, rows = 640, repeats = 51, threads = 0;
   std::vector<int> batches = {1, 4, 16, 64};
   DType dtype = DType::kBF16;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string k = argv[i];
-    if (i + 1 == argc) {
-      std::fprintf(stderr, "decode_attention_bench: %s needs a value\n", k.c_str());
-      return 2;
+  const absl::Status parsed = [&]() -> absl::Status {
+    HAP_ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv,
+                                               {"dtype", "batches", "heads", "kv-heads",
+                                                "head-dim", "rows", "repeats", "threads"},
+                                               {}));
+    HAP_ASSIGN_OR_RETURN(heads, f.PositiveInt("heads", heads));
+    HAP_ASSIGN_OR_RETURN(kv_heads, f.PositiveInt("kv-heads", kv_heads));
+    HAP_ASSIGN_OR_RETURN(hd, f.PositiveInt("head-dim", hd));
+    HAP_ASSIGN_OR_RETURN(rows, f.PositiveInt("rows", rows));
+    HAP_ASSIGN_OR_RETURN(repeats, f.PositiveInt("repeats", repeats));
+    HAP_ASSIGN_OR_RETURN(threads, f.PositiveInt("threads", 0));
+    HAP_ASSIGN_OR_RETURN(batches, f.PositiveInts("batches", batches));
+    const std::string name = f.GetOr("dtype", "bf16");
+    if (name != "f32" && name != "bf16") {
+      return absl::InvalidArgumentError(absl::StrCat("--dtype '", name, "' is not f32 or bf16"));
     }
-    const std::string v = argv[i + 1];
-    int n = 0;
-    const bool is_int = absl::SimpleAtoi(v, &n) && n > 0;
-    if (k == "--dtype" && (v == "f32" || v == "bf16")) {
-      dtype = v == "bf16" ? DType::kBF16 : DType::kF32;
-    } else if (k == "--batches") {
-      batches.clear();
-      for (absl::string_view part : absl::StrSplit(v, ',')) {
-        if (!absl::SimpleAtoi(part, &n) || n <= 0) {
-          std::fprintf(stderr, "decode_attention_bench: --batches '%s'\n", v.c_str());
-          return 2;
-        }
-        batches.push_back(n);
-      }
-    } else if (is_int && k == "--heads") {
-      heads = n;
-    } else if (is_int && k == "--kv-heads") {
-      kv_heads = n;
-    } else if (is_int && k == "--head-dim") {
-      hd = n;
-    } else if (is_int && k == "--rows") {
-      rows = n;
-    } else if (is_int && k == "--repeats") {
-      repeats = n;
-    } else if (is_int && k == "--threads") {
-      threads = n;
-    } else {
-      std::fprintf(stderr, "decode_attention_bench: bad flag or value: %s %s\n", k.c_str(),
-                   v.c_str());
-      return 2;
-    }
+    dtype = name == "bf16" ? DType::kBF16 : DType::kF32;
+    return absl::OkStatus();
+  }();
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "decode_attention_bench: %s\n", std::string(parsed.message()).c_str());
+    return 2;
   }
   SetDefaultPoolThreads(threads);
   std::printf(

@@ -13,13 +13,15 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_cat.h"
 #include "base/dtype.h"
+#include "base/flags.h"
+#include "base/status_macros.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
 #include "kernels/cpu/bf16_gemm.h"
@@ -130,49 +132,31 @@ int64_t WeightBytesPerToken(const TextWeights& w) {
 
 int Main(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string k = argv[i];
-    if (i + 1 == argc) {
-      std::fprintf(stderr, "prefill_bench: %s needs a value\n", k.c_str());
-      return 2;
+  const absl::Status parsed = [&]() -> absl::Status {
+    HAP_ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv,
+                                               {"model", "image", "prompt", "decode-tokens",
+                                                "repeats", "method", "kv-dtype", "retain"},
+                                               {}));
+    a.model = f.GetOr("model", a.model);
+    a.image = f.GetOr("image", a.image);
+    a.prompt = f.GetOr("prompt", a.prompt);
+    a.method = f.GetOr("method", a.method);
+    HAP_ASSIGN_OR_RETURN(const int64_t decode_tokens, f.Int("decode-tokens", a.decode_tokens));
+    if (decode_tokens < 0 || decode_tokens > (1 << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--decode-tokens ", decode_tokens, " is not in [0, 1048576]"));
     }
-    const std::string v = argv[i + 1];
-    // A count flag's value: a whole number, at least `min`.
-    auto count = [&](int min, int* out) {
-      if (absl::SimpleAtoi(v, out) && *out >= min) return true;
-      std::fprintf(stderr, "prefill_bench: %s '%s' is not a whole number >= %d\n", k.c_str(),
-                   v.c_str(), min);
-      return false;
-    };
-    if (k == "--model") a.model = v;
-    else if (k == "--image") a.image = v;
-    else if (k == "--prompt") a.prompt = v;
-    else if (k == "--decode-tokens") {
-      if (!count(0, &a.decode_tokens)) return 2;
-    } else if (k == "--repeats") {
-      if (!count(1, &a.repeats)) return 2;
-    } else if (k == "--method") a.method = v;
-    else if (k == "--kv-dtype") {
-      auto dtype = ParseKvDTypeFlagValue(k, v);
-      if (!dtype.ok()) {
-        std::fprintf(stderr, "prefill_bench: %s\n", std::string(dtype.status().message()).c_str());
-        return 2;
-      }
-      a.kv_dtype = *dtype;
-    } else if (k == "--retain") {
-      for (auto part : absl::StrSplit(v, ',')) {
-        double x;
-        if (!absl::SimpleAtod(part, &x) || !(x > 0)) {
-          std::fprintf(stderr, "prefill_bench: --retain '%s': '%s' is not a positive number\n",
-                       v.c_str(), std::string(part).c_str());
-          return 2;
-        }
-        a.retain.push_back(x);
-      }
-    } else {
-      std::fprintf(stderr, "prefill_bench: unknown flag %s\n", k.c_str());
-      return 2;
+    a.decode_tokens = static_cast<int>(decode_tokens);
+    HAP_ASSIGN_OR_RETURN(a.repeats, f.PositiveInt("repeats", a.repeats));
+    if (std::optional<std::string> kv = f.Get("kv-dtype")) {
+      HAP_ASSIGN_OR_RETURN(a.kv_dtype, ParseKvDTypeFlagValue("--kv-dtype", *kv));
     }
+    HAP_ASSIGN_OR_RETURN(a.retain, f.PositiveNumbers("retain", a.retain));
+    return absl::OkStatus();
+  }();
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "prefill_bench: %s\n", std::string(parsed.message()).c_str());
+    return 2;
   }
   if (a.model.empty() || a.image.empty()) {
     std::fprintf(stderr,

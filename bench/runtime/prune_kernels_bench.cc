@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "base/flags.h"
+#include "base/status_macros.h"
 #include "base/thread_pool.h"
 #include "bench/common/percentile.h"
 #include "kernels/prune/attention_rows.h"
@@ -30,30 +30,23 @@ using bench::MedianUs;
 int Main(int argc, char** argv) {
   int heads = 16, kv_heads = 16, hd = 64, n_text = 20, repeats = 21, threads = 0;
   std::vector<int> vis = {576, 144, 64};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--heads")
-      heads = std::stoi(v);
-    else if (k == "--kv-heads")
-      kv_heads = std::stoi(v);
-    else if (k == "--head-dim")
-      hd = std::stoi(v);
-    else if (k == "--text")
-      n_text = std::stoi(v);
-    else if (k == "--repeats")
-      repeats = std::stoi(v);
-    else if (k == "--threads")
-      threads = std::stoi(v);
-    else if (k == "--vis") {
-      vis.clear();
-      for (auto part : absl::StrSplit(v, ',')) {
-        int x;
-        if (absl::SimpleAtoi(part, &x)) vis.push_back(x);
-      }
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      return 2;
-    }
+  const absl::Status parsed = [&]() -> absl::Status {
+    HAP_ASSIGN_OR_RETURN(
+        Flags f, Flags::Parse(argc, argv,
+                              {"heads", "kv-heads", "head-dim", "text", "repeats", "threads", "vis"},
+                              {}));
+    HAP_ASSIGN_OR_RETURN(heads, f.PositiveInt("heads", heads));
+    HAP_ASSIGN_OR_RETURN(kv_heads, f.PositiveInt("kv-heads", kv_heads));
+    HAP_ASSIGN_OR_RETURN(hd, f.PositiveInt("head-dim", hd));
+    HAP_ASSIGN_OR_RETURN(n_text, f.PositiveInt("text", n_text));
+    HAP_ASSIGN_OR_RETURN(repeats, f.PositiveInt("repeats", repeats));
+    HAP_ASSIGN_OR_RETURN(threads, f.PositiveInt("threads", 0));
+    HAP_ASSIGN_OR_RETURN(vis, f.PositiveInts("vis", vis));
+    return absl::OkStatus();
+  }();
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "prune_kernels_bench: %s\n", std::string(parsed.message()).c_str());
+    return 2;
   }
   SetDefaultPoolThreads(threads);
   std::printf(

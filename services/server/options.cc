@@ -1,10 +1,14 @@
 #include "services/server/options.h"
 
 #include <cstdlib>
+#include <optional>
+#include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/flags.h"
 #include "base/status_macros.h"
 #include "runtime/io/model_dir.h"
 
@@ -13,38 +17,34 @@ namespace hap::svc {
 absl::StatusOr<Options> Options::Parse(const std::vector<std::string>& args,
                                        const std::vector<OptionSpec>& specs) {
   Options out;
-  std::map<std::string, const OptionSpec*> by_flag;
+  std::set<std::string> names;
   for (const OptionSpec& s : specs) {
-    by_flag[s.flag] = &s;
+    names.insert(s.flag);
     if (const char* env = std::getenv(s.env.c_str()); env != nullptr && *env != '\0') {
       out.values_[s.flag] = env;
       out.sources_[s.flag] = "$" + s.env;
     }
   }
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
+  std::vector<std::string> flag_args;
+  for (const std::string& arg : args) {
     if (arg == "--help" || arg == "-h") {
       out.help_ = true;
-      continue;
+    } else {
+      flag_args.push_back(arg);
     }
-    if (arg.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+  }
+  absl::StatusOr<Flags> flags = Flags::Parse(flag_args, names, /*bool_flags=*/{});
+  if (!flags.ok()) {
+    if (absl::StartsWith(flags.status().message(), "unknown flag")) {
+      return absl::InvalidArgumentError(absl::StrCat(flags.status().message(), " (see --help)"));
     }
-    std::string name = arg.substr(2), value;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-    } else if (by_flag.count(name)) {
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-      }
-      value = args[++i];
+    return flags.status();
+  }
+  for (const std::string& name : names) {
+    if (std::optional<std::string> value = flags->Get(name)) {
+      out.values_[name] = *value;
+      out.sources_[name] = "--" + name;
     }
-    if (!by_flag.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
-    }
-    out.values_[name] = value;
-    out.sources_[name] = "--" + name;
   }
   for (const OptionSpec& s : specs) {
     if (!out.values_.count(s.flag)) out.values_[s.flag] = s.default_value;

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "base/flags.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "nlohmann/json.hpp"
 #include "runtime/model/pipeline.h"
@@ -27,28 +28,20 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_dir, image_path, question, method = "none", device = "cpu";
-  int max_new = 8;
-  double keep_fraction = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--model")
-      model_dir = value;
-    else if (flag == "--image")
-      image_path = value;
-    else if (flag == "--question")
-      question = value;
-    else if (flag == "--max-new")
-      max_new = std::stoi(value);
-    else if (flag == "--method")
-      method = value;
-    else if (flag == "--keep-fraction")
-      keep_fraction = std::stod(value);
-    else if (flag == "--device")
-      device = value;
-    else
-      return Fail(absl::InvalidArgumentError("unknown flag " + flag));
-  }
+  absl::StatusOr<hap::Flags> flags =
+      hap::Flags::Parse(argc, argv,
+                        {"model", "image", "question", "max-new", "method", "keep-fraction",
+                         "device"},
+                        {});
+  if (!flags.ok()) return Fail(flags.status());
+  const std::string model_dir = flags->GetOr("model", ""), image_path = flags->GetOr("image", ""),
+                    question = flags->GetOr("question", ""),
+                    method = flags->GetOr("method", "none"),
+                    device = flags->GetOr("device", "cpu");
+  absl::StatusOr<int> max_new = flags->PositiveInt("max-new", 8);
+  if (!max_new.ok()) return Fail(max_new.status());
+  absl::StatusOr<double> keep_fraction = flags->Double("keep-fraction", 0);
+  if (!keep_fraction.ok()) return Fail(keep_fraction.status());
   hap::ModelOptions options;
   if (device == "cuda-emulated") {
     absl::StatusOr<const hap::Backend*> cuda = hap::GetCudaBackend();
@@ -73,14 +66,14 @@ int main(int argc, char** argv) {
     const hap::ModelDims dims = hap::DimsOf(m.config(), prompt->tokens.n_vis);
     hap::PruneRequest req;
     req.method = method;
-    req.retain = keep_fraction * prompt->tokens.n_vis;
+    req.retain = *keep_fraction * prompt->tokens.n_vis;
     req.text_tokens = static_cast<int>(prompt->tokens.ids.size()) - prompt->tokens.n_vis;
     absl::StatusOr<std::unique_ptr<hap::Pruner>> made = hap::MakePruner(req, dims);
     if (!made.ok()) return Fail(made.status());
     pruner = std::move(*made);
   }
   absl::StatusOr<hap::PrefillOutput> pre =
-      m.Prefill(*prompt, *embeds, pruner.get(), nullptr, max_new);
+      m.Prefill(*prompt, *embeds, pruner.get(), nullptr, *max_new);
   if (!pre.ok()) return Fail(pre.status());
   nlohmann::json out;
   out["ids"] = prompt->tokens.ids;
@@ -105,13 +98,13 @@ int main(int argc, char** argv) {
   // Greedy decoding from the prefill's logits.
   std::vector<int32_t> tokens;
   std::vector<float> logits = pre->logits;
-  for (int step = 0; step < max_new; ++step) {
+  for (int step = 0; step < *max_new; ++step) {
     int32_t best = 0;
     for (size_t i = 1; i < logits.size(); ++i) {
       if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
     }
     tokens.push_back(best);
-    if (step + 1 == max_new) break;
+    if (step + 1 == *max_new) break;
     absl::StatusOr<std::vector<float>> next = m.DecodeStep(best, &pre->kv());
     if (!next.ok()) return Fail(next.status());
     logits = std::move(*next);

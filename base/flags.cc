@@ -1,0 +1,141 @@
+#include "base/flags.h"
+
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace hap {
+
+absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
+                                   const std::set<std::string>& value_flags,
+                                   const std::set<std::string>& bool_flags) {
+  Flags flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    std::string name = arg.substr(2);
+    std::optional<std::string> value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (bool_flags.count(name)) {
+      if (value) return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
+      flags.values_[name] = "true";
+    } else if (value_flags.count(name)) {
+      if (!value) {
+        if (i + 1 >= args.size()) {
+          return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+        }
+        value = args[++i];
+      }
+      flags.values_[name] = *value;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+  }
+  return flags;
+}
+
+std::optional<std::string> Flags::Get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Flags::GetOr(const std::string& name, const std::string& fallback) const {
+  auto v = Get(name);
+  return v ? *v : fallback;
+}
+
+absl::StatusOr<std::string> Flags::Required(const std::string& name) const {
+  auto v = Get(name);
+  if (!v) return absl::InvalidArgumentError(absl::StrCat("--", name, " is required"));
+  return *v;
+}
+
+absl::StatusOr<int64_t> Flags::Int(const std::string& name, int64_t fallback) const {
+  auto v = Get(name);
+  if (!v) return fallback;
+  int64_t out;
+  if (!absl::SimpleAtoi(*v, &out)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, ": '", *v, "' is not an integer"));
+  }
+  return out;
+}
+
+absl::StatusOr<uint64_t> Flags::Uint64(const std::string& name, uint64_t fallback) const {
+  auto v = Get(name);
+  if (!v) return fallback;
+  uint64_t out;
+  if (!absl::SimpleAtoi(*v, &out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, ": '", *v, "' is not a non-negative integer"));
+  }
+  return out;
+}
+
+absl::StatusOr<double> Flags::Double(const std::string& name, double fallback) const {
+  auto v = Get(name);
+  if (!v) return fallback;
+  double out;
+  if (!absl::SimpleAtod(*v, &out)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, ": '", *v, "' is not a number"));
+  }
+  return out;
+}
+
+absl::StatusOr<Flags> Flags::Parse(int argc, char** argv, const std::set<std::string>& value_flags,
+                                   const std::set<std::string>& bool_flags) {
+  return Parse(std::vector<std::string>(argv + (argc > 0 ? 1 : 0), argv + argc), value_flags,
+               bool_flags);
+}
+
+absl::StatusOr<int> Flags::PositiveInt(const std::string& name, int fallback) const {
+  auto v = Get(name);
+  if (!v) return fallback;
+  int out = 0;
+  if (!absl::SimpleAtoi(*v, &out) || out <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, ": '", *v, "' is not a positive integer"));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int>> Flags::PositiveInts(const std::string& name,
+                                                     const std::vector<int>& fallback) const {
+  auto v = Get(name);
+  if (!v) return fallback;
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(*v, ',')) {
+    int x = 0;
+    if (!absl::SimpleAtoi(part, &x) || x <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, ": '", *v, "' is not a comma-separated list of positive integers"));
+    }
+    out.push_back(x);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> Flags::PositiveNumbers(
+    const std::string& name, const std::vector<double>& fallback) const {
+  auto v = Get(name);
+  if (!v) return fallback;
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(*v, ',')) {
+    double x = 0;
+    if (!absl::SimpleAtod(part, &x) || !(x > 0) || !std::isfinite(x)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, ": '", *v, "' is not a comma-separated list of positive numbers"));
+    }
+    out.push_back(x);
+  }
+  return out;
+}
+
+}  // namespace hap
