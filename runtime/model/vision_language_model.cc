@@ -108,7 +108,6 @@ class LlavaPipeline final : public PipelineOf<LlavaModel> {
     out.rows = out.cols = cfg.vision.image_size / cfg.vision.patch_size;
     return out;
   }
-
 };
 
 class QwenPipeline final : public PipelineOf<QwenModel> {
@@ -155,8 +154,7 @@ class QwenPipeline final : public PipelineOf<QwenModel> {
   // The merger's output runs over 2 x 2 merge units row by row, so token k is the unit
   // (k / (grid.w / merge), k % (grid.w / merge)) of the resized image.
   absl::StatusOr<VisualTokenLayout> TokenLayoutOf(std::string_view image_bytes) const override {
-    HAP_ASSIGN_OR_RETURN(RgbImage image,
-                         DecodeImage(image_bytes, model_->options().image_limits));
+    HAP_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(image_bytes, model_->options().image_limits));
     HAP_ASSIGN_OR_RETURN(ImageGrid grid,
                          ImageGridOf(*model_, ImageSize{image.width, image.height}));
     const Qwen2VLImageProcessorConfig& p = model_->image_processor();
@@ -166,7 +164,6 @@ class QwenPipeline final : public PipelineOf<QwenModel> {
     out.cols = grid.w / p.merge_size;
     return out;
   }
-
 };
 
 }  // namespace

@@ -30,7 +30,7 @@ class VisionLanguageModel {
  public:
   // The family config.json names, loaded with `options` (LlavaModel::Load, QwenModel::Load).
   static absl::StatusOr<std::unique_ptr<VisionLanguageModel>> Load(const std::string& dir,
-                                                                  const ModelOptions& options);
+                                                                   const ModelOptions& options);
   static std::unique_ptr<VisionLanguageModel> Of(std::unique_ptr<LlavaModel> model);
   static std::unique_ptr<VisionLanguageModel> Of(std::unique_ptr<QwenModel> model);
   virtual ~VisionLanguageModel() = default;
