@@ -300,11 +300,11 @@ struct Args {
 };
 
 absl::Status ParseArgs(int argc, char** argv, Args* a) {
-  HAP_ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv,
-                                             {"model", "image", "prompt", "method", "json",
-                                              "requests", "warmup", "kv-dtype", "decode-steps",
-                                              "decode-batches", "retain"},
-                                             {}));
+  HAP_ASSIGN_OR_RETURN(
+      Flags f, Flags::Parse(argc, argv,
+                            {"model", "image", "prompt", "method", "json", "requests", "warmup",
+                             "kv-dtype", "decode-steps", "decode-batches", "retain"},
+                            {}));
   a->model = f.GetOr("model", a->model);
   a->image = f.GetOr("image", a->image);
   a->prompt = f.GetOr("prompt", a->prompt);

@@ -34,8 +34,8 @@ int Main(int argc, char** argv) {
   DType dtype = DType::kBF16;
   const absl::Status parsed = [&]() -> absl::Status {
     HAP_ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv,
-                                               {"dtype", "batches", "heads", "kv-heads",
-                                                "head-dim", "rows", "repeats", "threads"},
+                                               {"dtype", "batches", "heads", "kv-heads", "head-dim",
+                                                "rows", "repeats", "threads"},
                                                {}));
     HAP_ASSIGN_OR_RETURN(heads, f.PositiveInt("heads", heads));
     HAP_ASSIGN_OR_RETURN(kv_heads, f.PositiveInt("kv-heads", kv_heads));

@@ -32,9 +32,9 @@ int Main(int argc, char** argv) {
   std::vector<int> vis = {576, 144, 64};
   const absl::Status parsed = [&]() -> absl::Status {
     HAP_ASSIGN_OR_RETURN(
-        Flags f, Flags::Parse(argc, argv,
-                              {"heads", "kv-heads", "head-dim", "text", "repeats", "threads", "vis"},
-                              {}));
+        Flags f,
+        Flags::Parse(argc, argv,
+                     {"heads", "kv-heads", "head-dim", "text", "repeats", "threads", "vis"}, {}));
     HAP_ASSIGN_OR_RETURN(heads, f.PositiveInt("heads", heads));
     HAP_ASSIGN_OR_RETURN(kv_heads, f.PositiveInt("kv-heads", kv_heads));
     HAP_ASSIGN_OR_RETURN(hd, f.PositiveInt("head-dim", hd));

@@ -68,9 +68,9 @@ absl::Status NeedModelPart(ModelParts loaded, ModelParts part, const std::string
 // "<|image_pad|>"). Converts implicitly from a question.
 struct PromptText {
   PromptText() = default;
-  PromptText(std::string_view question) : text(question) {}  // NOLINT(runtime/explicit)
+  PromptText(std::string_view question) : text(question) {}    // NOLINT(runtime/explicit)
   PromptText(const std::string& question) : text(question) {}  // NOLINT(runtime/explicit)
-  PromptText(const char* question) : text(question) {}  // NOLINT(runtime/explicit)
+  PromptText(const char* question) : text(question) {}         // NOLINT(runtime/explicit)
   static PromptText Rendered(std::string_view text) {
     PromptText p(text);
     p.rendered = true;

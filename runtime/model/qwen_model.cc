@@ -139,7 +139,7 @@ absl::StatusOr<std::vector<float>> QwenModel::ImageEmbeddings(const Qwen2VLPixel
 }
 
 absl::StatusOr<std::vector<int32_t>> QwenModel::PromptIds(const PromptText& prompt,
-                                                         int visual_tokens) const {
+                                                          int visual_tokens) const {
   if (prompt.text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return absl::InvalidArgumentError("prompt is empty");
   }
@@ -149,8 +149,9 @@ absl::StatusOr<std::vector<int32_t>> QwenModel::PromptIds(const PromptText& prom
   } else {
     nlohmann::json messages = nlohmann::json::array(
         {{{"role", "user"},
-          {"content", nlohmann::json::array({{{"type", "image"}},
-                                             {{"type", "text"}, {"text", std::string(prompt.text)}}})}}});
+          {"content",
+           nlohmann::json::array(
+               {{{"type", "image"}}, {{"type", "text"}, {"text", std::string(prompt.text)}}})}}});
     HAP_ASSIGN_OR_RETURN(ids, TokenizeChat(*tokenizer_, chat_template_, messages,
                                            /*add_generation_prompt=*/true));
   }
@@ -158,12 +159,11 @@ absl::StatusOr<std::vector<int32_t>> QwenModel::PromptIds(const PromptText& prom
   const int64_t pads = std::count(ids.begin(), ids.end(), pad);
   if (pads != 1) {
     return absl::InvalidArgumentError(
-        prompt.rendered
-            ? absl::StrCat("the prompt holds ", pads, " <|image_pad|> tokens (id ", pad,
-                           "); each request carries exactly one image, placed by one")
-            : absl::StrCat("chat template ", chat_template_.origin(), " renders ", pads,
-                           " image pad tokens (id ", pad,
-                           ") for one image; exactly one was expected"));
+        prompt.rendered ? absl::StrCat("the prompt holds ", pads, " <|image_pad|> tokens (id ", pad,
+                                       "); each request carries exactly one image, placed by one")
+                        : absl::StrCat("chat template ", chat_template_.origin(), " renders ", pads,
+                                       " image pad tokens (id ", pad,
+                                       ") for one image; exactly one was expected"));
   }
   const int max_tokens = max_prompt_tokens();
   const int64_t total = static_cast<int64_t>(ids.size()) - 1 + visual_tokens;
@@ -184,8 +184,7 @@ absl::StatusOr<QwenPrompt> QwenModel::Tokenize(const PromptText& prompt,
         absl::StrFormat("image grid %dx%dx%d is not one frame of whole %dx%d merge units", grid.t,
                         grid.h, grid.w, merge, merge));
   }
-  HAP_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                       PromptIds(prompt, static_cast<int>(n_vis64)));
+  HAP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PromptIds(prompt, static_cast<int>(n_vis64)));
   const int32_t pad = config_.image_token_id;
   const auto first = std::find(ids.begin(), ids.end(), pad);
   QwenPrompt p;

@@ -58,8 +58,7 @@ class QwenModel : public LanguageModel {
   absl::StatusOr<QwenPrompt> Tokenize(const PromptText& prompt, const ImageGrid& grid) const;
   // The prompt's ids with its one image pad not yet expanded (what Tokenize expands to the
   // grid's tokens), checked as Tokenize checks them for an image of `visual_tokens`.
-  absl::StatusOr<std::vector<int32_t>> PromptIds(const PromptText& prompt,
-                                                 int visual_tokens) const;
+  absl::StatusOr<std::vector<int32_t>> PromptIds(const PromptText& prompt, int visual_tokens) const;
 
   // The decoder over the prompt with the image embeddings F32 [prompt.tokens.n_vis, hidden] at
   // the image pad tokens; `pruner` may be null. The first token and the logits as

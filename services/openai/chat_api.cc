@@ -10,8 +10,8 @@
 #include "absl/strings/str_format.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
-#include "runtime/prune/factory.h"
 #include "google/protobuf/util/json_util.h"
+#include "runtime/prune/factory.h"
 
 namespace hap::svc::openai {
 namespace {
@@ -425,10 +425,10 @@ absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body_text,
   const std::string& placeholder = options.image_placeholder;
   const size_t first = prompt.find(placeholder);
   if (first == std::string::npos || prompt.find(placeholder, first + 1) != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the model's chat template (", options.chat_template->origin(), ") must place the image as '",
-        placeholder, "' exactly once; it rendered it ",
-        first == std::string::npos ? "0 times" : "more than once"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model's chat template (", options.chat_template->origin(),
+                     ") must place the image as '", placeholder, "' exactly once; it rendered it ",
+                     first == std::string::npos ? "0 times" : "more than once"));
   }
   out.generate.set_raw_prompt(std::move(prompt));
   out.generate.set_image(std::move(image));

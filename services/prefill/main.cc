@@ -285,8 +285,8 @@ int Main(int argc, char** argv) {
   model = std::move(*loaded);
   if (*gpu_budget > 0) {
     // What the prefills' activations and KV caches have left once the weights are in.
-    absl::StatusOr<GpuMemoryPlan> plan =
-        PlanGpuMemory("--gpu-memory", *gpu_budget, model->language().backend().DeviceBytesInUse(), 0, 1);
+    absl::StatusOr<GpuMemoryPlan> plan = PlanGpuMemory(
+        "--gpu-memory", *gpu_budget, model->language().backend().DeviceBytesInUse(), 0, 1);
     if (!plan.ok()) return host.Fail(plan.status());
     std::fprintf(stderr, "%s: GPU memory %s (left for the prefills' activations and KV caches)\n",
                  host.name().c_str(), DescribeGpuMemoryPlan(*plan).c_str());
@@ -295,9 +295,9 @@ int Main(int argc, char** argv) {
   // Qwen2.5-VL, whose images give different counts, it is checked on the warm-up image's.)
   const int visual_tokens = model->reference_visual_tokens();
   auto prune = PruneFromProto(hap::v1::Pruning(), config.default_pruning, visual_tokens);
-  absl::Status ok =
-      prune.ok() ? model->ValidateRequest("default pruning check", *prune, visual_tokens)
-                 : prune.status();
+  absl::Status ok = prune.ok()
+                        ? model->ValidateRequest("default pruning check", *prune, visual_tokens)
+                        : prune.status();
   if (!ok.ok()) return host.Fail(Annotate(ok, "default pruning (--method/--retain/--flops)"));
   if (common.warm_up) {
     // The default method's path: its kernels, the planned steps, the sampling.

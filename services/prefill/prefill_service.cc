@@ -109,8 +109,8 @@ absl::StatusOr<GenerateJob> PrefillService::Check(const hap::v1::GenerateRequest
   // The image's visual tokens (read from its header where they follow its size): what a
   // percentage budget is of and what the prompt's length counts.
   HAP_ASSIGN_OR_RETURN(job.visual_tokens, model->VisualTokensOf(request.image()));
-  HAP_ASSIGN_OR_RETURN(job.prune, PruneFromProto(request.pruning(), config_.default_pruning,
-                                                 job.visual_tokens));
+  HAP_ASSIGN_OR_RETURN(
+      job.prune, PruneFromProto(request.pruning(), config_.default_pruning, job.visual_tokens));
   // Prompt length (--max-prompt-tokens), method and budget against this model and image.
   HAP_RETURN_IF_ERROR(model->ValidateRequest(job.prompt, job.prune, job.visual_tokens));
   return job;

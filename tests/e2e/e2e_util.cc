@@ -40,9 +40,9 @@ std::string MakeTinyModel(const std::string& name, int seed) {
 std::string MakeTinyQwenModel(const std::string& name, int seed, int layers) {
   const std::string dir = absl::StrCat(HAP_BINARY_DIR, "/tests/e2e/", name);
   std::filesystem::remove_all(dir);
-  const CommandResult r = RunCommand({HapctlPath(), "make-tiny", "--family", "qwen2.5-vl", "--out",
-                                      dir, "--layers", std::to_string(layers), "--seed",
-                                      std::to_string(seed)});
+  const CommandResult r =
+      RunCommand({HapctlPath(), "make-tiny", "--family", "qwen2.5-vl", "--out", dir, "--layers",
+                  std::to_string(layers), "--seed", std::to_string(seed)});
   return r.exit_code == 0 ? dir : "";
 }
 

@@ -73,9 +73,7 @@ class PipelineTest : public ::testing::Test {
         timeout);
   }
 
-  static void ExpectSameAsRun(const Ask& ask) {
-    e2e::ExpectSameAsRun(*model_dir_, client_, ask);
-  }
+  static void ExpectSameAsRun(const Ask& ask) { e2e::ExpectSameAsRun(*model_dir_, client_, ask); }
 
   static std::string* model_dir_;
   static std::string* image_;

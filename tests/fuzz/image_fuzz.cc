@@ -22,8 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto image = hap::DecodeImage(hap::fuzz::AsView(data, size), limits);
   if (image.ok()) {
     // What decodes has a readable header, and the header said its size.
-    HAP_FUZZ_CHECK(header.ok() && header->width == image->width &&
-                       header->height == image->height,
+    HAP_FUZZ_CHECK(header.ok() && header->width == image->width && header->height == image->height,
                    "header %s, decoded %dx%d",
                    header.ok() ? absl::StrCat(header->width, "x", header->height).c_str()
                                : header.status().ToString().c_str(),

@@ -28,16 +28,13 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::StatusOr<hap::Flags> flags =
-      hap::Flags::Parse(argc, argv,
-                        {"model", "image", "question", "max-new", "method", "keep-fraction",
-                         "device"},
-                        {});
+  absl::StatusOr<hap::Flags> flags = hap::Flags::Parse(
+      argc, argv, {"model", "image", "question", "max-new", "method", "keep-fraction", "device"},
+      {});
   if (!flags.ok()) return Fail(flags.status());
   const std::string model_dir = flags->GetOr("model", ""), image_path = flags->GetOr("image", ""),
                     question = flags->GetOr("question", ""),
-                    method = flags->GetOr("method", "none"),
-                    device = flags->GetOr("device", "cpu");
+                    method = flags->GetOr("method", "none"), device = flags->GetOr("device", "cpu");
   absl::StatusOr<int> max_new = flags->PositiveInt("max-new", 8);
   if (!max_new.ok()) return Fail(max_new.status());
   absl::StatusOr<double> keep_fraction = flags->Double("keep-fraction", 0);

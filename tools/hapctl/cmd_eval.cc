@@ -177,9 +177,8 @@ absl::StatusOr<EvalSummary> Evaluate(const VisionLanguageModel& model, const std
     }
     const PruneRequest& prune = it->second.prune;
     Sampler sampler(SamplingParams{});
-    HAP_ASSIGN_OR_RETURN(
-        PrefillResult prefill,
-        model.RunPrefill(q.question, it->second.image, prune, &sampler, max_new_tokens));
+    HAP_ASSIGN_OR_RETURN(PrefillResult prefill, model.RunPrefill(q.question, it->second.image,
+                                                                 prune, &sampler, max_new_tokens));
     StopCriteria stop;
     stop.max_new_tokens = max_new_tokens;
     HAP_ASSIGN_OR_RETURN(DecodeResult dec,
@@ -259,9 +258,9 @@ absl::Status EvalFolder(const Flags& flags) {
     return ParsePruneFlags(flags, visual_tokens);
   };
 
-  HAP_ASSIGN_OR_RETURN(EvalSummary pruned, Evaluate(*model, data, questions, pruned_for,
-                                                    static_cast<int>(max_new),
-                                                    prune.method.c_str()));
+  HAP_ASSIGN_OR_RETURN(EvalSummary pruned,
+                       Evaluate(*model, data, questions, pruned_for, static_cast<int>(max_new),
+                                prune.method.c_str()));
   nlohmann::json out = SummaryJson(pruned);
   out["method"] = prune.method;
   out["paq_temperature"] = prune.paq_temperature;
@@ -270,10 +269,10 @@ absl::Status EvalFolder(const Flags& flags) {
   if (prune.method != "none" && !flags.Bool("no-baseline")) {
     PruneRequest none;
     none.method = "none";
-    HAP_ASSIGN_OR_RETURN(
-        EvalSummary base,
-        Evaluate(*model, data, questions, [&none](int) { return none; },
-                 static_cast<int>(max_new), "unpruned"));
+    HAP_ASSIGN_OR_RETURN(EvalSummary base,
+                         Evaluate(
+                             *model, data, questions, [&none](int) { return none; },
+                             static_cast<int>(max_new), "unpruned"));
     out["unpruned_accuracy"] = base.accuracy();
     out["relative_score"] = base.accuracy() > 0 ? pruned.accuracy() / base.accuracy() : 0.0;
   }
@@ -301,8 +300,7 @@ absl::Status EvalFolder(const Flags& flags) {
   std::printf(
       "average visual tokens per layer %.2f of %.4g | FLOPs %.1f%% (full), %.1f%% (paper) | "
       "KV %.1f%% | mean prefill %.2f ms (PAQ+select %.3f ms)\n",
-      out["average_visual_tokens"].get<double>(),
-      out["average_image_visual_tokens"].get<double>(),
+      out["average_visual_tokens"].get<double>(), out["average_image_visual_tokens"].get<double>(),
       100 * out["flops_full"].get<double>(), 100 * out["flops_paper"].get<double>(),
       100 * out["kv_cache_fraction"].get<double>(), out["mean_prefill_ms"].get<double>(),
       out["mean_score_select_ms"].get<double>());
@@ -444,9 +442,10 @@ absl::Status EvalLlavaFiles(const Flags& flags) {
   const std::string model_dir = ResolveModelDir(flags.GetOr("model", ""));
   o.model_id = ModelIdOf(model_dir);
   if (IsQwen25VLDirectory(model_dir)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        model_dir, " is a Qwen2.5-VL directory; --question-file renders LLaVA's conversation "
-                   "modes (llava_hf, vicuna_v1): evaluate it with --data"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(model_dir,
+                     " is a Qwen2.5-VL directory; --question-file renders LLaVA's conversation "
+                     "modes (llava_hf, vicuna_v1): evaluate it with --data"));
   }
   HAP_ASSIGN_OR_RETURN(ModelOptions options, LoadOptions(flags));
   HAP_ASSIGN_OR_RETURN(std::unique_ptr<LlavaModel> model, LlavaModel::Load(model_dir, options));

@@ -13,17 +13,17 @@
 #include <optional>
 
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "kernels/prune/attention_rows.h"
 #include "kernels/prune/paq.h"
 #include "kernels/prune/paq_softmax.h"
 #include "kernels/prune/weighted_sum.h"
 #include "nlohmann/json.hpp"
-#include "base/status_macros.h"
 #include "runtime/image/png_encode.h"
+#include "runtime/io/model_dir.h"
 #include "runtime/model/vision_language_model.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
-#include "runtime/io/model_dir.h"
 #include "tools/hapctl/run_options.h"
 
 namespace hap::cli {
@@ -328,9 +328,10 @@ absl::Status Explain(const Flags& flags) {
   j["grid_cols"] = layout.cols;
   std::ofstream(path("explain.json")) << j.dump(2) << "\n";
   std::printf("answer: %s\n", result.decode.text.c_str());
-  std::printf("wrote %s: explain.json, image.png, kept.png (%zu of %d patches kept at the end), "
-              "%zu group heat maps\n",
-              out_dir.c_str(), final_kept.size(), n_cells, ps.hap_groups.size());
+  std::printf(
+      "wrote %s: explain.json, image.png, kept.png (%zu of %d patches kept at the end), "
+      "%zu group heat maps\n",
+      out_dir.c_str(), final_kept.size(), n_cells, ps.hap_groups.size());
   return absl::OkStatus();
 }
 

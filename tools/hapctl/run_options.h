@@ -1,8 +1,8 @@
 // Generation flags and result printing shared by `hapctl run`, `generate` and `eval`.
 #pragma once
 
-#include <optional>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 
