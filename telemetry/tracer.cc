@@ -58,7 +58,7 @@ SpanId NewSpanId() {
   return id;
 }
 
-Tracer::Tracer(Sampler sampler, std::shared_ptr<SpanProcessor> processor)
+Tracer::Tracer(TraceSampler sampler, std::shared_ptr<SpanProcessor> processor)
     : sampler_(sampler), processor_(std::move(processor)) {}
 
 Span Tracer::StartSpan(std::string_view name, SpanKind kind, const SpanContext& parent,

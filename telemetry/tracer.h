@@ -6,7 +6,7 @@
 #include <memory>
 #include <string_view>
 
-#include "telemetry/sampler.h"
+#include "telemetry/trace_sampler.h"
 #include "telemetry/span.h"
 #include "telemetry/trace_context.h"
 
@@ -15,7 +15,7 @@ namespace hap::telemetry {
 class Tracer {
  public:
   Tracer() = default;  // disabled
-  Tracer(Sampler sampler, std::shared_ptr<SpanProcessor> processor);
+  Tracer(TraceSampler sampler, std::shared_ptr<SpanProcessor> processor);
 
   bool enabled() const { return processor_ != nullptr; }
 
@@ -30,7 +30,7 @@ class Tracer {
   }
 
  private:
-  Sampler sampler_;
+  TraceSampler sampler_;
   std::shared_ptr<SpanProcessor> processor_;
 };
 

@@ -117,7 +117,7 @@ absl::StatusOr<std::unique_ptr<Tracing>> Tracing::Start(const TracingConfig& con
   std::unique_ptr<Tracing> t(new Tracing());
   t->config_ = config;
   // The sampler is checked even when tracing is off, so a typo fails at startup.
-  absl::StatusOr<Sampler> sampler = Sampler::Parse(config.sampler, config.sampler_arg);
+  absl::StatusOr<TraceSampler> sampler = TraceSampler::Parse(config.sampler, config.sampler_arg);
   if (!sampler.ok()) return sampler.status();
   if (config.protocol != "grpc" && config.protocol != "http/protobuf") {
     return absl::InvalidArgumentError(
@@ -163,7 +163,7 @@ Tracing::~Tracing() { Shutdown(std::chrono::seconds(2)); }
 
 std::string Tracing::Describe() const {
   if (!enabled()) return "tracing off (set OTEL_EXPORTER_OTLP_ENDPOINT or --otlp-endpoint)";
-  auto sampler = Sampler::Parse(config_.sampler, config_.sampler_arg);
+  auto sampler = TraceSampler::Parse(config_.sampler, config_.sampler_arg);
   return absl::StrCat("tracing to ", target_, " (OTLP ",
                       config_.protocol == "grpc" ? "gRPC" : "HTTP/protobuf",
                       "), service.name=", config_.service_name, ", sampler ",

@@ -153,11 +153,11 @@ class ThreadContext {
   }
   static size_t Padded(size_t bytes) { return (bytes + 255) / 256 * 256; }
   // Reserve + Take / Upload for the ops that need a single scratch array.
-  absl::StatusOr<void*> TakeOnly(size_t bytes) {
+  absl::StatusOr<void*> ReserveAndTake(size_t bytes) {
     HAP_RETURN_IF_ERROR(Reserve(Padded(bytes)));
     return Take(bytes);
   }
-  absl::StatusOr<void*> UploadOnly(const void* host, size_t bytes) {
+  absl::StatusOr<void*> ReserveAndUpload(const void* host, size_t bytes) {
     HAP_RETURN_IF_ERROR(Reserve(Padded(bytes)));
     return Upload(host, bytes);
   }
@@ -230,7 +230,7 @@ class CudaPruning final : public PruningKernels {
     HAP_RETURN_IF_ERROR(CheckDevice(weights, sizeof(float) * n_maps, "WeightedSumMaps", "weights"));
     HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, "WeightedSumMaps", "out"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_maps, c->UploadOnly(maps, sizeof(float*) * n_maps));
+    HAP_ASSIGN_OR_RETURN(void* d_maps, c->ReserveAndUpload(maps, sizeof(float*) * n_maps));
     return ToStatus(cuda::WeightedSumMaps(static_cast<const float* const*>(d_maps), weights, n_maps,
                                           size, out, c->stream()));
   }
@@ -257,7 +257,7 @@ class CudaPruning final : public PruningKernels {
         CheckDevice(map, sizeof(float) * n_rows * n_vis, "TokenScoresOfRows", "map"));
     HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, "TokenScoresOfRows", "scores"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_rows, c->UploadOnly(rows, sizeof(int) * n_sel));
+    HAP_ASSIGN_OR_RETURN(void* d_rows, c->ReserveAndUpload(rows, sizeof(int) * n_sel));
     return ToStatus(cuda::TokenScoresOfRows(map, n_rows, n_vis, static_cast<const int*>(d_rows),
                                             n_sel, scores, c->stream()));
   }
@@ -265,7 +265,7 @@ class CudaPruning final : public PruningKernels {
   absl::Status StableTopK(const float* scores, int n, int k, int* kept) const override {
     HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n, "StableTopK", "scores"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_kept, c->TakeOnly(sizeof(int) * std::max(k, 1)));
+    HAP_ASSIGN_OR_RETURN(void* d_kept, c->ReserveAndTake(sizeof(int) * std::max(k, 1)));
     HAP_CUDA_RETURN_IF_ERROR(
         cuda::StableTopK(scores, n, k, static_cast<int*>(d_kept), c->stream()));
     HAP_RETURN_IF_ERROR(DeviceToHost(kept, d_kept, sizeof(int) * k));
@@ -842,7 +842,7 @@ class CudaBackendImpl final : public Backend {
     // Another head_dim: cuBLAS around a softmax kernel. The scratch grows to the largest shape seen
     // and is then reused: no allocation per call.
     HAP_ASSIGN_OR_RETURN(void* workspace,
-                         c->TakeOnly(std::max<size_t>(1, cuda::NarrowAttentionWorkspaceBytes(a))));
+                         c->ReserveAndTake(std::max<size_t>(1, cuda::NarrowAttentionWorkspaceBytes(a))));
     return ToStatus(cuda::NarrowAttention(a, ElemOf(a.operands), c->gemm(), workspace));
   }
   absl::Status DecodeAttention(const DecodeAttentionArgs& a) const override {
@@ -862,7 +862,7 @@ class CudaBackendImpl final : public Backend {
       const size_t part_bytes = cuda::DecodeAttentionPartBytes(a);
       void* parts = nullptr;
       if (part_bytes > 0) {
-        HAP_ASSIGN_OR_RETURN(parts, c->TakeOnly(part_bytes));
+        HAP_ASSIGN_OR_RETURN(parts, c->ReserveAndTake(part_bytes));
       }
       return ToStatus(cuda::DecodeAttention(a, parts, c->stream()));
     }
@@ -980,7 +980,7 @@ class CudaBackendImpl final : public Backend {
         CheckDevice(logits, sizeof(float) * static_cast<size_t>(rows) * n, "ArgMaxRows", "logits"));
     if (rows == 0) return absl::OkStatus();
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-    HAP_ASSIGN_OR_RETURN(void* d_ids, c->TakeOnly(sizeof(int32_t) * rows));
+    HAP_ASSIGN_OR_RETURN(void* d_ids, c->ReserveAndTake(sizeof(int32_t) * rows));
     HAP_CUDA_RETURN_IF_ERROR(
         cuda::ArgMaxRows(logits, rows, n, static_cast<int*>(d_ids), c->stream()));
     return CopyToHost(ids, d_ids, sizeof(int32_t) * rows);

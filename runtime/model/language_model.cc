@@ -75,7 +75,7 @@ absl::Status LanguageModel::FinishPrefill(const BackendArray<float>& logits, Sam
     return logits.CopyTo(out->logits.data());
   }
   HAP_ASSIGN_OR_RETURN(std::vector<int32_t> first,
-                       SampleWhereTheyAre(logits.data(), 1, static_cast<int>(logits.size()),
+                       SampleBackendLogits(logits.data(), 1, static_cast<int>(logits.size()),
                                           {sampler}, &out->sampling));
   out->first_token = first[0];
   return absl::OkStatus();
@@ -112,10 +112,10 @@ absl::StatusOr<std::vector<int32_t>> LanguageModel::DecodeBatchSampled(
   const BackendArray<float>& logits = workspace->logits();  // F32 [b, vocab]
   const int b = static_cast<int>(tokens.size());
   const int vocab = static_cast<int>(logits.size() / tokens.size());
-  return SampleWhereTheyAre(logits.data(), b, vocab, samplers, counts);
+  return SampleBackendLogits(logits.data(), b, vocab, samplers, counts);
 }
 
-absl::StatusOr<std::vector<int32_t>> LanguageModel::SampleWhereTheyAre(
+absl::StatusOr<std::vector<int32_t>> LanguageModel::SampleBackendLogits(
     const float* logits, int rows, int vocab, const std::vector<Sampler*>& samplers,
     RowSamplingCounts* counts) const {
   RowSamplingCounts local;

@@ -152,7 +152,7 @@ class LanguageModel {
   absl::Status NeedPart(ModelParts part) const;
   // Rows of logits F32 [rows, vocab] in the backend's memory, each drawn by its sampler: through
   // SampleRows on a device, by Sample() in place on the CPU backend. Sets *counts.
-  absl::StatusOr<std::vector<int32_t>> SampleWhereTheyAre(const float* logits, int rows, int vocab,
+  absl::StatusOr<std::vector<int32_t>> SampleBackendLogits(const float* logits, int rows, int vocab,
                                                           const std::vector<Sampler*>& samplers,
                                                           RowSamplingCounts* counts) const;
   // The prefill's output from the decoder's logits: copied to the host without a sampler, the

@@ -372,14 +372,14 @@ TEST(Overhead, PerSpanCostOnTheRequestPath) {
   BatchOptions big;
   big.max_queue_size = 2 * n;
   auto healthy = std::make_shared<BatchSpanProcessor>(std::make_unique<InMemoryExporter>(), big);
-  const double on = per_span_ns(Tracer(Sampler(), healthy), n);
+  const double on = per_span_ns(Tracer(TraceSampler(), healthy), n);
 
   auto gate = std::make_unique<GateExporter>();
   GateExporter* g = gate.get();
   BatchOptions small;
   small.max_queue_size = 64;
   auto stalled = std::make_shared<BatchSpanProcessor>(std::move(gate), small);
-  const double full = per_span_ns(Tracer(Sampler(), stalled), n);
+  const double full = per_span_ns(Tracer(TraceSampler(), stalled), n);
   EXPECT_GT(stalled->stats().dropped_queue_full, 0u);
   std::printf(
       "[ overhead ] per span with 5 attributes: tracing off %.0f ns, on %.0f ns, "

@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "telemetry/batch_processor.h"
-#include "telemetry/sampler.h"
+#include "telemetry/trace_sampler.h"
 
 namespace hap::telemetry {
 namespace {
@@ -34,7 +34,7 @@ TEST(Tracer, DisabledTracerRecordsNothing) {
 
 TEST(Tracer, RootAndChildSpans) {
   auto sink = std::make_shared<Sink>();
-  Tracer tracer(Sampler(), sink);
+  Tracer tracer(TraceSampler(), sink);
   Span root = tracer.StartSpan("root", SpanKind::kServer, SpanContext());
   ASSERT_TRUE(root.recording());
   EXPECT_TRUE(root.context().valid());
@@ -59,7 +59,7 @@ TEST(Tracer, RootAndChildSpans) {
 
 TEST(Tracer, RemoteParentIsContinued) {
   auto sink = std::make_shared<Sink>();
-  Tracer tracer(Sampler(), sink);
+  Tracer tracer(TraceSampler(), sink);
   std::optional<SpanContext> remote =
       ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
   ASSERT_TRUE(remote);
@@ -75,7 +75,7 @@ TEST(Tracer, RemoteParentIsContinued) {
 
 TEST(Tracer, ParentBasedSamplingFollowsTheParent) {
   auto sink = std::make_shared<Sink>();
-  Tracer tracer(Sampler(), sink);  // parentbased_always_on
+  Tracer tracer(TraceSampler(), sink);  // parentbased_always_on
   std::optional<SpanContext> unsampled =
       ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00");
   Span s = tracer.StartSpan("server", SpanKind::kServer, *unsampled);
@@ -91,40 +91,40 @@ TEST(Tracer, ParentBasedSamplingFollowsTheParent) {
   EXPECT_TRUE(sink->spans.empty());
 
   // always_on ignores the parent's flag.
-  Tracer always(Sampler(Sampler::Root::kAlwaysOn, 1, false), sink);
+  Tracer always(TraceSampler(TraceSampler::Root::kAlwaysOn, 1, false), sink);
   Span forced = always.StartSpan("server", SpanKind::kServer, *unsampled);
   EXPECT_TRUE(forced.recording());
 }
 
-TEST(Sampler, ParseNamesAndArguments) {
-  EXPECT_EQ(Sampler::Parse("", "")->Describe(), "parentbased_always_on");
-  EXPECT_EQ(Sampler::Parse("always_off", "")->Describe(), "always_off");
-  EXPECT_EQ(Sampler::Parse("traceidratio", "0.25")->Describe(), "traceidratio{0.25}");
-  EXPECT_EQ(Sampler::Parse("parentbased_traceidratio", "")->Describe(),
+TEST(TraceSampler, ParseNamesAndArguments) {
+  EXPECT_EQ(TraceSampler::Parse("", "")->Describe(), "parentbased_always_on");
+  EXPECT_EQ(TraceSampler::Parse("always_off", "")->Describe(), "always_off");
+  EXPECT_EQ(TraceSampler::Parse("traceidratio", "0.25")->Describe(), "traceidratio{0.25}");
+  EXPECT_EQ(TraceSampler::Parse("parentbased_traceidratio", "")->Describe(),
             "parentbased_traceidratio{1}");
-  EXPECT_FALSE(Sampler::Parse("sometimes", "").ok());
-  EXPECT_FALSE(Sampler::Parse("traceidratio", "1.5").ok());
-  EXPECT_FALSE(Sampler::Parse("traceidratio", "-0.1").ok());
-  EXPECT_FALSE(Sampler::Parse("traceidratio", "half").ok());
+  EXPECT_FALSE(TraceSampler::Parse("sometimes", "").ok());
+  EXPECT_FALSE(TraceSampler::Parse("traceidratio", "1.5").ok());
+  EXPECT_FALSE(TraceSampler::Parse("traceidratio", "-0.1").ok());
+  EXPECT_FALSE(TraceSampler::Parse("traceidratio", "half").ok());
 }
 
-TEST(Sampler, RatioComparesTheLow64BitsOfTheTraceId) {
+TEST(TraceSampler, RatioComparesTheLow64BitsOfTheTraceId) {
   TraceId t;
   t.bytes[0] = 0xff;                           // high bits do not matter
-  EXPECT_TRUE(Sampler::RatioSamples(0.5, t));  // low 64 bits = 0
+  EXPECT_TRUE(TraceSampler::RatioSamples(0.5, t));  // low 64 bits = 0
   for (int i = 8; i < 16; ++i) t.bytes[i] = 0xff;
-  EXPECT_FALSE(Sampler::RatioSamples(0.999, t));
-  EXPECT_TRUE(Sampler::RatioSamples(1.0, t));
+  EXPECT_FALSE(TraceSampler::RatioSamples(0.999, t));
+  EXPECT_TRUE(TraceSampler::RatioSamples(1.0, t));
   t.bytes[8] = 0x7f;  // 2^63 − 1: just inside half
-  EXPECT_TRUE(Sampler::RatioSamples(0.5, t));
+  EXPECT_TRUE(TraceSampler::RatioSamples(0.5, t));
   t.bytes[8] = 0x80;
   for (int i = 9; i < 16; ++i) t.bytes[i] = 0;  // exactly 2^63
-  EXPECT_FALSE(Sampler::RatioSamples(0.5, t));
-  EXPECT_FALSE(Sampler::RatioSamples(0.0, TraceId{}));
+  EXPECT_FALSE(TraceSampler::RatioSamples(0.5, t));
+  EXPECT_FALSE(TraceSampler::RatioSamples(0.0, TraceId{}));
 }
 
-TEST(Sampler, RatioKeepsAboutThatFractionAndIsDeterministic) {
-  const Sampler s(Sampler::Root::kRatio, 0.25, false);
+TEST(TraceSampler, RatioKeepsAboutThatFractionAndIsDeterministic) {
+  const TraceSampler s(TraceSampler::Root::kRatio, 0.25, false);
   int kept = 0;
   const int n = 40000;
   for (int i = 0; i < n; ++i) {
@@ -153,7 +153,7 @@ TEST(Ids, RandomAndDistinct) {
 
 TEST(Span, AttributesEventsStatusAndLimits) {
   auto sink = std::make_shared<Sink>();
-  Tracer tracer(Sampler(), sink);
+  Tracer tracer(TraceSampler(), sink);
   {
     Span s = tracer.StartSpan("s", SpanKind::kInternal, SpanContext());
     s.SetAttribute("int", 7).SetAttribute("int", 8);  // overwritten, not duplicated
@@ -184,7 +184,7 @@ TEST(Span, AttributesEventsStatusAndLimits) {
 
 TEST(Span, OkStatusHasNoMessageAndMoveAssignmentEndsTheOldSpan) {
   auto sink = std::make_shared<Sink>();
-  Tracer tracer(Sampler(), sink);
+  Tracer tracer(TraceSampler(), sink);
   Span a = tracer.StartSpan("a", SpanKind::kInternal, SpanContext());
   a.SetStatus(StatusCode::kOk, "ignored");
   a = tracer.StartSpan("b", SpanKind::kInternal, SpanContext());
@@ -200,7 +200,7 @@ TEST(Span, OkStatusHasNoMessageAndMoveAssignmentEndsTheOldSpan) {
 
 TEST(Span, ExplicitTimesAreKept) {
   auto sink = std::make_shared<Sink>();
-  Tracer tracer(Sampler(), sink);
+  Tracer tracer(TraceSampler(), sink);
   Span s = tracer.StartSpan("t", SpanKind::kInternal, SpanContext(), 1000);
   s.End(5000);
   ASSERT_EQ(sink->spans.size(), 1u);

@@ -12,16 +12,16 @@
 
 namespace hap::telemetry {
 
-class Sampler {
+class TraceSampler {
  public:
   enum class Root { kAlwaysOn, kAlwaysOff, kRatio };
 
-  Sampler() = default;  // parentbased_always_on, the SDK default
-  Sampler(Root root, double ratio, bool parent_based);
+  TraceSampler() = default;  // parentbased_always_on, the SDK default
+  TraceSampler(Root root, double ratio, bool parent_based);
 
   // `name` as OTEL_TRACES_SAMPLER spells it; `arg` the ratio for the *traceidratio samplers
   // (default 1.0; must lie in [0, 1]). InvalidArgument for anything else.
-  static absl::StatusOr<Sampler> Parse(std::string_view name, std::string_view arg);
+  static absl::StatusOr<TraceSampler> Parse(std::string_view name, std::string_view arg);
 
   // Whether a new span of `trace_id` is recorded and exported; `parent` is null or invalid for
   // a root span.

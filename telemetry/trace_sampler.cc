@@ -1,4 +1,4 @@
-#include "telemetry/sampler.h"
+#include "telemetry/trace_sampler.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -8,10 +8,10 @@
 
 namespace hap::telemetry {
 
-Sampler::Sampler(Root root, double ratio, bool parent_based)
+TraceSampler::TraceSampler(Root root, double ratio, bool parent_based)
     : root_(root), ratio_(ratio), parent_based_(parent_based) {}
 
-absl::StatusOr<Sampler> Sampler::Parse(std::string_view name, std::string_view arg) {
+absl::StatusOr<TraceSampler> TraceSampler::Parse(std::string_view name, std::string_view arg) {
   double ratio = 1.0;
   const bool wants_ratio = name == "traceidratio" || name == "parentbased_traceidratio";
   if (wants_ratio && !arg.empty()) {
@@ -23,19 +23,19 @@ absl::StatusOr<Sampler> Sampler::Parse(std::string_view name, std::string_view a
           absl::StrCat("sampler argument '", std::string(arg), "' is not a ratio in [0, 1]"));
     }
   }
-  if (name.empty() || name == "parentbased_always_on") return Sampler(Root::kAlwaysOn, 1, true);
-  if (name == "always_on") return Sampler(Root::kAlwaysOn, 1, false);
-  if (name == "always_off") return Sampler(Root::kAlwaysOff, 0, false);
-  if (name == "parentbased_always_off") return Sampler(Root::kAlwaysOff, 0, true);
-  if (name == "traceidratio") return Sampler(Root::kRatio, ratio, false);
-  if (name == "parentbased_traceidratio") return Sampler(Root::kRatio, ratio, true);
+  if (name.empty() || name == "parentbased_always_on") return TraceSampler(Root::kAlwaysOn, 1, true);
+  if (name == "always_on") return TraceSampler(Root::kAlwaysOn, 1, false);
+  if (name == "always_off") return TraceSampler(Root::kAlwaysOff, 0, false);
+  if (name == "parentbased_always_off") return TraceSampler(Root::kAlwaysOff, 0, true);
+  if (name == "traceidratio") return TraceSampler(Root::kRatio, ratio, false);
+  if (name == "parentbased_traceidratio") return TraceSampler(Root::kRatio, ratio, true);
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown sampler '", std::string(name),
       "' (always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, "
       "parentbased_traceidratio)"));
 }
 
-bool Sampler::RatioSamples(double ratio, const TraceId& trace_id) {
+bool TraceSampler::RatioSamples(double ratio, const TraceId& trace_id) {
   if (ratio >= 1) return true;
   if (ratio <= 0) return false;
   // ratio·2^64 as an unsigned bound; 2^64 itself is not representable, hence the ratio < 1 case.
@@ -43,7 +43,7 @@ bool Sampler::RatioSamples(double ratio, const TraceId& trace_id) {
   return trace_id.Low64() < bound;
 }
 
-bool Sampler::ShouldSample(const SpanContext* parent, const TraceId& trace_id) const {
+bool TraceSampler::ShouldSample(const SpanContext* parent, const TraceId& trace_id) const {
   if (parent_based_ && parent != nullptr && parent->valid()) return parent->sampled();
   switch (root_) {
     case Root::kAlwaysOn:
@@ -56,7 +56,7 @@ bool Sampler::ShouldSample(const SpanContext* parent, const TraceId& trace_id) c
   return false;
 }
 
-std::string Sampler::Describe() const {
+std::string TraceSampler::Describe() const {
   std::string root;
   switch (root_) {
     case Root::kAlwaysOn:
