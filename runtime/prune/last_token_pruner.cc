@@ -18,10 +18,8 @@ LastTokenPruner::LastTokenPruner(std::string method, const ModelDims& dims, Stag
 PrunerBase::KeepResult LastTokenPruner::AfterLayer(const LayerAttention& att) {
   HAP_ASSIGN_OR_RETURN(bool has_image, StartLayer(att));
   if (!has_image) return std::optional<std::vector<int>>();
-  const auto it = std::find(schedule_.after_layer.begin(), schedule_.after_layer.end(), att.layer);
-  if (it == schedule_.after_layer.end()) return std::optional<std::vector<int>>();
-  const int keep = std::min(schedule_.keep[it - schedule_.after_layer.begin()], att.n_vis);
-  if (keep >= att.n_vis) return std::optional<std::vector<int>>();
+  const int keep = schedule_.KeepAfter(att.layer, att.n_vis);
+  if (keep == 0) return std::optional<std::vector<int>>();
 
   const auto start = std::chrono::steady_clock::now();
   if (NumText(att) <= 0) {

@@ -79,10 +79,8 @@ PrunerBase::KeepResult SparseVlmPruner::Begin(const PrefillInput& in) {
 PrunerBase::KeepResult SparseVlmPruner::AfterLayer(const LayerAttention& att) {
   HAP_ASSIGN_OR_RETURN(bool has_image, StartLayer(att));
   if (!has_image) return std::optional<std::vector<int>>();
-  const auto it = std::find(schedule_.after_layer.begin(), schedule_.after_layer.end(), att.layer);
-  if (it == schedule_.after_layer.end()) return std::optional<std::vector<int>>();
-  const int keep = std::min(schedule_.keep[it - schedule_.after_layer.begin()], att.n_vis);
-  if (keep >= att.n_vis) return std::optional<std::vector<int>>();
+  const int keep = schedule_.KeepAfter(att.layer, att.n_vis);
+  if (keep == 0) return std::optional<std::vector<int>>();
 
   const auto start = std::chrono::steady_clock::now();
   const int n_text = NumText(att);

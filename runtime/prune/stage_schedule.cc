@@ -39,6 +39,13 @@ absl::Status StageSchedule::Validate(int n_layers, int v) const {
   return absl::OkStatus();
 }
 
+int StageSchedule::KeepAfter(int layer, int n_vis) const {
+  const auto it = std::find(after_layer.begin(), after_layer.end(), layer);
+  if (it == after_layer.end()) return 0;
+  const int kept = std::min(keep[it - after_layer.begin()], n_vis);
+  return kept >= n_vis ? 0 : kept;
+}
+
 std::string StageSchedule::ToString() const {
   std::string s;
   for (size_t i = 0; i < keep.size(); ++i) {

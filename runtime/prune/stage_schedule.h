@@ -21,6 +21,9 @@ struct StageSchedule {
   // InvalidArgument unless the layers/counts are as documented and within [1, V].
   absl::Status Validate(int n_layers, int n_visual_tokens) const;
   std::string ToString() const;  // "after 1 → 64; after 7 → 32"
+  // The tokens to keep at the end of `layer` from `n_vis` present: the stage's count (at most
+  // n_vis), or 0 where no stage ends there or it would keep them all.
+  int KeepAfter(int layer, int n_vis) const;
 };
 
 // One stage for a target average (the convention of docs/design.md §4): layers [0, k_full) see
