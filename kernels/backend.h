@@ -126,7 +126,7 @@ class Backend {
   // pruning stage.
   virtual absl::Status GatherRows(const void* src, int64_t n_rows, size_t row_bytes,
                                   const int* idx, int64_t n_idx, void* dst) const = 0;
-  // The compaction after a pruning stage decided in the backend's memory (kernels/prune/
+  // The compaction after a pruning stage decided in the backend's memory (kernels/cpu/prune/
   // gather_rows.h GatherKeptRows): dst = the rows [0, vis_begin), the kept visual rows
   // vis_begin + kept[r] (r < n_kept), then the rows [vis_begin + n_vis, n_tokens), out of place.
   // kept is in the backend's memory, so a GPU backend neither waits nor uploads: it cannot check
@@ -273,7 +273,7 @@ class BackendArray {
   size_t capacity_ = 0;
 };
 
-// The CPU backend (kernels/cpu, kernels/prune): host memory, the default thread pool.
+// The CPU backend (kernels/cpu, kernels/cpu/prune): host memory, the default thread pool.
 const Backend& CpuBackend();
 
 template <typename T>

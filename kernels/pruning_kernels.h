@@ -15,7 +15,7 @@ class PruningKernels {
  public:
   virtual ~PruningKernels() = default;
 
-  // Text→visual attention rows (kernels/prune/attention_rows.h documents the arithmetic).
+  // Text→visual attention rows (kernels/cpu/prune/attention_rows.h documents the arithmetic).
   virtual absl::Status TextVisualAttention(const TextVisualAttentionArgs& args) const = 0;
   // paq: one value per map, in the backend's memory. A map that is not a distribution over the
   // visual tokens is InvalidArgument on the CPU backend; a device backend, which does not wait

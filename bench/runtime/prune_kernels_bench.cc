@@ -18,9 +18,9 @@
 #include "base/status_macros.h"
 #include "base/thread_pool.h"
 #include "bench/common/percentile.h"
-#include "kernels/prune/attention_rows.h"
-#include "kernels/prune/paq.h"
-#include "kernels/prune/weighted_sum.h"
+#include "kernels/cpu/prune/attention_rows.h"
+#include "kernels/cpu/prune/paq.h"
+#include "kernels/cpu/prune/weighted_sum.h"
 
 namespace hap {
 namespace {

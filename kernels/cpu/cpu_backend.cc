@@ -1,4 +1,4 @@
-// The CPU backend: each op forwards to its kernel in kernels/cpu or kernels/prune; steps run op by
+// The CPU backend: each op forwards to its kernel in kernels/cpu or kernels/cpu/prune; steps run op by
 // op (Backend::Plan's default).
 #include <cstdlib>
 #include <cstring>
@@ -13,14 +13,14 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/sampling.h"
-#include "kernels/prune/attention_rows.h"
-#include "kernels/prune/gather_rows.h"
-#include "kernels/prune/paq.h"
-#include "kernels/prune/paq_softmax.h"
-#include "kernels/prune/token_scores.h"
-#include "kernels/prune/topk.h"
-#include "kernels/prune/visionzip_merge.h"
-#include "kernels/prune/weighted_sum.h"
+#include "kernels/cpu/prune/attention_rows.h"
+#include "kernels/cpu/prune/gather_rows.h"
+#include "kernels/cpu/prune/paq.h"
+#include "kernels/cpu/prune/paq_softmax.h"
+#include "kernels/cpu/prune/token_scores.h"
+#include "kernels/cpu/prune/topk.h"
+#include "kernels/cpu/prune/visionzip_merge.h"
+#include "kernels/cpu/prune/weighted_sum.h"
 
 namespace hap {
 namespace {

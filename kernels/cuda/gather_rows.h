@@ -1,4 +1,4 @@
-// Compaction after pruning on the GPU (kernels/prune/gather_rows.h): gather the kept rows of a
+// Compaction after pruning on the GPU (kernels/cpu/prune/gather_rows.h): gather the kept rows of a
 // buffer (hidden states, position ids, a layer's K or V) so the next layer sees only them.
 #pragma once
 

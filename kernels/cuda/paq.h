@@ -1,4 +1,4 @@
-// PAQ on the GPU (kernels/prune/paq.h, docs/design.md §3): the uncertainty coefficient
+// PAQ on the GPU (kernels/cpu/prune/paq.h, docs/design.md §3): the uncertainty coefficient
 // I(V;T)/H(V) of each text→visual attention map, into a device array that the PAQ-softmax
 // (kernels/cuda/paq_softmax.h) reads where it is.
 #pragma once

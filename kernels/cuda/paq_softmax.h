@@ -1,4 +1,4 @@
-// PAQ-softmax weights on the GPU (kernels/prune/paq_softmax.h): a layer's head weights and a
+// PAQ-softmax weights on the GPU (kernels/cpu/prune/paq_softmax.h): a layer's head weights and a
 // group's layer weights are made where the PAQ values are, so neither comes back to the host.
 #pragma once
 

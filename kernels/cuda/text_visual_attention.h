@@ -1,4 +1,4 @@
-// Text→visual attention rows on the GPU (kernels/prune/attention_rows.h, docs/design.md §3): the
+// Text→visual attention rows on the GPU (kernels/cpu/prune/attention_rows.h, docs/design.md §3): the
 // post-softmax weights of the text rows on the visual keys, rebuilt from Q_text, K_visual and
 // each row's log-sum-exp, or renormalised over the visual tokens, with optional row entropies.
 #pragma once

@@ -1,4 +1,4 @@
-// Visual-token scores on the GPU, s_i = mean_j A(j,i) (kernels/prune/token_scores.h,
+// Visual-token scores on the GPU, s_i = mean_j A(j,i) (kernels/cpu/prune/token_scores.h,
 // docs/design.md §3): over all rows of a map, or over chosen rows.
 #pragma once
 

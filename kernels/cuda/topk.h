@@ -1,4 +1,4 @@
-// Stable top-k on the GPU (kernels/prune/topk.h): keep the k largest of n scores, ties to the
+// Stable top-k on the GPU (kernels/cpu/prune/topk.h): keep the k largest of n scores, ties to the
 // lower index, kept indices ascending — the same set as kernels::StableTopK.
 #pragma once
 

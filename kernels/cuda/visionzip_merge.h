@@ -1,4 +1,4 @@
-// VisionZip's contextual tokens on the GPU (kernels/prune/visionzip_merge.h, docs/design.md §4):
+// VisionZip's contextual tokens on the GPU (kernels/cpu/prune/visionzip_merge.h, docs/design.md §4):
 // head-mean unit keys, each source assigned to the most similar target, targets' hidden rows
 // plus the mean of their sources'.
 #pragma once

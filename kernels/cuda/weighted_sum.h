@@ -1,4 +1,4 @@
-// Weighted sum of attention maps on the GPU, A = Σ_c w_c · A_c (kernels/prune/weighted_sum.h):
+// Weighted sum of attention maps on the GPU, A = Σ_c w_c · A_c (kernels/cpu/prune/weighted_sum.h):
 // the aggregation step of HAP's PAQ-softmax over the heads of a layer or the layers of a group.
 #pragma once
 

@@ -2,7 +2,7 @@
 // calls a Pruner once before layer 0 with the input embeddings (a method may choose its visual
 // tokens there, before the LLM) and after each decoder layer with what that layer's attention
 // computed; the method answers with the visual tokens to keep from the next layer on. Kernels
-// that the methods use live in kernels/prune/.
+// that the methods use live in kernels/cpu/prune/.
 #pragma once
 
 #include <cstdint>

@@ -58,7 +58,7 @@ struct VisionZipExplain {
 //    target); row c = hidden[target_c] + mean of hidden over the tokens assigned to it (just
 //    hidden[target_c] when none is).
 // Arithmetic: the CLS attention's logits and softmax are F32 per head (F64 row sums), the sum
-// over heads F64 rounded once; keys, similarities and means F64 (kernels/prune/visionzip_merge.h).
+// over heads F64 rounded once; keys, similarities and means F64 (kernels/cpu/prune/visionzip_merge.h).
 // InvalidArgument for null pointers, non-positive sizes, dominant < 1, or
 // dominant + contextual > n_tokens.
 absl::StatusOr<std::vector<float>> VisionZipCompress(const VisionZipInput& in,

@@ -17,10 +17,10 @@
 #include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/prune/attention_rows.h"
-#include "kernels/prune/paq.h"
-#include "kernels/prune/paq_softmax.h"
-#include "kernels/prune/visionzip_merge.h"
+#include "kernels/cpu/prune/attention_rows.h"
+#include "kernels/cpu/prune/paq.h"
+#include "kernels/cpu/prune/paq_softmax.h"
+#include "kernels/cpu/prune/visionzip_merge.h"
 #include "tests/kernels/backends.h"
 
 namespace hap {

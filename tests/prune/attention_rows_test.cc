@@ -2,7 +2,7 @@
 // [prefix][visual][text], computes the full causal softmax directly, and compares the kernel's
 // text→visual rows (renormalised and raw) element-wise with atol + rtol·|ref|. Fails on NaN/Inf
 // and on writes into guard zones around the output.
-#include "kernels/prune/attention_rows.h"
+#include "kernels/cpu/prune/attention_rows.h"
 
 #include <cmath>
 #include <cstdio>

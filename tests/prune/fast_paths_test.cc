@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "kernels/prune/attention_rows.h"
-#include "kernels/prune/paq.h"
-#include "kernels/prune/weighted_sum.h"
+#include "kernels/cpu/prune/attention_rows.h"
+#include "kernels/cpu/prune/paq.h"
+#include "kernels/cpu/prune/weighted_sum.h"
 #include "tests/prune/reference.h"
 
 namespace hap {

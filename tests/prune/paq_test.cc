@@ -1,6 +1,6 @@
 // PAQ, PAQ-softmax weights, weighted map sums and token scores against hand-computed values and
 // the definition.
-#include "kernels/prune/paq.h"
+#include "kernels/cpu/prune/paq.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/prune/paq_softmax.h"
-#include "kernels/prune/token_scores.h"
-#include "kernels/prune/weighted_sum.h"
+#include "kernels/cpu/prune/paq_softmax.h"
+#include "kernels/cpu/prune/token_scores.h"
+#include "kernels/cpu/prune/weighted_sum.h"
 #include "tests/prune/reference.h"
 
 namespace hap {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/prune/gather_rows.h"
-#include "kernels/prune/topk.h"
+#include "kernels/cpu/prune/gather_rows.h"
+#include "kernels/cpu/prune/topk.h"
 #include "tests/prune/reference.h"
 
 namespace hap {

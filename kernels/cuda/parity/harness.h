@@ -1,5 +1,5 @@
 // The CUDA kernels' parity table: one case per kernel and shape, each run against its CPU
-// reference (kernels/cpu, kernels/prune) with a per-dtype tolerance atol + rtol·|ref|, the worst
+// reference (kernels/cpu, kernels/cpu/prune) with a per-dtype tolerance atol + rtol·|ref|, the worst
 // element reported, NaN/Inf rejected, and guard zones around every device buffer checked for
 // writes past either end. The same table runs on the SIMT emulation in `make test`
 // (tests/kernels/cuda) and on a GPU through `hapctl selftest --device cuda`.

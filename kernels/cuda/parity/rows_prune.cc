@@ -1,5 +1,5 @@
 // Parity rows: the pruning kernels (text→visual attention rows, PAQ, PAQ-softmax weights,
-// weighted sums of maps, token scores, stable top-k, row gathers) against kernels/prune. Index
+// weighted sums of maps, token scores, stable top-k, row gathers) against kernels/cpu/prune. Index
 // outputs are compared exactly; F32 outputs with kF32Tol.
 #include <algorithm>
 #include <cmath>
@@ -20,13 +20,13 @@
 #include "kernels/cuda/token_scores.h"
 #include "kernels/cuda/topk.h"
 #include "kernels/cuda/weighted_sum.h"
-#include "kernels/prune/attention_rows.h"
-#include "kernels/prune/gather_rows.h"
-#include "kernels/prune/paq.h"
-#include "kernels/prune/paq_softmax.h"
-#include "kernels/prune/token_scores.h"
-#include "kernels/prune/topk.h"
-#include "kernels/prune/weighted_sum.h"
+#include "kernels/cpu/prune/attention_rows.h"
+#include "kernels/cpu/prune/gather_rows.h"
+#include "kernels/cpu/prune/paq.h"
+#include "kernels/cpu/prune/paq_softmax.h"
+#include "kernels/cpu/prune/token_scores.h"
+#include "kernels/cpu/prune/topk.h"
+#include "kernels/cpu/prune/weighted_sum.h"
 
 namespace hap::cuda::parity {
 namespace {

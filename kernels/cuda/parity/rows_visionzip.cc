@@ -1,4 +1,4 @@
-// Parity rows: VisionZip's merge of contextual tokens against kernels/prune/visionzip_merge.h.
+// Parity rows: VisionZip's merge of contextual tokens against kernels/cpu/prune/visionzip_merge.h.
 // The rows are compared with kF32Tol (the kernels do the reference's F64 arithmetic in its order:
 // 0 on the emulation), the merged counts exactly. VisionZip's CLS attention is the
 // TextVisualAttention rows of rows_prune.cc (one query row over every token).
@@ -9,7 +9,7 @@
 
 #include "kernels/cuda/parity/rows.h"
 #include "kernels/cuda/visionzip_merge.h"
-#include "kernels/prune/visionzip_merge.h"
+#include "kernels/cpu/prune/visionzip_merge.h"
 
 namespace hap::cuda::parity {
 namespace {

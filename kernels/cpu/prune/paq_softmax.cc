@@ -1,5 +1,5 @@
 // CPU reference of PaqSoftmaxWeights (in double: n is a head or layer count, at most ~100).
-#include "kernels/prune/paq_softmax.h"
+#include "kernels/cpu/prune/paq_softmax.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // I = p(t)·Σ_ij A(j,i)·(ln A(j,i) − ln p(v_i)) with a vectorisable logarithm and ln p(v) taken once
 // per column. PaqFromRowEntropies skips the per-element logarithm: I = H_v − p(t)·Σ_j H(row j).
 // PaqReference is the definition with one std::log per element.
-#include "kernels/prune/paq.h"
+#include "kernels/cpu/prune/paq.h"
 
 #include <algorithm>
 #include <bit>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/prune/vec_math.h"
+#include "kernels/cpu/prune/vec_math.h"
 
 namespace hap::kernels {
 namespace {

@@ -1,5 +1,5 @@
 // CPU reference of TokenScores.
-#include "kernels/prune/token_scores.h"
+#include "kernels/cpu/prune/token_scores.h"
 
 #include <vector>
 

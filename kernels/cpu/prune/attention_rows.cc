@@ -2,7 +2,7 @@
 // straight into the output, then one vectorised exp/softmax pass per row while the head's block
 // is in cache; large calls spread heads over the default pool. TextVisualAttentionReference (one
 // scalar dot product per element) is the CPU reference it is tested against.
-#include "kernels/prune/attention_rows.h"
+#include "kernels/cpu/prune/attention_rows.h"
 
 #include <cblas.h>
 
@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/prune/vec_math.h"
+#include "kernels/cpu/prune/vec_math.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/blas_threads.h"
 

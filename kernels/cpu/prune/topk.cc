@@ -1,5 +1,5 @@
 // CPU reference of StableTopK: partial selection on (score desc, index asc), then sort indices.
-#include "kernels/prune/topk.h"
+#include "kernels/cpu/prune/topk.h"
 
 #include <algorithm>
 #include <cmath>

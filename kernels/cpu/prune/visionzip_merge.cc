@@ -1,5 +1,5 @@
 // CPU reference of VisionZipMerge.
-#include "kernels/prune/visionzip_merge.h"
+#include "kernels/cpu/prune/visionzip_merge.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // F64 buffer that stays in L1. Every element sees the same additions in the same order as the
 // element-at-a-time definition (0 + w_0·x_0 + w_1·x_1 + …; each product exact in F64), so the
 // result is bit-identical to it, while the inner loop streams one map contiguously.
-#include "kernels/prune/weighted_sum.h"
+#include "kernels/cpu/prune/weighted_sum.h"
 
 #include <algorithm>
 #include <vector>

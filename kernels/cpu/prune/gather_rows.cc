@@ -1,5 +1,5 @@
 // CPU reference of GatherRows and SequenceKeepRows.
-#include "kernels/prune/gather_rows.h"
+#include "kernels/cpu/prune/gather_rows.h"
 
 #include <algorithm>
 #include <cstring>
