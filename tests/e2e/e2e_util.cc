@@ -174,9 +174,10 @@ std::optional<double> WaitUntil(const std::function<bool()>& done,
   }
 }
 
-void ExpectSameAsRun(const std::string& model_dir, sdk::Client* client, const Ask& ask) {
+void ExpectSameAsRun(const std::string& model_dir, sdk::Client* client, const Ask& ask,
+                     hap::v1::GenerateStats* stats) {
   SCOPED_TRACE(absl::StrCat("method ", ask.method, " retain '", ask.retain, "' temperature ",
-                            ask.temperature, " image ", ask.image_path));
+                            ask.temperature, " image ", ask.image_path, " kv ", ask.kv_dtype));
   std::string error;
   const nlohmann::json run = HapctlRun(model_dir, ask, &error);
   ASSERT_TRUE(error.empty()) << error;
@@ -184,6 +185,7 @@ void ExpectSameAsRun(const std::string& model_dir, sdk::Client* client, const As
   auto got = client->Generate(ToRequest(ask, image));
   ASSERT_TRUE(got.ok()) << got.status();
   const hap::v1::GenerateStats& s = got->stats;
+  if (stats != nullptr) *stats = s;
   const std::vector<int32_t> want = run["token_ids"].get<std::vector<int32_t>>();
   EXPECT_EQ(Ids(s.token_ids()), want);
   // The streamed ids are the same minus a final EOS (never streamed as a delta).

@@ -61,8 +61,10 @@ std::optional<Ask> FindLongAsk(const std::string& model_dir, int min_tokens);
 hap::v1::GenerateRequest ToRequest(const Ask& ask, const std::string& image);
 
 // `ask` through the front door `client` answers as `hapctl run` on `model_dir` does: the same
-// tokens (streamed and final), text, method, visual tokens per layer, KV bytes and FLOPs.
-void ExpectSameAsRun(const std::string& model_dir, sdk::Client* client, const Ask& ask);
+// tokens (streamed and final), text, method, visual tokens per layer, KV bytes and FLOPs. The
+// services' stats go to `stats` when given.
+void ExpectSameAsRun(const std::string& model_dir, sdk::Client* client, const Ask& ask,
+                     hap::v1::GenerateStats* stats = nullptr);
 
 // True when the service holds nothing (sdk::HoldsNothing: no request in flight, no KV cache,
 // lease or pool block); false when it does not answer GetState within `timeout`.

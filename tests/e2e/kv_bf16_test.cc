@@ -10,75 +10,45 @@
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/pipeline_fixture.h"
 
 namespace hap::e2e {
 namespace {
 
-class KvBf16Test : public ::testing::Test {
+class KvBf16Test : public PipelineSuite {
  protected:
   static void SetUpTestSuite() {
-    model_dir_ = new std::string(MakeTinyModel("kv_bf16_tiny8", 1));
-    ASSERT_FALSE(model_dir_->empty()) << "hapctl make-tiny failed";
-    image_ = new std::string(ReadBytes(TestImagePath()));
     sdk::LocalPipelineOptions o;
-    o.model_dir = *model_dir_;
-    o.bin_dir = HAP_BIN_DIR;
-    o.echo_output = false;
     o.kv_dtype = "bf16";  // prefill and decode alike
     o.prefill_args = {"--metrics-port", "0"};
-    auto p = sdk::LocalPipeline::Start(o);
-    ASSERT_TRUE(p.ok()) << p.status();
-    pipeline_ = p->release();
-    auto c = sdk::Client::Connect(pipeline_->front_door());
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = c->release();
+    StartPipeline("kv_bf16_tiny8", 1, o);
+    client_ = Connect(sdk::Service::kPrefill).release();
     auto port = PrefillMetricsPort(pipeline_);
     ASSERT_TRUE(port.ok()) << port.status();
     metrics_port_ = *port;
   }
   static void TearDownTestSuite() {
     delete client_;
-    if (pipeline_ != nullptr) {
-      EXPECT_TRUE(pipeline_->Stop().ok()) << "a service did not exit cleanly";
-    }
-    delete pipeline_;
-    delete model_dir_;
-    delete image_;
+    PipelineSuite::TearDownTestSuite();
   }
 
-  // The services' answer next to hapctl run --kv-dtype bf16 (and its F32 cache's size).
+  // The services' answer equals hapctl run --kv-dtype bf16's, and their cache is half the bytes
+  // of hapctl run's F32 one.
   static void ExpectSameAsBf16Run(Ask ask) {
-    SCOPED_TRACE(absl::StrCat("method ", ask.method, " temperature ", ask.temperature));
     ask.kv_dtype = "bf16";
-    std::string error;
-    const nlohmann::json run = HapctlRun(*model_dir_, ask, &error);
-    ASSERT_TRUE(error.empty()) << error;
+    hap::v1::GenerateStats s;
+    ExpectSameAsRun(*model_dir_, client_, ask, &s);
     ask.kv_dtype = "f32";
+    std::string error;
     const nlohmann::json run_f32 = HapctlRun(*model_dir_, ask, &error);
     ASSERT_TRUE(error.empty()) << error;
-    auto got = client_->Generate(ToRequest(ask, *image_));
-    ASSERT_TRUE(got.ok()) << got.status();
-    const hap::v1::GenerateStats& s = got->stats;
-    EXPECT_EQ(Ids(s.token_ids()), run["token_ids"].get<std::vector<int32_t>>());
-    EXPECT_EQ(got->text, run["text"].get<std::string>());
-    const nlohmann::json& pr = run["pruning"];
-    EXPECT_EQ(Ids(s.layer_visual_tokens()), pr["layer_visual_tokens"].get<std::vector<int32_t>>());
-    // The cache as held and as sent: BF16, half the F32 cache's bytes, all of it received.
-    EXPECT_EQ(s.kv_bytes(), pr["kv_bytes"].get<int64_t>());
     EXPECT_EQ(2 * s.kv_bytes(), run_f32["pruning"]["kv_bytes"].get<int64_t>());
     EXPECT_EQ(2 * s.kv_bytes_unpruned(), run_f32["pruning"]["kv_bytes_unpruned"].get<int64_t>());
-    EXPECT_EQ(s.kv_bytes_received(), s.kv_bytes());
   }
 
-  static std::string* model_dir_;
-  static std::string* image_;
-  static sdk::LocalPipeline* pipeline_;
   static sdk::Client* client_;
   static int metrics_port_;
 };
-std::string* KvBf16Test::model_dir_ = nullptr;
-std::string* KvBf16Test::image_ = nullptr;
-sdk::LocalPipeline* KvBf16Test::pipeline_ = nullptr;
 sdk::Client* KvBf16Test::client_ = nullptr;
 int KvBf16Test::metrics_port_ = 0;
 
