@@ -68,8 +68,9 @@ class LlavaPipeline final : public PipelineOf<LlavaModel> {
   absl::StatusOr<int> VisualTokensOf(std::string_view) const override {
     return model_->config().num_visual_tokens();
   }
-  int max_visual_tokens() const override { return model_->config().num_visual_tokens(); }
-  int reference_visual_tokens() const override { return model_->config().num_visual_tokens(); }
+  absl::StatusOr<int> reference_visual_tokens() const override {
+    return model_->config().num_visual_tokens();
+  }
   absl::StatusOr<int> EncodedTokens(const PruneRequest& prune, int visual_tokens) const override {
     if (prune.method != "visionzip") return visual_tokens;
     HAP_ASSIGN_OR_RETURN(VisionZipCounts zip, VisionZipCountsFor(prune, DimsOf(model_->config())));
@@ -121,15 +122,10 @@ class QwenPipeline final : public PipelineOf<QwenModel> {
   absl::StatusOr<int> VisualTokensOf(std::string_view image_bytes) const override {
     return hap::VisualTokensOf(*model_, image_bytes);
   }
-  int max_visual_tokens() const override {
-    const Qwen2VLImageProcessorConfig& p = model_->image_processor();
-    const int64_t unit = int64_t{p.patch_size} * p.merge_size;
-    return static_cast<int>(p.max_pixels / (unit * unit));
-  }
-  int reference_visual_tokens() const override {
-    absl::StatusOr<ImageGrid> grid = ImageGridOf(*model_, WarmUpImageSize(*model_));
+  absl::StatusOr<int> reference_visual_tokens() const override {
+    HAP_ASSIGN_OR_RETURN(ImageGrid grid, ImageGridOf(*model_, WarmUpImageSize(*model_)));
     const int merge = model_->image_processor().merge_size;
-    return grid.ok() ? static_cast<int>(grid->patches() / (merge * merge)) : max_visual_tokens();
+    return static_cast<int>(grid.patches() / (merge * merge));
   }
 
   absl::Status ValidateRequest(const PromptText& prompt, const PruneRequest& prune,

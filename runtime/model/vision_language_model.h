@@ -53,11 +53,9 @@ class VisionLanguageModel {
   // The visual tokens an image gives unpruned: LLaVA's fixed count, or Qwen2.5-VL's from the
   // size in the image's header (nothing is decoded). Errors as ReadImageSize's.
   virtual absl::StatusOr<int> VisualTokensOf(std::string_view image_bytes) const = 0;
-  // The most visual tokens an image this model accepts can give (what one stream may carry).
-  virtual int max_visual_tokens() const = 0;
   // An image's visual tokens where no image is at hand (a default budget checked at start-up):
   // LLaVA's fixed count; Qwen2.5-VL's for the warm-up image (WarmUpImageSize).
-  virtual int reference_visual_tokens() const = 0;
+  virtual absl::StatusOr<int> reference_visual_tokens() const = 0;
   // Decoder dimensions for an image of `visual_tokens`.
   ModelDims Dims(int visual_tokens) const { return DimsOf(text_config(), visual_tokens); }
   // The rows the encoder sends for an image of `visual_tokens` under `prune`: VisionZip's

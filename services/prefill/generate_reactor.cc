@@ -242,6 +242,9 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoderOnce(const std::string&
                                                               bool* retryable) {
   const auto t0 = Clock::now();
   const VisionLanguageModel& model = *service_->model();
+  // The rows this image gives under this request's pruning, counted on receipt: the stream may
+  // hold no more.
+  HAP_ASSIGN_OR_RETURN(const int expected, model.EncodedTokens(job_.prune, job_.visual_tokens));
   std::unique_ptr<grpc::ClientContext> ctx = grpc::ClientContext::FromCallbackServerContext(*ctx_);
   children_.Add(ctx.get());
   absl::Cleanup remove = [&] { children_.Remove(ctx.get()); };
@@ -257,7 +260,7 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoderOnce(const std::string&
   req.set_max_message_bytes(service_->config().max_message_bytes);
   std::unique_ptr<grpc::ClientReader<hap::v1::EncodeResponse>> reader =
       encoder.stub()->Encode(ctx.get(), req);
-  EmbeddingAssembler assembler(model.text_config().hidden_size, model.max_visual_tokens());
+  EmbeddingAssembler assembler(model.text_config().hidden_size, expected);
   hap::v1::EncodeResponse msg;
   absl::Status stream_error;
   bool received = false;
@@ -283,7 +286,6 @@ absl::StatusOr<EncodeResult> GenerateReactor::CallEncoderOnce(const std::string&
   r.preprocess_ms = h.preprocess_ms();
   r.encode_ms = h.encode_ms();
   r.grid = ImageGrid{h.grid_t(), h.grid_h(), h.grid_w()};
-  HAP_ASSIGN_OR_RETURN(const int expected, model.EncodedTokens(job_.prune, job_.visual_tokens));
   if (r.n_vis != expected) {
     return absl::InternalError(absl::StrCat("encoder returned ", r.n_vis, " visual tokens; ",
                                             expected, " were expected for method ",

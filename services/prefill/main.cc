@@ -293,10 +293,11 @@ int Main(int argc, char** argv) {
   }
   // A default budget this model cannot reach would fail every request: refuse to start. (For
   // Qwen2.5-VL, whose images give different counts, it is checked on the warm-up image's.)
-  const int visual_tokens = model->reference_visual_tokens();
-  auto prune = PruneFromProto(hap::v1::Pruning(), config.default_pruning, visual_tokens);
+  const absl::StatusOr<int> visual_tokens = model->reference_visual_tokens();
+  if (!visual_tokens.ok()) return host.Fail(visual_tokens.status());
+  auto prune = PruneFromProto(hap::v1::Pruning(), config.default_pruning, *visual_tokens);
   absl::Status ok = prune.ok()
-                        ? model->ValidateRequest("default pruning check", *prune, visual_tokens)
+                        ? model->ValidateRequest("default pruning check", *prune, *visual_tokens)
                         : prune.status();
   if (!ok.ok()) return host.Fail(Annotate(ok, "default pruning (--method/--retain/--flops)"));
   if (common.warm_up) {

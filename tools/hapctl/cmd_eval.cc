@@ -250,7 +250,7 @@ absl::Status EvalFolder(const Flags& flags) {
       VisionLanguageModel::Load(ResolveModelDir(flags.GetOr("model", "")), options));
   // The budget as given, checked on an image of the model's reference size; a budget in % is
   // resolved again for each image's own visual tokens (they differ on Qwen2.5-VL).
-  const int reference_tokens = model->reference_visual_tokens();
+  HAP_ASSIGN_OR_RETURN(const int reference_tokens, model->reference_visual_tokens());
   HAP_ASSIGN_OR_RETURN(PruneRequest prune, ParsePruneFlags(flags, reference_tokens));
   HAP_RETURN_IF_ERROR(model->ValidateRequest("What is it?", prune, reference_tokens));
   HAP_ASSIGN_OR_RETURN(std::vector<Question> questions, ReadQuestions(data, limit));
