@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "runtime/model/llava_model.h"
+#include "runtime/model/vision_language_model.h"
 #include "services/prefill/prefill_service.h"
 #include "services/server/server_state.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -14,7 +14,7 @@ namespace hap::fuzz {
 
 struct FrontDoor {
   svc::ServerState state{"hap-prefill"};
-  std::unique_ptr<LlavaModel> model;
+  std::unique_ptr<VisionLanguageModel> model;
   std::unique_ptr<svc::PrefillService> service;
 };
 
@@ -24,7 +24,7 @@ inline FrontDoor& TheFrontDoor() {
     ModelOptions options;
     options.threads = 1;
     options.parts = ModelParts::kLanguage;  // as hap-prefill loads it
-    auto model = LlavaModel::Load(SourceDir() + "/models/scenes-llava", options);
+    auto model = VisionLanguageModel::Load(SourceDir() + "/models/scenes-llava", options);
     HAP_FUZZ_CHECK(model.ok(), "%s", model.status().ToString().c_str());
     d->model = std::move(*model);
     svc::PrefillConfig config;

@@ -40,15 +40,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   // The encoder's check of the pruning it runs (services/encoder/encoder_service.cc).
-  const hap::LlavaConfig& cfg = door.model->config();
-  auto prune =
-      hap::svc::PruneFromProto(request.pruning(), hap::v1::Pruning(), cfg.num_visual_tokens());
+  const int visual_tokens = *door.model->reference_visual_tokens();  // LLaVA's fixed V
+  auto prune = hap::svc::PruneFromProto(request.pruning(), hap::v1::Pruning(), visual_tokens);
   if (prune.ok() && prune->method == "visionzip") {
-    auto counts = hap::VisionZipCountsFor(*prune, hap::DimsOf(cfg));
+    auto counts = hap::VisionZipCountsFor(*prune, door.model->Dims(visual_tokens));
     if (counts.ok() && counts->enabled()) {  // {0, 0}: the budget keeps every token
       HAP_FUZZ_CHECK(counts->dominant >= 1 && counts->contextual >= 0 &&
-                         counts->total() <= cfg.num_visual_tokens(),
-                     "VisionZip keeps %d of %d tokens", counts->total(), cfg.num_visual_tokens());
+                         counts->total() <= visual_tokens,
+                     "VisionZip keeps %d of %d tokens", counts->total(), visual_tokens);
+    }
+    // What the encoder checks and the front door expects back: the same count.
+    auto encoded = door.model->EncodedTokens(*prune, visual_tokens);
+    HAP_FUZZ_CHECK(encoded.ok() == counts.ok(), "EncodedTokens %s, VisionZipCountsFor %s",
+                   encoded.status().ToString().c_str(), counts.status().ToString().c_str());
+    if (encoded.ok()) {
+      HAP_FUZZ_CHECK(*encoded == (counts->enabled() ? counts->total() : visual_tokens),
+                     "EncodedTokens %d", *encoded);
     }
   }
   return 0;
