@@ -3,8 +3,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "absl/strings/str_cat.h"
-
 namespace hap::cli {
 
 std::string DeviceFlag(const Flags& flags) {
