@@ -5,9 +5,11 @@ visual-QA folder, plus a head-mode analysis (sink / dispersed / optimal heads pe
 Accuracy comes from `hapctl eval` (one process per method and budget, run one after another),
 the head statistics from `hapctl explain` (its "head_stats": an unpruned pass per question).
 Results go to a JSON file; --update-readme rewrites the marked sections of the top-level
-README.md and of bench/pruning_accuracy/README.md. Standard library only.
+README.md and of bench/pruning_accuracy/README.md (each model family has its own: LLaVA's, and
+Qwen2.5-VL's, whose V is measured per image). Standard library only.
 
     /usr/bin/python3 bench/pruning_accuracy/run.py --update-readme
+    /usr/bin/python3 bench/pruning_accuracy/run.py --model models/scenes-qwen2.5-vl --update-readme
 """
 import argparse
 import datetime
@@ -56,6 +58,21 @@ README_BEGIN = "<!-- pruning-accuracy:begin (bench/pruning_accuracy/run.py write
 README_END = "<!-- pruning-accuracy:end -->"
 HEADS_BEGIN = "<!-- head-modes:begin (run.py writes this part) -->"
 HEADS_END = "<!-- head-modes:end -->"
+# Qwen2.5-VL models write their own sections, so the LLaVA table stays.
+QWEN_README_BEGIN = ("<!-- pruning-accuracy-qwen2.5-vl:begin "
+                     "(bench/pruning_accuracy/run.py writes this part) -->")
+QWEN_README_END = "<!-- pruning-accuracy-qwen2.5-vl:end -->"
+QWEN_HEADS_BEGIN = "<!-- head-modes-qwen2.5-vl:begin (run.py writes this part) -->"
+QWEN_HEADS_END = "<!-- head-modes-qwen2.5-vl:end -->"
+# Per family: (README begin, end, title of a new section; bench README begin, end, title).
+SECTIONS = {
+    "llava": (README_BEGIN, README_END, "Pruning accuracy",
+              HEADS_BEGIN, HEADS_END, "Results"),
+    "qwen2.5-vl": (QWEN_README_BEGIN, QWEN_README_END, "Pruning accuracy: Qwen2.5-VL",
+                   QWEN_HEADS_BEGIN, QWEN_HEADS_END, "Results: Qwen2.5-VL"),
+}
+# The default model keeps results/results.json; any other model results/results-<dir name>.json.
+DEFAULT_MODEL = os.path.join(ROOT, "models", "scenes-llava")
 
 
 def log(msg):
@@ -83,9 +100,27 @@ def parse_retain(spec):
     return s, None, s
 
 
+def is_qwen(cfg):
+    """The engine's test (runtime/io/qwen_config.cc): model_type or architectures."""
+    return cfg.get("model_type") == "qwen2_5_vl" or (
+        "Qwen2_5_VLForConditionalGeneration" in (cfg.get("architectures") or []))
+
+
 def model_dims(model_dir):
+    """Decoder layers, heads, hidden size and V. LLaVA's V follows from the vision config; a
+    Qwen2.5-VL image's V follows from its size, so V is None here and set from the unpruned
+    run's average_image_visual_tokens (set_measured_v)."""
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
+    if is_qwen(cfg):
+        # transformers reads the text part from text_config when there is one, else from the
+        # top level (the published, flat layout); defaults as runtime/io/qwen_config.h's.
+        t = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+        heads = t.get("num_attention_heads", 64)
+        return {"family": "qwen2.5-vl", "V": None, "V_per_image": True,
+                "layers": t.get("num_hidden_layers", 80), "heads": heads,
+                "kv_heads": t.get("num_key_value_heads", heads),
+                "hidden": t.get("hidden_size", 8192)}
     t, v = cfg.get("text_config", {}), cfg.get("vision_config", {})
     image, patch = v.get("image_size", 336), v.get("patch_size", 14)
     V = (image // patch) ** 2
@@ -93,6 +128,71 @@ def model_dims(model_dir):
         V += 1
     return {"V": V, "layers": t.get("num_hidden_layers", 32), "heads": t.get("num_attention_heads", 32),
             "hidden": t.get("hidden_size", 4096)}
+
+
+def family(res_or_dims):
+    d = res_or_dims.get("model_dims", res_or_dims)
+    return d.get("family", "llava")
+
+
+def image_size(path):
+    """(width, height) from a PNG or JPEG header; None for anything else."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(24)
+            if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
+                return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+            if head[:2] != b"\xff\xd8":
+                return None
+            f.seek(2)
+            while True:
+                b = f.read(1)
+                while b and b != b"\xff":
+                    b = f.read(1)
+                while b == b"\xff":
+                    b = f.read(1)
+                if not b:
+                    return None
+                marker = b[0]
+                if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+                    continue  # no length field
+                n = int.from_bytes(f.read(2), "big")
+                if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB,
+                              0xCD, 0xCE, 0xCF):
+                    seg = f.read(5)
+                    return int.from_bytes(seg[3:5], "big"), int.from_bytes(seg[1:3], "big")
+                f.seek(n - 2, 1)
+    except (OSError, ValueError):
+        return None
+
+
+def set_measured_v(dims, base, data, questions):
+    """A Qwen2.5-VL model's V: the unpruned run's average visual tokens per image, and whether
+    it is every image's (all the questions' images have one size, so one grid)."""
+    if not dims.get("V_per_image") or base is None or "average_image_visual_tokens" not in base:
+        return
+    dims["V"] = base["average_image_visual_tokens"]
+    sizes = {image_size(os.path.join(data, q["image"])) for q in questions[:base["total"]]}
+    dims["V_same_for_all_images"] = len(sizes) == 1 and None not in sizes
+    if dims["V_same_for_all_images"]:
+        dims["image_size"] = list(next(iter(sizes)))
+
+
+def fmt_v(V):
+    """144 -> '144'; 36.0 -> '36'; 36.25 -> '36.2'."""
+    return str(int(V)) if float(V) == int(V) else f"{V:.1f}"
+
+
+def v_phrase(d):
+    """The model line's 'V = ...': LLaVA's fixed V, or Qwen2.5-VL's measured one."""
+    if not d.get("V_per_image"):
+        return f"V = {d['V']} visual tokens"
+    if d.get("V") is None:
+        return "V not measured (no unpruned run)"
+    if d.get("V_same_for_all_images"):
+        w, h = d["image_size"]
+        return f"V = {fmt_v(d['V'])} visual tokens per {w} x {h} image"
+    return f"V = {fmt_v(d['V'])} visual tokens per image on average (V follows each image's size)"
 
 
 def hapctl_env(threads):
@@ -103,10 +203,18 @@ def hapctl_env(threads):
     return env
 
 
+# Methods hapctl refuses on a model family whatever the budget (its InvalidArgument, exit
+# code 2), recognised by a phrase of the message: recorded as {"unsupported": message}.
+UNSUPPORTED = {
+    "visionzip": "CLS token",  # Qwen2.5-VL's vision tower has no CLS token to read
+}
+
+
 def run_eval(a, method, retain_arg):
     """One `hapctl eval` run; returns its JSON summary plus per-question predictions, or
     {"unreachable": message} when the method refuses the budget as below its minimum (hapctl's
-    InvalidArgument exit code 2 naming the "minimum reachable" average)."""
+    InvalidArgument exit code 2 naming the "minimum reachable" average), or
+    {"unsupported": message} when it refuses the method on this model (UNSUPPORTED)."""
     with tempfile.TemporaryDirectory() as tmp:
         pred = os.path.join(tmp, "pred.jsonl")
         cmd = [a.hapctl, "eval", "--model", a.model, "--data", a.data, "--method", method,
@@ -135,6 +243,8 @@ def run_eval(a, method, retain_arg):
         err = "".join(err)
         if p.returncode == 2 and "minimum reachable" in err:
             return {"unreachable": err.strip().splitlines()[-1]}
+        if p.returncode == 2 and method in UNSUPPORTED and UNSUPPORTED[method] in err:
+            return {"unsupported": err.strip().splitlines()[-1]}
         if p.returncode != 0:
             sys.exit(f"hapctl eval failed ({method}, retain {retain_arg}): exit {p.returncode}")
         out = json.loads(stdout.strip().splitlines()[-1])
@@ -352,26 +462,38 @@ def pct(x, digits=1):
 
 
 UNREACHABLE_CELL = "below min."
+UNSUPPORTED_CELL = "not supported"
 
 
 def retain_headers(res):
-    """Column titles of the retention levels: '33.3% (48 of 144)' or '48 tokens'."""
+    """Column titles of the retention levels: '33.3% (48 of 144)' or '48 tokens'. A Qwen2.5-VL
+    budget in % is of each image's own V; the tokens shown are of the measured (average) V."""
     V = res["model_dims"]["V"]
     head = []
     for s in res["retains"]:
         arg, frac, label = parse_retain(s)
-        if frac is not None:
-            head.append(f"{pct(frac)}% ({V * frac:.4g} of {V})")
+        if frac is not None and V is None:
+            head.append(f"{pct(frac)}%")
+        elif frac is not None:
+            head.append(f"{pct(frac)}% ({V * frac:.4g} of {fmt_v(V)})")
         else:
             head.append(f"{label} tokens")
     return head
 
 
 def split_runs(res):
-    """(runs that ran, keyed by (method, retain spec); the keys of the refused ones)."""
-    ran = {(r["method"], r["retain_spec"]): r for r in res["runs"] if "unreachable" not in r}
-    refused = {(r["method"], r["retain_spec"]) for r in res["runs"] if "unreachable" in r}
+    """(runs that ran, keyed by (method, retain spec); the refused ones' keys -> their cell)."""
+    ran = {(r["method"], r["retain_spec"]): r for r in res["runs"]
+           if "unreachable" not in r and "unsupported" not in r}
+    refused = {(r["method"], r["retain_spec"]): UNSUPPORTED_CELL if "unsupported" in r
+               else UNREACHABLE_CELL for r in res["runs"]
+               if "unreachable" in r or "unsupported" in r}
     return ran, refused
+
+
+def hapctl_message(line):
+    """hapctl's error line without its 'hapctl eval: ' prefix."""
+    return re.sub(r"^hapctl \w+: ", "", line.strip())
 
 
 def accuracy_tables(res):
@@ -400,7 +522,7 @@ def accuracy_tables(res):
         for s in specs:
             r = runs.get((m, s))
             if r is None:
-                cells.append(UNREACHABLE_CELL if (m, s) in refused else "—")
+                cells.append(refused.get((m, s), "—"))
                 continue
             c = f"{pct(r['accuracy'])} ({pct(r['relative_score'], 0)})"
             if best[s] is not None and r["accuracy"] == best[s]:
@@ -418,7 +540,7 @@ def accuracy_tables(res):
         for s in specs:
             r = runs.get((m, s))
             if r is None:
-                cells.append(UNREACHABLE_CELL if (m, s) in refused else "—")
+                cells.append(refused.get((m, s), "—"))
                 continue
             cells.append(f"{r['average_visual_tokens']:.1f} / {pct(r['flops_full'], 0)} / "
                          f"{pct(r['same_as_unpruned'], 0)}")
@@ -446,16 +568,28 @@ def accuracy_tables(res):
             lines.append("HAP is **not** ahead of every baseline: " + "; ".join(notes) + ".")
         else:
             lines.append("HAP is ahead of every baseline at every retention.")
-    if refused:
-        minima = {}
-        for r in res["runs"]:
-            if "unreachable" in r:
-                found = re.search(r"minimum reachable (?:average of )?([0-9.]+)", r["unreachable"])
-                minima[r["method"]] = found.group(1) if found else r["unreachable"]
+    minima = {}
+    for r in res["runs"]:
+        if "unreachable" in r:
+            found = re.search(r"minimum reachable (?:average of )?([0-9.]+)", r["unreachable"])
+            minima[r["method"]] = found.group(1) if found else r["unreachable"]
+            of = re.search(r"([0-9.]+)% of ([0-9]+)", r["unreachable"])
+            if found and of and res["model_dims"].get("V_per_image"):
+                # A Qwen2.5-VL minimum is for the V of the image hapctl checked the budget on.
+                minima[r["method"]] = f"{found.group(1)} of {of.group(2)} ({of.group(1)}%)"
+    if minima:
         lines.append("")
         lines.append(f"{UNREACHABLE_CELL}: the method refuses the budget as below the lowest "
                      "average visual tokens per layer it can reach (" +
                      ", ".join(f"{m} {x}" for m, x in sorted(minima.items())) + ").")
+    unsupported = {}
+    for r in res["runs"]:
+        if "unsupported" in r:
+            unsupported[r["method"]] = hapctl_message(r["unsupported"])
+    if unsupported:
+        lines.append("")
+        lines.append(f"{UNSUPPORTED_CELL}: hapctl refuses the method on this model (" +
+                     "; ".join(f"{m}: {x}" for m, x in sorted(unsupported.items())) + ").")
     n = base["total"] if base else 0
     if n:
         se = math.sqrt(0.25 / n)
@@ -485,7 +619,7 @@ def ablation_table(res):
         for s in specs:
             r = runs.get((m, s))
             if r is None:
-                cells.append(UNREACHABLE_CELL if (m, s) in refused else "—")
+                cells.append(refused.get((m, s), "—"))
             else:
                 cells.append(f"{pct(r['accuracy'])} ({pct(r['relative_score'])})")
         lines.append(f"| {scoring} | {schedule} | {m} | " + " | ".join(cells) + f" | {paper} |")
@@ -569,7 +703,7 @@ def replace_between(path, begin, end, body, section_title):
 def readme_block(res):
     d = res["model_dims"]
     lim = f"the first {res['questions']} of" if res["limit"] else "all"
-    head = [f"Model: **{res['label']}** (`{res['model']}`; V = {d['V']} visual tokens, "
+    head = [f"Model: **{res['label']}** (`{res['model']}`; {v_phrase(d)}, "
             f"{d['layers']} decoder layers, {d['heads']} heads). Data: {lim} the questions of "
             f"`{res['data']}`. Measured {res['date']} by `{res['command']}`.", ""]
     if res.get("note"):
@@ -589,7 +723,7 @@ def readme_block(res):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=os.path.join(ROOT, "models", "scenes-llava"))
+    ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--data", default=os.path.join(ROOT, "data", "scenes-test"))
     ap.add_argument("--limit", type=int, default=0, help="first N questions (0 = all)")
     ap.add_argument("--methods", default=",".join(METHODS))
@@ -597,8 +731,15 @@ def main():
                     help="comma list: a/b (fraction of V), P%% or K tokens")
     ap.add_argument("--head-questions", type=int, default=200,
                     help="questions for the head-mode analysis (0 = skip it)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "results.json"))
-    ap.add_argument("--update-readme", action="store_true")
+    ap.add_argument("--out", default=None,
+                    help="results JSON (default: results/results.json for models/scenes-llava, "
+                         "results/results-<model dir name>.json for any other model)")
+    ap.add_argument("--update-readme", action="store_true",
+                    help="rewrite the model family's marked sections of --readme and "
+                         "--bench-readme (LLaVA's or Qwen2.5-VL's)")
+    ap.add_argument("--render-only", action="store_true",
+                    help="run nothing: print the README text from --out as it is (and with "
+                         "--update-readme write it)")
     ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
     ap.add_argument("--bench-readme", default=os.path.join(HERE, "README.md"))
     ap.add_argument("--label", default="", help="model description for the README")
@@ -615,6 +756,16 @@ def main():
     a = ap.parse_args()
     if not 0.01 <= a.paq_temperature <= 100:
         sys.exit(f"--paq-temperature {a.paq_temperature}: use a value in [0.01, 100]")
+    if a.out is None:
+        same = os.path.abspath(a.model).rstrip(os.sep) == DEFAULT_MODEL
+        name = os.path.basename(os.path.abspath(a.model).rstrip(os.sep))
+        a.out = os.path.join(HERE, "results", "results.json" if same else f"results-{name}.json")
+    if a.render_only:
+        if not os.path.exists(a.out):
+            sys.exit(f"--render-only: {a.out} does not exist")
+        with open(a.out) as f:
+            write_readmes(a, json.load(f))
+        return
 
     for p, what in ((a.hapctl, "hapctl"), (os.path.join(a.model, "config.json"), "model"),
                     (os.path.join(a.data, "questions.jsonl"), "data")):
@@ -672,15 +823,23 @@ def main():
 
     jobs = [("none", None)] + [(m, s) for s in specs for m in methods if m != "none"]
     base = None
+    unsupported = {}  # method -> its refusal, which holds at every budget
     t_all = time.time()
+
+    def tag_of(m, s):
+        return f"({time.time() - t_all:.0f}s total{', reused' if (m, s) in old else ''})"
+
     for k, (m, s) in enumerate(jobs, 1):
         if (m, s) in old:
             r = old[(m, s)]
+        elif m in unsupported:
+            r = {"method": m, "retain_spec": s, "retain_arg": parse_retain(s)[0] if s else None,
+                 "unsupported": unsupported[m]}
         else:
             arg = parse_retain(s)[0] if s else None
             t0 = time.time()
             out = run_eval(a, m, arg)
-            if "unreachable" in out:  # the method refuses this budget: recorded, not run
+            if "unreachable" in out or "unsupported" in out:  # refused: recorded, not run
                 r = {"method": m, "retain_spec": s, "retain_arg": arg, **out}
             else:
                 preds = out.pop("predictions")
@@ -695,10 +854,18 @@ def main():
                     # per question: 1 = the same answer as the unpruned model
                     r["same_bits"] = "".join("1" if x == y else "0"
                                              for x, y in zip(answers, base["answers"]))
+        if "unsupported" in r:
+            unsupported[m] = r["unsupported"]
+            res["runs"].append(r)
+            save()
+            log(f"[{k}/{len(jobs)}] {m:<9} {s or 'unpruned':<8} not supported: "
+                f"{r['unsupported']} {tag_of(m, s)}")
+            continue
         if m == "none":
             base = r
             r["same_bits"] = "1" * len(r["answers"])
-        tag = f"({time.time() - t_all:.0f}s total{', reused' if (m, s) in old else ''})"
+            set_measured_v(dims, base, a.data, questions)
+        tag = tag_of(m, s)
         if "unreachable" in r:
             res["runs"].append(r)
             save()
@@ -720,20 +887,27 @@ def main():
         res["head_modes"]["paq_temperature"] = a.paq_temperature
         save()
 
+    write_readmes(a, res)
+    log(f"wrote {rel(a.out)}")
+
+
+def write_readmes(a, res):
+    """Prints the README text and, with --update-readme, writes it between the model family's
+    markers (SECTIONS)."""
     log("")
     log(readme_block(res))
     if res.get("head_modes"):
         log("")
         log(heads_table(res["head_modes"]))
     if a.update_readme:
-        replace_between(a.readme, README_BEGIN, README_END, readme_block(res), "Pruning accuracy")
+        begin, end, title, hbegin, hend, htitle = SECTIONS[family(res)]
+        replace_between(a.readme, begin, end, readme_block(res), title)
         if res.get("head_modes"):
-            replace_between(a.bench_readme, HEADS_BEGIN, HEADS_END,
+            replace_between(a.bench_readme, hbegin, hend,
                             f"Model: **{res['label']}** (`{res['model']}`), measured "
                             f"{res['date']}.\n\n" + heads_table(res["head_modes"]),
-                            "Results")
+                            htitle)
         log(f"\nupdated {rel(a.readme)} and {rel(a.bench_readme)}")
-    log(f"wrote {rel(a.out)}")
 
 
 if __name__ == "__main__":

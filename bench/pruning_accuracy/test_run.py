@@ -2,11 +2,14 @@
 random checkpoint (`hapctl make-tiny`): run.py writes its JSON and replaces (not appends) the
 marked README sections on a rerun; a budget below a method's minimum is recorded as refused, not
 a failure; the factorial-ablation table (hap, hap-flat, uniform, uniform-flat beside the paper's
-numbers) is written; every head_stats field is present and consistent."""
+numbers) is written; every head_stats field is present and consistent; on a tiny Qwen2.5-VL
+directory V is measured per image, VisionZip is recorded as not supported and the README
+sections are Qwen2.5-VL's own."""
 import argparse
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -164,6 +167,46 @@ def main():
           "hap > uniform > uniform-flat > hap-flat." in table, f"ablation stub: ranking\n{table}")
     check(run.ablation_table({**stub, "methods": ["none", "fastv"]}) == "",
           "no ablation table without its methods")
+    # A Qwen2.5-VL directory: V measured per image (36 for the 168-px scenes), VisionZip refused
+    # as not supported at every budget, and its own README sections (LLaVA's left as they were).
+    qmodel = os.path.join(w, "qwen")
+    subprocess.run([a.hapctl, "make-tiny", "--family", "qwen2.5-vl", "--out", qmodel, "--seed",
+                    "3", "--layers", "4"], check=True, stdout=subprocess.DEVNULL)
+    with open(readme, "a") as f:
+        f.write(f"\n{run.QWEN_README_BEGIN}\nold qwen\n{run.QWEN_README_END}\n")
+    llava_part = open(readme).read()
+    llava_part = llava_part[:llava_part.index(run.QWEN_README_BEGIN)]
+    qres_path = os.path.join(w, "results", "q.json")
+    p = subprocess.run([sys.executable, os.path.join(HERE, "run.py"), "--hapctl", a.hapctl,
+                        "--model", qmodel, "--data", data, "--limit", "3",
+                        "--methods", "hap,visionzip,divprune", "--retains", "1/2,1/4",
+                        "--head-questions", "1", "--threads", "1", "--out", qres_path,
+                        "--update-readme", "--readme", readme, "--bench-readme", bench_readme],
+                       capture_output=True, text=True)
+    check(p.returncode == 0, f"run.py on Qwen2.5-VL: {p.stderr[-2000:]}")
+    with open(qres_path) as f:
+        qres = json.load(f)
+    check(qres["model_dims"]["V"] == 36 and qres["model_dims"]["layers"] == 4,
+          f"Qwen2.5-VL dims: {qres['model_dims']}")
+    zips = [r for r in qres["runs"] if r["method"] == "visionzip"]
+    check(len(zips) == 2 and all("CLS" in r.get("unsupported", "") for r in zips),
+          f"visionzip not supported on Qwen2.5-VL: {zips}")
+    # hap at 1/4: below its minimum (about 35% of V at 4 layers), checked on the first
+    # question's image.
+    check([(r["method"], r["retain_spec"]) for r in qres["runs"] if "unreachable" in r]
+          == [("hap", "1/4")], "Qwen2.5-VL: hap refuses 1/4")
+    check(all(r.get("total") == 3 for r in qres["runs"] if r["method"] != "visionzip"
+              and "unreachable" not in r), "Qwen2.5-VL runs: 3 questions each")
+    text = open(readme).read()
+    check(text.startswith(llava_part) and "old qwen" not in text
+          and "V = 36 visual tokens per 168 x 168 image" in text
+          and "| 50.0% (18 of 36) | 25.0% (9 of 36) |" in text
+          and "| visionzip | not supported | not supported |" in text
+          and re.search(r"\(hap [0-9.]+ of 36 \([0-9.]+%\)\)", text),
+          "Qwen2.5-VL README section written, LLaVA's kept")
+    btext = open(bench_readme).read()
+    check(btext.count(run.QWEN_HEADS_BEGIN) == 1 and btext.count(run.HEADS_BEGIN) == 1,
+          "bench README: one head table per family")
     check(run.classify(0.6, 0.95) == "optimal" and run.classify(0.05, 0.3) == "sink"
           and run.classify(0.05, 0.95) == "dispersed" and run.classify(0.3, 0.95) == "other",
           "classify")

@@ -248,12 +248,20 @@ absl::Status EvalFolder(const Flags& flags) {
   HAP_ASSIGN_OR_RETURN(
       std::unique_ptr<VisionLanguageModel> model,
       VisionLanguageModel::Load(ResolveModelDir(flags.GetOr("model", "")), options));
-  // The budget as given, checked on an image of the model's reference size; a budget in % is
-  // resolved again for each image's own visual tokens (they differ on Qwen2.5-VL).
-  HAP_ASSIGN_OR_RETURN(const int reference_tokens, model->reference_visual_tokens());
+  HAP_ASSIGN_OR_RETURN(std::vector<Question> questions, ReadQuestions(data, limit));
+  // The budget as given, checked before any work on the first question's image (or, with no
+  // questions, one of the model's reference size); a budget in % is resolved again for each
+  // image's own visual tokens (they differ on Qwen2.5-VL).
+  int reference_tokens = 0;
+  if (questions.empty()) {
+    HAP_ASSIGN_OR_RETURN(reference_tokens, model->reference_visual_tokens());
+  } else {
+    HAP_ASSIGN_OR_RETURN(std::string bytes,
+                         ReadFile((std::filesystem::path(data) / questions[0].image).string()));
+    HAP_ASSIGN_OR_RETURN(reference_tokens, model->VisualTokensOf(bytes));
+  }
   HAP_ASSIGN_OR_RETURN(PruneRequest prune, ParsePruneFlags(flags, reference_tokens));
   HAP_RETURN_IF_ERROR(model->ValidateRequest("What is it?", prune, reference_tokens));
-  HAP_ASSIGN_OR_RETURN(std::vector<Question> questions, ReadQuestions(data, limit));
   const PruneFor pruned_for = [&flags](int visual_tokens) {
     return ParsePruneFlags(flags, visual_tokens);
   };

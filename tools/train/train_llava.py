@@ -57,8 +57,9 @@ N_KIND, N_COLOR, N_CELL = 1 + len(scenes.SHAPES), 1 + len(scenes.COLOR_NAMES), 9
 N_PROBE = N_KIND + N_COLOR + N_CELL + 2  # + centre patch of a shape: no / yes
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parse_args(argv=None, fam=None):
+    ap = argparse.ArgumentParser(description=__doc__ if fam is None else sys.modules[
+        type(fam).__module__].__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--run-dir",
                     default=os.path.join(common.ROOT, ".cache", "train", "scenes-llava"))
     ap.add_argument("--out", default=os.path.join(common.ROOT, "models", "scenes-llava"))
@@ -139,6 +140,8 @@ def parse_args(argv=None):
     ap.add_argument("--examples", default=os.path.join(common.ROOT, "examples"),
                     help="after a finished run's export, write demo images the model answers "
                          "correctly here ('' = don't)")
+    if fam is not None:
+        fam.arguments(ap)
     return ap.parse_args(argv)
 
 
@@ -219,18 +222,19 @@ def grown_layers(layers, r):
     return [l * r + k for l in layers for k in range(r)]
 
 
-def grow_decoder(small, big, r):
-    """Copies `small` into `big` (r times its decoder layers): decoder layer i becomes layers
-    r*i .. r*i+r-1, each with its residual-branch outputs (o_proj, down_proj) divided by r, so
-    x + f(x) becomes r steps of x + f(x)/r; everything else is copied as it is."""
+def grow_decoder(small, big, r, prefix="layers.",
+                 residual=("self_attn.o_proj.weight", "down_proj.weight")):
+    """Copies `small` into `big` (r times its decoder layers, named prefix + i): decoder layer i
+    becomes layers r*i .. r*i+r-1, each with its residual-branch outputs (o_proj, down_proj)
+    divided by r, so x + f(x) becomes r steps of x + f(x)/r; everything else is copied as it
+    is."""
     sd = small.state_dict()
     out = {}
     for name in big.state_dict():
-        if name.startswith("layers."):
-            _, i, rest = name.split(".", 2)
-            src = sd[f"layers.{int(i) // r}.{rest}"]
-            out[name] = src / r if rest in ("self_attn.o_proj.weight", "down_proj.weight") \
-                else src.clone()
+        if name.startswith(prefix):
+            i, rest = name[len(prefix):].split(".", 1)
+            src = sd[f"{prefix}{int(i) // r}.{rest}"]
+            out[name] = src / r if rest in residual else src.clone()
         else:
             out[name] = sd[name].clone()
     big.load_state_dict(out)
@@ -250,14 +254,14 @@ def shapes_at(step, a):
     raise ValueError(a.curriculum)
 
 
-def build_example(sp, cfg, rng, n_min, n_max, jpeg_prob, turns, qtypes=tuple(scenes.QTYPES),
-                  distinct=True):
+def build_example(fam, sp, cfg, rng, n_min, n_max, jpeg_prob, turns,
+                  qtypes=tuple(scenes.QTYPES), distinct=True):
     """One training image with `turns` questions. The first is balanced (type drawn from qtypes,
     then answer uniform); later ones ask other types about the same scene (distinct) or types
     drawn independently from qtypes (not distinct: stage 3's weighted mix)."""
     info = {}
     scene, q, a, qtype = scenes.sample_example(rng, rng.choice(qtypes), n_min, n_max,
-                                               cfg.vision["image_size"], info)
+                                               fam.image_size(cfg), info)
     qas, used, infos = [(q, a)], {qtype}, [info]
     while len(qas) < turns:
         fresh = ([t for t in qtypes if t not in used] or list(qtypes)) if distinct else qtypes
@@ -271,10 +275,10 @@ def build_example(sp, cfg, rng, n_min, n_max, jpeg_prob, turns, qtypes=tuple(sce
         infos.append(info)
     quality = rng.randint(70, 95) if rng.random() < jpeg_prob else None
     img = scenes.render(scene, jpeg_quality=quality)
-    ids, tgt = common.encode_conversation(sp, cfg, qas)
-    return dict(px=common.pixels_from_image(img), ids=ids, tgt=tgt, type=qtype,
-                aux=probe_labels(scene, cfg.vision["patch_size"]), q=q, a=a,
-                ground=ground_masks(scene, infos, cfg.vision["patch_size"]))
+    ids, tgt = fam.encode_conversation(sp, cfg, qas)
+    return dict(px=fam.pixels(img, cfg), ids=ids, tgt=tgt, type=qtype,
+                aux=fam.probe_labels(scene, cfg), q=q, a=a,
+                ground=ground_masks(scene, infos, fam.token_patch(cfg)))
 
 
 def ground_masks(scene, infos, patch):
@@ -305,7 +309,7 @@ def ground_masks(scene, infos, patch):
 _WORKER = {}
 
 
-def _worker_init(tok_path, cfg_raw):
+def _worker_init(fam, tok_path, cfg_raw):
     try:  # die with the trainer (PR_SET_PDEATHSIG = 1) instead of lingering when it is killed
         import ctypes
         import signal
@@ -313,23 +317,24 @@ def _worker_init(tok_path, cfg_raw):
     except OSError:
         pass
     torch.set_num_threads(1)
-    _WORKER["sp"] = common.load_sp(tok_path)
-    _WORKER["cfg"] = lm.Config(cfg_raw)
+    _WORKER["fam"] = fam
+    _WORKER["sp"] = fam.load_tokenizer(tok_path)
+    _WORKER["cfg"] = fam.config_of(cfg_raw)
 
 
-def vision_example(cfg, rng, jpeg_prob):
-    scene = scenes.random_scene(rng, cfg.vision["image_size"], 2, 6)
+def vision_example(fam, cfg, rng, jpeg_prob):
+    scene = scenes.random_scene(rng, fam.image_size(cfg), 2, 6)
     quality = rng.randint(70, 95) if rng.random() < jpeg_prob else None
     img = scenes.render(scene, jpeg_quality=quality)
-    return common.pixels_from_image(img), probe_labels(scene, cfg.vision["patch_size"])
+    return fam.pixels(img, cfg), fam.probe_labels(scene, cfg)
 
 
 def make_batch(step, a):
     """Training batch at global `step` (runs in the data worker process; a pure function of
     step): stage 1 (step < vision_steps) images + patch labels, stages 2 and 3 conversations."""
-    sp, cfg = _WORKER["sp"], _WORKER["cfg"]
+    fam, sp, cfg = _WORKER["fam"], _WORKER["sp"], _WORKER["cfg"]
     if step < a.vision_steps:
-        exs = [vision_example(cfg, scenes.split_rng("vision", a.seed, step * a.vision_batch + i),
+        exs = [vision_example(fam, cfg, scenes.split_rng("vision", a.seed, step * a.vision_batch + i),
                               a.jpeg_prob) for i in range(a.vision_batch)]
         return dict(px=torch.stack([e[0] for e in exs]),
                     aux=torch.from_numpy(np.stack([e[1] for e in exs])))
@@ -337,34 +342,33 @@ def make_batch(step, a):
     n_min, n_max = shapes_at(step, a)
     focus = step >= a.steps  # stages 3 and 4
     qtypes = (a.focus_qtypes if focus else a.qtypes).split(",")
-    exs = [build_example(sp, cfg, scenes.split_rng("train", a.seed, step * a.batch + i),
+    exs = [build_example(fam, sp, cfg, scenes.split_rng("train", a.seed, step * a.batch + i),
                          n_min, n_max, a.jpeg_prob, a.turns, qtypes, distinct=not focus)
            for i in range(a.batch)]
-    return stack(exs, cfg)
+    return stack(fam, exs, cfg)
 
 
-def stack(exs, cfg):
-    ids, tgt = common.collate([(e["ids"], e["tgt"]) for e in exs], cfg.raw["pad_token_id"])
+def stack(fam, exs, cfg):
+    ids, tgt = common.collate([(e["ids"], e["tgt"]) for e in exs], fam.pad_id(cfg))
     return dict(px=torch.stack([e["px"] for e in exs]), ids=ids, tgt=tgt,
                 aux=torch.from_numpy(np.stack([e["aux"] for e in exs])),
                 ground=torch.from_numpy(np.stack([e["ground"] for e in exs])),
                 types=[e["type"] for e in exs])
 
 
-def val_set(a, sp, cfg):
+def val_set(fam, a, sp, cfg):
     """Fixed balanced val examples (3-6 shapes, as the test split), JPEG q90 like the test files."""
     exs = []
     for i in range(a.val_size):
         rng = scenes.split_rng("val", a.seed, i)
         qtype = scenes.QTYPES[i % len(scenes.QTYPES)]
         info = {}
-        scene, q, ans, _ = scenes.sample_example(rng, qtype, 3, 6, cfg.vision["image_size"],
-                                                 info)
+        scene, q, ans, _ = scenes.sample_example(rng, qtype, 3, 6, fam.image_size(cfg), info)
         img = scenes.render(scene, jpeg_quality=90)
-        ids, tgt = common.encode_example(sp, cfg, q, ans)
-        exs.append(dict(px=common.pixels_from_image(img), ids=ids, tgt=tgt, type=qtype,
-                        aux=probe_labels(scene, cfg.vision["patch_size"]), q=q, a=ans,
-                        ground=ground_masks(scene, [info], cfg.vision["patch_size"])))
+        ids, tgt = fam.encode_conversation(sp, cfg, [(q, ans)])
+        exs.append(dict(px=fam.pixels(img, cfg), ids=ids, tgt=tgt, type=qtype,
+                        aux=fam.probe_labels(scene, cfg), q=q, a=ans,
+                        ground=ground_masks(scene, [info], fam.token_patch(cfg))))
     return exs
 
 
@@ -372,17 +376,16 @@ def val_set(a, sp, cfg):
 # forward / loss
 
 
-def forward(model, aux_head, batch, train_vision=False, ground_layers=()):
+def forward(fam, model, aux_head, batch, train_vision=False, ground_layers=()):
     """-> lm loss, aux loss, grounding loss, per-example exact match (teacher-forced argmax ==
     greedy answer)."""
     px, ids, tgt = batch["px"], batch["ids"], batch["tgt"]
     b, s = ids.shape
     with torch.set_grad_enabled(train_vision and torch.is_grad_enabled()):
-        feats = model.vision_features(px)  # [B, V, Dv]
-    emb = model.embed(ids, model.project(feats))  # [B, S, D]
-    h, _, probs = model.decoder(emb, torch.arange(s)[None].expand(b, s),
-                                want_probs=bool(ground_layers))
-    ground = (grounding_loss([probs[l] for l in ground_layers], batch, model.cfg.image_token_index)
+        feats = fam.vision_features(model, px)  # [B, patches, Dv]: what the probe reads
+    h, probs = fam.decode(model, feats, ids, want_probs=bool(ground_layers))
+    ground = (grounding_loss([probs[l] for l in ground_layers], batch,
+                             fam.image_token(model.cfg))
               if ground_layers else torch.zeros(()))
     sel = tgt != -100
     logits = model.logits(h[sel]).float()  # [n_targets, vocab]
@@ -390,7 +393,8 @@ def forward(model, aux_head, batch, train_vision=False, ground_layers=()):
     hit = torch.zeros(b, s, dtype=torch.bool)
     hit[sel] = logits.argmax(-1) == tgt[sel]
     exact = (hit | ~sel).all(1)
-    aux_loss = probe_loss(aux_head, feats, batch["aux"])[0] if train_vision else torch.zeros(())
+    aux_loss = (fam.probe(model, aux_head, feats, batch["aux"])[0] if train_vision
+                else torch.zeros(()))
     return lm_loss, aux_loss, ground, exact
 
 
@@ -452,18 +456,19 @@ def probe_loss(aux_head, feats, lab):
 
 
 @torch.no_grad()
-def validate(model, aux_head, val, cfg, layers=(), bs=50):
+def validate(fam, model, aux_head, val, cfg, layers=(), bs=50):
     model.eval()
     per = {}
     losses, kind_acc, ground = [], [], []
     for i in range(0, len(val), bs):
         chunk = val[i:i + bs]
-        batch = stack(chunk, cfg)
+        batch = stack(fam, chunk, cfg)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            lm_loss, _, g, exact = forward(model, aux_head, batch, ground_layers=layers)
+            lm_loss, _, g, exact = forward(fam, model, aux_head, batch, ground_layers=layers)
             ground.append(float(g))
-            kind_acc.append(float(probe_loss(aux_head, model.vision_features(batch["px"]),
-                                             batch["aux"])[1]))
+            kind_acc.append(float(fam.probe(model, aux_head,
+                                            fam.vision_features(model, batch["px"]),
+                                            batch["aux"])[1]))
         losses.append(float(lm_loss) * len(chunk))
         for t, e in zip(batch["types"], exact.tolist()):
             c = per.setdefault(t, [0, 0])
@@ -476,14 +481,15 @@ def validate(model, aux_head, val, cfg, layers=(), bs=50):
 
 
 @torch.no_grad()
-def validate_vision(model, aux_head, val, bs=100):
+def validate_vision(fam, model, aux_head, val, bs=100):
     model.eval()
     acc, loss = [], []
     for i in range(0, len(val), bs):
         chunk = val[i:i + bs]
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            feats = model.vision_features(torch.stack([e["px"] for e in chunk]))
-            l, k = probe_loss(aux_head, feats, torch.from_numpy(np.stack([e["aux"] for e in chunk])))
+            feats = fam.vision_features(model, torch.stack([e["px"] for e in chunk]))
+            l, k = fam.probe(model, aux_head, feats,
+                             torch.from_numpy(np.stack([e["aux"] for e in chunk])))
         acc.append(float(k))
         loss.append(float(l))
     model.train()
@@ -711,27 +717,111 @@ teacher-forced argmax answer = greedy exact match):
 
 | step |{depth_col[0]} elapsed | train loss | val loss | val acc % | per type % |
 |---|{depth_col[1]}---|---|---|---|---|
-""" + "\n".join(rows) + f"""
-
-## Test accuracy (data/scenes-test, exported BF16 weights, tools/train/eval_torch.py)
-
-```
-{result_text}
-```
-
-{agree_text}
-"""
+""" + "\n".join(rows) + "\n\n" + test_section("tools/train/eval_torch.py", result_text,
+                                              agree_text)
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write(text)
+
+
+def test_section(how, result_text, agree_text):
+    """The model README's closing section: the export's accuracy on the test split."""
+    return (f"## Test accuracy (data/scenes-test, exported BF16 weights, {how})\n\n"
+            f"```\n{result_text}\n```\n\n{agree_text}\n")
 
 
 # ----------------------------------------------------------------------------------------------
 
 
-def main(argv=None):
-    a = parse_args(argv)
+class LlavaFamily:
+    """What the training loop asks of the model family it trains: here LLaVA-1.5
+    (tools/pytorch/llava_model.py, a SentencePiece tokenizer, LLaVA-1.5's conversation);
+    train_qwen.py's QwenFamily is Qwen2.5-VL. Instances are pickled to the data worker."""
+
+    script = "tools/train/train_llava.py"
+
+    def arguments(self, ap):
+        """Adds the family's own options and defaults to the shared ones."""
+
+    def tokenizer(self, a, log):
+        """Builds the run's tokenizer once; returns its path."""
+        tok_path = os.path.join(a.run_dir, "tokenizer.model")
+        if not os.path.exists(tok_path):
+            log(f"tokenizer: {common.build_tokenizer(tok_path, a.vocab, a.seed)}")
+        return tok_path
+
+    def load_tokenizer(self, path):
+        return common.load_sp(path)
+
+    def config(self, a, layers=None):
+        return lm.Config(model_config(a, layers))
+
+    def config_of(self, raw):
+        return lm.Config(raw)
+
+    def new_model(self, cfg):
+        return lm.Llava(cfg)
+
+    def init_weights(self, model, seed):
+        init_weights(model, seed)
+
+    def visual_tokens(self, cfg):
+        return cfg.num_visual_tokens
+
+    def image_size(self, cfg):
+        return cfg.vision["image_size"]
+
+    def new_probe(self, cfg):
+        """The stage-1 probe's weights (trained, checkpointed, not exported)."""
+        return nn.Linear(cfg.vision["hidden_size"], N_PROBE)
+
+    def probe(self, model, aux_head, feats, labels):
+        """-> (probe loss, kind accuracy on shape patches) of vision_features' output."""
+        return probe_loss(aux_head, feats, labels)
+
+    def token_patch(self, cfg):
+        """Pixels per side of the square a visual token covers."""
+        return cfg.vision["patch_size"]
+
+    def pixels(self, img, cfg):
+        return common.pixels_from_image(img)
+
+    def probe_labels(self, scene, cfg):
+        """Per-patch labels in the order of vision_features' rows."""
+        return probe_labels(scene, cfg.vision["patch_size"])
+
+    def encode_conversation(self, sp, cfg, qas):
+        return common.encode_conversation(sp, cfg, qas)
+
+    def pad_id(self, cfg):
+        return cfg.raw["pad_token_id"]
+
+    def image_token(self, cfg):
+        return cfg.image_token_index
+
+    def vision_features(self, model, px):
+        """[B, patches, Dv]: the features the probe reads and decode() starts from."""
+        return model.vision_features(px)
+
+    def decode(self, model, feats, ids, want_probs):
+        """-> hidden states after the final norm [B, S, D], per-layer attention probabilities."""
+        b, s = ids.shape
+        emb = model.embed(ids, model.project(feats))  # [B, S, D]
+        h, _, probs = model.decoder(emb, torch.arange(s)[None].expand(b, s),
+                                    want_probs=want_probs)
+        return h, probs
+
+    def grow(self, small, big, r):
+        grow_decoder(small, big, r)
+
+    def export(self, model, a, cfg, tok_path, history, command, log, finished, wall):
+        export(model, a, cfg, tok_path, history, command, log, finished, wall)
+
+
+def main(argv=None, fam=None):
+    fam = fam or LlavaFamily()
+    a = parse_args(argv, fam)
     argv = sys.argv[1:] if argv is None else argv
-    command = "/usr/bin/python3 tools/train/train_llava.py " + " ".join(
+    command = f"/usr/bin/python3 {fam.script} " + " ".join(
         x for x in argv if x != "--export-only")
     torch.set_num_threads(a.threads)
     os.makedirs(a.run_dir, exist_ok=True)
@@ -740,16 +830,12 @@ def main(argv=None):
         if not a.export_only:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        sys.exit(f"another train_llava.py is training in {a.run_dir}")
+        sys.exit(f"another {os.path.basename(fam.script)} is training in {a.run_dir}")
     log = Log(a.run_dir)
     ckpt_path = os.path.join(a.run_dir, "ckpt.pt")
 
-    tok_path = os.path.join(a.run_dir, "tokenizer.model")
-    if not os.path.exists(tok_path):
-        cmd = common.build_tokenizer(tok_path, a.vocab, a.seed)
-        log(f"tokenizer: {cmd}")
-    sp = common.load_sp(tok_path)
-    assert sp.get_piece_size() == a.vocab, sp.get_piece_size()
+    tok_path = fam.tokenizer(a, log)
+    sp = fam.load_tokenizer(tok_path)
 
     grow_r = growth_factor(a)
     # global steps: stage 1 (vision), stage 2 (LLaVA), stage 3 (LLaVA, weighted to hard types),
@@ -774,11 +860,11 @@ def main(argv=None):
     if depth not in (first_depth, a.layers):
         sys.exit(f"{src} has {depth} decoder layers; this run trains {first_depth}"
                  + (f" then {a.layers}" if first_depth != a.layers else ""))
-    cfg = lm.Config(model_config(a, depth))
+    cfg = fam.config(a, depth)
     torch.manual_seed(a.seed)
-    model = lm.Llava(cfg)
-    init_weights(model, a.seed)
-    aux_head = nn.Linear(cfg.vision["hidden_size"], N_PROBE)
+    model = fam.new_model(cfg)
+    fam.init_weights(model, a.seed)
+    aux_head = fam.new_probe(cfg)
     opt = optimizer(model)
     if st is not None:
         if st["config"] != cfg.raw:
@@ -791,7 +877,7 @@ def main(argv=None):
         log(f"resumed from {src} at step {step} ({fmt_time(elapsed)} trained)")
     else:
         n = sum(p.numel() for p in model.parameters())
-        log(f"new run in {a.run_dir}: {n / 1e6:.2f}M parameters, {cfg.num_visual_tokens} visual "
+        log(f"new run in {a.run_dir}: {n / 1e6:.2f}M parameters, {fam.visual_tokens(cfg)} visual "
             f"tokens, args {json.dumps(vars(a))}")
 
     def checkpoint(path=ckpt_path):
@@ -806,12 +892,12 @@ def main(argv=None):
     if depth != first_depth:  # grown: every copy of a grounded layer
         glayers = grown_layers(glayers, grow_r)
     if not a.export_only and step < total:
-        val = val_set(a, sp, cfg)
+        val = val_set(fam, a, sp, cfg)
         # A worker process renders batch k+1 while k trains (a thread would fight autograd for
         # the GIL and halve the step rate).
         pool = concurrent.futures.ProcessPoolExecutor(
             1, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-            initargs=(tok_path, cfg.raw))
+            initargs=(fam, tok_path, cfg.raw))
         nxt = pool.submit(make_batch, step, a)
         start = time.time()
         last_ckpt = time.time()
@@ -821,16 +907,16 @@ def main(argv=None):
             if step == grow_at and depth != a.layers:
                 small = model
                 depth = a.layers
-                cfg = lm.Config(model_config(a, depth))
-                model = lm.Llava(cfg)
-                grow_decoder(small, model, grow_r)
+                cfg = fam.config(a, depth)
+                model = fam.new_model(cfg)
+                fam.grow(small, model, grow_r)
                 del small
                 opt = optimizer(model)
                 glayers = grown_layers(glayers, grow_r)
                 log(f"grew the decoder from {a.grow_from} to {a.layers} layers (every layer "
                     f"{grow_r}x, residual outputs / {grow_r}); grounding layers now "
                     f"{','.join(map(str, glayers))}")
-                r0 = validate(model, aux_head, val, cfg, glayers)
+                r0 = validate(fam, model, aux_head, val, cfg, glayers)
                 rec = dict(kind="grown", step=step - a.vision_steps, elapsed=elapsed,
                            layers=depth, **r0)
                 history.append(rec)
@@ -846,11 +932,11 @@ def main(argv=None):
             vision = step < a.vision_steps
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 if vision:
-                    aux_loss, acc = probe_loss(aux_head, model.vision_features(batch["px"]),
-                                               batch["aux"])
+                    aux_loss, acc = fam.probe(model, aux_head,
+                                              fam.vision_features(model, batch["px"]), batch["aux"])
                     lm_loss, ground, loss = torch.zeros(()), torch.zeros(()), aux_loss
                 else:
-                    lm_loss, aux_loss, ground, exact = forward(model, aux_head, batch,
+                    lm_loss, aux_loss, ground, exact = forward(fam, model, aux_head, batch,
                                                                a.train_vision, glayers)
                     loss = lm_loss + a.aux_weight * aux_loss + a.ground_weight * ground
                     acc = exact.float().mean()
@@ -897,7 +983,7 @@ def main(argv=None):
                 log(msg)
                 win_loss, win_aux, win_acc, win_t, win_ground = [], [], [], [], []
             if vision and (step % a.val_every == 0 or stage_end):
-                r = validate_vision(model, aux_head, val)
+                r = validate_vision(fam, model, aux_head, val)
                 rec = dict(kind="vision_val", step=step, elapsed=elapsed, **r)
                 history.append(rec)
                 log.metric(rec)
@@ -907,7 +993,7 @@ def main(argv=None):
                     checkpoint(os.path.join(a.run_dir, "ckpt-stage1.pt"))
             elif not vision and (local % a.val_every == 0 or stage_end):
                 t0 = time.time()
-                r = validate(model, aux_head, val, cfg, glayers)
+                r = validate(fam, model, aux_head, val, cfg, glayers)
                 recent = [h["loss"] for h in history if h["kind"] == "train"][-5:]
                 rec = dict(kind="val", step=local, elapsed=elapsed, wall=wall, layers=depth,
                            train_loss=float(np.mean(recent)), **r)
@@ -936,7 +1022,7 @@ def main(argv=None):
         return
     if not a.export_only and step < total:
         return
-    export(model, a, cfg, tok_path, history, command, log, finished=step >= total, wall=wall)
+    fam.export(model, a, cfg, tok_path, history, command, log, step >= total, wall)
 
 
 if __name__ == "__main__":
