@@ -63,7 +63,7 @@ absl::Status MakeTinyQwen(const Flags& flags, const std::string& out) {
   for (int i = 1; i < o.vision_layers; i += 2) o.fullatt_blocks.push_back(i);
   o.vision_intermediate = o.vision_hidden * 2;
   HAP_ASSIGN_OR_RETURN(o.dtype, DTypeFlag(flags));
-  o.corpus_path = TokenizerCorpusPath();
+  o.corpus_path = flags.GetOr("corpus", TokenizerCorpusPath());
   HAP_RETURN_IF_ERROR(WriteTinyQwen25VL(o, out));
   std::printf("wrote %s: Qwen2.5-VL, %d decoder layers, hidden %d, %d/%d heads, %d vision blocks\n",
               out.c_str(), o.layers, o.hidden, o.heads, o.kv_heads, o.vision_layers);
@@ -101,7 +101,7 @@ absl::Status MakeTiny(const Flags& flags) {
   HAP_RETURN_IF_ERROR(int_flag("shards", 1, &o.shards));
   const std::string dtype_name = flags.GetOr("dtype", "f32");
   HAP_ASSIGN_OR_RETURN(o.dtype, DTypeFlag(flags));
-  o.corpus_path = TokenizerCorpusPath();
+  o.corpus_path = flags.GetOr("corpus", TokenizerCorpusPath());
   // Progress on stderr for checkpoints that take a while to write (LLaVA-7B shapes: minutes).
   const auto t0 = std::chrono::steady_clock::now();
   o.progress = [&](const CheckpointProgress& p) {
@@ -122,7 +122,7 @@ int CmdMakeTiny(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args,
                             {"out", "seed", "layers", "hidden", "heads", "kv-heads", "intermediate",
                              "image-size", "vision-layers", "vision-hidden", "vision-heads",
-                             "vocab", "model-vocab", "dtype", "shards", "family"},
+                             "vocab", "model-vocab", "dtype", "shards", "family", "corpus"},
                             {});
   if (!flags.ok()) return Fail("make-tiny", flags.status());
   if (absl::Status s = MakeTiny(*flags); !s.ok()) return Fail("make-tiny", s);

@@ -376,9 +376,9 @@ def val_set(fam, a, sp, cfg):
 # forward / loss
 
 
-def forward(fam, model, aux_head, batch, train_vision=False, ground_layers=()):
-    """-> lm loss, aux loss, grounding loss, per-example exact match (teacher-forced argmax ==
-    greedy answer)."""
+def forward(fam, model, aux_head, batch, train_vision=False, ground_layers=(), with_probe=False):
+    """-> lm loss, aux loss (the probe's, with_probe), grounding loss, per-example exact match
+    (teacher-forced argmax == greedy answer)."""
     px, ids, tgt = batch["px"], batch["ids"], batch["tgt"]
     b, s = ids.shape
     with torch.set_grad_enabled(train_vision and torch.is_grad_enabled()):
@@ -393,7 +393,7 @@ def forward(fam, model, aux_head, batch, train_vision=False, ground_layers=()):
     hit = torch.zeros(b, s, dtype=torch.bool)
     hit[sel] = logits.argmax(-1) == tgt[sel]
     exact = (hit | ~sel).all(1)
-    aux_loss = (fam.probe(model, aux_head, feats, batch["aux"])[0] if train_vision
+    aux_loss = (fam.probe(model, aux_head, feats, batch["aux"])[0] if with_probe
                 else torch.zeros(()))
     return lm_loss, aux_loss, ground, exact
 
@@ -778,6 +778,11 @@ class LlavaFamily:
         """-> (probe loss, kind accuracy on shape patches) of vision_features' output."""
         return probe_loss(aux_head, feats, labels)
 
+    def probe_trains_in_stage2(self, a):
+        """Whether --aux-weight's probe loss reaches trained weights after stage 1 (here only
+        the ViT's, with --train-vision)."""
+        return a.train_vision
+
     def token_patch(self, cfg):
         """Pixels per side of the square a visual token covers."""
         return cfg.vision["patch_size"]
@@ -856,7 +861,7 @@ def main(argv=None, fam=None):
     st = torch.load(src) if src else None
     # the decoder depth of the phase the run is in: the checkpoint's (before or after growth)
     first_depth = a.grow_from if grow_at is not None else a.layers
-    depth = st["config"]["text_config"]["num_hidden_layers"] if st is not None else first_depth
+    depth = fam.config_of(st["config"]).text["num_hidden_layers"] if st is not None else first_depth
     if depth not in (first_depth, a.layers):
         sys.exit(f"{src} has {depth} decoder layers; this run trains {first_depth}"
                  + (f" then {a.layers}" if first_depth != a.layers else ""))
@@ -936,8 +941,9 @@ def main(argv=None, fam=None):
                                               fam.vision_features(model, batch["px"]), batch["aux"])
                     lm_loss, ground, loss = torch.zeros(()), torch.zeros(()), aux_loss
                 else:
-                    lm_loss, aux_loss, ground, exact = forward(fam, model, aux_head, batch,
-                                                               a.train_vision, glayers)
+                    lm_loss, aux_loss, ground, exact = forward(
+                        fam, model, aux_head, batch, a.train_vision, glayers,
+                        with_probe=a.aux_weight > 0 and fam.probe_trains_in_stage2(a))
                     loss = lm_loss + a.aux_weight * aux_loss + a.ground_weight * ground
                     acc = exact.float().mean()
             opt.zero_grad(set_to_none=True)
