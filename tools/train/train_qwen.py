@@ -437,7 +437,8 @@ def write_readme(out, a, cfg, history, command, result_text, agree_text, size, w
             pt = " ".join(f"{k} {100 * x:.0f}" for k, x in h["per_type"].items())
             rows.append(f"| {h['step']}{' (grown)' if h['kind'] == 'grown' else ''} | "
                         f"{h.get('layers', '')} | {T.fmt_time(h['elapsed'])} | "
-                        f"{h.get('train_loss', float('nan')):.3f} | {h['loss']:.3f} | "
+                        f"{format(h['train_loss'], '.3f') if 'train_loss' in h else ''} | "
+                        f"{h['loss']:.3f} | "
                         f"{100 * h['acc']:.1f} | {pt} |")
     vis = [h for h in history if h["kind"] == "vision_val"]
     vision_acc = f"{100 * vis[-1]['kind_acc']:.1f}%" if vis else "n/a"
