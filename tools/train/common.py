@@ -62,21 +62,12 @@ def pixels_from_image(img):
     return torch.from_numpy(arr.transpose(2, 0, 1).copy())
 
 
-def encode_example(sp, cfg, question, answer):
-    """-> (input ids, targets) lists; targets = -100 except where the next token is the answer."""
-    prompt = lm.prompt_ids(sp, question, cfg.image_token_index, cfg.num_visual_tokens,
-                           bos_id=sp.bos_id())
-    ans = answer_ids(sp, answer)
-    ids = prompt + ans[:-1]
-    tgt = [-100] * (len(prompt) - 1) + ans
-    return ids, tgt
-
-
 def encode_conversation(sp, cfg, qas):
     """Multi-turn LLaVA-1.5 conversation about one image:
     `USER: <image>\n{q1} ASSISTANT: {a1}</s>USER: {q2} ASSISTANT: {a2}</s>...`.
     Turn 1 is exactly the single-turn inference prompt; each turn's answer + EOS is supervised.
-    -> (input ids, targets) as encode_example."""
+    -> (input ids, targets) lists; targets = -100 except where the next token is an answer's
+    (one turn is a single question: the prompt, then its answer)."""
     toks, is_tgt = [], []
     for k, (q, a) in enumerate(qas):
         if k == 0:

@@ -747,6 +747,8 @@ class LlavaFamily:
         tok_path = os.path.join(a.run_dir, "tokenizer.model")
         if not os.path.exists(tok_path):
             log(f"tokenizer: {common.build_tokenizer(tok_path, a.vocab, a.seed)}")
+        size = common.load_sp(tok_path).get_piece_size()
+        assert size == a.vocab, size
         return tok_path
 
     def load_tokenizer(self, path):

@@ -113,6 +113,18 @@ class VisionLayout:
         return x.reshape(b, n // self.unit, self.unit, *x.shape[2:])[:, index].reshape(x.shape)
 
 
+_LAYOUTS = {}
+
+
+def vision_layout(v, n):
+    """The VisionLayout of this tower config and patch count, made once (every training batch
+    has the same grid)."""
+    key = (n, json.dumps(v, sort_keys=True))
+    if key not in _LAYOUTS:
+        _LAYOUTS[key] = VisionLayout(v, n)
+    return _LAYOUTS[key]
+
+
 def vision_attention(attn, x, layout, mask):
     b, n, d = x.shape
     hd = d // attn.heads
@@ -312,7 +324,7 @@ class QwenFamily(T.LlavaFamily):
         """px [B, n, C*T*P*P] -> the last block's output [B, n, Dv] in pixel_values' order."""
         visual = model.visual
         b, n, k = px.shape
-        layout = VisionLayout(visual.v, n)
+        layout = vision_layout(visual.v, n)
         x = visual.patch_embed(px.reshape(b * n, k)).view(b, n, -1)
         x = layout.reorder(x)
         for i, blk in enumerate(visual.blocks):
