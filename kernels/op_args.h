@@ -79,6 +79,26 @@ struct AttentionArgs {
   // and what attention over a BF16 checkpoint's activations in that dtype amounts to. The
   // log-sum-exp comes from the rounded q·k.
   DType operands = DType::kF32;
+  // Variable-length attention: with n_segments > 0 the rows are cut into n_segments runs at
+  // segment_bounds (I32 [n_segments + 1], non-decreasing from 0 to n_q, in the backend's memory)
+  // and query row r of run s sees only the keys of run s, [b_s, b_{s+1}) (up to r itself when
+  // causal). n_kv must equal n_q and causal_offset be 0. One call then attends within many
+  // windows or sequences laid end to end (Qwen2.5-VL's vision windows), with no padding; each
+  // run's rows get what that run alone would give, up to F32 rounding.
+  const int32_t* segment_bounds = nullptr;
+  int n_segments = 0;
+
+  // What is wrong with the segment fields given the shape, or "" (every backend checks with
+  // it; the bounds themselves are read only where they are in host memory).
+  const char* SegmentError() const {
+    if (n_segments < 0) return "Attention: n_segments must be >= 0";
+    if (n_segments == 0) return "";
+    if (segment_bounds == nullptr) return "Attention: n_segments > 0 without segment_bounds";
+    if (n_kv != n_q || causal_offset != 0) {
+      return "Attention: segments need n_kv == n_q and causal_offset 0";
+    }
+    return "";
+  }
 };
 
 // `rows` consecutive cache rows: k and v each [rows, n_kv_heads * head_dim] of the cache dtype.

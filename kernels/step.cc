@@ -94,7 +94,16 @@ absl::Status CheckOp(const StepDesc& desc, size_t index) {
             HAP_RETURN_IF_ERROR(check("k", o.k, f32, kv));
             HAP_RETURN_IF_ERROR(check("v", o.v, f32, kv));
             HAP_RETURN_IF_ERROR(check("out", o.out, f32, q));
-            return check("lse", o.lse, f32, int64_t{a.n_heads} * a.n_q, /*optional=*/true);
+            HAP_RETURN_IF_ERROR(
+                check("lse", o.lse, f32, int64_t{a.n_heads} * a.n_q, /*optional=*/true));
+            if (a.n_segments < 0 || (a.n_segments > 0) != (o.segments != kNoStepValue)) {
+              return check.Error("segments must be given exactly when n_segments > 0");
+            }
+            if (a.n_segments > 0 && (a.n_kv != a.n_q || a.causal_offset != 0)) {
+              return check.Error("segments need n_kv == n_q and causal_offset 0");
+            }
+            return check("segments", o.segments, StepElem::kI32, int64_t{a.n_segments} + 1,
+                         /*optional=*/true);
           },
           [&](const step_op::Add& o) -> absl::Status {
             HAP_RETURN_IF_ERROR(check("y", o.y, f32, o.n));
@@ -148,6 +157,8 @@ AttentionArgs BoundAttention(const step_op::Attention& op, const std::vector<voi
   a.v = f32(op.v);
   a.out = f32(op.out);
   a.lse = op.lse == kNoStepValue ? nullptr : f32(op.lse);
+  a.segment_bounds =
+      op.segments == kNoStepValue ? nullptr : static_cast<const int32_t*>(ptrs[op.segments]);
   return a;
 }
 

@@ -96,6 +96,8 @@ struct Attention {  // AttentionArgs with values for its arrays; lse may be kNoS
   StepValueId q = kNoStepValue, k = kNoStepValue, v = kNoStepValue, out = kNoStepValue,
               lse = kNoStepValue;
   AttentionArgs shape;  // every field but the pointers
+  // The segment bounds, I32 [shape.n_segments + 1], exactly when shape.n_segments > 0.
+  StepValueId segments = kNoStepValue;
 };
 struct Add {  // y += x
   StepValueId y = kNoStepValue, x = kNoStepValue;

@@ -33,6 +33,31 @@ constexpr size_t kMaxSharedBytes = 48 * 1024;
 // 32 consecutive keys hit 32 different banks.
 __host__ __device__ __forceinline__ int KeyStride(int head_dim) { return head_dim | 1; }
 
+// The keys [*lo, *hi) query row `row` sees by its segment: every key without segments. A row past
+// n_q takes the last row's segment, so padding rows see keys as real ones do. Bounds are clamped
+// to [0, n_kv], so bad ones cannot make a kernel read past the keys.
+__device__ __forceinline__ void SegmentKeys(const AttentionArgs& a, int row, int* lo, int* hi) {
+  if (a.n_segments <= 0) {
+    *lo = 0;
+    *hi = a.n_kv;
+    return;
+  }
+  row = min(row, a.n_q - 1);
+  // The last s with bounds[s] <= row (empty segments before it are passed over).
+  int first = 0, count = a.n_segments;
+  while (count > 0) {
+    const int half = count / 2;
+    if (a.segment_bounds[first + half + 1] <= row) {
+      first += half + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  *lo = max(0, min(a.segment_bounds[first], a.n_kv));
+  *hi = max(*lo, min(a.segment_bounds[first + 1], a.n_kv));
+}
+
 // Dynamic shared memory of a block: Q [kQueryTile, hd], K [kv_tile, KeyStride(hd)],
 // V [kv_tile, hd], scores/probabilities [kQueryTile, kv_tile].
 size_t SharedBytes(int head_dim, int kv_tile) {
@@ -47,6 +72,8 @@ size_t SharedBytes(int head_dim, int kv_tile) {
 // every thread updates its output elements o[r, d] = α_r · o[r, d] + Σ_c p[r, c] · v[c, d].
 __global__ __launch_bounds__(kThreads) void AttentionKernel(AttentionArgs a, int kv_tile) {
   HAP_SHARED(float, row_scale, kQueryTile);  // α_r per tile, then 1 / l_r at the end
+  HAP_SHARED(int, seg_lo, kQueryTile);       // the keys [seg_lo[r], seg_hi[r]) row r may see
+  HAP_SHARED(int, seg_hi, kQueryTile);
   HAP_DYNAMIC_SHARED(float, smem);
   const int hd = a.head_dim;
   const int ks = KeyStride(hd);
@@ -71,8 +98,13 @@ __global__ __launch_bounds__(kThreads) void AttentionKernel(AttentionArgs a, int
     const int r = i / hd;
     q_tile[i] = r < rows ? q[r * q_stride + (i - r * hd)] : 0.f;
   }
-  // Keys past the causal limit of the tile's last row are never needed.
-  const int n_keys = a.causal ? min(a.n_kv, a.causal_offset + r0 + rows) : a.n_kv;
+  if (tid < kQueryTile) SegmentKeys(a, r0 + tid, &seg_lo[tid], &seg_hi[tid]);
+  __syncthreads();
+  // Segments rise with the rows: the tile's keys run from its first row's first key to its last
+  // row's last, and keys past the causal limit of the last row are never needed.
+  const int first_key = seg_lo[0];
+  const int n_keys =
+      a.causal ? min(seg_hi[rows - 1], a.causal_offset + r0 + rows) : seg_hi[rows - 1];
   const int n_out = kQueryTile * hd;
 
   float m = -INFINITY;  // row tid's running max (threads < kQueryTile)
@@ -81,7 +113,7 @@ __global__ __launch_bounds__(kThreads) void AttentionKernel(AttentionArgs a, int
   HAP_UNROLL
   for (int e = 0; e < kMaxOutPerThread; ++e) acc[e] = 0.f;
 
-  for (int j0 = 0; j0 < n_keys; j0 += kv_tile) {
+  for (int j0 = first_key; j0 < n_keys; j0 += kv_tile) {
     __syncthreads();  // the previous tile's K, V, P and α are read; Q is written
     // Keys past n_keys are zeros: their probability is 0, and 0 · v must not be NaN.
     for (int i = tid; i < kv_tile * hd; i += kThreads) {
@@ -98,7 +130,8 @@ __global__ __launch_bounds__(kThreads) void AttentionKernel(AttentionArgs a, int
       const int c = i - r * kv_tile;
       const int j = j0 + c;
       float s = -INFINITY;
-      if (r < rows && j < n_keys && (!a.causal || j <= a.causal_offset + r0 + r)) {
+      if (r < rows && j < n_keys && j >= seg_lo[r] && j < seg_hi[r] &&
+          (!a.causal || j <= a.causal_offset + r0 + r)) {
         const float* qr = q_tile + r * hd;
         const float* kc = k_tile + c * ks;
         float dot = 0.f;
@@ -112,7 +145,7 @@ __global__ __launch_bounds__(kThreads) void AttentionKernel(AttentionArgs a, int
       float* p = s_tile + tid * kv_tile;
       float mx = m;
       for (int c = 0; c < kv_tile; ++c) mx = fmaxf(mx, p[c]);
-      // mx stays -inf only for a row past n_q: every real row sees key 0, in the first tile.
+      // mx stays -inf for a row past n_q, and for a row whose segment starts after this tile.
       const bool none = mx == -INFINITY;
       const float alpha = none ? 1.f : expf(m - mx);
       float sum = 0.f;
@@ -160,29 +193,34 @@ constexpr int kSoftmaxThreads = 128;
 // Block (x = row of the chunk, y = head) of the narrow path: the row's scores s F32 [n_keys]
 // (scale applied) → p = exp(s − max) / Σ rounded to `type` over the keys the row sees, 0 past
 // them, and the row's log-sum-exp.
-__global__ __launch_bounds__(kSoftmaxThreads) void ChunkSoftmaxKernel(
-    const float* scores, uint16_t* probs, float* lse, int rows, int n_keys, int r0, int n_q,
-    bool causal, int causal_offset, ElemType type) {
+__global__ __launch_bounds__(kSoftmaxThreads) void ChunkSoftmaxKernel(AttentionArgs a,
+                                                                      const float* scores,
+                                                                      uint16_t* probs, int rows,
+                                                                      int n_keys, int r0,
+                                                                      ElemType type) {
   HAP_SHARED(float, scratch, 32);
   const int r = blockIdx.x;
   const int h = blockIdx.y;
   const int64_t at = (static_cast<int64_t>(h) * rows + r) * n_keys;
   const float* s = scores + at;
   uint16_t* p = probs + at;
-  const int limit = causal ? min(n_keys, causal_offset + r0 + r + 1) : n_keys;
+  int first = 0, end = n_keys;
+  SegmentKeys(a, r0 + r, &first, &end);
+  int limit = min(end, n_keys);
+  if (a.causal) limit = min(limit, a.causal_offset + r0 + r + 1);
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j < limit; j += kSoftmaxThreads) mx = fmaxf(mx, s[j]);
+  for (int j = first + threadIdx.x; j < limit; j += kSoftmaxThreads) mx = fmaxf(mx, s[j]);
   mx = BlockMax(mx, scratch);
   float sum = 0.f;
-  for (int j = threadIdx.x; j < limit; j += kSoftmaxThreads) sum += expf(s[j] - mx);
+  for (int j = first + threadIdx.x; j < limit; j += kSoftmaxThreads) sum += expf(s[j] - mx);
   sum = BlockSum(sum, scratch);
   const float inv = 1.f / sum;
   for (int j = threadIdx.x; j < n_keys; j += kSoftmaxThreads) {
-    const float v = j < limit ? expf(s[j] - mx) * inv : 0.f;
+    const float v = j >= first && j < limit ? expf(s[j] - mx) * inv : 0.f;
     p[j] = type == ElemType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
   }
-  if (threadIdx.x == 0 && lse != nullptr) {
-    lse[static_cast<int64_t>(h) * n_q + r0 + r] = mx + logf(sum);
+  if (threadIdx.x == 0 && a.lse != nullptr) {
+    a.lse[static_cast<int64_t>(h) * a.n_q + r0 + r] = mx + logf(sum);
   }
 }
 
@@ -229,6 +267,7 @@ KernelStatus CheckArgs(const AttentionArgs& a) {
                                std::to_string(a.n_kv) + " keys");
   }
   if (a.n_heads > 65535) return KernelStatus::Error("Attention: more than 65535 heads");
+  if (const char* error = a.SegmentError(); *error != 0) return KernelStatus::Error(error);
   return KernelStatus::Ok();
 }
 
@@ -298,8 +337,7 @@ KernelStatus NarrowAttention(const AttentionArgs& a, ElemType type, Gemm& gemm, 
       if (!st.ok) return st;
     }
     st = Launch("ChunkSoftmaxKernel", ChunkSoftmaxKernel, dim3(rows, a.n_heads),
-                dim3(kSoftmaxThreads), 0, stream, scores, probs, a.lse, rows, n_keys, r0, a.n_q,
-                a.causal, a.causal_offset, type);
+                dim3(kSoftmaxThreads), 0, stream, a, scores, probs, rows, n_keys, r0, type);
     if (!st.ok) return st;
     for (int i = 0; i < group; ++i) {
       st = gemm.BatchedProduct(type, /*b_transposed=*/false, rows, hd, n_keys, 1.f,
@@ -371,10 +409,12 @@ __device__ void LoadValueTile(const float* src, int64_t stride, int key0, int n_
 }
 
 // s = scale · q·kᵀ of the warp's 16 rows against the tile's 64 keys (8 fragments of 8 keys),
-// −inf where the row does not see the key (past n_kv, or after it when causal).
+// −inf where the row does not see the key (outside its segment's [lo, hi), which ends at n_kv
+// without segments, or after it when causal).
 template <bool kBf16, int kSteps>
 __device__ void ScoreTile(const AttentionArgs& a, const uint32_t (&qa)[kSteps][4],
-                          const uint16_t* ks, int key0, const int (&rows)[2], float (&s)[8][4]) {
+                          const uint16_t* ks, int key0, const int (&rows)[2], const int (&lo)[2],
+                          const int (&hi)[2], float (&s)[8][4]) {
   constexpr int kRow = kSteps * 16 + kFlashPad;
   const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   HAP_UNROLL
@@ -397,7 +437,8 @@ __device__ void ScoreTile(const AttentionArgs& a, const uint32_t (&qa)[kSteps][4
     HAP_UNROLL
     for (int i = 0; i < 4; ++i) {
       const int key = key0 + nt * 8 + 2 * t + (i & 1), row = rows[i >> 1];
-      const bool seen = key < a.n_kv && (!a.causal || key <= a.causal_offset + row);
+      const bool seen =
+          key >= lo[i >> 1] && key < hi[i >> 1] && (!a.causal || key <= a.causal_offset + row);
       s[nt][i] = seen ? s[nt][i] * a.scale : -INFINITY;
     }
   }
@@ -423,6 +464,9 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int row0 = blockIdx.x * kFlashRows + warp * 16;
   const int rows[2] = {row0 + g, row0 + g + 8};
+  int lo[2], hi[2];  // the keys each of the lane's rows may see (SegmentKeys)
+  SegmentKeys(a, rows[0], &lo[0], &hi[0]);
+  SegmentKeys(a, rows[1], &lo[1], &hi[1]);
   const int64_t q_stride = int64_t{a.n_heads} * kDim, kv_stride = int64_t{a.n_kv_heads} * kDim;
   const float* k_head = a.k + kv_head * kDim;
   const float* v_head = a.v + kv_head * kDim;
@@ -443,19 +487,26 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
       qa[st][r] = PackHalves(lo, hi);
     }
   }
-  const int last_row = min(a.n_q, static_cast<int>(blockIdx.x) * kFlashRows + kFlashRows) - 1;
-  const int limit = a.causal ? min(a.n_kv, a.causal_offset + last_row + 1) : a.n_kv;
+  // Segments rise with the rows: the block's keys run from its first row's first key to its last
+  // row's last, cut at the causal limit of the last row; tiles stay at multiples of kFlashKeys.
+  const int first_row = static_cast<int>(blockIdx.x) * kFlashRows;
+  const int last_row = min(a.n_q, first_row + kFlashRows) - 1;
+  int first_key, end_key, unused;
+  SegmentKeys(a, first_row, &first_key, &unused);
+  SegmentKeys(a, last_row, &unused, &end_key);
+  const int limit = a.causal ? min(end_key, a.causal_offset + last_row + 1) : end_key;
+  const int tile0 = first_key / kFlashKeys;
   const int tiles = (limit + kFlashKeys - 1) / kFlashKeys;
 
   // Pass 1: each row's max and Σ exp(s − max); a lane sums its own columns, the row's four lanes
   // are added at the end.
   float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};
   float s[8][4];
-  for (int tile = 0; tile < tiles; ++tile) {
+  for (int tile = tile0; tile < tiles; ++tile) {
     __syncthreads();
     LoadKeyTile<kBf16, kSteps>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks);
     __syncthreads();
-    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, s);
+    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, lo, hi, s);
     HAP_UNROLL
     for (int r = 0; r < 2; ++r) {
       float m = -INFINITY;
@@ -464,7 +515,7 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       const float m_new = fmaxf(mx[r], m);
-      if (m_new == -INFINITY) continue;  // nothing seen yet (key 0 is seen by every row)
+      if (m_new == -INFINITY) continue;  // nothing seen yet (every row sees a key in the end)
       float add = 0.f;
       HAP_UNROLL
       for (int nt = 0; nt < 8; ++nt) {
@@ -486,12 +537,12 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   float o[2 * kSteps][4];
   HAP_UNROLL
   for (int dt = 0; dt < 2 * kSteps; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
-  for (int tile = 0; tile < tiles; ++tile) {
+  for (int tile = tile0; tile < tiles; ++tile) {
     __syncthreads();
     LoadKeyTile<kBf16, kSteps>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks);
     LoadValueTile<kBf16, kSteps>(v_head, kv_stride, tile * kFlashKeys, a.n_kv, vs);
     __syncthreads();
-    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, s);
+    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, lo, hi, s);
     HAP_UNROLL
     for (int c = 0; c < 4; ++c) {  // 16 keys at a time: score fragments 2c and 2c + 1
       uint16_t p[2][4];

@@ -22,7 +22,10 @@ inline constexpr int kMaxAttentionHeadDim = 256;
 // [n_heads, n_q] = log Σ_j exp(scale · q·k_j) or nullptr. Bad shapes (n_kv, heads or head_dim
 // not positive, n_heads not a multiple of n_kv_heads, head_dim past kMaxAttentionHeadDim, a causal
 // offset that leaves a query row past the last key) and null pointers are an Error; n_q = 0 does
-// nothing.
+// nothing. Segments (AttentionArgs::segment_bounds, in device memory) are honoured by all three
+// paths: a row's tile visits only the key tiles its segments span, and masks the keys outside
+// the row's own segment. Their fields are checked (AttentionArgs::SegmentError); the bounds
+// themselves are not read on the host, and bad ones are clamped to the keys, never read past.
 KernelStatus Attention(const AttentionArgs& args, Stream stream);
 
 class Gemm;

@@ -89,6 +89,10 @@ absl::Status CheckAttention(const AttentionArgs& a) {
   HAP_RETURN_IF_ERROR(CheckDevice(a.k, kv_bytes, "Attention", "k"));
   HAP_RETURN_IF_ERROR(CheckDevice(a.v, kv_bytes, "Attention", "v"));
   HAP_RETURN_IF_ERROR(CheckDevice(a.out, q_bytes, "Attention", "out"));
+  if (a.n_segments > 0) {
+    HAP_RETURN_IF_ERROR(CheckDevice(a.segment_bounds, sizeof(int32_t) * (a.n_segments + size_t{1}),
+                                    "Attention", "segment_bounds"));
+  }
   if (a.lse == nullptr) return absl::OkStatus();
   return CheckDevice(a.lse, sizeof(float) * a.n_heads * a.n_q, "Attention", "lse");
 }

@@ -98,7 +98,16 @@ absl::Status RunQwenVisionInto(const Backend& backend, const Qwen25VLVisionConfi
         "to rows and one to columns)",
         hd));
   }
+  BackendArray<int32_t> window_bounds(backend), frame_bounds(backend);
+  HAP_RETURN_IF_ERROR(
+      window_bounds.Assign(layout.window_bounds.data(), layout.window_bounds.size()));
+  HAP_RETURN_IF_ERROR(frame_bounds.Assign(layout.frame_bounds.data(), layout.frame_bounds.size()));
   AttentionArgs att;
+  att.q = q.data();
+  att.k = k.data();
+  att.v = v.data();
+  att.out = attn.data();
+  att.n_q = att.n_kv = n;
   att.n_heads = att.n_kv_heads = heads;
   att.head_dim = hd;
   att.scale = 1.f / std::sqrt(static_cast<float>(hd));
@@ -120,19 +129,13 @@ absl::Status RunQwenVisionInto(const Backend& backend, const Qwen25VLVisionConfi
       rope.x = t;
       HAP_RETURN_IF_ERROR(backend.RopeAxes(rope));
     }
-    // Full attention within each frame at fullatt_block_indexes, else within each window.
+    // Full attention within each frame at fullatt_block_indexes, else within each window: one
+    // variable-length attention over the segments.
     const bool full_block = std::find(full.begin(), full.end(), b) != full.end();
-    const std::vector<int32_t>& bounds = full_block ? layout.frame_bounds : layout.window_bounds;
-    for (size_t s = 0; s + 1 < bounds.size(); ++s) {
-      const int64_t first = bounds[s];
-      const int len = bounds[s + 1] - bounds[s];
-      att.q = q.data() + first * d;
-      att.k = k.data() + first * d;
-      att.v = v.data() + first * d;
-      att.out = attn.data() + first * d;
-      att.n_q = att.n_kv = len;
-      HAP_RETURN_IF_ERROR(backend.Attention(att));
-    }
+    const BackendArray<int32_t>& bounds = full_block ? frame_bounds : window_bounds;
+    att.segment_bounds = bounds.data();
+    att.n_segments = static_cast<int>(bounds.size()) - 1;
+    HAP_RETURN_IF_ERROR(backend.Attention(att));
     HAP_RETURN_IF_ERROR(
         backend.Linear(attn.data(), bw.proj_w, bw.proj_b.f32(), h.data(), n, kRows));
     HAP_RETURN_IF_ERROR(backend.Add(x.data(), h.data(), int64_t{n} * d));

@@ -25,9 +25,9 @@ trap restore EXIT
 
 # name | perl substitution on the kernel source | case indices that must fail (no others may)
 mutations=(
-  "a lane's partial q.k taken for the whole row's (no warp sum)|s/WarpSum\(dot\) \* a\.scale/dot * a.scale/|69 70 71 72 73 74 75 76 77 78"
-  "per-sequence span bound off by one|s/a\.span_begin\[seq \+ 1\] - first_span :/a.span_begin[seq + 1] - first_span - 1 :/|77 78"
-  "slices combined without their softmax weights|s/o \+= part_o\[\(first \+ z\) \* hd \+ d\] \* expf\(m - mx\);/o += part_o[(first + z) * hd + d];/|70 71 73 74 75 76 77 78"
+  "a lane's partial q.k taken for the whole row's (no warp sum)|s/WarpSum\(dot\) \* a\.scale/dot * a.scale/|81 82 83 84 85 86 87 88 89 90"
+  "per-sequence span bound off by one|s/a\.span_begin\[seq \+ 1\] - first_span :/a.span_begin[seq + 1] - first_span - 1 :/|89 90"
+  "slices combined without their softmax weights|s/o \+= part_o\[\(first \+ z\) \* hd \+ d\] \* expf\(m - mx\);/o += part_o[(first + z) * hd + d];/|82 83 85 86 87 88 89 90"
 )
 
 status=0

@@ -492,6 +492,99 @@ TEST(KernelsCpu, AttentionWithNarrowOperands) {
   }
 }
 
+// Variable-length attention: each segment's rows get, bit for bit, what that segment gives as an
+// attention of its own (out and each row's log-sum-exp), and the reference agrees. A segment
+// longer than a row block, an empty one and one of a single row; causal and not; narrow operands.
+TEST(KernelsCpu, SegmentedAttentionEqualsEachSegmentAlone) {
+  const std::vector<int32_t> bounds = {0, 300, 300, 301, 345};
+  const int n = bounds.back(), heads = 4, kv_heads = 2, hd = 16;
+  auto q = Random(static_cast<size_t>(n) * heads * hd, 31, 2.f);
+  auto k = Random(static_cast<size_t>(n) * kv_heads * hd, 32, 2.f);
+  auto v = Random(static_cast<size_t>(n) * kv_heads * hd, 33);
+  for (const bool causal : {false, true}) {
+    for (const DType type : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(::testing::Message() << "causal=" << causal << " " << DTypeName(type));
+      std::vector<float> out(q.size()), lse(heads * n), ref(q.size()), ref_lse(heads * n);
+      cpu::AttentionArgs a;
+      a.q = q.data();
+      a.k = k.data();
+      a.v = v.data();
+      a.out = out.data();
+      a.lse = lse.data();
+      a.n_q = a.n_kv = n;
+      a.n_heads = heads;
+      a.n_kv_heads = kv_heads;
+      a.head_dim = hd;
+      a.scale = 1.f / std::sqrt(static_cast<float>(hd));
+      a.causal = causal;
+      a.operands = type;
+      a.segment_bounds = bounds.data();
+      a.n_segments = static_cast<int>(bounds.size()) - 1;
+      ASSERT_TRUE(cpu::Attention(a).ok());
+      cpu::AttentionArgs r = a;
+      r.out = ref.data();
+      r.lse = ref_lse.data();
+      cpu::AttentionReference(r);
+      const double atol = type == DType::kF32 ? 1e-5 : 4e-3,
+                   rtol = type == DType::kF32 ? 1e-4 : 1e-2;
+      EXPECT_TRUE(Close(out.data(), ref.data(), out.size(), atol, rtol));
+      EXPECT_TRUE(Close(lse.data(), ref_lse.data(), lse.size(), 1e-5, 1e-5));
+      for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+        const int first = bounds[s], len = bounds[s + 1] - bounds[s];
+        if (len == 0) continue;
+        std::vector<float> one(static_cast<size_t>(len) * heads * hd), one_lse(heads * len);
+        cpu::AttentionArgs alone = a;
+        alone.q = q.data() + int64_t{first} * heads * hd;
+        alone.k = k.data() + int64_t{first} * kv_heads * hd;
+        alone.v = v.data() + int64_t{first} * kv_heads * hd;
+        alone.out = one.data();
+        alone.lse = one_lse.data();
+        alone.n_q = alone.n_kv = len;
+        alone.segment_bounds = nullptr;
+        alone.n_segments = 0;
+        ASSERT_TRUE(cpu::Attention(alone).ok());
+        EXPECT_EQ(0, std::memcmp(one.data(), out.data() + int64_t{first} * heads * hd,
+                                 one.size() * sizeof(float)))
+            << "segment " << s;
+        for (int h = 0; h < heads; ++h) {
+          EXPECT_EQ(0, std::memcmp(one_lse.data() + h * len, lse.data() + h * n + first,
+                                   len * sizeof(float)))
+              << "segment " << s << " head " << h;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsCpu, SegmentedAttentionRejectsBadBounds) {
+  float x[8] = {};
+  cpu::AttentionArgs a;
+  a.q = a.k = a.v = x;
+  a.out = x + 4;
+  a.n_q = a.n_kv = 4;
+  a.n_heads = a.n_kv_heads = 1;
+  a.head_dim = 1;
+  a.scale = 1.f;
+  const int32_t falling[] = {0, 3, 2, 4}, short_end[] = {0, 2, 3}, late_start[] = {1, 4};
+  a.n_segments = 3;
+  a.segment_bounds = falling;
+  EXPECT_EQ(cpu::Attention(a).code(), absl::StatusCode::kInvalidArgument);
+  a.n_segments = 2;
+  a.segment_bounds = short_end;
+  EXPECT_EQ(cpu::Attention(a).code(), absl::StatusCode::kInvalidArgument);
+  a.n_segments = 1;
+  a.segment_bounds = late_start;
+  EXPECT_EQ(cpu::Attention(a).code(), absl::StatusCode::kInvalidArgument);
+  a.segment_bounds = nullptr;
+  EXPECT_EQ(cpu::Attention(a).code(), absl::StatusCode::kInvalidArgument);
+  const int32_t whole[] = {0, 4};
+  a.segment_bounds = whole;
+  a.n_kv = 5;  // segments need n_kv == n_q
+  EXPECT_EQ(cpu::Attention(a).code(), absl::StatusCode::kInvalidArgument);
+  a.n_kv = 4;
+  EXPECT_TRUE(cpu::Attention(a).ok());
+}
+
 TEST(KernelsCpu, AttentionRejectsBadGrouping) {
   float x = 0;
   cpu::AttentionArgs a;

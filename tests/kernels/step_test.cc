@@ -382,6 +382,72 @@ TEST_P(StepTest, AMultiAxisRopeIsTheBackendsRopeAxes) {
   EXPECT_TRUE(Contains(s.message(), "sum to head_dim / 2"));
 }
 
+// A segmented (variable-length) Attention op reads its bounds from a value of the step and gives
+// the backend's own Attention with those bounds, bit for bit, with narrow operands too (the
+// tensor-core path on a GPU). A description with segments and no bounds value is refused.
+TEST_P(StepTest, ASegmentedAttentionIsTheBackendsAttention) {
+  constexpr int kRows = 70, kHeads = 2, kHd = 16;
+  const std::vector<int32_t> bounds = {0, 20, 20, 70};
+  const std::vector<float> q0 = Random(size_t{kRows} * kHeads * kHd, 11);
+  const std::vector<float> k0 = Random(size_t{kRows} * kHeads * kHd, 12);
+  const std::vector<float> v0 = Random(size_t{kRows} * kHeads * kHd, 13);
+  for (const DType operands : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(operands));
+    AttentionArgs shape;
+    shape.n_q = shape.n_kv = kRows;
+    shape.n_heads = shape.n_kv_heads = kHeads;
+    shape.head_dim = kHd;
+    shape.scale = 0.25f;
+    shape.causal = true;
+    shape.operands = operands;
+    shape.n_segments = static_cast<int>(bounds.size()) - 1;
+    StepDesc desc("windows");
+    const int64_t elems = int64_t{kRows} * kHeads * kHd;
+    const StepValueId q = desc.Bound("q", StepElem::kF32, elems);
+    const StepValueId k = desc.Bound("k", StepElem::kF32, elems);
+    const StepValueId v = desc.Bound("v", StepElem::kF32, elems);
+    const StepValueId out = desc.Bound("out", StepElem::kF32, elems);
+    const StepValueId seg = desc.Bound("bounds", StepElem::kI32, shape.n_segments + 1);
+    desc.Add(step_op::Attention{q, k, v, out, kNoStepValue, shape, seg});
+    absl::StatusOr<std::unique_ptr<PlannedStep>> plan = b().Plan(desc);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    BackendArray<float> dq = Upload(b(), q0), dk = Upload(b(), k0), dv = Upload(b(), v0);
+    BackendArray<float> dout(b()), want(b());
+    ASSERT_TRUE(dout.Resize(elems).ok());
+    ASSERT_TRUE(want.Resize(elems).ok());
+    BackendArray<int32_t> dbounds = Upload(b(), bounds);
+    void* bound[5] = {dq.data(), dk.data(), dv.data(), dout.data(), dbounds.data()};
+    StepBindings bindings;
+    bindings.bound = bound;
+    BackendArray<uint8_t> workspace(b());
+    ASSERT_TRUE(workspace.Resize(std::max<size_t>(1, (*plan)->workspace_bytes())).ok());
+    bindings.workspace = workspace.data();
+    ASSERT_TRUE((*plan)->Run(bindings).ok());
+    AttentionArgs a = shape;
+    a.q = dq.data(), a.k = dk.data(), a.v = dv.data(), a.out = want.data();
+    a.segment_bounds = dbounds.data();
+    ASSERT_TRUE(b().Attention(a).ok());
+    const std::vector<float> got = Download(dout);
+    EXPECT_EQ(got, Download(want));
+    // Row 20 starts the last segment: causal within it, it sees only key 20, so its output is
+    // v's row 20 (up to the operands' rounding of the value row).
+    for (int h = 0; h < kHeads; ++h) {
+      for (int t = 0; t < kHd; ++t) {
+        const int64_t at = int64_t{20} * kHeads * kHd + h * kHd + t;
+        EXPECT_NEAR(got[at], v0[at], operands == DType::kF32 ? 1e-6 : 4e-3);
+      }
+    }
+
+    StepDesc missing("no bounds");
+    const StepValueId mq = missing.Bound("q", StepElem::kF32, elems);
+    missing.Add(step_op::Attention{mq, mq, mq, mq, kNoStepValue, shape});
+    absl::Status s = b().Plan(missing).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(s.message(), "segments must be given exactly when n_segments > 0"))
+        << s.message();
+  }
+}
+
 TEST_P(StepTest, ADescriptionThatDoesNotHoldTogetherIsRefusedNamingTheOperand) {
   {
     StepDesc desc("wrong type");

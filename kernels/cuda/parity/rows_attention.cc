@@ -43,6 +43,7 @@ struct PrefillShape {
   DType operands = DType::kF32;
   int64_t chunk_bytes = 0;
   bool flash = false;  // narrow operands through FlashAttention rather than NarrowAttention
+  std::vector<int> segments = {};  // lengths of the segments (summing to n_q = n_kv), or none
 };
 
 inline constexpr Tolerance kNarrowOutTol{4e-3, 1e-2};
@@ -61,6 +62,10 @@ std::string PrefillName(const PrefillShape& s) {
   }
   if (s.chunk_bytes != 0) name += " chunks of " + std::to_string(s.chunk_bytes) + " B";
   if (s.flash) name += " flash";
+  if (!s.segments.empty()) {
+    name += " segments";
+    for (int len : s.segments) name += " " + std::to_string(len);
+  }
   return name;
 }
 
@@ -82,6 +87,9 @@ CaseResult PrefillCase(const PrefillShape& s) {
   args.causal = s.causal;
   args.causal_offset = s.causal_offset;
   args.operands = s.operands;
+  std::vector<int32_t> bounds = {0};
+  for (int len : s.segments) bounds.push_back(bounds.back() + len);
+  args.n_segments = static_cast<int>(s.segments.size());
 
   std::vector<float> want_out(q_elems), want_lse(int64_t{s.n_heads} * s.n_q);
   AttentionArgs ref = args;
@@ -90,6 +98,7 @@ CaseResult PrefillCase(const PrefillShape& s) {
   ref.v = v.data();
   ref.out = want_out.data();
   ref.lse = want_lse.data();
+  ref.segment_bounds = args.n_segments > 0 ? bounds.data() : nullptr;
   cpu::AttentionReference(ref);
 
   DeviceBuffer dq = DeviceBuffer::Of(q), dk = DeviceBuffer::Of(k), dv = DeviceBuffer::Of(v);
@@ -99,6 +108,8 @@ CaseResult PrefillCase(const PrefillShape& s) {
   args.v = dv.as<float>();
   args.out = dout.as<float>();
   args.lse = s.lse ? dlse.as<float>() : nullptr;
+  const DeviceBuffer dbounds = DeviceBuffer::Of(bounds);
+  args.segment_bounds = args.n_segments > 0 ? dbounds.as<int32_t>() : nullptr;
   Checker c;
   KernelStatus st;
   double ms = 0;
@@ -394,6 +405,11 @@ CaseResult ArgumentChecks() {
   a = good;
   a.n_kv = 0;
   expect_error("Attention with no key", Attention(a, nullptr));
+  a = good;
+  a.n_segments = 1;
+  expect_error("Attention with segments and no bounds", Attention(a, nullptr));
+  a.segment_bounds = reinterpret_cast<const int32_t*>(p);
+  expect_error("Attention with segments and n_kv != n_q", Attention(a, nullptr));
   std::unique_ptr<Gemm> gemm;
   c.Status(Gemm::Create(nullptr, &gemm));
   if (gemm != nullptr) {
@@ -454,6 +470,19 @@ void AddAttentionCases(std::vector<Case>& cases) {
   for (const PrefillShape& s : prefill) {
     cases.push_back({PrefillName(s), {"AttentionKernel"}, [=] { return PrefillCase(s); }});
   }
+  // Segments (variable-length attention): tiles of 16 rows that straddle segments, an empty
+  // segment, a segment of one row, causal within each.
+  PrefillShape segmented[] = {
+      {100, 100, 4, 2, 32, false, 0, true},
+      {100, 100, 2, 2, 24, true, 0, true},
+      {64, 64, 2, 2, 256, false, 0, false},  // 8-key tiles
+  };
+  segmented[0].segments = {16, 20, 0, 64};
+  segmented[1].segments = {37, 1, 62};
+  segmented[2].segments = {9, 55};
+  for (const PrefillShape& s : segmented) {
+    cases.push_back({PrefillName(s), {"AttentionKernel"}, [=] { return PrefillCase(s); }});
+  }
   // The narrow path (cuBLAS products around ChunkSoftmaxKernel).
   PrefillShape narrow[] = {
       {77, 77, 8, 2, 24, true, 0, true},   // GQA, square causal: the decoder's prefill
@@ -467,7 +496,19 @@ void AddAttentionCases(std::vector<Case>& cases) {
   narrow[4].chunk_bytes = 5 * 4 * 60 * 6;
   for (int i = 0; i < 6; ++i) narrow[i].operands = DType::kBF16;
   narrow[6].operands = DType::kF16;
+  PrefillShape narrow_segmented[] = {
+      {65, 65, 4, 4, 24, false, 0, true},
+      {60, 60, 4, 2, 16, true, 0, true},  // in chunks of 5 rows, which straddle segments
+  };
+  narrow_segmented[0].segments = {30, 0, 35};
+  narrow_segmented[1].segments = {7, 13, 40};
+  narrow_segmented[1].chunk_bytes = 5 * 4 * 60 * 6;
+  for (PrefillShape& s : narrow_segmented) s.operands = DType::kBF16;
   for (const PrefillShape& s : narrow) {
+    cases.push_back(
+        {PrefillName(s), {"RoundQkvKernel", "ChunkSoftmaxKernel"}, [=] { return PrefillCase(s); }});
+  }
+  for (const PrefillShape& s : narrow_segmented) {
     cases.push_back(
         {PrefillName(s), {"RoundQkvKernel", "ChunkSoftmaxKernel"}, [=] { return PrefillCase(s); }});
   }
@@ -484,6 +525,21 @@ void AddAttentionCases(std::vector<Case>& cases) {
   };
   for (PrefillShape& s : flash) {
     s.operands = &s == &flash[5] ? DType::kF16 : DType::kBF16;
+    s.flash = true;
+    cases.push_back({PrefillName(s), {"FlashAttentionKernel"}, [=] { return PrefillCase(s); }});
+  }
+  // Segments: Qwen2.5-VL's vision windows (64 patches each, one tile), then windows of other
+  // lengths whose row and key tiles straddle them, an empty one, causal within each.
+  PrefillShape flash_segmented[] = {
+      {256, 256, 4, 4, 32, false, 0, true},
+      {150, 150, 2, 1, 64, true, 0, true},
+      {130, 130, 2, 2, 16, false, 0, false},
+  };
+  flash_segmented[0].segments = {64, 64, 64, 64};
+  flash_segmented[1].segments = {10, 70, 0, 70};
+  flash_segmented[2].segments = {100, 1, 29};
+  for (PrefillShape& s : flash_segmented) {
+    s.operands = DType::kBF16;
     s.flash = true;
     cases.push_back({PrefillName(s), {"FlashAttentionKernel"}, [=] { return PrefillCase(s); }});
   }
