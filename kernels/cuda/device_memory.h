@@ -32,11 +32,6 @@ KernelStatus DestroyStream(Stream stream);
 
 // Bytes allocated through DeviceAlloc and not yet freed, by this process.
 int64_t DeviceBytesInUse();
-// Device→host copies made through Copy by this process so far. Each one waits for its stream,
-// so this counts the backend's syncs: the tests pin down a prefill's and a decode step's with it.
-int64_t DeviceToHostCopies();
-// The bytes those copies moved, so a test can tell an id from a row of logits.
-int64_t DeviceToHostBytes();
 // The device's name and total memory ("emulated" and 0 on the emulation).
 KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes);
 // How many GPUs this process sees (the emulation: its one device). None is not an error: with

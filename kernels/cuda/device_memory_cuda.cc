@@ -25,8 +25,6 @@ std::map<const char*, size_t>& Sizes() {
   return *sizes;
 }
 std::atomic<int64_t> g_in_use{0};
-std::atomic<int64_t> g_to_host{0};
-std::atomic<int64_t> g_to_host_bytes{0};
 
 KernelStatus FromCuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return KernelStatus::Ok();
@@ -76,10 +74,6 @@ KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Strea
                            : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
                                                              : cudaMemcpyDeviceToDevice;
   auto s = static_cast<cudaStream_t>(stream);
-  if (kind == CopyKind::kDeviceToHost) {
-    ++g_to_host;
-    g_to_host_bytes += static_cast<int64_t>(bytes);
-  }
   profile::Begin(stream);
   KernelStatus st = FromCuda(cudaMemcpyAsync(dst, src, bytes, k, s), "cudaMemcpyAsync");
   profile::End(stream, kind == CopyKind::kHostToDevice   ? "copy host to device"
@@ -115,8 +109,6 @@ KernelStatus DestroyStream(Stream stream) {
 }
 
 int64_t DeviceBytesInUse() { return g_in_use.load(); }
-int64_t DeviceToHostCopies() { return g_to_host.load(); }
-int64_t DeviceToHostBytes() { return g_to_host_bytes.load(); }
 
 KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes) {
   int device = 0;

@@ -47,6 +47,8 @@ int64_t emulation::DeviceAllocations() { return g_allocations.load(); }
 int64_t emulation::DeviceFrees() { return g_frees.load(); }
 int64_t emulation::HostToDeviceCopies() { return g_to_device.load(); }
 int64_t emulation::StagedHostToDeviceCopies() { return g_to_device_staged.load(); }
+int64_t emulation::DeviceToHostCopies() { return g_to_host.load(); }
+int64_t emulation::DeviceToHostBytes() { return g_to_host_bytes.load(); }
 
 KernelStatus HostAlloc(void** ptr, size_t bytes) {
   *ptr = nullptr;
@@ -132,8 +134,6 @@ KernelStatus CreateStream(Stream* stream) {
 }
 KernelStatus DestroyStream(Stream) { return KernelStatus::Ok(); }
 int64_t DeviceBytesInUse() { return g_in_use.load(); }
-int64_t DeviceToHostCopies() { return g_to_host.load(); }
-int64_t DeviceToHostBytes() { return g_to_host_bytes.load(); }
 
 KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes) {
   if (name_bytes > 0) {

@@ -22,5 +22,10 @@ int64_t DeviceFrees();
 // from HostAlloc's.
 int64_t HostToDeviceCopies();
 int64_t StagedHostToDeviceCopies();
+// Device→host copies since the process started. Each one waits for its stream, so this counts
+// the backend's syncs: the tests pin down a prefill's and a decode step's with it. And the bytes
+// they moved, so a test can tell an id from a row of logits.
+int64_t DeviceToHostCopies();
+int64_t DeviceToHostBytes();
 
 }  // namespace hap::cuda::emulation

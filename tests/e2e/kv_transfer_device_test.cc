@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/emulation_counts.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/tiny/tiny_model.h"
@@ -117,7 +118,7 @@ TEST_F(KvTransferDeviceTest, ChunksFromADeviceCacheAreTheHostCachesBytes) {
       auto device = DeviceKv::Create(*cuda_, layers, f32.cache.kv_dim, dtype, 0);
       ASSERT_TRUE(device.ok()) << device.status();
       (*device)->next_position = host->cache.next_position;
-      const int64_t appending = cuda::DeviceToHostCopies();
+      const int64_t appending = cuda::emulation::DeviceToHostCopies();
       for (int l = 0; l < layers; ++l) {
         const LayerKv& rows = f32.cache.layers[l];  // F32 [len, kv_dim] both
         const size_t bytes = rows.k.size() * sizeof(float);
@@ -131,16 +132,17 @@ TEST_F(KvTransferDeviceTest, ChunksFromADeviceCacheAreTheHostCachesBytes) {
                         .ok());
         EXPECT_EQ((*device)->capacity(l), rows.len());
       }
-      EXPECT_EQ(cuda::DeviceToHostCopies(), appending);  // the rows stayed on the device
+      EXPECT_EQ(cuda::emulation::DeviceToHostCopies(), appending);  // the rows stayed on the device
       EXPECT_EQ((*device)->bytes(), host->cache.bytes());
 
       int host_chunks = 0, device_chunks = 0;
       const int limit = ThreeRows(host->cache);
       const std::vector<std::string> want = Encode(host->cache, limit, &host_chunks);
-      const int64_t c0 = cuda::DeviceToHostCopies(), b0 = cuda::DeviceToHostBytes();
+      const int64_t c0 = cuda::emulation::DeviceToHostCopies(),
+                    b0 = cuda::emulation::DeviceToHostBytes();
       const std::vector<std::string> got = Encode(**device, limit, &device_chunks);
-      const int64_t copies = cuda::DeviceToHostCopies() - c0;
-      const int64_t bytes = cuda::DeviceToHostBytes() - b0;
+      const int64_t copies = cuda::emulation::DeviceToHostCopies() - c0;
+      const int64_t bytes = cuda::emulation::DeviceToHostBytes() - b0;
       ASSERT_EQ(device_chunks, host_chunks);
       int expected_chunks = 0;  // three rows a chunk
       for (int l = 0; l < layers; ++l) expected_chunks += (f32.cache.len(l) + 2) / 3;
@@ -178,9 +180,9 @@ TEST_F(KvTransferDeviceTest, ADevicePrefillsCacheIsSentFromDeviceMemory) {
     int host_chunks = 0, device_chunks = 0;
     const int limit = ThreeRows(device);
     const std::vector<std::string> want = Encode(*host, limit, &host_chunks);
-    const int64_t c0 = cuda::DeviceToHostCopies();
+    const int64_t c0 = cuda::emulation::DeviceToHostCopies();
     const std::vector<std::string> got = Encode(device, limit, &device_chunks);
-    EXPECT_EQ(cuda::DeviceToHostCopies() - c0, 2 * device_chunks);
+    EXPECT_EQ(cuda::emulation::DeviceToHostCopies() - c0, 2 * device_chunks);
     ExpectSameMessages(got, want);
     hap::v1::KvHeader header, cpu_header;
     ASSERT_TRUE(header.ParseFromString(got.front()));

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/emulation_counts.h"
 #include "runtime/engine/decode_engine.h"
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/engine/paged_kv.h"
@@ -366,9 +367,9 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
     auto enc = EncodeImage(gpu, png, prune);
     ASSERT_TRUE(enc.ok()) << enc.status();
     Sampler sampler{SamplingParams{}};
-    const int64_t before = cuda::DeviceToHostCopies();
+    const int64_t before = cuda::emulation::DeviceToHostCopies();
     auto pre = RunPrefill(gpu, prompt, *enc, prune, &sampler);
-    const int64_t copies = cuda::DeviceToHostCopies() - before;
+    const int64_t copies = cuda::emulation::DeviceToHostCopies() - before;
     ASSERT_TRUE(pre.ok()) << pre.status();
     const int stages = static_cast<int>(pre->stats.prune.stages.size());
     const bool hap = prune.method == "hap" || prune.method == "uniform";
@@ -429,9 +430,9 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
         want[i] = host_samplers[i].Sample(logits->data() + int64_t{i} * vocab, vocab);
       }
       RowSamplingCounts counts;
-      const int64_t before = cuda::DeviceToHostCopies();
+      const int64_t before = cuda::emulation::DeviceToHostCopies();
       auto got = gpu.DecodeBatchSampled(tokens, device_stores, device_pointers, &counts);
-      const int64_t copies = cuda::DeviceToHostCopies() - before;
+      const int64_t copies = cuda::emulation::DeviceToHostCopies() - before;
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_EQ(*got, want) << "step " << step;
       EXPECT_EQ(copies, int{greedy} + int{top} + counts.full_rows) << "step " << step;
@@ -477,9 +478,9 @@ TEST(CudaModelTest, EmbeddingsKeptInDeviceMemoryPrefillAsFromTheHost) {
     prune.method = method;
     if (prune.method != "none") prune.retain = 24;
     auto on_host = EncodeImage(gpu, png, prune);
-    const int64_t before = cuda::DeviceToHostCopies();
+    const int64_t before = cuda::emulation::DeviceToHostCopies();
     auto on_device = EncodeImage(gpu, png, prune, /*keep_in_backend=*/true);
-    EXPECT_EQ(cuda::DeviceToHostCopies() - before, 0);
+    EXPECT_EQ(cuda::emulation::DeviceToHostCopies() - before, 0);
     ASSERT_TRUE(on_host.ok()) << on_host.status();
     ASSERT_TRUE(on_device.ok()) << on_device.status();
     EXPECT_TRUE(on_device->embeds.empty());
@@ -547,9 +548,9 @@ TEST(CudaModelTest, TheDecodeLoopDecodesFromThePrefillsDeviceCache) {
     }
     EXPECT_LT(rows.back(), rows.front());  // HAP: layers of their own lengths
 
-    const int64_t before = cuda::DeviceToHostCopies();
+    const int64_t before = cuda::emulation::DeviceToHostCopies();
     auto got = ContinueDecodeLoop(gpu, &pre->kv(), pre->first_token, sampler, req.stop, nullptr);
-    const int64_t copies = cuda::DeviceToHostCopies() - before;
+    const int64_t copies = cuda::emulation::DeviceToHostCopies() - before;
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->tokens, want->decode.tokens);
     const int steps = static_cast<int>(got->tokens.size()) - 1;
@@ -604,10 +605,11 @@ TEST(CudaModelTest, ThePrefillSamplesItsFirstTokenWhereTheLogitsAre) {
     if (prune.method == "none") {
       auto tokens = gpu.Tokenize(prompt, enc_gpu->n_vis);
       ASSERT_TRUE(tokens.ok()) << tokens.status();
-      const int64_t c0 = cuda::DeviceToHostCopies(), b0 = cuda::DeviceToHostBytes();
+      const int64_t c0 = cuda::emulation::DeviceToHostCopies(),
+                    b0 = cuda::emulation::DeviceToHostBytes();
       auto out = gpu.Prefill(*tokens, enc_gpu->embeds, nullptr);
-      copies_with_row = cuda::DeviceToHostCopies() - c0;
-      bytes_with_row = cuda::DeviceToHostBytes() - b0;
+      copies_with_row = cuda::emulation::DeviceToHostCopies() - c0;
+      bytes_with_row = cuda::emulation::DeviceToHostBytes() - b0;
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_EQ(out->first_token, -1);
       row = out->logits;
@@ -618,10 +620,11 @@ TEST(CudaModelTest, ThePrefillSamplesItsFirstTokenWhereTheLogitsAre) {
                    std::to_string(p.top_k) + " top_p " + std::to_string(p.top_p));
       Sampler s_cpu(p), s_gpu(p);
       auto pre_cpu = RunPrefill(cpu, prompt, *enc_cpu, prune, &s_cpu);
-      const int64_t c0 = cuda::DeviceToHostCopies(), b0 = cuda::DeviceToHostBytes();
+      const int64_t c0 = cuda::emulation::DeviceToHostCopies(),
+                    b0 = cuda::emulation::DeviceToHostBytes();
       auto pre_gpu = RunPrefill(gpu, prompt, *enc_gpu, prune, &s_gpu);
-      const int64_t copies = cuda::DeviceToHostCopies() - c0;
-      const int64_t bytes = cuda::DeviceToHostBytes() - b0;
+      const int64_t copies = cuda::emulation::DeviceToHostCopies() - c0;
+      const int64_t bytes = cuda::emulation::DeviceToHostBytes() - b0;
       ASSERT_TRUE(pre_cpu.ok()) << pre_cpu.status();
       ASSERT_TRUE(pre_gpu.ok()) << pre_gpu.status();
       EXPECT_EQ(pre_gpu->first_token, pre_cpu->first_token);

@@ -201,7 +201,7 @@ class CopiesUntilFinish final : public Pruner {
   absl::StatusOr<std::optional<std::vector<int>>> AfterLayer(const LayerAttention& att) override {
     ++layers;
     auto keep = inner_->AfterLayer(att);
-    copies_after_layer = cuda::DeviceToHostCopies();
+    copies_after_layer = cuda::emulation::DeviceToHostCopies();
     return keep;
   }
   absl::Status Finish(const std::vector<std::vector<int>>& backend_kept) override {
@@ -246,11 +246,11 @@ TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
     ASSERT_TRUE(hap.ok()) << hap.status();
     CopiesUntilFinish pruner(hap->get());
     Sampler sampler{SamplingParams{}};
-    const int64_t start = cuda::DeviceToHostCopies();
+    const int64_t start = cuda::emulation::DeviceToHostCopies();
     absl::StatusOr<PrefillOutput> out =
         (*model)->Prefill(*tokens, encoded->embeds, &pruner, &sampler);
     ASSERT_TRUE(out.ok()) << out.status();
-    const int64_t end = cuda::DeviceToHostCopies();
+    const int64_t end = cuda::emulation::DeviceToHostCopies();
     const PruneStats& stats = (*hap)->stats();
     const int stages = static_cast<int>(stats.stages.size());
     std::printf("retain %.0f: %d stages, %d layers\n", retain, stages, pruner.layers);

@@ -18,7 +18,9 @@
 
 #include "base/status_macros.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/emulation_counts.h"
 #include "runtime/model/pipeline.h"
+#include "runtime/model/qwen_vision_layout.h"
 #include "runtime/tiny/qwen_tiny.h"
 
 namespace hap {
@@ -119,6 +121,34 @@ TEST_F(QwenModelTest, CpuAndEmulatedCudaAnswerAlikeUnprunedAndPruned) {
       EXPECT_LT(a->stats.average_visual_tokens, *v);
     }
   }
+}
+
+// The vision tower attends each block's windows (or, at fullatt_block_indexes, its frame) in one
+// variable-length attention call: one attention launch per block on a GPU, however many windows
+// the image has.
+TEST_F(QwenModelTest, TheVisionTowerAttendsEachBlockInOneLaunch) {
+  auto cuda_backend = GetCudaBackend();
+  ASSERT_TRUE(cuda_backend.ok()) << cuda_backend.status();
+  auto cuda = Load(*cuda_backend);
+  ASSERT_TRUE(cuda);
+  const Qwen25VLVisionConfig& vc = cuda->config().vision;
+  auto attention_launches = [] {
+    int64_t n = 0;
+    for (const char* k : {"AttentionKernel", "FlashAttentionKernel", "ChunkSoftmaxKernel"}) {
+      n += cuda::emulation::KernelLaunches(k);
+    }
+    return n;
+  };
+  PruneRequest none;
+  none.method = "none";
+  const int64_t before = attention_launches();
+  absl::StatusOr<EncodeResult> encoded = EncodeImage(*cuda, *image_, none);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  EXPECT_EQ(attention_launches() - before, vc.depth);
+  absl::StatusOr<VisionWindowLayout> layout =
+      QwenVisionWindowLayout({encoded->grid}, vc.patch_size, vc.spatial_merge_size, vc.window_size);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_GT(layout->window_bounds.size(), 3u) << "the image must have several windows";
 }
 
 TEST_F(QwenModelTest, APruningStageThatKeepsEveryTokenChangesNothing) {
