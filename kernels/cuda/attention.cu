@@ -409,12 +409,12 @@ __device__ void LoadValueTile(const float* src, int64_t stride, int key0, int n_
 }
 
 // s = scale · q·kᵀ of the warp's 16 rows against the tile's 64 keys (8 fragments of 8 keys),
-// −inf where the row does not see the key (outside its segment's [lo, hi), which ends at n_kv
-// without segments, or after it when causal).
+// −inf where the row does not see the key (outside its segment's [key_lo, key_hi), which ends at
+// n_kv without segments, or after it when causal).
 template <bool kBf16, int kSteps>
 __device__ void ScoreTile(const AttentionArgs& a, const uint32_t (&qa)[kSteps][4],
-                          const uint16_t* ks, int key0, const int (&rows)[2], const int (&lo)[2],
-                          const int (&hi)[2], float (&s)[8][4]) {
+                          const uint16_t* ks, int key0, const int (&rows)[2],
+                          const int (&key_lo)[2], const int (&key_hi)[2], float (&s)[8][4]) {
   constexpr int kRow = kSteps * 16 + kFlashPad;
   const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   HAP_UNROLL
@@ -437,8 +437,8 @@ __device__ void ScoreTile(const AttentionArgs& a, const uint32_t (&qa)[kSteps][4
     HAP_UNROLL
     for (int i = 0; i < 4; ++i) {
       const int key = key0 + nt * 8 + 2 * t + (i & 1), row = rows[i >> 1];
-      const bool seen =
-          key >= lo[i >> 1] && key < hi[i >> 1] && (!a.causal || key <= a.causal_offset + row);
+      const bool seen = key >= key_lo[i >> 1] && key < key_hi[i >> 1] &&
+                        (!a.causal || key <= a.causal_offset + row);
       s[nt][i] = seen ? s[nt][i] * a.scale : -INFINITY;
     }
   }
@@ -464,9 +464,9 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int row0 = blockIdx.x * kFlashRows + warp * 16;
   const int rows[2] = {row0 + g, row0 + g + 8};
-  int lo[2], hi[2];  // the keys each of the lane's rows may see (SegmentKeys)
-  SegmentKeys(a, rows[0], &lo[0], &hi[0]);
-  SegmentKeys(a, rows[1], &lo[1], &hi[1]);
+  int key_lo[2], key_hi[2];  // the keys each of the lane's rows may see (SegmentKeys)
+  SegmentKeys(a, rows[0], &key_lo[0], &key_hi[0]);
+  SegmentKeys(a, rows[1], &key_lo[1], &key_hi[1]);
   const int64_t q_stride = int64_t{a.n_heads} * kDim, kv_stride = int64_t{a.n_kv_heads} * kDim;
   const float* k_head = a.k + kv_head * kDim;
   const float* v_head = a.v + kv_head * kDim;
@@ -506,7 +506,7 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
     __syncthreads();
     LoadKeyTile<kBf16, kSteps>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks);
     __syncthreads();
-    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, lo, hi, s);
+    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, key_lo, key_hi, s);
     HAP_UNROLL
     for (int r = 0; r < 2; ++r) {
       float m = -INFINITY;
@@ -542,7 +542,7 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
     LoadKeyTile<kBf16, kSteps>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks);
     LoadValueTile<kBf16, kSteps>(v_head, kv_stride, tile * kFlashKeys, a.n_kv, vs);
     __syncthreads();
-    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, lo, hi, s);
+    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, key_lo, key_hi, s);
     HAP_UNROLL
     for (int c = 0; c < 4; ++c) {  // 16 keys at a time: score fragments 2c and 2c + 1
       uint16_t p[2][4];

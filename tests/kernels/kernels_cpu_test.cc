@@ -446,6 +446,27 @@ TEST(KernelsCpu, AttentionCausalRowIgnoresLaterKeys) {
   for (int t = 0; t < hd; ++t) EXPECT_FLOAT_EQ(out[t], v[t]);
 }
 
+// Attention of n rows over the same n keys (q [n, heads·hd], k and v [n, kv_heads·hd]) into out
+// and lse, at scale 1/√hd, with `operands`.
+cpu::AttentionArgs SquareAttention(const std::vector<float>& q, const std::vector<float>& k,
+                                   const std::vector<float>& v, float* out, float* lse, int n,
+                                   int heads, int kv_heads, int hd, bool causal, DType operands) {
+  cpu::AttentionArgs a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.out = out;
+  a.lse = lse;
+  a.n_q = a.n_kv = n;
+  a.n_heads = heads;
+  a.n_kv_heads = kv_heads;
+  a.head_dim = hd;
+  a.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  a.causal = causal;
+  a.operands = operands;
+  return a;
+}
+
 // BF16/F16 operands: equal to the reference that rounds the same operands (F64 sums), and equal
 // to F32 attention over inputs that were already narrow, up to the probabilities' rounding; far
 // from F32 attention over the unrounded inputs, so the rounding happens.
@@ -458,19 +479,8 @@ TEST(KernelsCpu, AttentionWithNarrowOperands) {
     SCOPED_TRACE(DTypeName(type));
     std::vector<float> out(q.size()), ref(q.size()), f32(q.size()), lse(heads * n),
         ref_lse(heads * n);
-    cpu::AttentionArgs a;
-    a.q = q.data();
-    a.k = k.data();
-    a.v = v.data();
-    a.out = out.data();
-    a.lse = lse.data();
-    a.n_q = a.n_kv = n;
-    a.n_heads = heads;
-    a.n_kv_heads = kv_heads;
-    a.head_dim = hd;
-    a.scale = 1.f / std::sqrt(static_cast<float>(hd));
-    a.causal = true;
-    a.operands = type;
+    cpu::AttentionArgs a = SquareAttention(q, k, v, out.data(), lse.data(), n, heads, kv_heads, hd,
+                                           /*causal=*/true, type);
     ASSERT_TRUE(cpu::Attention(a).ok());
     cpu::AttentionArgs r = a;
     r.out = ref.data();
@@ -505,19 +515,8 @@ TEST(KernelsCpu, SegmentedAttentionEqualsEachSegmentAlone) {
     for (const DType type : {DType::kF32, DType::kBF16}) {
       SCOPED_TRACE(::testing::Message() << "causal=" << causal << " " << DTypeName(type));
       std::vector<float> out(q.size()), lse(heads * n), ref(q.size()), ref_lse(heads * n);
-      cpu::AttentionArgs a;
-      a.q = q.data();
-      a.k = k.data();
-      a.v = v.data();
-      a.out = out.data();
-      a.lse = lse.data();
-      a.n_q = a.n_kv = n;
-      a.n_heads = heads;
-      a.n_kv_heads = kv_heads;
-      a.head_dim = hd;
-      a.scale = 1.f / std::sqrt(static_cast<float>(hd));
-      a.causal = causal;
-      a.operands = type;
+      cpu::AttentionArgs a =
+          SquareAttention(q, k, v, out.data(), lse.data(), n, heads, kv_heads, hd, causal, type);
       a.segment_bounds = bounds.data();
       a.n_segments = static_cast<int>(bounds.size()) - 1;
       ASSERT_TRUE(cpu::Attention(a).ok());
