@@ -88,16 +88,22 @@ struct AttentionArgs {
   const int32_t* segment_bounds = nullptr;
   int n_segments = 0;
 
-  // What is wrong with the segment fields given the shape, or "" (every backend checks with
-  // it; the bounds themselves are read only where they are in host memory).
-  const char* SegmentError() const {
+  // What is wrong with n_segments given the shape, or "" (a planned step checks this before
+  // its bounds have an address).
+  const char* SegmentShapeError() const {
     if (n_segments < 0) return "Attention: n_segments must be >= 0";
-    if (n_segments == 0) return "";
-    if (segment_bounds == nullptr) return "Attention: n_segments > 0 without segment_bounds";
-    if (n_kv != n_q || causal_offset != 0) {
+    if (n_segments > 0 && (n_kv != n_q || causal_offset != 0)) {
       return "Attention: segments need n_kv == n_q and causal_offset 0";
     }
     return "";
+  }
+  // SegmentShapeError, and the bounds' pointer (every backend checks with it; the bounds
+  // themselves are read only where they are in host memory).
+  const char* SegmentError() const {
+    if (n_segments > 0 && segment_bounds == nullptr) {
+      return "Attention: n_segments > 0 without segment_bounds";
+    }
+    return SegmentShapeError();
   }
 };
 

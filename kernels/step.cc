@@ -96,11 +96,9 @@ absl::Status CheckOp(const StepDesc& desc, size_t index) {
             HAP_RETURN_IF_ERROR(check("out", o.out, f32, q));
             HAP_RETURN_IF_ERROR(
                 check("lse", o.lse, f32, int64_t{a.n_heads} * a.n_q, /*optional=*/true));
-            if (a.n_segments < 0 || (a.n_segments > 0) != (o.segments != kNoStepValue)) {
+            if (const char* error = a.SegmentShapeError(); *error != 0) return check.Error(error);
+            if ((a.n_segments > 0) != (o.segments != kNoStepValue)) {
               return check.Error("segments must be given exactly when n_segments > 0");
-            }
-            if (a.n_segments > 0 && (a.n_kv != a.n_q || a.causal_offset != 0)) {
-              return check.Error("segments need n_kv == n_q and causal_offset 0");
             }
             return check("segments", o.segments, StepElem::kI32, int64_t{a.n_segments} + 1,
                          /*optional=*/true);
