@@ -47,6 +47,11 @@ struct BackendCaps {
   // (tensor cores): a model of narrow weights computes its prefill attention that way unless
   // told otherwise (ModelOptions::attention_dtype).
   bool narrow_attention = false;
+  // Where the runs of a variable-length attention (AttentionArgs::segment_bounds) start at
+  // multiples of this, each run's rows get the arithmetic they get in an attention of their own
+  // (the attention kernels' row and key tiles); a batched prefill lays its prompts out so.
+  // 1: any start does (the CPU backend cuts its row blocks at the runs).
+  int attention_run_align = 1;
 };
 
 class Backend {

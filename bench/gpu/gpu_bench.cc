@@ -22,6 +22,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -40,6 +41,7 @@
 #include "runtime/device/device_backend.h"
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
+#include "runtime/prune/factory.h"
 
 namespace hap {
 namespace {
@@ -297,14 +299,15 @@ struct Args {
   std::string kv_dtype = "f32";
   std::vector<int> decode_batches = {1, 8, 32};
   int decode_steps = 32;
+  std::vector<int> prefill_batches = {1, 4, 8};
 };
 
 absl::Status ParseArgs(int argc, char** argv, Args* a) {
-  HAP_ASSIGN_OR_RETURN(
-      Flags f, Flags::Parse(argc, argv,
-                            {"model", "image", "prompt", "method", "json", "requests", "warmup",
-                             "kv-dtype", "decode-steps", "decode-batches", "retain"},
-                            {}));
+  HAP_ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv,
+                                             {"model", "image", "prompt", "method", "json",
+                                              "requests", "warmup", "kv-dtype", "decode-steps",
+                                              "decode-batches", "prefill-batches", "retain"},
+                                             {}));
   a->model = f.GetOr("model", a->model);
   a->image = f.GetOr("image", a->image);
   a->prompt = f.GetOr("prompt", a->prompt);
@@ -319,12 +322,13 @@ absl::Status ParseArgs(int argc, char** argv, Args* a) {
   a->warmup = static_cast<int>(warmup);
   HAP_ASSIGN_OR_RETURN(a->decode_steps, f.PositiveInt("decode-steps", a->decode_steps));
   HAP_ASSIGN_OR_RETURN(a->decode_batches, f.PositiveInts("decode-batches", a->decode_batches));
+  HAP_ASSIGN_OR_RETURN(a->prefill_batches, f.PositiveInts("prefill-batches", a->prefill_batches));
   HAP_ASSIGN_OR_RETURN(a->retain, f.PositiveNumbers("retain", a->retain));
   if (a->model.empty()) {
     return absl::InvalidArgumentError(
         "usage: gpu_bench --model DIR [--image FILE] [--retain 192,128,64,32] [--method hap] "
         "[--requests N] [--warmup N] [--kv-dtype f32|bf16] [--decode-batches 1,8,32] "
-        "[--decode-steps N] [--json OUT]");
+        "[--decode-steps N] [--prefill-batches 1,4,8] [--json OUT]");
   }
   return absl::OkStatus();
 }
@@ -435,6 +439,64 @@ DecodeTimes TimeDecode(const LlavaModel& model, const Backend& b, const std::str
   }
   t.step_ms = Median(ms);
   return t;
+}
+
+// `batch` copies of one request's prompt prefilled one after another and in one batched pass
+// (LlavaModel::PrefillBatch: one product per weight and one attention launch per layer for all of
+// them), each with its own pruner and its first token drawn: `warmup` rounds, then the medians of
+// `rounds`. Each starts from the image embeddings on the host after a synchronisation and ends
+// when every first token's id is on the host.
+struct PrefillBatchTimes {
+  double solo_ms = 0, batched_ms = 0;
+  int prompt_tokens = 0;
+};
+
+PrefillBatchTimes TimePrefillBatch(const LlavaModel& model, const Backend& b,
+                                   const EncodeResult& encoded, const PromptText& prompt,
+                                   const std::string& name, const PruneRequest& prune, int batch,
+                                   int warmup, int rounds) {
+  absl::StatusOr<PromptTokens> tokens = model.Tokenize(prompt, encoded.n_vis);
+  if (!tokens.ok()) Die("tokenize", tokens.status());
+  PruneRequest req = prune;
+  req.text_tokens = static_cast<int>(tokens->ids.size()) - tokens->n_vis;
+  auto pruners = [&] {
+    std::vector<std::unique_ptr<Pruner>> out;
+    for (int i = 0; i < batch; ++i) {
+      absl::StatusOr<std::unique_ptr<Pruner>> p = MakePruner(req, DimsOf(model.config()));
+      if (!p.ok()) Die("pruner (" + name + ")", p.status());
+      out.push_back(std::move(*p));
+    }
+    return out;
+  };
+  std::vector<double> solo, batched;
+  for (int round = 0; round < warmup + rounds; ++round) {
+    std::vector<std::unique_ptr<Pruner>> mine = pruners();
+    std::vector<Sampler> samplers(batch, Sampler{SamplingParams{}});
+    Check(b.Synchronize(), "sync");
+    auto t0 = Clock::now();
+    for (int i = 0; i < batch; ++i) {
+      absl::StatusOr<PrefillOutput> out =
+          model.Prefill(*tokens, encoded.embeds, mine[i].get(), &samplers[i]);
+      if (!out.ok()) Die("prefill (" + name + ")", out.status());
+    }
+    Check(b.Synchronize(), "sync");
+    if (round >= warmup) solo.push_back(MsSince(t0));
+    mine = pruners();
+    std::vector<PrefillPrompt> prompts(batch);
+    for (int i = 0; i < batch; ++i) {
+      prompts[i].prompt = &*tokens;
+      prompts[i].image_embeds = &encoded.embeds;
+      prompts[i].pruner = mine[i].get();
+      prompts[i].sampler = &samplers[i];
+    }
+    Check(b.Synchronize(), "sync");
+    t0 = Clock::now();
+    absl::StatusOr<std::vector<PrefillOutput>> outs = model.PrefillBatch(prompts);
+    if (!outs.ok()) Die("batched prefill (" + name + ")", outs.status());
+    Check(b.Synchronize(), "sync");
+    if (round >= warmup) batched.push_back(MsSince(t0));
+  }
+  return {Median(solo), Median(batched), static_cast<int>(tokens->ids.size())};
 }
 
 // The pruning methods' scoring and selection kernels (kernels/cuda: text→visual rows, PAQ,
@@ -646,6 +708,38 @@ int Main(int argc, char** argv) {
     }
     out["decode"] = decode;
     out["kv_dtype"] = a.kv_dtype;
+  }
+
+  // Prefill of several prompts: one after another, then in one batched pass.
+  {
+    std::printf(
+        "\n| prefill of several prompts | prompts | one after another, ms | one pass, ms | "
+        "speed-up | prompt tokens/s in one pass |\n|---|---|---|---|---|---|\n");
+    PruneRequest hap_64;
+    hap_64.method = a.method;
+    hap_64.retain = 64.0 * V / 576.0;
+    const std::string hap_name = a.method + " 64";
+    PruneRequest none;
+    none.method = "none";
+    absl::StatusOr<EncodeResult> encoded = EncodeImage(**model, image, none);
+    if (!encoded.ok()) Die("encode", encoded.status());
+    Json batches = Json::array();
+    for (const auto& [name, prune] :
+         {std::pair<std::string, PruneRequest>{"none", none}, {hap_name, hap_64}}) {
+      for (int batch : a.prefill_batches) {
+        const PrefillBatchTimes t = TimePrefillBatch(**model, b, *encoded, prompt, name, prune,
+                                                     batch, a.warmup, a.requests);
+        const double tokens_per_s = 1e3 * batch * t.prompt_tokens / t.batched_ms;
+        std::printf("| %s | %d | %.2f | %.2f | %.2fx | %.0f |\n", name.c_str(), batch, t.solo_ms,
+                    t.batched_ms, t.solo_ms / t.batched_ms, tokens_per_s);
+        batches.push_back({{"config", name},
+                           {"prompts", batch},
+                           {"solo_ms", t.solo_ms},
+                           {"batched_ms", t.batched_ms},
+                           {"prompt_tokens", t.prompt_tokens}});
+      }
+    }
+    out["prefill_batches"] = batches;
   }
 
   std::printf(

@@ -357,6 +357,8 @@ constexpr int kFlashThreads = 128;
 constexpr int kFlashRows = 64;
 constexpr int kFlashKeys = 64;
 constexpr int kFlashPad = 8;
+static_assert(kAttentionRunAlign % kFlashRows == 0 && kAttentionRunAlign % kFlashKeys == 0 &&
+              kAttentionRunAlign % kQueryTile == 0);
 
 // Four F32 values and four 16-bit ones: the tile loads' units (16 and 8 bytes).
 struct alignas(16) Floats4 {

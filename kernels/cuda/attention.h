@@ -16,6 +16,11 @@
 namespace hap::cuda {
 
 inline constexpr int kMaxAttentionHeadDim = 256;
+// Runs (AttentionArgs::segment_bounds) that start at multiples of this meet the tiles of
+// Attention (16 rows, keys from the run's start) and FlashAttention (64 rows, 64 keys) as an
+// attention of their own does, so their rows get that attention's result bit for bit
+// (BackendCaps::attention_run_align). NarrowAttention's products span every key: not there.
+inline constexpr int kAttentionRunAlign = 64;
 
 // args as for cpu::Attention, every pointer a device pointer: q F32 [n_q, n_heads·head_dim],
 // k and v F32 [n_kv, n_kv_heads·head_dim], out F32 [n_q, n_heads·head_dim], lse F32

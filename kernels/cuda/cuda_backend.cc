@@ -693,6 +693,7 @@ class CudaBackendImpl final : public Backend {
     BackendCaps caps;
     caps.host_memory = false;
     caps.narrow_attention = true;
+    caps.attention_run_align = cuda::kAttentionRunAlign;
     caps.max_head_dim = std::min({cuda::kMaxAttentionHeadDim, cuda::kMaxDecodeHeadDim,
                                   cuda::kTextVisualAttentionMaxHeadDim});
     return caps;

@@ -1,5 +1,10 @@
 // The emulation's product: the CPU's Linear on the same operands (x already in the weights'
-// type, so each product of two narrow values is exact in F32, as on the GPU).
+// type, so each product of two narrow values is exact in F32, as on the GPU), in chunks of rows
+// its narrow kernel takes, which computes each output the same way whatever the rows beside it.
+// So a row's product does not depend on the others in the call, and the tests can compare a
+// batched pass (a batched prefill, a decode batch) with each sequence's own bit for bit; cuBLAS
+// picks its tiles by shape and promises no such thing.
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -47,14 +52,17 @@ KernelStatus BlasGemm(void*, const void* x, const void* w, ElemType type, float*
   std::vector<float> xf(static_cast<size_t>(m) * k);
   ConvertToF32(dtype, x, xf.data(), xf.size());
   const TensorView wv{w, dtype, Device::kCpu, {n, k}};
-  if (beta == 0.f) {
-    absl::Status s = cpu::Linear(xf.data(), wv, nullptr, y, m, LinearRows::kIndependent);
-    return s.ok() ? KernelStatus::Ok() : KernelStatus::Error("Linear: " + std::string(s.message()));
+  // y += product where beta is 1: the product in F32, then one F32 addition per element, as a
+  // separate Add.
+  std::vector<float> product(beta == 0.f ? 0 : static_cast<size_t>(m) * n);
+  float* out = beta == 0.f ? y : product.data();
+  const int chunk = dtype == DType::kF32 ? cpu::kGemvRowsF32 : cpu::kGemvRowsNarrow;
+  for (int r = 0; r < m; r += chunk) {
+    const int64_t rows = std::min(chunk, m - r);
+    absl::Status s = cpu::Linear(xf.data() + int64_t{r} * k, wv, nullptr, out + int64_t{r} * n,
+                                 static_cast<int>(rows), LinearRows::kIndependent);
+    if (!s.ok()) return KernelStatus::Error("Linear: " + std::string(s.message()));
   }
-  // y += product: the product in F32, then one F32 addition per element, as a separate Add.
-  std::vector<float> product(static_cast<size_t>(m) * n);
-  absl::Status s = cpu::Linear(xf.data(), wv, nullptr, product.data(), m, LinearRows::kIndependent);
-  if (!s.ok()) return KernelStatus::Error("Linear: " + std::string(s.message()));
   for (size_t i = 0; i < product.size(); ++i) y[i] = beta * y[i] + product[i];
   return KernelStatus::Ok();
 }

@@ -159,6 +159,32 @@ class LanguageModel {
   // first token drawn where they are with one.
   absl::Status FinishPrefill(const BackendArray<float>& logits, Sampler* sampler,
                              PrefillOutput* out) const;
+  // A family's PrefillBatch: `input(prompts[i], &out, &logits, &seq)` builds each prompt's
+  // decoder input into its empty output (an error names the prompt when there are several), then
+  // the decoder's one pass over them all (LlamaDecoder::PrefillBatchInto), then each output
+  // finished from its logits with the prompt's `sampler` (may be null; FinishPrefill).
+  template <typename Prompt, typename Input>
+  absl::StatusOr<std::vector<PrefillOutput>> PrefillBatchOf(const std::vector<Prompt>& prompts,
+                                                            const Input& input) const {
+    const size_t b = prompts.size();
+    std::vector<PrefillOutput> outs(b);
+    std::vector<BackendArray<float>> logits;  // F32 [1, vocab] each
+    logits.reserve(b);
+    std::vector<PrefillSequence> seqs(b);
+    for (size_t i = 0; i < b; ++i) {
+      logits.emplace_back(backend());
+      absl::Status s = input(prompts[i], &outs[i], &logits[i], &seqs[i]);
+      if (!s.ok() && b > 1) s = PromptError(i, b, s);
+      if (!s.ok()) return s;
+    }
+    if (absl::Status s = decoder_->PrefillBatchInto(seqs); !s.ok()) return s;
+    for (size_t i = 0; i < b; ++i) {
+      if (absl::Status s = FinishPrefill(logits[i], prompts[i].sampler, &outs[i]); !s.ok()) {
+        return s;
+      }
+    }
+    return outs;
+  }
 
   std::string dir_;
   ModelOptions options_;

@@ -40,6 +40,38 @@ absl::Status CheckKeepList(const std::vector<int>& keep, int n_vis, const char* 
 
 }  // namespace
 
+absl::Status PromptError(size_t i, size_t b, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrFormat("prompt %d of %d: %s", i, b, s.message()));
+}
+
+// A stage decided in the backend's memory, whose kept indices come back after the last layer.
+struct LlamaDecoder::BackendStage {
+  int after_layer = 0, n_vis = 0;
+  const int32_t* kept = nullptr;
+  int count = 0;
+};
+
+// One prompt through a (batched) prefill.
+struct LlamaDecoder::PromptRows {
+  PrefillSequence* in = nullptr;
+  int n = 0, vis_begin = 0, n_vis = 0;
+  int start = 0;  // its first row in the batch's rows
+  // Position ids on the host, compacted with the rows; −1 for the visual rows of a stage decided
+  // in the backend's memory until its kept indices come back.
+  std::vector<int32_t> positions;
+  std::vector<int32_t> rotary;  // I32 [n, rope_axes_] until uploaded
+  int32_t next_position = 0, rope_delta = 0;
+  std::vector<BackendStage> backend_stages;
+  std::vector<int> stage_of_layer;        // per layer: the backend stages before it
+  std::vector<int32_t> visual_positions;  // of the visual rows before the first backend stage
+  // This layer's stage: the rows kept listed on the host (host_stage), or the kept visual
+  // tokens in the backend's memory (keep.kept).
+  bool host_stage = false;
+  std::vector<int> rows;
+  BackendKeep keep;
+  double prune_ms = 0;
+};
+
 LlamaDecoder::LlamaDecoder(const TextConfig& cfg, const TextWeights& weights,
                            const Backend& backend, DType attention_operands)
     : backend_(backend),
@@ -115,11 +147,12 @@ absl::StatusOr<std::vector<float>> LlamaDecoder::Embed(const std::vector<int32_t
 }
 
 LlamaDecoder::StepValues LlamaDecoder::DescribeValues(StepDesc& desc, int n, bool with_lse,
-                                                      bool prefill) const {
+                                                      bool prefill, int n_segments) const {
   const int64_t rows = n;
   StepValues v;
   v.x = desc.Bound("x", StepElem::kF32, rows * d_);  // F32 [n, hidden]
   v.positions = desc.Bound("positions", StepElem::kI32, rows * (prefill ? rope_axes_ : 1));
+  if (n_segments > 0) v.segments = desc.Bound("segments", StepElem::kI32, n_segments + 1);
   v.h = desc.Scratch("h", StepElem::kF32, rows * d_);           // F32 [n, hidden]
   v.q = desc.Scratch("q", StepElem::kF32, rows * n_heads_ * head_dim_);
   v.k = desc.Scratch("k", StepElem::kF32, rows * kv_dim());  // F32 [n, kv_heads·hd]
@@ -132,10 +165,12 @@ LlamaDecoder::StepValues LlamaDecoder::DescribeValues(StepDesc& desc, int n, boo
 }
 
 void LlamaDecoder::DescribeLayer(StepDesc& desc, const StepValues& v, int l, int n, bool prefill,
-                                 int call_id) const {
+                                 int call_id, int n_segments) const {
   const LlamaLayerWeights& lw = w_.layers[l];
-  // A prefill's rows (and a single decode step's one row) are one sequence's tokens; a batched
-  // step's rows are different sequences, which must stay batch-invariant.
+  // A prefill's rows (and a single decode step's one row) take the products a prompt's rows do:
+  // a batched prefill's prompts too, each of which would take them alone (on the CPU, BF16's
+  // Bf16Gemm from 16 rows, row-invariant). A batched step's rows are different sequences, which
+  // keep the narrow kernels' batch invariance.
   const LinearRows rows = prefill || n == 1 ? LinearRows::kOneSequence : LinearRows::kIndependent;
   const int64_t n_hidden = int64_t{n} * d_;
   desc.Add(step_op::RmsNorm{v.x, v.h, lw.attn_norm.f32(), n, d_, eps_});
@@ -154,8 +189,10 @@ void LlamaDecoder::DescribeLayer(StepDesc& desc, const StepValues& v, int l, int
   desc.Add(rope_q);
   desc.Add(rope_k);
   if (prefill) {
-    // The rows attend to each other causally, straight from the new K/V.
-    step_op::Attention a{v.q, v.k, v.v, v.attn, v.lse, {}};
+    // The rows attend to each other causally (each prompt's to its own), straight from the new
+    // K/V.
+    step_op::Attention a{v.q, v.k, v.v, v.attn, v.lse, {}, v.segments};
+    a.shape.n_segments = n_segments;
     a.shape.n_q = a.shape.n_kv = n;
     a.shape.n_heads = n_heads_;
     a.shape.n_kv_heads = n_kv_heads_;
@@ -179,15 +216,18 @@ void LlamaDecoder::DescribeLayer(StepDesc& desc, const StepValues& v, int l, int
 }
 
 absl::StatusOr<std::unique_ptr<PlannedStep>> LlamaDecoder::PlanPrefill(int first, int last, int n,
+                                                                       int n_segments,
                                                                        bool with_lse,
                                                                        StepValues* values) const {
-  StepDesc desc(absl::StrFormat("prefill, layers %d-%d, %d rows", first, last, n));
-  *values = DescribeValues(desc, n, with_lse, /*prefill=*/true);
+  StepDesc desc(n_segments > 0 ? absl::StrFormat("prefill of %d prompts, layers %d-%d, %d rows",
+                                                 n_segments, first, last, n)
+                               : absl::StrFormat("prefill, layers %d-%d, %d rows", first, last, n));
+  *values = DescribeValues(desc, n, with_lse, /*prefill=*/true, n_segments);
   for (int l = first; l <= last; ++l) {
     // Before the layer: cancellation and the slice boundary, no value read. After it: the
     // cache takes k and v, the pruner reads q, k, the LSE and the layer's output x.
     desc.Add(step_op::Call{2 * l, /*listed=*/true, {}});
-    DescribeLayer(desc, *values, l, n, /*prefill=*/true, 0);
+    DescribeLayer(desc, *values, l, n, /*prefill=*/true, 0, n_segments);
     std::vector<StepValueId> after = {values->q, values->k, values->v, values->x};
     if (with_lse) after.push_back(values->lse);
     desc.Add(step_op::Call{2 * l + 1, /*listed=*/true, std::move(after)});
@@ -362,44 +402,46 @@ absl::Status LlamaDecoder::PrefillInto(std::vector<float> x_host, std::vector<in
                                        int vis_begin, int n_vis, Pruner* pruner, KvStore* cache,
                                        PrefillTrace* trace, BackendArray<float>* logits,
                                        const MropePositions* mrope) const {
-  return PrefillRowsInto(std::move(x_host), nullptr, nullptr, false, std::move(positions),
-                         vis_begin, n_vis, pruner, cache, trace, logits, mrope);
+  std::vector<PrefillSequence> one(1);
+  PrefillSequence& s = one[0];
+  s.x = std::move(x_host);
+  s.positions = std::move(positions);
+  s.vis_begin = vis_begin;
+  s.n_vis = n_vis;
+  s.pruner = pruner;
+  s.cache = cache;
+  s.trace = trace;
+  s.logits = logits;
+  s.mrope = mrope;
+  return PrefillBatchInto(one);
 }
 
-absl::Status LlamaDecoder::PrefillSplicedInto(const std::vector<int32_t>& ids,
-                                              const float* image_embeds, bool image_in_backend,
-                                              std::vector<int32_t> positions, int vis_begin,
-                                              int n_vis, Pruner* pruner, KvStore* cache,
-                                              PrefillTrace* trace, BackendArray<float>* logits,
-                                              const MropePositions* mrope) const {
-  if (pruner != nullptr && pruner->ReadsInputEmbeddings()) {
-    return absl::InvalidArgumentError(
-        "prefill: this pruning method reads the input embeddings on the host; splice them there");
+absl::Status LlamaDecoder::BeginPrompt(PrefillSequence& in, PromptRows* p) const {
+  const std::vector<int32_t>* ids = in.ids;
+  if (ids != nullptr) {
+    if (in.pruner != nullptr && in.pruner->ReadsInputEmbeddings()) {
+      return absl::InvalidArgumentError(
+          "prefill: this pruning method reads the input embeddings on the host; splice them "
+          "there");
+    }
+    if (ids->size() != in.positions.size() || (in.n_vis > 0 && in.image_embeds == nullptr)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("prefill: %d token ids for %d positions, image rows %s", ids->size(),
+                          in.positions.size(), in.image_embeds == nullptr ? "missing" : "given"));
+    }
+    HAP_RETURN_IF_ERROR(CheckTokenIds(*ids));
   }
-  if (ids.size() != positions.size() || (n_vis > 0 && image_embeds == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("prefill: %d token ids for %d positions, image rows %s", ids.size(),
-                        positions.size(), image_embeds == nullptr ? "missing" : "given"));
-  }
-  HAP_RETURN_IF_ERROR(CheckTokenIds(ids));
-  return PrefillRowsInto({}, &ids, image_embeds, image_in_backend, std::move(positions), vis_begin,
-                         n_vis, pruner, cache, trace, logits, mrope);
-}
-
-absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
-                                           const std::vector<int32_t>* ids,
-                                           const float* image_embeds, bool image_in_backend,
-                                           std::vector<int32_t> positions, int vis_begin, int n_vis,
-                                           Pruner* pruner, KvStore* cache, PrefillTrace* trace,
-                                           BackendArray<float>* logits,
-                                           const MropePositions* mrope) const {
-  int n = static_cast<int>(positions.size());
-  const size_t rows_given = ids != nullptr ? ids->size() * d_ : x_host.size();
-  if (n == 0 || rows_given != static_cast<size_t>(n) * d_ || vis_begin < 0 || n_vis < 0 ||
-      vis_begin + n_vis > n) {
+  int n = static_cast<int>(in.positions.size());
+  const size_t rows_given = ids != nullptr ? ids->size() * d_ : in.x.size();
+  if (n == 0 || rows_given != static_cast<size_t>(n) * d_ || in.vis_begin < 0 || in.n_vis < 0 ||
+      in.vis_begin + in.n_vis > n) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "prefill: %d positions, %d embedding values (hidden %d), visual rows [%d, %d)", n,
-        rows_given, d_, vis_begin, vis_begin + n_vis));
+        rows_given, d_, in.vis_begin, in.vis_begin + in.n_vis));
+  }
+  KvStore* cache = in.cache;
+  if (cache == nullptr || in.logits == nullptr) {
+    return absl::InvalidArgumentError("prefill: no KV cache or logits to fill");
   }
   if (cache->n_layers() != n_layers() || cache->total_rows() != 0 ||
       cache->row_bytes() != kv_dim() * static_cast<int64_t>(DTypeSize(cache->dtype()))) {
@@ -408,17 +450,19 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
         "kv_dim %d were expected", cache->n_layers(), cache->total_rows(), cache->row_bytes(),
         n_layers(), kv_dim()));
   }
-  const int32_t next_position = positions.back() + 1;
+  p->in = &in;
+  p->vis_begin = in.vis_begin;
+  p->n_vis = in.n_vis;
+  p->positions = std::move(in.positions);
+  p->next_position = p->positions.back() + 1;
+  p->stage_of_layer.assign(static_cast<size_t>(n_layers()), 0);
   // The rows' rotary positions, I32 [n, rope_axes_], move with the rows as position ids do.
-  std::vector<int32_t> rotary;
-  int32_t rope_delta = 0;
-  HAP_RETURN_IF_ERROR(RotaryRows(positions, mrope, &rotary, &rope_delta));
-  const size_t rotary_bytes = sizeof(int32_t) * rope_axes_;
-  if (pruner) {
+  HAP_RETURN_IF_ERROR(RotaryRows(p->positions, in.mrope, &p->rotary, &p->rope_delta));
+  if (in.pruner != nullptr) {
     // Spliced on the device, the embeddings are not on the host: the pruner does not read them.
     PrefillInput input{
-        ids != nullptr ? nullptr : x_host.data(), n, d_, vis_begin, n_vis, n_layers()};
-    HAP_ASSIGN_OR_RETURN(std::optional<std::vector<int>> keep, pruner->Begin(input));
+        ids != nullptr ? nullptr : in.x.data(), n, d_, p->vis_begin, p->n_vis, n_layers()};
+    HAP_ASSIGN_OR_RETURN(std::optional<std::vector<int>> keep, in.pruner->Begin(input));
     if (keep.has_value() && ids != nullptr) {
       return absl::InternalError(
           "prefill: a pruner that chooses before the LLM needs the input embeddings on the host");
@@ -427,72 +471,218 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
       // Pruned before the LLM (PruneStage::kBeforeLlm): the other visual rows leave the input
       // embeddings and position ids here, on the host, before anything is uploaded or cached;
       // the kept rows keep their original positions.
-      HAP_RETURN_IF_ERROR(CheckKeepList(*keep, n_vis, "before layer 0"));
-      const std::vector<int> rows = KeptRows(n, vis_begin, n_vis, *keep);
+      HAP_RETURN_IF_ERROR(CheckKeepList(*keep, p->n_vis, "before layer 0"));
+      const std::vector<int> rows = KeptRows(n, p->vis_begin, p->n_vis, *keep);
       const int64_t kept = static_cast<int64_t>(rows.size());
-      HAP_RETURN_IF_ERROR(CpuBackend().GatherRows(x_host.data(), n, sizeof(float) * d_,
-                                                  rows.data(), kept, x_host.data()));
-      HAP_RETURN_IF_ERROR(CpuBackend().GatherRows(positions.data(), n, sizeof(int32_t),
-                                                  rows.data(), kept, positions.data()));
-      HAP_RETURN_IF_ERROR(CpuBackend().GatherRows(rotary.data(), n, rotary_bytes, rows.data(), kept,
-                                                  rotary.data()));
-      x_host.resize(static_cast<size_t>(kept) * d_);
-      positions.resize(static_cast<size_t>(kept));
-      rotary.resize(static_cast<size_t>(kept) * rope_axes_);
-      n_vis = static_cast<int>(keep->size());
+      const size_t rotary_bytes = sizeof(int32_t) * rope_axes_;
+      HAP_RETURN_IF_ERROR(CpuBackend().GatherRows(in.x.data(), n, sizeof(float) * d_, rows.data(),
+                                                  kept, in.x.data()));
+      HAP_RETURN_IF_ERROR(CpuBackend().GatherRows(p->positions.data(), n, sizeof(int32_t),
+                                                  rows.data(), kept, p->positions.data()));
+      HAP_RETURN_IF_ERROR(CpuBackend().GatherRows(p->rotary.data(), n, rotary_bytes, rows.data(),
+                                                  kept, p->rotary.data()));
+      in.x.resize(static_cast<size_t>(kept) * d_);
+      p->positions.resize(static_cast<size_t>(kept));
+      p->rotary.resize(static_cast<size_t>(kept) * rope_axes_);
+      p->n_vis = static_cast<int>(keep->size());
       n = static_cast<int>(kept);
     }
   }
-  // The hidden states and position ids in the backend's memory; position ids also stay on the
-  // host (the cache records them) and are compacted on both sides.
-  BackendArray<float> x(backend_);           // F32 [n, hidden]
-  BackendArray<int32_t> positions_dev(backend_);  // [n, rope_axes_]: the rotary positions
-  if (ids != nullptr) {
-    HAP_RETURN_IF_ERROR(x.Resize(static_cast<size_t>(n) * d_));
-    BackendArray<int32_t> ids_in_backend(backend_);
-    HAP_RETURN_IF_ERROR(ids_in_backend.Assign(ids->data(), ids->size()));
-    HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, ids_in_backend.data(), n, x.data()));
-    float* image_rows = x.data() + static_cast<int64_t>(vis_begin) * d_;
-    const size_t image_bytes = sizeof(float) * n_vis * d_;
-    HAP_RETURN_IF_ERROR(image_in_backend
-                            ? backend_.Copy(image_rows, image_embeds, image_bytes)
-                            : backend_.CopyToBackend(image_rows, image_embeds, image_bytes));
-  } else {
-    HAP_RETURN_IF_ERROR(x.Assign(x_host.data(), x_host.size()));
-    std::vector<float>().swap(x_host);  // not read again: the prefill's peak holds one copy
+  p->n = n;
+  return absl::OkStatus();
+}
+
+absl::Status LlamaDecoder::FinishPrompt(PromptRows* p) const {
+  PrefillSequence& in = *p->in;
+  if (in.pruner != nullptr) {
+    // The stages decided in the backend's memory: their kept indices copied back, the pruner's
+    // records completed from them, and the position ids of the visual rows they left in the
+    // cache written where −1 stood.
+    const std::vector<BackendStage>& stages = p->backend_stages;
+    std::vector<std::vector<int>> kept_lists;
+    for (size_t i = 0; i < stages.size();) {
+      size_t end = i + 1;  // stages [i, end) lie back to back
+      int64_t values = stages[i].count;
+      while (end < stages.size() &&
+             stages[end].kept == stages[end - 1].kept + stages[end - 1].count) {
+        values += stages[end++].count;
+      }
+      std::vector<int32_t> run(static_cast<size_t>(values));
+      HAP_RETURN_IF_ERROR(
+          backend_.CopyToHost(run.data(), stages[i].kept, sizeof(int32_t) * run.size()));
+      auto from = run.begin();
+      for (; i < end; ++i) {
+        kept_lists.emplace_back(from, from + stages[i].count);
+        from += stages[i].count;
+      }
+    }
+    HAP_RETURN_IF_ERROR(in.pruner->Finish(kept_lists));
+    std::vector<int32_t>& visual_positions = p->visual_positions;
+    for (size_t i = 0; i < stages.size(); ++i) {
+      const BackendStage& st = stages[i];
+      HAP_RETURN_IF_ERROR(CheckKeepList(kept_lists[i], st.n_vis,
+                                        absl::StrFormat("at layer %d", st.after_layer).c_str()));
+      std::vector<int32_t> next(kept_lists[i].size());
+      for (size_t r = 0; r < next.size(); ++r) next[r] = visual_positions[kept_lists[i][r]];
+      visual_positions = std::move(next);
+      for (int l = st.after_layer + 1; l < n_layers(); ++l) {
+        if (p->stage_of_layer[l] != static_cast<int>(i) + 1) continue;
+        HAP_RETURN_IF_ERROR(in.cache->RewritePositions(l, p->vis_begin, visual_positions.data(),
+                                                       static_cast<int>(visual_positions.size())));
+      }
+    }
   }
-  HAP_RETURN_IF_ERROR(positions_dev.Assign(rotary.data(), rotary.size()));
-  std::vector<int32_t>().swap(rotary);
-  // Stages a pruner decides in the backend's memory (a device backend): the rows are compacted
-  // there into these buffers (swapped with x and positions_dev), and the kept indices, which the
-  // pruner keeps valid until Finish, are copied back after the last layer (one copy per run of
-  // lists that lie back to back, as HAP's do). Until then the visual rows' position ids are not
-  // known on the host: they are −1 in `positions`, and the layers that appended them are
-  // rewritten at the end (stage_of_layer: the stages before each layer).
-  BackendKeep backend_keep;
+  in.cache->next_position = p->next_position;
+  in.cache->rope_delta = p->rope_delta;
+  return absl::OkStatus();
+}
+
+absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) const {
+  const int b = static_cast<int>(seqs.size());
+  if (b == 0) return absl::InvalidArgumentError("prefill: no prompts");
+  // An error of one prompt of several names it.
+  auto of_prompt = [b](int i, absl::Status s) {
+    return b == 1 || s.ok() ? s : PromptError(i, b, s);
+  };
+  std::vector<PromptRows> ps(static_cast<size_t>(b));
+  bool any_pruner = false;
+  for (int i = 0; i < b; ++i) {
+    HAP_RETURN_IF_ERROR(of_prompt(i, BeginPrompt(seqs[i], &ps[i])));
+    any_pruner = any_pruner || seqs[i].pruner != nullptr;
+  }
+  // The prompts' rows lie back to back, each run's start rounded up to the backend's
+  // attention_run_align; the rows in between are its padding (zeros), which its causal rows
+  // never see and nothing reads back.
+  const int align = b == 1 ? 1 : std::max(1, backend_.caps().attention_run_align);
+  auto lay_out = [&ps, align] {
+    int at = 0;
+    for (PromptRows& p : ps) {
+      p.start = (at + align - 1) / align * align;
+      at = p.start + p.n;
+    }
+    return at;
+  };
+  int n = lay_out();
+  const size_t row_bytes = sizeof(float) * d_;
+  const size_t rotary_bytes = sizeof(int32_t) * rope_axes_;
+  std::vector<uint8_t> zeros;
+  // The padding rows after prompt i (up to the next prompt's start) set to zeros, in the hidden
+  // states and, where given, the rotary positions.
+  auto zero_padding = [&](int i, float* x_rows, int32_t* rotary_rows) -> absl::Status {
+    const PromptRows& p = ps[i];
+    const size_t pad = i + 1 < b ? static_cast<size_t>(ps[i + 1].start - (p.start + p.n)) : 0;
+    if (pad == 0) return absl::OkStatus();
+    const int64_t first = p.start + p.n;
+    zeros.resize(std::max(zeros.size(), pad * row_bytes));
+    HAP_RETURN_IF_ERROR(backend_.CopyToBackend(x_rows + first * d_, zeros.data(), pad * row_bytes));
+    if (rotary_rows == nullptr) return absl::OkStatus();
+    return backend_.CopyToBackend(rotary_rows + first * rope_axes_, zeros.data(),
+                                  pad * rotary_bytes);
+  };
+  // The hidden states and rotary positions in the backend's memory; position ids also stay on the
+  // host (the cache records them) and are compacted on both sides.
+  BackendArray<float> x(backend_);                // F32 [n, hidden]
+  BackendArray<int32_t> positions_dev(backend_);  // I32 [n, rope_axes_]
+  HAP_RETURN_IF_ERROR(x.Resize(static_cast<size_t>(n) * d_));
+  {
+    std::vector<int32_t> rotary(static_cast<size_t>(n) * rope_axes_, 0);
+    for (int i = 0; i < b; ++i) {
+      PromptRows& p = ps[i];
+      PrefillSequence& in = *p.in;
+      float* rows = x.data() + static_cast<int64_t>(p.start) * d_;
+      if (in.ids != nullptr) {
+        BackendArray<int32_t> ids_in_backend(backend_);
+        HAP_RETURN_IF_ERROR(ids_in_backend.Assign(in.ids->data(), in.ids->size()));
+        HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, ids_in_backend.data(), p.n, rows));
+        float* image_rows = rows + static_cast<int64_t>(p.vis_begin) * d_;
+        const size_t image_bytes = row_bytes * p.n_vis;
+        HAP_RETURN_IF_ERROR(in.image_in_backend
+                                ? backend_.Copy(image_rows, in.image_embeds, image_bytes)
+                                : backend_.CopyToBackend(image_rows, in.image_embeds, image_bytes));
+      } else {
+        HAP_RETURN_IF_ERROR(backend_.CopyToBackend(rows, in.x.data(), row_bytes * p.n));
+        std::vector<float>().swap(in.x);  // not read again: the prefill's peak holds one copy
+      }
+      std::copy(p.rotary.begin(), p.rotary.end(),
+                rotary.begin() + static_cast<int64_t>(p.start) * rope_axes_);
+      std::vector<int32_t>().swap(p.rotary);
+      HAP_RETURN_IF_ERROR(zero_padding(i, x.data(), nullptr));  // `rotary` is 0 there
+    }
+    HAP_RETURN_IF_ERROR(positions_dev.Assign(rotary.data(), rotary.size()));
+  }
+  // Where each run starts, and n: the step's segment bounds when there are several prompts.
+  std::vector<int32_t> bounds;
+  BackendArray<int32_t> bounds_dev(backend_);
+  // Each stage compacts the rows into these buffers (swapped with x and positions_dev).
   BackendArray<float> x_alt(backend_);
   BackendArray<int32_t> positions_alt(backend_);
-  struct BackendStage {
-    int after_layer, n_vis;
-    const int32_t* kept;
-    int count;
-  };
-  std::vector<BackendStage> backend_stages;
-  std::vector<int> stage_of_layer(static_cast<size_t>(n_layers()), 0);
-  std::vector<int32_t> visual_positions;  // of the visual rows before the first such stage
-  const bool decide_on_backend = pruner != nullptr && !backend_.caps().host_memory;
+  const bool decide_on_backend = any_pruner && !backend_.caps().host_memory;
   // One workspace for every plan of this prefill: the first is the largest (pruning only
   // removes rows), so it is allocated once.
   BackendArray<uint8_t> workspace(backend_);
   std::unique_ptr<PlannedStep> plan;
   StepValues v;
   StepBindings bindings;
-  void* bound[2] = {x.data(), positions_dev.data()};
-  bindings.bound = bound;
+  void* bound[3] = {x.data(), positions_dev.data(), nullptr};
+  bindings.bound = absl::MakeConstSpan(bound, b > 1 ? 3 : 2);
   std::chrono::steady_clock::time_point t0;
+  // The batch's compaction after prompts' stages: each prompt's rows gathered (a stage) or copied
+  // to its new start.
+  auto compact = [&]() -> absl::Status {
+    std::vector<int> old_start(static_cast<size_t>(b)), old_n(static_cast<size_t>(b));
+    for (int i = 0; i < b; ++i) {
+      PromptRows& p = ps[i];
+      old_start[i] = p.start;
+      old_n[i] = p.n;
+      if (p.host_stage) {
+        p.n = static_cast<int>(p.rows.size());
+      } else if (p.keep.kept != nullptr) {
+        p.n = p.n - p.n_vis + p.keep.count;
+      }
+    }
+    const int kept = lay_out();
+    HAP_RETURN_IF_ERROR(x_alt.Resize(static_cast<size_t>(kept) * d_));
+    HAP_RETURN_IF_ERROR(positions_alt.Resize(static_cast<size_t>(kept) * rope_axes_));
+    for (int i = 0; i < b; ++i) {
+      PromptRows& p = ps[i];
+      const float* x_src = x.data() + static_cast<int64_t>(old_start[i]) * d_;
+      float* x_dst = x_alt.data() + static_cast<int64_t>(p.start) * d_;
+      const int32_t* r_src = positions_dev.data() + static_cast<int64_t>(old_start[i]) * rope_axes_;
+      int32_t* r_dst = positions_alt.data() + static_cast<int64_t>(p.start) * rope_axes_;
+      if (p.host_stage) {
+        HAP_RETURN_IF_ERROR(
+            backend_.GatherRows(x_src, old_n[i], row_bytes, p.rows.data(), p.n, x_dst));
+        HAP_RETURN_IF_ERROR(
+            backend_.GatherRows(r_src, old_n[i], rotary_bytes, p.rows.data(), p.n, r_dst));
+        for (int r = 0; r < p.n; ++r) p.positions[r] = p.positions[p.rows[r]];  // rows ascend
+        p.positions.resize(static_cast<size_t>(p.n));
+        p.n_vis = p.n - (old_n[i] - p.n_vis);
+      } else if (p.keep.kept != nullptr) {
+        const int count = p.keep.count;
+        HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(x_src, old_n[i], row_bytes, p.vis_begin,
+                                                    p.n_vis, p.keep.kept, count, x_dst));
+        HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(r_src, old_n[i], rotary_bytes, p.vis_begin,
+                                                    p.n_vis, p.keep.kept, count, r_dst));
+        p.positions.erase(p.positions.begin() + p.vis_begin + count,
+                          p.positions.begin() + p.vis_begin + p.n_vis);
+        std::fill(p.positions.begin() + p.vis_begin, p.positions.begin() + p.vis_begin + count, -1);
+        p.n_vis = count;
+      } else {
+        HAP_RETURN_IF_ERROR(backend_.Copy(x_dst, x_src, row_bytes * p.n));
+        HAP_RETURN_IF_ERROR(backend_.Copy(r_dst, r_src, rotary_bytes * p.n));
+      }
+      HAP_RETURN_IF_ERROR(zero_padding(i, x_alt.data(), positions_alt.data()));
+    }
+    std::swap(x, x_alt);
+    std::swap(positions_dev, positions_alt);
+    bound[0] = x.data();
+    bound[1] = positions_dev.data();
+    n = kept;
+    return absl::OkStatus();
+  };
   // The engine's part of each layer: before it, the cancellation checks and the slice boundary;
-  // after it, the new K/V rows into the cache and the pruner's look at the layer, whose pruning
-  // stage stops the run so the layers after it are planned for the rows it keeps.
+  // after it, each prompt's new K/V rows into its cache and its pruner's look at the layer, whose
+  // pruning stage stops the run so the layers after it are planned for the rows it keeps.
   const StepCallFn call = [&](int id) -> absl::StatusOr<StepControl> {
     const int l = id / 2;
     if (id % 2 == 0) {
@@ -506,152 +696,144 @@ absl::Status LlamaDecoder::PrefillRowsInto(std::vector<float> x_host,
         return absl::CancelledError(absl::StrFormat("prefill cancelled before layer %d", l));
       }
       t0 = std::chrono::steady_clock::now();
-      stage_of_layer[l] = static_cast<int>(backend_stages.size());
-      if (trace) {
-        trace->tokens_per_layer.push_back(n);
-        trace->visual_tokens_per_layer.push_back(n_vis);
+      for (PromptRows& p : ps) {
+        p.stage_of_layer[l] = static_cast<int>(p.backend_stages.size());
+        if (p.in->trace != nullptr) {
+          p.in->trace->tokens_per_layer.push_back(p.n);
+          p.in->trace->visual_tokens_per_layer.push_back(p.n_vis);
+        }
       }
       return StepControl::kContinue;
     }
-    HAP_RETURN_IF_ERROR(cache->Append(backend_, l, plan->At<float>(v.k, bindings),
-                                      plan->At<float>(v.v, bindings), positions.data(), n));
-    StepControl control = StepControl::kContinue;
-    double prune_ms = 0;
-    if (pruner) {
+    const float* q = plan->At<float>(v.q, bindings);
+    const float* k = plan->At<float>(v.k, bindings);
+    const float* v_rows = plan->At<float>(v.v, bindings);
+    const float* lse = any_pruner ? plan->At<float>(v.lse, bindings) : nullptr;
+    bool stage = false;
+    for (int i = 0; i < b; ++i) {
+      PromptRows& p = ps[i];
+      PrefillSequence& in = *p.in;
+      const int64_t r0 = p.start;
+      HAP_RETURN_IF_ERROR(
+          of_prompt(i, in.cache->Append(backend_, l, k + r0 * kv_dim(), v_rows + r0 * kv_dim(),
+                                        p.positions.data(), p.n)));
+      p.host_stage = false;
+      p.keep = BackendKeep{};
+      p.prune_ms = 0;
+      if (in.pruner == nullptr) continue;
       const auto tp = std::chrono::steady_clock::now();
       LayerAttention att;
       att.layer = l;
-      att.n_tokens = n;
+      att.n_tokens = p.n;
       att.n_heads = n_heads_;
       att.n_kv_heads = n_kv_heads_;
       att.head_dim = head_dim_;
       att.scale = scale_;
-      att.q = plan->At<float>(v.q, bindings);  // this layer's queries and keys (= the cache's
-      att.k = plan->At<float>(v.k, bindings);  // rows of layer l)
-      att.lse = plan->At<float>(v.lse, bindings);
+      att.q = q + r0 * n_heads_ * head_dim_;  // this layer's queries and keys (= the cache's
+      att.k = k + r0 * kv_dim();              // rows of layer l)
+      att.lse = lse + r0;
+      att.lse_stride = n;
       att.backend = &backend_;
-      att.vis_begin = vis_begin;
-      att.n_vis = n_vis;
-      att.hidden = x.data();  // the layer's output, F32 [n, hidden]
+      att.vis_begin = p.vis_begin;
+      att.n_vis = p.n_vis;
+      att.hidden = x.data() + r0 * d_;  // the layer's output, F32 [n, hidden]
       att.d_model = d_;
-      backend_keep = BackendKeep{};
-      att.backend_keep = decide_on_backend ? &backend_keep : nullptr;
-      HAP_ASSIGN_OR_RETURN(std::optional<std::vector<int>> keep, pruner->AfterLayer(att));
-      if (!keep.has_value() && backend_keep.kept != nullptr) {
-        const int count = backend_keep.count;
-        if (count < 0 || count > n_vis) {
-          return absl::InternalError(
-              absl::StrFormat("pruner kept %d of %d visual tokens at layer %d", count, n_vis, l));
+      att.backend_keep = decide_on_backend ? &p.keep : nullptr;
+      absl::StatusOr<std::optional<std::vector<int>>> keep = in.pruner->AfterLayer(att);
+      if (!keep.ok()) return of_prompt(i, keep.status());
+      if (!keep->has_value() && p.keep.kept != nullptr) {
+        const int count = p.keep.count;
+        if (count < 0 || count > p.n_vis) {
+          return of_prompt(
+              i, absl::InternalError(absl::StrFormat(
+                     "pruner kept %d of %d visual tokens at layer %d", count, p.n_vis, l)));
         }
-        if (backend_stages.empty()) {
-          visual_positions.assign(positions.begin() + vis_begin,
-                                  positions.begin() + vis_begin + n_vis);
+        if (p.backend_stages.empty()) {
+          p.visual_positions.assign(p.positions.begin() + p.vis_begin,
+                                    p.positions.begin() + p.vis_begin + p.n_vis);
         }
-        backend_stages.push_back({l, n_vis, backend_keep.kept, count});
-        const int kept = n - n_vis + count;
-        HAP_RETURN_IF_ERROR(x_alt.Resize(static_cast<size_t>(kept) * d_));
-        HAP_RETURN_IF_ERROR(positions_alt.Resize(static_cast<size_t>(kept) * rope_axes_));
-        HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(x.data(), n, sizeof(float) * d_, vis_begin,
-                                                    n_vis, backend_keep.kept, count, x_alt.data()));
-        HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(positions_dev.data(), n, rotary_bytes,
-                                                    vis_begin, n_vis, backend_keep.kept, count,
-                                                    positions_alt.data()));
-        std::swap(x, x_alt);
-        std::swap(positions_dev, positions_alt);
-        bound[0] = x.data();
-        bound[1] = positions_dev.data();
-        positions.erase(positions.begin() + vis_begin + count,
-                        positions.begin() + vis_begin + n_vis);
-        std::fill(positions.begin() + vis_begin, positions.begin() + vis_begin + count, -1);
-        n_vis = count;
-        n = kept;
-        control = StepControl::kStop;
-      } else if (keep.has_value()) {
-        HAP_RETURN_IF_ERROR(
-            CheckKeepList(*keep, n_vis, absl::StrFormat("at layer %d", l).c_str()));
-        const std::vector<int> rows = KeptRows(n, vis_begin, n_vis, *keep);
-        const int64_t kept = static_cast<int64_t>(rows.size());
-        HAP_RETURN_IF_ERROR(backend_.GatherRows(x.data(), n, sizeof(float) * d_, rows.data(),
-                                                kept, x.data()));
-        HAP_RETURN_IF_ERROR(backend_.GatherRows(positions_dev.data(), n, rotary_bytes, rows.data(),
-                                                kept, positions_dev.data()));
-        for (int64_t i = 0; i < kept; ++i) positions[i] = positions[rows[i]];  // rows ascend
-        positions.resize(static_cast<size_t>(kept));
-        n_vis = static_cast<int>(keep->size());
-        n = static_cast<int>(kept);
-        control = StepControl::kStop;
+        p.backend_stages.push_back({l, p.n_vis, p.keep.kept, count});
+        stage = true;
+      } else if (keep->has_value()) {
+        p.keep = BackendKeep{};
+        HAP_RETURN_IF_ERROR(of_prompt(
+            i, CheckKeepList(**keep, p.n_vis, absl::StrFormat("at layer %d", l).c_str())));
+        p.rows = KeptRows(p.n, p.vis_begin, p.n_vis, **keep);
+        p.host_stage = true;
+        stage = true;
+      } else {
+        p.keep = BackendKeep{};
       }
-      prune_ms = MsSince(tp);
+      p.prune_ms = MsSince(tp);
     }
-    if (trace) {
-      trace->layer_ms.push_back(MsSince(t0));
-      trace->prune_ms.push_back(prune_ms);
+    if (stage) HAP_RETURN_IF_ERROR(compact());
+    for (PromptRows& p : ps) {
+      if (p.in->trace == nullptr) continue;
+      p.in->trace->layer_ms.push_back(MsSince(t0));
+      p.in->trace->prune_ms.push_back(p.prune_ms);
     }
-    return control;
+    return stage ? StepControl::kStop : StepControl::kContinue;
   };
   bindings.call = &call;
-  // A run ends at the pruner's next scheduled stage (where its stop would end it anyway), so
-  // planning costs one layer's ops per layer however many stages there are (HAP at 32 of 576
-  // prunes after every layer). A stage off the schedule still stops the run where it happens.
-  const std::vector<int>* schedule =
-      pruner != nullptr &&
-              static_cast<int>(pruner->stats().planned_layer_tokens.size()) == n_layers()
-          ? &pruner->stats().planned_layer_tokens
-          : nullptr;
+  // A run ends at the next stage a pruner's schedule plans (where its stop would end it anyway),
+  // so planning costs one layer's ops per layer however many stages there are (HAP at 32 of 576
+  // prunes after every layer). A stage off a schedule still stops the run where it happens.
   auto run_end = [&](int first) {
-    for (int l = first; schedule != nullptr && l + 1 < n_layers(); ++l) {
-      if ((*schedule)[l + 1] < (*schedule)[l]) return l;
+    int last = n_layers() - 1;
+    for (const PromptRows& p : ps) {
+      const Pruner* pruner = p.in->pruner;
+      if (pruner == nullptr ||
+          static_cast<int>(pruner->stats().planned_layer_tokens.size()) != n_layers()) {
+        continue;
+      }
+      const std::vector<int>& schedule = pruner->stats().planned_layer_tokens;
+      for (int l = first; l + 1 < n_layers() && l < last; ++l) {
+        if (schedule[l + 1] < schedule[l]) {
+          last = l;
+          break;
+        }
+      }
     }
-    return n_layers() - 1;
+    return last;
   };
   for (int first = 0; first < n_layers();) {
     const int last = run_end(first);
-    HAP_ASSIGN_OR_RETURN(plan, PlanPrefill(first, last, n, pruner != nullptr, &v));
+    if (b > 1) {
+      bounds.resize(static_cast<size_t>(b) + 1);
+      for (int i = 0; i < b; ++i) bounds[i] = ps[i].start;
+      bounds[b] = n;
+      HAP_RETURN_IF_ERROR(bounds_dev.Assign(bounds.data(), bounds.size()));
+      bound[2] = bounds_dev.data();
+    }
+    HAP_ASSIGN_OR_RETURN(plan, PlanPrefill(first, last, n, b > 1 ? b : 0, any_pruner, &v));
     HAP_RETURN_IF_ERROR(workspace.Resize(plan->workspace_bytes()));
     bindings.workspace = workspace.data();
     HAP_ASSIGN_OR_RETURN(const int stopped, plan->Run(bindings));
     first = stopped < 0 ? last + 1 : stopped / 2 + 1;
   }
-  if (pruner) {
-    // The stages decided in the backend's memory: their kept indices copied back, the pruner's
-    // records completed from them, and the position ids of the visual rows they left in the
-    // cache written where −1 stood.
-    std::vector<std::vector<int>> kept_lists;
-    for (size_t i = 0; i < backend_stages.size();) {
-      size_t end = i + 1;  // stages [i, end) lie back to back
-      int64_t values = backend_stages[i].count;
-      while (end < backend_stages.size() &&
-             backend_stages[end].kept ==
-                 backend_stages[end - 1].kept + backend_stages[end - 1].count) {
-        values += backend_stages[end++].count;
-      }
-      std::vector<int32_t> run(static_cast<size_t>(values));
-      HAP_RETURN_IF_ERROR(
-          backend_.CopyToHost(run.data(), backend_stages[i].kept, sizeof(int32_t) * run.size()));
-      auto from = run.begin();
-      for (; i < end; ++i) {
-        kept_lists.emplace_back(from, from + backend_stages[i].count);
-        from += backend_stages[i].count;
-      }
-    }
-    HAP_RETURN_IF_ERROR(pruner->Finish(kept_lists));
-    for (size_t i = 0; i < backend_stages.size(); ++i) {
-      const BackendStage& st = backend_stages[i];
-      HAP_RETURN_IF_ERROR(CheckKeepList(kept_lists[i], st.n_vis,
-                                        absl::StrFormat("at layer %d", st.after_layer).c_str()));
-      std::vector<int32_t> next(kept_lists[i].size());
-      for (size_t r = 0; r < next.size(); ++r) next[r] = visual_positions[kept_lists[i][r]];
-      visual_positions = std::move(next);
-      for (int l = st.after_layer + 1; l < n_layers(); ++l) {
-        if (stage_of_layer[l] != static_cast<int>(i) + 1) continue;
-        HAP_RETURN_IF_ERROR(cache->RewritePositions(l, vis_begin, visual_positions.data(),
-                                                    static_cast<int>(visual_positions.size())));
-      }
-    }
+  for (int i = 0; i < b; ++i) HAP_RETURN_IF_ERROR(of_prompt(i, FinishPrompt(&ps[i])));
+  if (b == 1) {
+    const PromptRows& p = ps[0];
+    return LogitsInto(x.data() + static_cast<int64_t>(p.start + p.n - 1) * d_, 1, p.in->logits);
   }
-  cache->next_position = next_position;
-  cache->rope_delta = rope_delta;
-  return LogitsInto(x.data() + static_cast<int64_t>(n - 1) * d_, 1, logits);
+  // Every prompt's last row through the final norm and the LM head at once (its rows are
+  // independent), then each prompt's logits row into its own array.
+  std::vector<int> last_rows(static_cast<size_t>(b));
+  for (int i = 0; i < b; ++i) last_rows[i] = ps[i].start + ps[i].n - 1;
+  BackendArray<float> last(backend_);  // F32 [b, hidden]
+  HAP_RETURN_IF_ERROR(last.Resize(static_cast<size_t>(b) * d_));
+  HAP_RETURN_IF_ERROR(
+      backend_.GatherRows(x.data(), n, row_bytes, last_rows.data(), b, last.data()));
+  BackendArray<float> all(backend_);  // F32 [b, vocab]
+  HAP_RETURN_IF_ERROR(LogitsInto(last.data(), b, &all));
+  for (int i = 0; i < b; ++i) {
+    BackendArray<float>* logits = ps[i].in->logits;
+    logits->Rebind(backend_);
+    HAP_RETURN_IF_ERROR(logits->Resize(static_cast<size_t>(vocab_)));
+    HAP_RETURN_IF_ERROR(backend_.Copy(logits->data(), all.data() + static_cast<int64_t>(i) * vocab_,
+                                      sizeof(float) * vocab_));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> LlamaDecoder::DecodeStep(int32_t token, KvStore* cache) const {

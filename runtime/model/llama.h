@@ -66,6 +66,30 @@ class DecodeWorkspace {
   BackendArray<float> logits_;
 };
 
+// One prompt of a prefill (LlamaDecoder::PrefillBatchInto): PrefillInto's arguments, its input
+// rows in `x`, or spliced in the backend's memory: the token embeddings of `ids` (an image row's id
+// is embedded, then overwritten), then the image's rows `image_embeds` copied over rows
+// [vis_begin, vis_begin + n_vis) — one upload of the image's rows (none where image_in_backend:
+// a copy within the backend's memory) and no trip of the prompt's rows through the host. Not for a
+// pruner that reads the input embeddings (Pruner::ReadsInputEmbeddings): InvalidArgument.
+struct PrefillSequence {
+  std::vector<float> x;                       // F32 [n, hidden] on the host; empty with ids
+  const std::vector<int32_t>* ids = nullptr;  // [n]
+  const float* image_embeds = nullptr;        // F32 [n_vis, hidden], host or backend memory
+  bool image_in_backend = false;
+  std::vector<int32_t> positions;  // [n]
+  int vis_begin = 0;
+  int n_vis = 0;
+  Pruner* pruner = nullptr;
+  KvStore* cache = nullptr;
+  PrefillTrace* trace = nullptr;
+  BackendArray<float>* logits = nullptr;  // F32 [1, vocab], on the decoder's backend
+  const MropePositions* mrope = nullptr;
+};
+
+// `s` with "prompt i of b: " before its message: an error of one prompt of a batched prefill.
+absl::Status PromptError(size_t i, size_t b, const absl::Status& s);
+
 class LlamaDecoder {
  public:
   // Every op runs on `backend` (which must outlive the decoder).
@@ -97,18 +121,19 @@ class LlamaDecoder {
                            int n_vis, Pruner* pruner, KvStore* cache, PrefillTrace* trace,
                            BackendArray<float>* logits,
                            const MropePositions* mrope = nullptr) const;
-  // PrefillInto with the input rows spliced in the backend's memory: the token embeddings of
-  // `ids` [n] (an image row's id is embedded, then overwritten), then the image's rows
-  // `image_embeds` (host, F32 [n_vis, hidden]) copied over rows [vis_begin, vis_begin + n_vis).
-  // One upload of the image's rows (none where image_in_backend: image_embeds is then in the
-  // backend's memory, and a copy within it splices the rows) and no trip of the prompt's rows
-  // through the host. Not for a pruner that reads the input embeddings
-  // (Pruner::ReadsInputEmbeddings): InvalidArgument.
-  absl::Status PrefillSplicedInto(const std::vector<int32_t>& ids, const float* image_embeds,
-                                  bool image_in_backend, std::vector<int32_t> positions,
-                                  int vis_begin, int n_vis, Pruner* pruner, KvStore* cache,
-                                  PrefillTrace* trace, BackendArray<float>* logits,
-                                  const MropePositions* mrope = nullptr) const;
+  // Several prompts in one pass (one: a prefill): every product reads each weight once for all
+  // of their rows, and one variable-length attention per layer attends each prompt over its own
+  // rows (AttentionArgs::segment_bounds), with no padding to the longest. Each prompt keeps its
+  // own pruner (method, budget, stages at its own layers), cache, trace and logits, and gets what
+  // it gets alone: its rows start at multiples of the backend's attention_run_align, and the
+  // other ops treat rows alone, so kept sets, KV and logits are bit for bit those of the prompt
+  // alone where the backend's products give a row the same result whatever the rows beside it
+  // (the CPU's BF16 products from 16 rows on, with AVX512-BF16; the emulation's; not OpenBLAS's
+  // sgemm nor cuBLAS, which pick their kernels by shape: there to the products' rounding). A
+  // pruning stage of one prompt compacts the batch's rows and plans the layers after it again
+  // for them all. Errors are the whole batch's ("prompt i of b: ..."); an error leaves every
+  // cache unusable.
+  absl::Status PrefillBatchInto(std::vector<PrefillSequence>& seqs) const;
 
   // Appends `token` at cache->next_position (rotated at next_position + rope_delta) and returns
   // the next logits F32 [vocab].
@@ -142,31 +167,38 @@ class LlamaDecoder {
   // keys and new values, which the Call after them appends to the cache.
   struct StepValues {
     StepValueId x, positions, logits = kNoStepValue;  // bound
+    StepValueId segments = kNoStepValue;              // bound: a batched prefill's runs
     StepValueId h, q, k, v, attn, gate, up, lse = kNoStepValue;
   };
   // positions: I32 [n, rope_axes_] in a prefill, I32 [n] in a decode step (whose rows are
-  // text: every axis at one position).
-  StepValues DescribeValues(StepDesc& desc, int n, bool with_lse, bool prefill) const;
+  // text: every axis at one position). n_segments > 0: a batched prefill's runs, I32
+  // [n_segments + 1], bound after the positions.
+  StepValues DescribeValues(StepDesc& desc, int n, bool with_lse, bool prefill,
+                            int n_segments = 0) const;
   // Layer l's ops over n rows. `prefill`: the rows attend to each other (Attention op, with the
-  // LSE when the values have one); otherwise a Call with id `call_id` sits between RoPE and the
-  // output projection, where the engine appends each sequence's row and attends over its cache.
-  void DescribeLayer(StepDesc& desc, const StepValues& v, int l, int n, bool prefill,
-                     int call_id) const;
-  // Layers [first, last] of a prefill over n rows, with a Call before each layer (id 2l) and
-  // after it (id 2l + 1): planned up to the pruner's next scheduled stage, and again after every
-  // pruning stage, for the rows it leaves.
-  // PrefillInto and PrefillSplicedInto: x_host holds every row, or ids and image_embeds do.
-  absl::Status PrefillRowsInto(std::vector<float> x_host, const std::vector<int32_t>* ids,
-                               const float* image_embeds, bool image_in_backend,
-                               std::vector<int32_t> positions, int vis_begin, int n_vis,
-                               Pruner* pruner, KvStore* cache, PrefillTrace* trace,
-                               BackendArray<float>* logits, const MropePositions* mrope) const;
+  // LSE when the values have one; within each run where the values have segments); otherwise a
+  // Call with id `call_id` sits between RoPE and the output projection, where the engine appends
+  // each sequence's row and attends over its cache.
+  void DescribeLayer(StepDesc& desc, const StepValues& v, int l, int n, bool prefill, int call_id,
+                     int n_segments = 0) const;
   // The rows' rotary positions I32 [n, rope_axes_] and the cache's rope_delta (PrefillInto's
   // `mrope`).
   absl::Status RotaryRows(const std::vector<int32_t>& positions, const MropePositions* mrope,
                           std::vector<int32_t>* rotary, int32_t* rope_delta) const;
+  struct BackendStage;
+  struct PromptRows;
+  // Checks one prompt of a prefill, runs its pruner's Begin (a stage before the LLM compacts
+  // its host rows) and fills `p` (its rows uploaded later).
+  absl::Status BeginPrompt(PrefillSequence& in, PromptRows* p) const;
+  // After the last layer: the prompt's stages decided in the backend's memory copied back and
+  // handed to its pruner's Finish, the cache's positions completed.
+  absl::Status FinishPrompt(PromptRows* p) const;
+  // Layers [first, last] of a prefill over n rows in n_segments runs (0: one prompt), with a
+  // Call before each layer (id 2l) and after it (id 2l + 1): planned up to the pruners' next
+  // scheduled stage, and again after every pruning stage, for the rows it leaves.
   absl::StatusOr<std::unique_ptr<PlannedStep>> PlanPrefill(int first, int last, int n,
-                                                           bool with_lse, StepValues* values) const;
+                                                           int n_segments, bool with_lse,
+                                                           StepValues* values) const;
   // A whole decode step of b sequences, the final norm and LM head included, with a Call (id l)
   // at each layer's attention. Planned once per batch size and kept.
   absl::StatusOr<std::shared_ptr<const PlannedStep>> DecodePlan(int b, StepValues* values) const;

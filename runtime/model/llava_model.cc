@@ -139,27 +139,26 @@ absl::StatusOr<PrefillOutput> LlavaModel::Prefill(const PromptTokens& prompt,
                                                   const std::vector<float>& image_embeds,
                                                   Pruner* pruner, Sampler* sampler,
                                                   int kv_reserve_rows) const {
-  return PrefillImageRows(prompt, image_embeds.data(), image_embeds.size(), false, pruner, sampler,
-                          kv_reserve_rows);
+  HAP_ASSIGN_OR_RETURN(
+      std::vector<PrefillOutput> outs,
+      PrefillBatch({{&prompt, &image_embeds, nullptr, pruner, sampler, kv_reserve_rows}}));
+  return std::move(outs[0]);
 }
 
 absl::StatusOr<PrefillOutput> LlavaModel::PrefillFromBackend(
     const PromptTokens& prompt, const BackendArray<float>& image_embeds, Pruner* pruner,
     Sampler* sampler, int kv_reserve_rows) const {
-  if (&image_embeds.backend() != &backend()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("image embeddings in %s memory for a model on the %s backend",
-                        std::string(image_embeds.backend().name()), std::string(backend().name())));
-  }
-  return PrefillImageRows(prompt, image_embeds.data(), image_embeds.size(), true, pruner, sampler,
-                          kv_reserve_rows);
+  HAP_ASSIGN_OR_RETURN(
+      std::vector<PrefillOutput> outs,
+      PrefillBatch({{&prompt, nullptr, &image_embeds, pruner, sampler, kv_reserve_rows}}));
+  return std::move(outs[0]);
 }
 
-absl::StatusOr<PrefillOutput> LlavaModel::PrefillImageRows(const PromptTokens& prompt,
-                                                           const float* image, size_t image_values,
-                                                           bool image_in_backend, Pruner* pruner,
-                                                           Sampler* sampler,
-                                                           int kv_reserve_rows) const {
+absl::Status LlavaModel::DecoderInput(const PromptTokens& prompt, const float* image,
+                                      size_t image_values, bool image_in_backend, Pruner* pruner,
+                                      int kv_reserve_rows, std::vector<int32_t>* ids,
+                                      PrefillOutput* out, BackendArray<float>* logits,
+                                      PrefillSequence* seq) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
   const int d = config_.text.hidden_size;
   if (image_values != static_cast<size_t>(prompt.n_vis) * d) {
@@ -170,38 +169,59 @@ absl::StatusOr<PrefillOutput> LlavaModel::PrefillImageRows(const PromptTokens& p
   // Text rows come from the embedding table; the image token rows are replaced by the image
   // embeddings (the image token id itself may lie outside the embedding table). On a device
   // the two are spliced there, unless the pruner reads the whole input on the host.
-  std::vector<int32_t> ids = prompt.ids;
-  for (int i = 0; i < prompt.n_vis; ++i) ids[prompt.vis_begin + i] = 0;
+  *ids = prompt.ids;
+  for (int i = 0; i < prompt.n_vis; ++i) (*ids)[prompt.vis_begin + i] = 0;
   const bool splice_on_device =
       !backend().caps().host_memory && (pruner == nullptr || !pruner->ReadsInputEmbeddings());
-  std::vector<float> x;
-  if (!splice_on_device) {
-    HAP_ASSIGN_OR_RETURN(x, decoder_->Embed(ids));
-    float* rows = x.data() + static_cast<int64_t>(prompt.vis_begin) * d;
+  if (splice_on_device) {
+    seq->ids = ids;
+    seq->image_embeds = image;
+    seq->image_in_backend = image_in_backend;
+  } else {
+    HAP_ASSIGN_OR_RETURN(seq->x, decoder_->Embed(*ids));
+    float* rows = seq->x.data() + static_cast<int64_t>(prompt.vis_begin) * d;
     if (image_in_backend) {
       HAP_RETURN_IF_ERROR(backend().CopyToHost(rows, image, image_values * sizeof(float)));
     } else {
       std::memcpy(rows, image, image_values * sizeof(float));
     }
   }
-  std::vector<int32_t> positions(ids.size());
-  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  seq->positions.resize(ids->size());
+  for (size_t i = 0; i < ids->size(); ++i) seq->positions[i] = static_cast<int32_t>(i);
+  seq->vis_begin = prompt.vis_begin;
+  seq->n_vis = prompt.n_vis;
+  seq->pruner = pruner;
+  HAP_ASSIGN_OR_RETURN(*out, EmptyPrefillOutput(backend(), *decoder_, options_.kv_dtype,
+                                                static_cast<int>(ids->size()), kv_reserve_rows));
+  seq->cache = &out->kv();
+  seq->trace = &out->trace;
+  seq->logits = logits;
+  return absl::OkStatus();
+}
 
-  HAP_ASSIGN_OR_RETURN(PrefillOutput out,
-                       EmptyPrefillOutput(backend(), *decoder_, options_.kv_dtype,
-                                          static_cast<int>(ids.size()), kv_reserve_rows));
-  BackendArray<float> logits(backend());  // F32 [1, vocab]
-  if (splice_on_device) {
-    HAP_RETURN_IF_ERROR(decoder_->PrefillSplicedInto(
-        ids, image, image_in_backend, std::move(positions), prompt.vis_begin, prompt.n_vis, pruner,
-        &out.kv(), &out.trace, &logits));
-  } else {
-    HAP_RETURN_IF_ERROR(decoder_->PrefillInto(std::move(x), std::move(positions), prompt.vis_begin,
-                                              prompt.n_vis, pruner, &out.kv(), &out.trace,
-                                              &logits));
-  }
-  HAP_RETURN_IF_ERROR(FinishPrefill(logits, sampler, &out));
-  return out;
+absl::StatusOr<std::vector<PrefillOutput>> LlavaModel::PrefillBatch(
+    const std::vector<PrefillPrompt>& prompts) const {
+  std::vector<std::vector<int32_t>> ids(prompts.size());  // what each sequence's ids point to
+  size_t next = 0;
+  return PrefillBatchOf(prompts, [&](const PrefillPrompt& p, PrefillOutput* out,
+                                     BackendArray<float>* logits, PrefillSequence* seq) {
+    std::vector<int32_t>* prompt_ids = &ids[next++];
+    const BackendArray<float>* in_backend = p.image_embeds_in_backend;
+    if (p.prompt == nullptr || (p.image_embeds == nullptr) == (in_backend == nullptr)) {
+      return absl::InvalidArgumentError(
+          "no prompt tokens, or not exactly one of image embeddings on the host and in the "
+          "backend's memory");
+    }
+    if (in_backend != nullptr && &in_backend->backend() != &backend()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "image embeddings in %s memory for a model on the %s backend",
+          std::string(in_backend->backend().name()), std::string(backend().name())));
+    }
+    const float* image = in_backend != nullptr ? in_backend->data() : p.image_embeds->data();
+    const size_t values = in_backend != nullptr ? in_backend->size() : p.image_embeds->size();
+    return DecoderInput(*p.prompt, image, values, in_backend != nullptr, p.pruner,
+                        p.kv_reserve_rows, prompt_ids, out, logits, seq);
+  });
 }
 
 }  // namespace hap

@@ -23,6 +23,18 @@
 
 namespace hap {
 
+// One prompt of a batched prefill (LlavaModel::PrefillBatch): Prefill's arguments.
+struct PrefillPrompt {
+  const PromptTokens* prompt = nullptr;
+  // F32 [prompt->n_vis, hidden]: on the host, or in the backend's memory
+  // (ImageEmbeddingsInBackend, as PrefillFromBackend takes them); one of the two.
+  const std::vector<float>* image_embeds = nullptr;
+  const BackendArray<float>* image_embeds_in_backend = nullptr;
+  Pruner* pruner = nullptr;    // may be null
+  Sampler* sampler = nullptr;  // may be null
+  int kv_reserve_rows = 0;
+};
+
 class LlavaModel : public LanguageModel {
  public:
   // Loads config.json, preprocessor_config.json (CLIP's values when absent), the safetensors
@@ -76,14 +88,20 @@ class LlavaModel : public LanguageModel {
                                                    const BackendArray<float>& image_embeds,
                                                    Pruner* pruner, Sampler* sampler = nullptr,
                                                    int kv_reserve_rows = 0) const;
+  // Several prompts in one pass of the decoder (LlamaDecoder::PrefillBatchInto): each prompt's
+  // output is its own Prefill's (bit for bit where the backend's products are row-invariant;
+  // see there), while every product reads each weight once for all of them.
+  absl::StatusOr<std::vector<PrefillOutput>> PrefillBatch(
+      const std::vector<PrefillPrompt>& prompts) const;
 
  private:
-  // Prefill and PrefillFromBackend: the image's rows F32 [prompt.n_vis, hidden] at `image`, in
-  // the backend's memory where image_in_backend, else on the host.
-  absl::StatusOr<PrefillOutput> PrefillImageRows(const PromptTokens& prompt, const float* image,
-                                                 size_t image_values, bool image_in_backend,
-                                                 Pruner* pruner, Sampler* sampler,
-                                                 int kv_reserve_rows) const;
+  // The decoder's input for one prompt, whose image rows F32 [prompt.n_vis, hidden] are at
+  // `image` (in the backend's memory where image_in_backend, else on the host), into `out`'s
+  // empty cache and `logits`; `ids` holds the token ids the sequence points to.
+  absl::Status DecoderInput(const PromptTokens& prompt, const float* image, size_t image_values,
+                            bool image_in_backend, Pruner* pruner, int kv_reserve_rows,
+                            std::vector<int32_t>* ids, PrefillOutput* out,
+                            BackendArray<float>* logits, PrefillSequence* seq) const;
   LlavaModel() = default;
 
   LlavaConfig config_;

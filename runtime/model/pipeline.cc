@@ -223,6 +223,99 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
   return ResultOf(std::move(out), dims, prune.method, encoded.n_vis, *pruner, t0);
 }
 
+namespace {
+
+// A job of a batched pass, checked: its prompt's tokens (and, for Qwen2.5-VL, positions), its
+// dims and pruner, its sampler as it was before the pass.
+template <typename Prompt>
+struct CheckedJob {
+  size_t index = 0;
+  Prompt prompt;
+  ModelDims dims;
+  std::unique_ptr<Pruner> pruner;
+  Sampler sampler_before{SamplingParams{}};
+};
+
+// RunPrefillBatch for either family: `check` tokenizes a job into a CheckedJob (its error is the
+// job's), `image` points a batch prompt at the job's image embeddings; then one PrefillBatch over
+// the checked jobs, or each job's RunPrefill where that pass fails.
+template <typename Model, typename Prompt, typename BatchPrompt>
+std::vector<absl::StatusOr<PrefillResult>> PrefillBatchOf(
+    const Model& model, const std::vector<PrefillJob>& jobs,
+    const std::function<absl::Status(const PrefillJob&, CheckedJob<Prompt>*)>& check,
+    const std::function<void(const PrefillJob&, BatchPrompt*)>& image) {
+  const auto t0 = Clock::now();
+  std::vector<absl::StatusOr<PrefillResult>> results(jobs.size());
+  std::vector<CheckedJob<Prompt>> checked;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    CheckedJob<Prompt> c;
+    c.index = i;
+    absl::Status s = check(jobs[i], &c);
+    if (!s.ok()) {
+      results[i] = s;
+      continue;
+    }
+    if (jobs[i].sampler != nullptr) c.sampler_before = *jobs[i].sampler;
+    checked.push_back(std::move(c));
+  }
+  if (checked.empty()) return results;
+  std::vector<BatchPrompt> prompts(checked.size());
+  for (size_t k = 0; k < checked.size(); ++k) {
+    const PrefillJob& job = jobs[checked[k].index];
+    BatchPrompt& p = prompts[k];
+    p.prompt = &checked[k].prompt;
+    image(job, &p);
+    // Method "none" runs the plain engine path, as RunPrefill's does.
+    p.pruner = job.prune.method == "none" ? nullptr : checked[k].pruner.get();
+    p.sampler = job.sampler;
+    p.kv_reserve_rows = job.kv_reserve_rows;
+  }
+  absl::StatusOr<std::vector<PrefillOutput>> outs = model.PrefillBatch(prompts);
+  if (absl::IsCancelled(outs.status())) {  // every job's caller cancelled: none runs again
+    for (const CheckedJob<Prompt>& c : checked) results[c.index] = outs.status();
+    return results;
+  }
+  if (!outs.ok()) {
+    for (const CheckedJob<Prompt>& c : checked) {
+      const PrefillJob& job = jobs[c.index];
+      if (job.sampler != nullptr) *job.sampler = c.sampler_before;
+      results[c.index] =
+          RunPrefill(model, *job.prompt, *job.encoded, job.prune, job.sampler, job.kv_reserve_rows);
+    }
+    return results;
+  }
+  for (size_t k = 0; k < checked.size(); ++k) {
+    const CheckedJob<Prompt>& c = checked[k];
+    const PrefillJob& job = jobs[c.index];
+    results[c.index] = ResultOf(std::move((*outs)[k]), c.dims, job.prune.method, job.encoded->n_vis,
+                                *c.pruner, t0);
+  }
+  return results;
+}
+
+}  // namespace
+
+std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(const LlavaModel& model,
+                                                           const std::vector<PrefillJob>& jobs) {
+  return PrefillBatchOf<LlavaModel, PromptTokens, PrefillPrompt>(
+      model, jobs,
+      [&](const PrefillJob& job, CheckedJob<PromptTokens>* c) -> absl::Status {
+        HAP_ASSIGN_OR_RETURN(c->prompt, model.Tokenize(*job.prompt, job.encoded->n_vis));
+        c->dims = DimsOf(model.config());
+        HAP_ASSIGN_OR_RETURN(
+            c->pruner,
+            PrunerFor(job.prune, c->dims, static_cast<int>(c->prompt.ids.size()), c->prompt.n_vis));
+        return absl::OkStatus();
+      },
+      [](const PrefillJob& job, PrefillPrompt* p) {
+        if (job.encoded->embeds_in_backend != nullptr) {
+          p->image_embeds_in_backend = job.encoded->embeds_in_backend.get();
+        } else {
+          p->image_embeds = &job.encoded->embeds;
+        }
+      });
+}
+
 absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, const PromptText& text,
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler, int kv_reserve_rows) {
@@ -241,6 +334,26 @@ absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, const PromptTex
   HAP_ASSIGN_OR_RETURN(PrefillOutput out,
                        model.Prefill(prompt, encoded.embeds, active, sampler, kv_reserve_rows));
   return ResultOf(std::move(out), dims, prune.method, encoded.n_vis, *pruner, t0);
+}
+
+std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(const QwenModel& model,
+                                                           const std::vector<PrefillJob>& jobs) {
+  return PrefillBatchOf<QwenModel, QwenPrompt, QwenPrefillPrompt>(
+      model, jobs,
+      [&](const PrefillJob& job, CheckedJob<QwenPrompt>* c) -> absl::Status {
+        HAP_ASSIGN_OR_RETURN(c->prompt, model.Tokenize(*job.prompt, job.encoded->grid));
+        if (c->prompt.tokens.n_vis != job.encoded->n_vis) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("the image's grid gives %d visual tokens; %d embeddings came",
+                              c->prompt.tokens.n_vis, job.encoded->n_vis));
+        }
+        c->dims = DimsOf(model.config(), job.encoded->n_vis);
+        HAP_ASSIGN_OR_RETURN(
+            c->pruner, PrunerFor(job.prune, c->dims, static_cast<int>(c->prompt.tokens.ids.size()),
+                                 c->prompt.tokens.n_vis));
+        return absl::OkStatus();
+      },
+      [](const PrefillJob& job, QwenPrefillPrompt* p) { p->image_embeds = &job.encoded->embeds; });
 }
 
 absl::StatusOr<EncodeResult> EncodeImage(const QwenModel& model, std::string_view image_bytes,

@@ -98,12 +98,32 @@ absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptTe
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler, int kv_reserve_rows = 0);
 
+// One request's stage 2 in a batched pass (RunPrefillBatch): RunPrefill's arguments.
+struct PrefillJob {
+  const PromptText* prompt = nullptr;
+  const EncodeResult* encoded = nullptr;
+  PruneRequest prune;
+  Sampler* sampler = nullptr;
+  int kv_reserve_rows = 0;
+};
+// Several requests' stage 2 in one pass of the decoder (LlavaModel::PrefillBatch): each job's
+// result is its own RunPrefill's (bit for bit where the backend's products are row-invariant), or
+// its own error. A job whose prompt or budget is refused gets its error and the others go on; if
+// the pass itself fails, each job runs alone (its sampler as it was before the pass), so one
+// request cannot fail the others; a pass cancelled (CancellationRequested: the callers of every
+// job gave up) gives each job that Cancelled. Each result's prefill_ms is the pass's.
+std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(const LlavaModel& model,
+                                                           const std::vector<PrefillJob>& jobs);
+
 // Qwen2.5-VL's stage 2: the prompt (a question in the directory's chat template, or a rendered
 // one) with the encoded image, pruned as `prune` asks (its budget against this image's visual
 // tokens), kept tokens at their original 3-D positions.
 absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, const PromptText& prompt,
                                          const EncodeResult& encoded, const PruneRequest& prune,
                                          Sampler* sampler, int kv_reserve_rows = 0);
+// Qwen2.5-VL's RunPrefillBatch (QwenModel::PrefillBatch).
+std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(const QwenModel& model,
+                                                           const std::vector<PrefillJob>& jobs);
 
 // Warm-up requests a service runs before it serves, so that its first request costs what later
 // ones do (on a GPU: kernel modules loaded, product handles made, steps planned, the block cache

@@ -197,10 +197,10 @@ absl::StatusOr<QwenPrompt> QwenModel::Tokenize(const PromptText& prompt,
   return p;
 }
 
-absl::StatusOr<PrefillOutput> QwenModel::Prefill(const QwenPrompt& prompt,
-                                                 const std::vector<float>& image_embeds,
-                                                 Pruner* pruner, Sampler* sampler,
-                                                 int kv_reserve_rows) const {
+absl::Status QwenModel::DecoderInput(const QwenPrompt& prompt,
+                                     const std::vector<float>& image_embeds, Pruner* pruner,
+                                     int kv_reserve_rows, PrefillOutput* out,
+                                     BackendArray<float>* logits, PrefillSequence* seq) const {
   HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
   const int d = text_config().hidden_size;
   const PromptTokens& t = prompt.tokens;
@@ -212,20 +212,41 @@ absl::StatusOr<PrefillOutput> QwenModel::Prefill(const QwenPrompt& prompt,
   // Text rows from the embedding table; the image pad rows are replaced by the image's.
   std::vector<int32_t> ids = t.ids;
   std::fill(ids.begin() + t.vis_begin, ids.begin() + t.vis_begin + t.n_vis, 0);
-  HAP_ASSIGN_OR_RETURN(std::vector<float> x, decoder_->Embed(ids));
-  std::memcpy(x.data() + static_cast<int64_t>(t.vis_begin) * d, image_embeds.data(),
+  HAP_ASSIGN_OR_RETURN(seq->x, decoder_->Embed(ids));
+  std::memcpy(seq->x.data() + static_cast<int64_t>(t.vis_begin) * d, image_embeds.data(),
               image_embeds.size() * sizeof(float));
-  std::vector<int32_t> positions(t.ids.size());
-  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
-  HAP_ASSIGN_OR_RETURN(PrefillOutput out,
-                       EmptyPrefillOutput(backend(), *decoder_, options_.kv_dtype,
-                                          static_cast<int>(t.ids.size()), kv_reserve_rows));
-  BackendArray<float> logits(backend());  // F32 [1, vocab]
-  HAP_RETURN_IF_ERROR(decoder_->PrefillInto(std::move(x), std::move(positions), t.vis_begin,
-                                            t.n_vis, pruner, &out.kv(), &out.trace, &logits,
-                                            &prompt.mrope));
-  HAP_RETURN_IF_ERROR(FinishPrefill(logits, sampler, &out));
-  return out;
+  seq->positions.resize(t.ids.size());
+  for (size_t i = 0; i < t.ids.size(); ++i) seq->positions[i] = static_cast<int32_t>(i);
+  seq->vis_begin = t.vis_begin;
+  seq->n_vis = t.n_vis;
+  seq->pruner = pruner;
+  seq->mrope = &prompt.mrope;
+  HAP_ASSIGN_OR_RETURN(*out, EmptyPrefillOutput(backend(), *decoder_, options_.kv_dtype,
+                                                static_cast<int>(t.ids.size()), kv_reserve_rows));
+  seq->cache = &out->kv();
+  seq->trace = &out->trace;
+  seq->logits = logits;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PrefillOutput> QwenModel::Prefill(const QwenPrompt& prompt,
+                                                 const std::vector<float>& image_embeds,
+                                                 Pruner* pruner, Sampler* sampler,
+                                                 int kv_reserve_rows) const {
+  HAP_ASSIGN_OR_RETURN(std::vector<PrefillOutput> outs,
+                       PrefillBatch({{&prompt, &image_embeds, pruner, sampler, kv_reserve_rows}}));
+  return std::move(outs[0]);
+}
+
+absl::StatusOr<std::vector<PrefillOutput>> QwenModel::PrefillBatch(
+    const std::vector<QwenPrefillPrompt>& prompts) const {
+  return PrefillBatchOf(prompts, [&](const QwenPrefillPrompt& p, PrefillOutput* out,
+                                     BackendArray<float>* logits, PrefillSequence* seq) {
+    if (p.prompt == nullptr || p.image_embeds == nullptr) {
+      return absl::InvalidArgumentError("no prompt tokens or image embeddings");
+    }
+    return DecoderInput(*p.prompt, *p.image_embeds, p.pruner, p.kv_reserve_rows, out, logits, seq);
+  });
 }
 
 }  // namespace hap

@@ -32,6 +32,15 @@ struct QwenPrompt {
   MropePositions mrope;
 };
 
+// One prompt of a batched prefill (QwenModel::PrefillBatch): Prefill's arguments.
+struct QwenPrefillPrompt {
+  const QwenPrompt* prompt = nullptr;
+  const std::vector<float>* image_embeds = nullptr;  // F32 [prompt->tokens.n_vis, hidden], host
+  Pruner* pruner = nullptr;                          // may be null
+  Sampler* sampler = nullptr;                        // may be null
+  int kv_reserve_rows = 0;
+};
+
 class QwenModel : public LanguageModel {
  public:
   // InvalidArgument naming the file and field for a config this runtime does not run; NotFound
@@ -68,8 +77,15 @@ class QwenModel : public LanguageModel {
   absl::StatusOr<PrefillOutput> Prefill(const QwenPrompt& prompt,
                                         const std::vector<float>& image_embeds, Pruner* pruner,
                                         Sampler* sampler = nullptr, int kv_reserve_rows = 0) const;
+  // Several prompts in one pass of the decoder, as LlavaModel::PrefillBatch.
+  absl::StatusOr<std::vector<PrefillOutput>> PrefillBatch(
+      const std::vector<QwenPrefillPrompt>& prompts) const;
 
  private:
+  // The decoder's input for one prompt into `out`'s empty cache and `logits`.
+  absl::Status DecoderInput(const QwenPrompt& prompt, const std::vector<float>& image_embeds,
+                            Pruner* pruner, int kv_reserve_rows, PrefillOutput* out,
+                            BackendArray<float>* logits, PrefillSequence* seq) const;
   QwenModel() = default;
 
   Qwen25VLConfig config_;

@@ -42,6 +42,10 @@ class PipelineOf : public VisionLanguageModel {
                                            int kv_reserve_rows) const override {
     return hap::RunPrefill(*model_, prompt, encoded, prune, sampler, kv_reserve_rows);
   }
+  std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(
+      const std::vector<PrefillJob>& jobs) const override {
+    return hap::RunPrefillBatch(*model_, jobs);
+  }
   absl::StatusOr<double> WarmUpEncode(const PruneRequest& prune) const override {
     return hap::WarmUpEncode(*model_, prune);
   }

@@ -73,6 +73,9 @@ class VisionLanguageModel {
                                                    const EncodeResult& encoded,
                                                    const PruneRequest& prune, Sampler* sampler,
                                                    int kv_reserve_rows = 0) const = 0;
+  // Several requests' stage 2 in one pass of the decoder (pipeline.h RunPrefillBatch).
+  virtual std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(
+      const std::vector<PrefillJob>& jobs) const = 0;
   virtual absl::StatusOr<double> WarmUpEncode(const PruneRequest& prune) const = 0;
   virtual absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune) const = 0;
   virtual absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,

@@ -40,6 +40,10 @@ struct LayerAttention {
   const float* k = nullptr;    // F32 [n_tokens, n_kv_heads * head_dim], after RoPE
   const float* lse = nullptr;  // F32 [n_heads, n_tokens]: log Σ_keys exp(scale·q·k) over the
                                // causal keys of each row (the softmax denominator)
+  // Between one head's LSE row and the next; 0: n_tokens. A batched prefill's prompts share one
+  // LSE of every prompt's rows, each prompt's rows a column range of it.
+  int lse_stride = 0;
+  int64_t LseStride() const { return lse_stride > 0 ? lse_stride : n_tokens; }
   int vis_begin = 0;
   int n_vis = 0;
   // The layer's output hidden states (the residual stream after its MLP, what the next layer

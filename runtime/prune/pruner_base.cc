@@ -223,7 +223,7 @@ absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int 
   a.head_dim = att.head_dim;
   a.q_stride = q_stride;
   a.k_stride = k_stride;
-  a.lse_stride = att.n_tokens;
+  a.lse_stride = att.LseStride();
   a.scale = att.scale;
   a.renormalize = renormalize;
   a.out = out->data();

@@ -11,6 +11,7 @@
 #include "base/status_macros.h"
 #include "base/timer.h"
 #include "runtime/model/cancellation.h"
+#include "services/prefill/prefill_batcher.h"
 #include "services/prefill/prefill_telemetry.h"
 #include "services/server/service_metrics.h"
 #include "services/server/status.h"
@@ -193,7 +194,26 @@ absl::Status GenerateReactor::Execute() {
   int turn_yields = 0;      // slices handed to waiting prefills
   double turn_wait_ms = 0;  // and the time waited for them
   auto t_prefill = Clock::now();
-  {
+  auto t_prefill_end = t_prefill;
+  int batch_jobs = 0;  // requests in this one's batched pass (0: not batched)
+  if (PrefillBatcher* batcher = service_->batcher()) {
+    // Prefilled with the requests that reach this point about the same time, in one pass.
+    HAP_ASSIGN_OR_RETURN(PromptTokens tokens, service_->model()->Tokenize(job_.prompt, encoded));
+    PrefillJob job;
+    job.prompt = &job_.prompt;
+    job.encoded = &encoded;
+    job.prune = job_.prune;
+    job.sampler = &sampler;
+    PrefillBatcher::Pass pass;
+    prefill = batcher->Run(
+        job, static_cast<int64_t>(tokens.ids.size()), [this] { return cancelled(); }, &pass);
+    HAP_RETURN_IF_ERROR(CheckCancelled("while waiting to prefill"));
+    if (pass.jobs > 0) {
+      t_prefill = pass.start;
+      t_prefill_end = pass.end;
+      batch_jobs = pass.jobs;
+    }
+  } else {
     // One prefill at a time uses every core (waiting ones hold no core), in slices: after each
     // slice of layers this one hands the compute to the prefills waiting behind it, so a short
     // prompt does not wait for all of a long one. A cancelled request stops between decoder
@@ -210,6 +230,7 @@ absl::Status GenerateReactor::Execute() {
       return cancelled();
     });
     prefill = model.RunPrefill(job_.prompt, encoded, job_.prune, &sampler);
+    t_prefill_end = Clock::now();
     turn_yields = turns.yields();
     turn_wait_ms = turns.waited_ms();
   }
@@ -221,8 +242,8 @@ absl::Status GenerateReactor::Execute() {
     failed.SetStatus(telemetry::StatusCode::kError, std::string(prefill.status().message()));
     return prefill.status();
   }
-  RecordPrefill(rpc_span(), *prefill, job_.prune, t_prefill, Clock::now(), layer_starts,
-                {turn_yields, turn_wait_ms});
+  RecordPrefill(rpc_span(), *prefill, job_.prune, t_prefill, t_prefill_end, layer_starts,
+                {turn_yields, turn_wait_ms}, batch_jobs);
   mutable_rpc_span().SetAttribute("gen_ai.usage.input_tokens", prefill->stats.prompt_tokens);
   HAP_RETURN_IF_ERROR(CheckCancelled("after prefill"));
   return TransferAndRelay(std::move(*prefill));

@@ -72,6 +72,11 @@ std::vector<OptionSpec> Specs() {
                    "a prefill hands the compute to prefills waiting behind it after each slice "
                    "of decoder layers worth this many prompt tokens; 0 = never (whole prefills, "
                    "first come first served)"});
+  specs.push_back({"prefill-batch-tokens", "HAP_PREFILL_BATCH_TOKENS", "0",
+                   "requests that reach the prefill together run as one batched pass of at "
+                   "most this many prompt tokens (a longer prompt runs alone; pays on a GPU, "
+                   "where one prompt leaves it idle); 0 = off (one prefill at a time, in "
+                   "--prefill-chunk-tokens slices)"});
   specs.push_back({"max-active-prefills", "HAP_MAX_ACTIVE_PREFILLS", "4",
                    "prefills started and not finished at once (each holds its activations and KV "
                    "cache while others take their slices); 0 = no bound"});
@@ -224,11 +229,12 @@ int Main(int argc, char** argv) {
   auto max_stream_queue = options.Int("max-stream-queue", 1, 1 << 24);
   auto chunk_tokens = options.Int("prefill-chunk-tokens", 0, 1 << 24);
   auto max_active = options.Int("max-active-prefills", 0, 1 << 16);
+  auto batch_tokens = options.Int("prefill-batch-tokens", 0, 1 << 24);
   auto pruning = DefaultPruning(options);
   for (const absl::Status& s :
        {max_image.status(), max_prompt.status(), lease.status(), max_kv.status(), poll.status(),
         refresh.status(), max_stream_queue.status(), chunk_tokens.status(), max_active.status(),
-        pruning.status()}) {
+        batch_tokens.status(), pruning.status()}) {
     if (!s.ok()) return StartupFailure(host.name(), s);
   }
   const absl::StatusOr<DType> kv_dtype =
@@ -242,6 +248,7 @@ int Main(int argc, char** argv) {
   config.peer_refresh_ms = *refresh;
   config.max_stream_queue = static_cast<size_t>(*max_stream_queue);
   config.prefill_chunk_tokens = static_cast<int>(*chunk_tokens);
+  config.prefill_batch_tokens = static_cast<int>(*batch_tokens);
   ProcessComputeGate().set_max_started(static_cast<int>(*max_active));
   config.default_pruning = *pruning;
   rpc::TlsOptions peer_tls;

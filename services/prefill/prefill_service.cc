@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/compute_gate.h"
 #include "base/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "runtime/model/cancellation.h"
 #include "runtime/model/pipeline.h"
 #include "services/prefill/generate_reactor.h"
 #include "services/wire/proto_convert.h"
@@ -74,6 +78,18 @@ PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry*
           RefreshAndLog(*decoders_, "hap-decode");
         },
         std::chrono::milliseconds(config.peer_refresh_ms));
+  }
+  if (config.prefill_batch_tokens > 0) {
+    // One pass at a time, at the process's compute gate as a lone prefill would be; it stops
+    // between layers only when every request in it is cancelled.
+    batcher_ = std::make_unique<PrefillBatcher>(
+        config.prefill_batch_tokens,
+        [this](const std::vector<PrefillJob>& jobs, const std::function<bool()>& all_cancelled) {
+          ComputeGate::Hold compute = ProcessComputeGate().Enter();
+          ScopedCancellation scope(all_cancelled);
+          PrefillMetrics::Get().prefill_passes->Inc();
+          return model()->RunPrefillBatch(jobs);
+        });
   }
   PrefillMetrics::Get();  // on /metrics from the start
   SampledRowsMetrics::Get();

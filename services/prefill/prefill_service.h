@@ -19,6 +19,7 @@
 #include "runtime/prune/factory.h"
 #include "services/auth/token_auth.h"
 #include "services/prefill/decode_load.h"
+#include "services/prefill/prefill_batcher.h"
 #include "services/routing/replica_set.h"
 #include "services/server/periodic_task.h"
 #include "services/server/server_state.h"
@@ -44,6 +45,10 @@ struct PrefillConfig {
   // 0 = each prefill runs to its end. How many may be started at once is the process gate's
   // bound (--max-active-prefills, set on ProcessComputeGate by main).
   int prefill_chunk_tokens = 256;
+  // > 0: requests that reach the prefill together run as one batched pass of the decoder
+  // (PrefillBatcher) of at most this many prompt tokens (a longer prompt runs alone), instead of
+  // one prefill at a time in slices (prefill_chunk_tokens then does not apply). 0 = off.
+  int prefill_batch_tokens = 0;
   // Ask each decode replica for its free KV memory this often and pick the one with the most
   // (DecodeLoadPoller, KvReports); 0 = off, decode replicas by fewest calls in flight only.
   // A single address is polled only when names are re-resolved (peer_refresh_ms > 0), since it
@@ -94,6 +99,8 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   const VisionLanguageModel* model() const { return model_.load(); }
   ReplicaSet<hap::v1::Encoder>& encoders() { return *encoders_; }
   ReplicaSet<hap::v1::Decode>& decoders() { return *decoders_; }
+  // Null unless config().prefill_batch_tokens > 0.
+  PrefillBatcher* batcher() { return batcher_.get(); }
 
  private:
   ServerState* state_;
@@ -106,6 +113,7 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   std::unique_ptr<ReplicaSet<hap::v1::Decode>> decoders_;
   std::unique_ptr<DecodeLoadPoller> decode_load_;  // after decoders_: stops before it goes
   std::unique_ptr<PeriodicTask> peer_refresh_;     // likewise
+  std::unique_ptr<PrefillBatcher> batcher_;
 };
 
 // A channel to a peer service: fast reconnects (a restarted peer is used again within about a

@@ -69,8 +69,8 @@ std::vector<LayerGroup> LayerGroups(const PrefillStats& stats, const PrefillTrac
 
 void RecordPrefill(const telemetry::Span& parent, const PrefillResult& result,
                    const PruneRequest& prune, Clock::time_point start, Clock::time_point end,
-                   const std::vector<Clock::time_point>& layer_starts,
-                   const PrefillTurns& turns) {
+                   const std::vector<Clock::time_point>& layer_starts, const PrefillTurns& turns,
+                   int batch_requests) {
   const PrefillStats& p = result.stats;
   const std::vector<LayerGroup> groups = LayerGroups(p, result.trace);
   const double kept_ratio =
@@ -117,6 +117,7 @@ void RecordPrefill(const telemetry::Span& parent, const PrefillResult& result,
       .SetAttribute("hap.prune.score_select_ms", p.score_select_ms)
       .SetAttribute("hap.prefill.yields", turns.yields)
       .SetAttribute("hap.prefill.yield_wait_ms", turns.waited_ms);
+  if (batch_requests > 0) span.SetAttribute("hap.prefill.batch_requests", batch_requests);
 
   const bool have_starts = layer_starts.size() == result.trace.layer_ms.size();
   // Without per-layer start times the groups are laid end to end, finishing with the last layer

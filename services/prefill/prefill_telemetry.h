@@ -40,12 +40,14 @@ struct PrefillTurns {
 };
 
 // hap.prefill (under `parent`) with one hap.prefill.group child per group, and the prefill
-// metrics. `start`/`end` bracket RunPrefill; `layer_starts` holds the start of each decoder
-// layer when known (else groups are laid end to end from the layer times, ending at `end`).
+// metrics. `start`/`end` bracket RunPrefill (or the batched pass it ran in, of batch_requests
+// requests: the span's hap.prefill.batch_requests; 0 = not batched); `layer_starts` holds the
+// start of each decoder layer when known (else groups are laid end to end from the layer times,
+// ending at `end`).
 void RecordPrefill(const telemetry::Span& parent, const PrefillResult& result,
                    const PruneRequest& prune, std::chrono::steady_clock::time_point start,
                    std::chrono::steady_clock::time_point end,
                    const std::vector<std::chrono::steady_clock::time_point>& layer_starts,
-                   const PrefillTurns& turns = {});
+                   const PrefillTurns& turns = {}, int batch_requests = 0);
 
 }  // namespace hap::svc

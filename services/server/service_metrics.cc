@@ -64,6 +64,9 @@ PrefillMetrics& PrefillMetrics::Get() {
     x.prefill_yields = Total("hap_prefill_yields_total",
                              "Times a prefill handed the compute to prefills waiting behind it "
                              "after a slice of --prefill-chunk-tokens.");
+    x.prefill_passes = Total("hap_prefill_passes_total",
+                             "Batched prefill passes run (--prefill-batch-tokens); requests "
+                             "prefilled over passes is the mean batch.");
     telemetry::CounterFamily& retries = telemetry::Registry::Default().AddCounter(
         "hap_peer_retries_total",
         "Calls to hap-encoder or hap-decode made again on another replica: the replica first "

@@ -29,6 +29,7 @@ struct PrefillMetrics {
   telemetry::Counter* kv_transfer_bytes;      // KV cache bytes decode acknowledged
   telemetry::Counter* slow_client_cutoffs;    // Generate calls cut off: the client stopped reading
   telemetry::Counter* prefill_yields;         // turns a sliced prefill handed to waiting ones
+  telemetry::Counter* prefill_passes;         // batched passes run (--prefill-batch-tokens)
   // hap_peer_retries_total{peer}: calls made again on another replica because the first was
   // unavailable before anything of the request reached it or came back.
   telemetry::Counter* decode_retries;   // peer="decode": before decode took the KV cache

@@ -29,11 +29,11 @@ CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::mill
 
 std::string HapctlPath() { return HAP_HAPCTL; }
 
-std::string MakeTinyModel(const std::string& name, int seed) {
+std::string MakeTinyModel(const std::string& name, int seed, const std::string& dtype) {
   const std::string dir = absl::StrCat(HAP_BINARY_DIR, "/tests/e2e/", name);
   std::filesystem::remove_all(dir);
-  const CommandResult r = RunCommand(
-      {HapctlPath(), "make-tiny", "--out", dir, "--layers", "8", "--seed", std::to_string(seed)});
+  const CommandResult r = RunCommand({HapctlPath(), "make-tiny", "--out", dir, "--layers", "8",
+                                      "--seed", std::to_string(seed), "--dtype", dtype});
   return r.exit_code == 0 ? dir : "";
 }
 

@@ -43,8 +43,9 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
                          std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
 std::string HapctlPath();
-// `hapctl make-tiny --layers 8` into the build tree; returns the directory.
-std::string MakeTinyModel(const std::string& name, int seed);
+// `hapctl make-tiny --layers 8` (weights in `dtype`: f32, bf16 or f16) into the build tree;
+// returns the directory.
+std::string MakeTinyModel(const std::string& name, int seed, const std::string& dtype = "f32");
 // `hapctl make-tiny --family qwen2.5-vl --layers N` into the build tree; returns the directory.
 std::string MakeTinyQwenModel(const std::string& name, int seed, int layers);
 // A real JPEG from the repository's test scenes.

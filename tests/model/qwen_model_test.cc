@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status_macros.h"
@@ -229,6 +230,62 @@ TEST_F(QwenModelTest, BadRequestsAreRefusedClearly) {
   // A grid that is not whole merge units.
   EXPECT_EQ(m->Tokenize("Hi", ImageGrid{1, 3, 4}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Three requests of different methods and questions in one batched pass (RunPrefillBatch) on the
+// emulated CUDA backend: each gets its own RunPrefill's first token and KV rows, bit for bit (the
+// M-RoPE rows rotate at each prompt's own positions).
+TEST_F(QwenModelTest, ABatchedPrefillEqualsEachRequestsOwn) {
+  auto cuda_backend = GetCudaBackend();
+  ASSERT_TRUE(cuda_backend.ok()) << cuda_backend.status();
+  auto model = Load(*cuda_backend);
+  ASSERT_TRUE(model);
+  PruneRequest none;
+  none.method = "none";
+  auto encoded = EncodeImage(*model, *image_, none);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  const std::vector<std::pair<std::string, std::string>> asks = {
+      {"hap", "What is in the picture?"}, {"none", "Describe it."}, {"fastv", "Which colours?"}};
+  std::vector<PromptText> prompts;
+  for (const auto& ask : asks) prompts.emplace_back(ask.second);
+  std::vector<PrefillJob> jobs(asks.size());
+  std::vector<Sampler> samplers(asks.size(), Sampler{SamplingParams{}});
+  for (size_t i = 0; i < asks.size(); ++i) {
+    jobs[i].prompt = &prompts[i];
+    jobs[i].encoded = &*encoded;
+    jobs[i].prune.method = asks[i].first;
+    if (asks[i].first != "none") jobs[i].prune.retain = 0.4 * encoded->n_vis;
+    jobs[i].sampler = &samplers[i];
+  }
+  std::vector<absl::StatusOr<PrefillResult>> batched = RunPrefillBatch(*model, jobs);
+  ASSERT_EQ(batched.size(), jobs.size());
+  const int kv_dim = model->text_config().num_key_value_heads * model->text_config().head_dim;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SCOPED_TRACE(asks[i].first);
+    ASSERT_TRUE(batched[i].ok()) << batched[i].status();
+    Sampler greedy{SamplingParams{}};
+    absl::StatusOr<PrefillResult> alone =
+        RunPrefill(*model, prompts[i], *encoded, jobs[i].prune, &greedy);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ(batched[i]->first_token, alone->first_token);
+    EXPECT_EQ(batched[i]->stats.layer_visual_tokens, alone->stats.layer_visual_tokens);
+    const KvStore& a = alone->kv();
+    const KvStore& b = batched[i]->kv();
+    ASSERT_EQ(a.n_layers(), b.n_layers());
+    EXPECT_EQ(a.next_position, b.next_position);
+    EXPECT_EQ(a.rope_delta, b.rope_delta);
+    for (int l = 0; l < a.n_layers(); ++l) {
+      ASSERT_EQ(a.len(l), b.len(l)) << "layer " << l;
+      std::vector<float> ka(static_cast<size_t>(a.len(l)) * kv_dim), va(ka.size()), kb(ka.size()),
+          vb(ka.size());
+      std::vector<int32_t> pa(a.len(l)), pb(a.len(l));
+      ASSERT_TRUE(a.ReadRows(l, 0, a.len(l), ka.data(), va.data(), pa.data()).ok());
+      ASSERT_TRUE(b.ReadRows(l, 0, b.len(l), kb.data(), vb.data(), pb.data()).ok());
+      EXPECT_EQ(ka, kb) << "K of layer " << l;
+      EXPECT_EQ(va, vb) << "V of layer " << l;
+      EXPECT_EQ(pa, pb) << "positions of layer " << l;
+    }
+  }
 }
 
 }  // namespace

@@ -130,7 +130,7 @@ class HeadStatsObserver : public Pruner {
     a.head_dim = att.head_dim;
     a.q_stride = q_stride;
     a.k_stride = k_stride;
-    a.lse_stride = att.n_tokens;
+    a.lse_stride = att.LseStride();
     a.scale = att.scale;
     const int64_t map_size = int64_t{n_text} * n_vis;
     std::vector<float> maps(static_cast<size_t>(H) * map_size), raw(maps.size());
