@@ -21,6 +21,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <utility>
@@ -52,6 +53,15 @@ struct BackendCaps {
   // (the attention kernels' row and key tiles); a batched prefill lays its prompts out so.
   // 1: any start does (the CPU backend cuts its row blocks at the runs).
   int attention_run_align = 1;
+};
+
+// Ops recorded by Backend::Capture, enqueued again as one unit.
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
+  // Enqueues the recorded ops once more on the calling thread's stream, on whatever their inputs
+  // hold by then (an upload reads its page-locked source then too).
+  virtual absl::Status Replay() const = 0;
 };
 
 class Backend {
@@ -143,6 +153,21 @@ class Backend {
 
   // --- Pruning ops: scoring and selection of visual tokens (kernels/pruning_kernels.h) ---
   virtual const PruningKernels& pruning() const = 0;
+
+  // --- Graphs ---
+  // Records the ops `enqueue` issues on the calling thread without running them, to enqueue them
+  // again as one unit (on a GPU a CUDA graph: one launch instead of one per op). Every argument
+  // is fixed at capture — addresses, sizes, grids — so a replay suits a step whose buffers stay
+  // put. While recording, what cannot be replayed fails the capture with FailedPrecondition: a
+  // copy to the host or a synchronisation (a wait for the device), an allocation, an upload from
+  // memory AllocateHost did not give, an op that uploads host arrays of its own. InvalidArgument
+  // when `enqueue` issued no op; its own error as it is. Unimplemented on a backend that runs ops
+  // as they are called (the CPU backend).
+  virtual absl::StatusOr<std::unique_ptr<BackendGraph>> Capture(
+      const std::function<absl::Status()>& enqueue) const {
+    (void)enqueue;
+    return absl::UnimplementedError("this backend runs ops as they are called: nothing to capture");
+  }
 
   // --- Planned steps (kernels/step.h) ---
   // Checks `desc` and plans it: the default runs each op as this backend's op of the same name

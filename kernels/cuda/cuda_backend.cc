@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <variant>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/overloaded.h"
 #include "base/status_macros.h"
@@ -23,6 +25,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gather_rows.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/graph.h"
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/paq.h"
 #include "kernels/cuda/paq_softmax.h"
@@ -107,6 +110,14 @@ absl::Status CheckProduct(const TensorView& w, const float* bias, const float* y
   return CheckDevice(bias, sizeof(float) * n, "Linear", "bias");
 }
 
+// FailedPrecondition for `what`, which a graph cannot hold (Backend::Capture).
+absl::Status NotWhileCapturing(const char* what) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(what,
+                   " while capturing a graph (Backend::Capture records only ops that "
+                   "neither wait for the device nor allocate)"));
+}
+
 // What one calling thread owns: its stream, its product context and a scratch area for the
 // small host arrays some ops take (indices, span tables, weights), uploaded per call.
 class ThreadContext {
@@ -131,6 +142,7 @@ class ThreadContext {
   absl::Status Reserve(size_t bytes) {
     used_ = 0;
     if (bytes <= scratch_bytes_) return absl::OkStatus();
+    if (cuda::Capturing()) return NotWhileCapturing("growing an op's scratch area (an allocation)");
     // Earlier ops on the stream may still read the old scratch.
     HAP_CUDA_RETURN_IF_ERROR(cuda::Synchronize(stream_));
     if (scratch_ != nullptr) cuda::DeviceFree(scratch_);
@@ -150,6 +162,8 @@ class ThreadContext {
   }
   // Copies `bytes` of host memory into the reserved scratch; returns the device copy.
   absl::StatusOr<void*> Upload(const void* host, size_t bytes) {
+    // A replay would read the caller's array wherever it is by then.
+    if (cuda::Capturing()) return NotWhileCapturing("an op that uploads host arrays of its own");
     HAP_ASSIGN_OR_RETURN(void* dst, Take(bytes));
     HAP_CUDA_RETURN_IF_ERROR(
         cuda::Copy(dst, host, bytes, cuda::CopyKind::kHostToDevice, stream_));
@@ -183,9 +197,25 @@ absl::StatusOr<ThreadContext*> Context() {
 
 // Copies device memory to the host on the calling thread's stream: a wait for that stream.
 absl::Status DeviceToHost(void* dst, const void* src, size_t bytes) {
+  if (cuda::Capturing()) return NotWhileCapturing("a copy to the host (a wait for the device)");
   HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
   return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kDeviceToHost, c->stream()));
 }
+
+// A captured graph (Backend::Capture), replayed on the calling thread's stream.
+class CudaGraph final : public BackendGraph {
+ public:
+  explicit CudaGraph(cuda::Graph* graph) : graph_(graph) {}
+  ~CudaGraph() override { cuda::DestroyGraph(graph_); }
+  absl::Status Replay() const override {
+    if (cuda::Capturing()) return NotWhileCapturing("a replay");
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::Replay(graph_, c->stream()));
+  }
+
+ private:
+  cuda::Graph* graph_;
+};
 
 class CudaPruning final : public PruningKernels {
  public:
@@ -699,6 +729,22 @@ class CudaBackendImpl final : public Backend {
     return caps;
   }
   const PruningKernels& pruning() const override { return pruning_; }
+  absl::StatusOr<std::unique_ptr<BackendGraph>> Capture(
+      const std::function<absl::Status()>& enqueue) const override {
+    if (cuda::Capturing()) {
+      return absl::FailedPreconditionError("Capture inside a capture on the same thread");
+    }
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_CUDA_RETURN_IF_ERROR(cuda::BeginCapture(c->stream()));
+    const absl::Status run = enqueue();
+    cuda::Graph* graph = nullptr;
+    const cuda::KernelStatus end = cuda::EndCapture(c->stream(), &graph);
+    std::unique_ptr<BackendGraph> out(graph != nullptr ? new CudaGraph(graph) : nullptr);
+    HAP_RETURN_IF_ERROR(run);
+    HAP_CUDA_RETURN_IF_ERROR(end);
+    if (out == nullptr) return absl::InvalidArgumentError("Capture: nothing was enqueued");
+    return out;
+  }
   absl::StatusOr<std::unique_ptr<PlannedStep>> Plan(StepDesc desc) const override {
     HAP_RETURN_IF_ERROR(CheckStep(desc));
     return std::unique_ptr<PlannedStep>(new CudaStep(*this, std::move(desc)));
@@ -707,6 +753,7 @@ class CudaBackendImpl final : public Backend {
   // Through the block cache (kernels/cuda/block_cache.h): after a warm-up the request path
   // neither allocates nor frees device memory, and so never waits for the device to do so.
   absl::StatusOr<void*> Allocate(size_t bytes) const override {
+    if (cuda::Capturing()) return NotWhileCapturing("an allocation");
     void* p = nullptr;
     HAP_CUDA_RETURN_IF_ERROR(cuda::BlockCache::Get().Allocate(&p, bytes));
     return p;
@@ -719,6 +766,9 @@ class CudaBackendImpl final : public Backend {
   }
   void FreeHost(void* ptr) const override { cuda::HostFree(ptr); }
   absl::Status CopyToBackend(void* dst, const void* src, size_t bytes) const override {
+    if (cuda::Capturing() && !cuda::IsPinnedHostRange(src, bytes)) {
+      return NotWhileCapturing("an upload from memory AllocateHost did not give");
+    }
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kHostToDevice, c->stream()));
   }
@@ -730,6 +780,7 @@ class CudaBackendImpl final : public Backend {
     return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kDeviceToDevice, c->stream()));
   }
   absl::Status Synchronize() const override {
+    if (cuda::Capturing()) return NotWhileCapturing("a synchronisation");
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::Synchronize(c->stream()));
   }

@@ -32,7 +32,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
+#include "kernels/cuda/graph.h"
 #include "kernels/cuda/simt/simt.h"
 
 using dim3 = ::hap::simt::dim3;
@@ -149,9 +151,16 @@ KernelStatus Launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 
   return KernelStatus::Ok();
 #else
   (void)stream;
-  std::tuple<KArgs...> values(std::forward<Args>(args)...);
-  std::string fault = ::hap::simt::Launch(name, grid, block, smem, [&] { std::apply(kernel, values); });
-  return fault.empty() ? KernelStatus::Ok() : KernelStatus::Error(std::move(fault));
+  // Run now, or kept for a graph's replays (kernels/cuda/graph.h) with these argument values.
+  const std::function<KernelStatus()> run =
+      [name, kernel, grid, block, smem,
+       values = std::tuple<KArgs...>(std::forward<Args>(args)...)] {
+        std::string fault =
+            ::hap::simt::Launch(name, grid, block, smem, [&] { std::apply(kernel, values); });
+        return fault.empty() ? KernelStatus::Ok() : KernelStatus::Error(std::move(fault));
+      };
+  if (emulation::Record(run)) return KernelStatus::Ok();
+  return run();
 #endif
 }
 

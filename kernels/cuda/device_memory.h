@@ -42,5 +42,8 @@ KernelStatus DeviceCount(int* count, std::string* why_none);
 // it device memory, never a host buffer. The emulation knows every live DeviceAlloc allocation;
 // on a GPU the runtime answers (device or managed memory at both ends of the range).
 bool IsDeviceRange(const void* ptr, size_t bytes);
+// True when [ptr, ptr + bytes) lies in page-locked host memory (HostAlloc, or registered with the
+// runtime on a GPU): what a copy captured in a graph may read at each replay.
+bool IsPinnedHostRange(const void* ptr, size_t bytes);
 
 }  // namespace hap::cuda

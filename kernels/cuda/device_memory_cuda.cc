@@ -166,6 +166,20 @@ bool IsDevicePointer(const void* ptr) {
 
 }  // namespace
 
+bool IsPinnedHostRange(const void* ptr, size_t bytes) {
+  if (ptr == nullptr) return false;
+  const char* last = static_cast<const char*>(ptr) + (bytes > 0 ? bytes - 1 : 0);
+  for (const void* p : {ptr, static_cast<const void*>(last)}) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();  // clear the error a pageable pointer leaves on older runtimes
+      return false;
+    }
+    if (a.type != cudaMemoryTypeHost) return false;
+  }
+  return true;
+}
+
 bool IsDeviceRange(const void* ptr, size_t bytes) {
   if (ptr == nullptr) return false;
   const char* first = static_cast<const char*>(ptr);

@@ -3,11 +3,13 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/emulation_counts.h"
+#include "kernels/cuda/graph.h"
 
 namespace hap::cuda {
 namespace {
@@ -94,12 +96,18 @@ KernelStatus DeviceFree(void* ptr) {
   return KernelStatus::Ok();
 }
 
+bool IsPinnedHostRange(const void* ptr, size_t bytes) {
+  return InOneAllocation(HostAllocations(), ptr, bytes);
+}
+
 bool IsDeviceRange(const void* ptr, size_t bytes) {
   return InOneAllocation(Allocations(), ptr, bytes);
 }
 
-KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream) {
-  if (bytes == 0) return KernelStatus::Ok();
+namespace {
+
+// A copy now (Copy, or a graph's replay of it).
+KernelStatus CopyNow(void* dst, const void* src, size_t bytes, CopyKind kind) {
   if (kind == CopyKind::kDeviceToHost) {
     ++g_to_host;
     g_to_host_bytes += static_cast<int64_t>(bytes);
@@ -120,11 +128,30 @@ KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Strea
   return KernelStatus::Ok();
 }
 
+}  // namespace
+
+KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream) {
+  if (bytes == 0) return KernelStatus::Ok();
+  if (Capturing()) {
+    // A copy to the host waits for the device: not in a graph (nor is cudaMemcpy to the host).
+    if (kind == CopyKind::kDeviceToHost) {
+      return KernelStatus::Error("Copy: a copy to the host while capturing a graph");
+    }
+    emulation::Record([=] { return CopyNow(dst, src, bytes, kind); });
+    return KernelStatus::Ok();
+  }
+  return CopyNow(dst, src, bytes, kind);
+}
+
 KernelStatus Fill(void* dst, unsigned char value, size_t bytes, Stream) {
   if (bytes == 0) return KernelStatus::Ok();
-  if (!IsDeviceRange(dst, bytes)) return KernelStatus::Error("Fill: not device memory");
-  std::memset(dst, value, bytes);
-  return KernelStatus::Ok();
+  const std::function<KernelStatus()> fill = [=] {
+    if (!IsDeviceRange(dst, bytes)) return KernelStatus::Error("Fill: not device memory");
+    std::memset(dst, value, bytes);
+    return KernelStatus::Ok();
+  };
+  if (emulation::Record(fill)) return KernelStatus::Ok();
+  return fill();
 }
 
 KernelStatus Synchronize(Stream) { return KernelStatus::Ok(); }

@@ -6,6 +6,7 @@
 // picks its tiles by shape and promises no such thing.
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <vector>
 
 #include "base/dtype.h"
@@ -14,6 +15,7 @@
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/emulation_counts.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/graph.h"
 #include "kernels/cuda/simt/simt.h"
 
 namespace hap::cuda {
@@ -38,8 +40,9 @@ KernelStatus CreateBlas(Stream, void** blas) {
 
 void DestroyBlas(void*) {}
 
-KernelStatus BlasGemm(void*, const void* x, const void* w, ElemType type, float* y, int m, int n,
-                      int k, Stream, float beta) {
+// The product now (BlasGemm, or a graph's replay of it).
+KernelStatus BlasGemmNow(const void* x, const void* w, ElemType type, float* y, int m, int n, int k,
+                         float beta) {
   g_products.fetch_add(1);
   const DType dtype = type == ElemType::kBF16  ? DType::kBF16
                       : type == ElemType::kF16 ? DType::kF16
@@ -67,10 +70,11 @@ KernelStatus BlasGemm(void*, const void* x, const void* w, ElemType type, float*
   return KernelStatus::Ok();
 }
 
-KernelStatus BlasGemmBatched(void*, ElemType type, bool b_transposed, int m, int n, int k,
-                             float alpha, const void* a, int64_t lda, int64_t stride_a,
-                             const void* b, int64_t ldb, int64_t stride_b, float* c, int64_t ldc,
-                             int64_t stride_c, int batch, Stream) {
+// The batched product now (BlasGemmBatched, or a graph's replay of it).
+KernelStatus BlasGemmBatchedNow(ElemType type, bool b_transposed, int m, int n, int k, float alpha,
+                                const void* a, int64_t lda, int64_t stride_a, const void* b,
+                                int64_t ldb, int64_t stride_b, float* c, int64_t ldc,
+                                int64_t stride_c, int batch) {
   g_products.fetch_add(1);
   const DType dtype = type == ElemType::kBF16  ? DType::kBF16
                       : type == ElemType::kF16 ? DType::kF16
@@ -102,6 +106,25 @@ KernelStatus BlasGemmBatched(void*, ElemType type, bool b_transposed, int m, int
     }
   }
   return KernelStatus::Ok();
+}
+
+KernelStatus BlasGemm(void*, const void* x, const void* w, ElemType type, float* y, int m, int n,
+                      int k, Stream, float beta) {
+  const std::function<KernelStatus()> run = [=] {
+    return BlasGemmNow(x, w, type, y, m, n, k, beta);
+  };
+  return emulation::Record(run) ? KernelStatus::Ok() : run();
+}
+
+KernelStatus BlasGemmBatched(void*, ElemType type, bool b_transposed, int m, int n, int k,
+                             float alpha, const void* a, int64_t lda, int64_t stride_a,
+                             const void* b, int64_t ldb, int64_t stride_b, float* c, int64_t ldc,
+                             int64_t stride_c, int batch, Stream) {
+  const std::function<KernelStatus()> run = [=] {
+    return BlasGemmBatchedNow(type, b_transposed, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                              stride_b, c, ldc, stride_c, batch);
+  };
+  return emulation::Record(run) ? KernelStatus::Ok() : run();
 }
 
 }  // namespace internal
