@@ -6,11 +6,15 @@
 # beside the table.
 #   bench/gpu/serving.sh [--build DIR] [--checkpoint DIR] [--out DIR] [--streams 1,8,32,64]
 #                        [--rounds N] [--prefill-gpu-memory F] [--decode-gpu-memory F]
+#                        [--prefill-batch-tokens N]
+# --prefill-batch-tokens N: hap-prefill runs the requests that arrive together as batched passes
+# of up to N prompt tokens (docs/design.md, "Batched prefill"); the results then go to
+# serving_batch<N>.txt and serving_batch<N>_memory.txt, beside the unbatched run's.
 # Results: --out (default bench/gpu/out) serving.txt and serving_memory.txt.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=build CHECKPOINT=/dev/shm/hap-llava-7b-shape OUT="$HERE/out" STREAMS=1,8,32,64 ROUNDS=1
-PREFILL_GPU_MEMORY="" DECODE_GPU_MEMORY=""
+PREFILL_GPU_MEMORY="" DECODE_GPU_MEMORY="" BATCH_TOKENS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD=$2 ;;
@@ -20,6 +24,7 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2 ;;
     --prefill-gpu-memory) PREFILL_GPU_MEMORY=$2 ;;
     --decode-gpu-memory) DECODE_GPU_MEMORY=$2 ;;
+    --prefill-batch-tokens) BATCH_TOKENS=$2 ;;
     *) echo "serving.sh: unknown flag $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -34,7 +39,9 @@ if [ -z "$STREAMS_BENCH" ] || [ ! -x "$BUILD/bin/hap-decode" ]; then
   exit 1
 fi
 mkdir -p "$OUT"
-SAMPLES="$OUT/serving_memory_samples.csv"
+NAME=serving
+[ -n "$BATCH_TOKENS" ] && NAME="serving_batch$BATCH_TOKENS"
+SAMPLES="$OUT/${NAME}_memory_samples.csv"
 : > "$SAMPLES"
 if command -v nvidia-smi > /dev/null; then
   (while sleep 0.5; do
@@ -48,11 +55,12 @@ ARGS=(--model "$CHECKPOINT" --device cuda --kv-dtype bf16 --streams "$STREAMS" -
       --max-new-tokens 32 --bin-dir "$BUILD/bin")
 [ -n "$PREFILL_GPU_MEMORY" ] && ARGS+=(--prefill-gpu-memory "$PREFILL_GPU_MEMORY")
 [ -n "$DECODE_GPU_MEMORY" ] && ARGS+=(--decode-gpu-memory "$DECODE_GPU_MEMORY")
-"$STREAMS_BENCH" "${ARGS[@]}" | tee "$OUT/serving.txt"
+[ -n "$BATCH_TOKENS" ] && ARGS+=(--prefill-batch-tokens "$BATCH_TOKENS")
+"$STREAMS_BENCH" "${ARGS[@]}" | tee "$OUT/$NAME.txt"
 # The peak memory of each service (by process name) over the run.
 {
   echo "| service | peak GPU memory MiB |"
   echo "|---|---|"
   awk -F', *' '{ name = $2; sub(".*/", "", name); if ($3 + 0 > peak[name]) peak[name] = $3 + 0 }
                END { for (n in peak) printf "| %s | %d |\n", n, peak[n] }' "$SAMPLES" | sort
-} | tee "$OUT/serving_memory.txt"
+} | tee "$OUT/${NAME}_memory.txt"

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -48,6 +49,8 @@ std::vector<svc::OptionSpec> Specs() {
        "--gpu-memory of the hap-prefill it starts (with --device cuda; empty = none)"},
       {"decode-gpu-memory", "HAP_BENCH_DECODE_GPU_MEMORY", "",
        "--gpu-memory of the hap-decode it starts (with --device cuda; empty = none)"},
+      {"prefill-batch-tokens", "HAP_BENCH_PREFILL_BATCH_TOKENS", "",
+       "--prefill-batch-tokens of the hap-prefill it starts (empty = its default, off)"},
       {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
       {"address", "HAP_BENCH_ADDRESS", "",
        "front door of services already running (default: start the three services here)"},
@@ -148,10 +151,12 @@ int Main(int argc, char** argv) {
         "--queue-length", absl::StrCat(most), "--device",        o->Get("device")};
     po.encoder_args = po.decode_args = po.prefill_args = common;
     po.kv_dtype = o->Get("kv-dtype");
-    for (const auto& [flag, args] : {std::pair{"prefill-gpu-memory", &po.prefill_args},
-                                     std::pair{"decode-gpu-memory", &po.decode_args}}) {
+    for (const auto& [flag, service_flag, args] :
+         {std::tuple{"prefill-gpu-memory", "--gpu-memory", &po.prefill_args},
+          std::tuple{"decode-gpu-memory", "--gpu-memory", &po.decode_args},
+          std::tuple{"prefill-batch-tokens", "--prefill-batch-tokens", &po.prefill_args}}) {
       if (!o->Get(flag).empty()) {
-        args->push_back("--gpu-memory");
+        args->push_back(service_flag);
         args->push_back(o->Get(flag));
       }
     }

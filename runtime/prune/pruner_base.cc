@@ -196,20 +196,8 @@ PrunerBase::KeepResult PrunerBase::Record(int after_layer, std::vector<int> kept
   return std::optional<std::vector<int>>(std::move(kept));
 }
 
-absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int n_rows,
-                                       bool renormalize, BackendArray<float>* out,
-                                       BackendArray<double>* row_entropy) const {
-  if (att.q == nullptr || att.k == nullptr || (!renormalize && att.lse == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(stats_.method, ": layer ", att.layer, " passed no Q/K/LSE"));
-  }
-  if (row0 < 0 || n_rows <= 0 || row0 + n_rows > att.n_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": rows [", row0, ", ",
-                                                   row0 + n_rows, ") outside the sequence of ",
-                                                   att.n_tokens));
-  }
-  out->Rebind(*att.backend);
-  HAP_RETURN_IF_ERROR(out->Resize(static_cast<size_t>(att.n_heads) * n_rows * att.n_vis));
+TextVisualAttentionArgs TextVisualRowsOf(const LayerAttention& att, int row0, int n_rows,
+                                         bool renormalize) {
   TextVisualAttentionArgs a;
   const int64_t q_stride = int64_t{att.n_heads} * att.head_dim;
   const int64_t k_stride = int64_t{att.n_kv_heads} * att.head_dim;
@@ -226,6 +214,24 @@ absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int 
   a.lse_stride = att.LseStride();
   a.scale = att.scale;
   a.renormalize = renormalize;
+  return a;
+}
+
+absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int n_rows,
+                                       bool renormalize, BackendArray<float>* out,
+                                       BackendArray<double>* row_entropy) const {
+  if (att.q == nullptr || att.k == nullptr || (!renormalize && att.lse == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(stats_.method, ": layer ", att.layer, " passed no Q/K/LSE"));
+  }
+  if (row0 < 0 || n_rows <= 0 || row0 + n_rows > att.n_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(stats_.method, ": rows [", row0, ", ",
+                                                   row0 + n_rows, ") outside the sequence of ",
+                                                   att.n_tokens));
+  }
+  out->Rebind(*att.backend);
+  HAP_RETURN_IF_ERROR(out->Resize(static_cast<size_t>(att.n_heads) * n_rows * att.n_vis));
+  TextVisualAttentionArgs a = TextVisualRowsOf(att, row0, n_rows, renormalize);
   a.out = out->data();
   if (row_entropy != nullptr) {
     row_entropy->Rebind(*att.backend);

@@ -15,6 +15,12 @@
 
 namespace hap {
 
+// The arguments of the text→visual attention rows of query rows [row0, row0 + n_rows) of `att`
+// over its visual tokens (Backend::pruning().TextVisualAttention): q, k and the LSE where `att`
+// has them, its shapes and scale; `out` and `row_entropy` are left for the caller.
+TextVisualAttentionArgs TextVisualRowsOf(const LayerAttention& att, int row0, int n_rows,
+                                         bool renormalize);
+
 class PrunerBase : public Pruner {
  public:
   using KeepResult = absl::StatusOr<std::optional<std::vector<int>>>;

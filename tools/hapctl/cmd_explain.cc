@@ -22,6 +22,7 @@
 #include "runtime/image/png_encode.h"
 #include "runtime/io/model_dir.h"
 #include "runtime/model/vision_language_model.h"
+#include "runtime/prune/pruner_base.h"
 #include "tools/hapctl/command.h"
 #include "tools/hapctl/flags.h"
 #include "tools/hapctl/run_options.h"
@@ -117,24 +118,9 @@ class HeadStatsObserver : public Pruner {
     const int text_begin = att.vis_begin + att.n_vis;
     const int n_text = att.n_tokens - text_begin, n_vis = att.n_vis, H = att.n_heads;
     if (n_vis <= 0 || n_text <= 0) return std::optional<std::vector<int>>();
-    kernels::TextVisualAttentionArgs a;
-    const int64_t q_stride = int64_t{H} * att.head_dim;
-    const int64_t k_stride = int64_t{att.n_kv_heads} * att.head_dim;
-    a.q_text = att.q + text_begin * q_stride;
-    a.k_vis = att.k + att.vis_begin * k_stride;
-    a.lse = att.lse + text_begin;
-    a.n_text = n_text;
-    a.n_vis = n_vis;
-    a.n_heads = H;
-    a.n_kv_heads = att.n_kv_heads;
-    a.head_dim = att.head_dim;
-    a.q_stride = q_stride;
-    a.k_stride = k_stride;
-    a.lse_stride = att.LseStride();
-    a.scale = att.scale;
+    kernels::TextVisualAttentionArgs a = TextVisualRowsOf(att, text_begin, n_text, true);
     const int64_t map_size = int64_t{n_text} * n_vis;
     std::vector<float> maps(static_cast<size_t>(H) * map_size), raw(maps.size());
-    a.renormalize = true;
     a.out = maps.data();
     HAP_RETURN_IF_ERROR(kernels::TextVisualAttention(a));
     a.renormalize = false;
