@@ -565,19 +565,23 @@ absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) 
   int n = lay_out();
   const size_t row_bytes = sizeof(float) * d_;
   const size_t rotary_bytes = sizeof(int32_t) * rope_axes_;
-  std::vector<uint8_t> zeros;
+  // align − 1 rows of zeros in the backend's memory, uploaded once: what the padding rows are
+  // copied from, within that memory, at the start and after each stage.
+  BackendArray<float> zero_rows(backend_);
+  if (align > 1) {
+    const std::vector<float> zeros(static_cast<size_t>(align - 1) * std::max(d_, rope_axes_), 0.f);
+    HAP_RETURN_IF_ERROR(zero_rows.Assign(zeros.data(), zeros.size()));
+  }
   // The padding rows after prompt i (up to the next prompt's start) set to zeros, in the hidden
-  // states and, where given, the rotary positions.
+  // states and, where given, the rotary positions (zero bits are 0 in both).
   auto zero_padding = [&](int i, float* x_rows, int32_t* rotary_rows) -> absl::Status {
     const PromptRows& p = ps[i];
     const size_t pad = i + 1 < b ? static_cast<size_t>(ps[i + 1].start - (p.start + p.n)) : 0;
     if (pad == 0) return absl::OkStatus();
     const int64_t first = p.start + p.n;
-    zeros.resize(std::max(zeros.size(), pad * row_bytes));
-    HAP_RETURN_IF_ERROR(backend_.CopyToBackend(x_rows + first * d_, zeros.data(), pad * row_bytes));
+    HAP_RETURN_IF_ERROR(backend_.Copy(x_rows + first * d_, zero_rows.data(), pad * row_bytes));
     if (rotary_rows == nullptr) return absl::OkStatus();
-    return backend_.CopyToBackend(rotary_rows + first * rope_axes_, zeros.data(),
-                                  pad * rotary_bytes);
+    return backend_.Copy(rotary_rows + first * rope_axes_, zero_rows.data(), pad * rotary_bytes);
   };
   // The hidden states and rotary positions in the backend's memory; position ids also stay on the
   // host (the cache records them) and are compacted on both sides.
