@@ -235,32 +235,46 @@ LayerStep DescribeLayer(const Block& blk) {
   return s;
 }
 
+// What a run of a layer step binds: x (uploaded from x0), Block's positions, the gate and the
+// plan's workspace.
+struct LayerRun {
+  LayerRun(const Backend& b, const PlannedStep& plan, const std::vector<float>& x0)
+      : x(Upload(b, x0)),
+        gate(b),
+        pos(Upload(b, std::vector<int32_t>{0, 1, 2, 5, 9})),
+        workspace(b) {
+    EXPECT_TRUE(gate.Resize(size_t{Block::kRows} * Block::kFfn).ok());
+    EXPECT_TRUE(workspace.Resize(plan.workspace_bytes()).ok());
+    bound[0] = x.data();
+    bound[1] = pos.data();
+    bound[2] = gate.data();
+    bindings.bound = bound;
+    bindings.workspace = workspace.data();
+  }
+  BackendArray<float> x, gate;
+  BackendArray<int32_t> pos;
+  BackendArray<uint8_t> workspace;
+  void* bound[3];
+  StepBindings bindings;
+};
+
 // The backend's own plan (the CUDA one rounds each norm's rows once for the products after it)
 // gives the op-by-op plan's results bit for bit, for every weight dtype.
 TEST_P(StepTest, TheBackendsPlanEqualsTheOpByOpPlanBitForBit) {
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     Block blk(b(), dtype);
     const std::vector<float> x0 = Random(size_t{Block::kRows} * Block::kD, 3);
-    const std::vector<int32_t> pos0 = {0, 1, 2, 5, 9};
     std::vector<float> results[2][2];  // [plan][x, gate]
     for (int which = 0; which < 2; ++which) {
       LayerStep layer = DescribeLayer(blk);
       absl::StatusOr<std::unique_ptr<PlannedStep>> plan =
           which == 0 ? b().Plan(layer.desc) : PlanOpByOp(b(), layer.desc);
       ASSERT_TRUE(plan.ok()) << plan.status();
-      BackendArray<float> x = Upload(b(), x0), gate(b());
-      BackendArray<int32_t> pos = Upload(b(), pos0);
-      ASSERT_TRUE(gate.Resize(size_t{Block::kRows} * Block::kFfn).ok());
-      BackendArray<uint8_t> workspace(b());
-      ASSERT_TRUE(workspace.Resize((*plan)->workspace_bytes()).ok());
-      void* bound[3] = {x.data(), pos.data(), gate.data()};
-      StepBindings bindings;
-      bindings.bound = bound;
-      bindings.workspace = workspace.data();
-      absl::StatusOr<int> ran = (*plan)->Run(bindings);
+      LayerRun r(b(), **plan, x0);
+      absl::StatusOr<int> ran = (*plan)->Run(r.bindings);
       ASSERT_TRUE(ran.ok()) << ran.status();
-      results[which][0] = Download(x);
-      results[which][1] = Download(gate);
+      results[which][0] = Download(r.x);
+      results[which][1] = Download(r.gate);
     }
     EXPECT_EQ(results[0][0], results[1][0]) << DTypeName(dtype);
     EXPECT_EQ(results[0][1], results[1][1]) << DTypeName(dtype);
@@ -277,18 +291,9 @@ TEST_P(StepTest, ACapturedRunReplaysWhatARunComputes) {
     LayerStep layer = DescribeLayer(blk);
     absl::StatusOr<std::unique_ptr<PlannedStep>> plan = b().Plan(layer.desc);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    const std::vector<int32_t> pos0 = {0, 1, 2, 5, 9};
-    BackendArray<float> x(b()), gate(b());
-    BackendArray<int32_t> pos = Upload(b(), pos0);
-    ASSERT_TRUE(x.Resize(size_t{Block::kRows} * Block::kD).ok());
-    ASSERT_TRUE(gate.Resize(size_t{Block::kRows} * Block::kFfn).ok());
-    BackendArray<uint8_t> workspace(b());
-    ASSERT_TRUE(workspace.Resize((*plan)->workspace_bytes()).ok());
-    void* bound[3] = {x.data(), pos.data(), gate.data()};
-    StepBindings bindings;
-    bindings.bound = bound;
-    bindings.workspace = workspace.data();
-    auto run = [&]() -> absl::Status { return (*plan)->Run(bindings).status(); };
+    LayerRun r(b(), **plan, std::vector<float>(size_t{Block::kRows} * Block::kD, 0.f));
+    BackendArray<float>& x = r.x;
+    auto run = [&]() -> absl::Status { return (*plan)->Run(r.bindings).status(); };
     absl::StatusOr<std::unique_ptr<BackendGraph>> graph = b().Capture(run);
     if (b().caps().host_memory) {
       EXPECT_EQ(graph.status().code(), absl::StatusCode::kUnimplemented);
@@ -299,11 +304,11 @@ TEST_P(StepTest, ACapturedRunReplaysWhatARunComputes) {
       const std::vector<float> x0 = Random(size_t{Block::kRows} * Block::kD, seed);
       ASSERT_TRUE(x.Assign(x0.data(), x0.size()).ok());
       ASSERT_TRUE(run().ok());
-      const std::vector<float> want_x = Download(x), want_gate = Download(gate);
+      const std::vector<float> want_x = Download(x), want_gate = Download(r.gate);
       ASSERT_TRUE(x.Assign(x0.data(), x0.size()).ok());
       ASSERT_TRUE((*graph)->Replay().ok());
       EXPECT_EQ(Download(x), want_x) << seed;
-      EXPECT_EQ(Download(gate), want_gate) << seed;
+      EXPECT_EQ(Download(r.gate), want_gate) << seed;
     }
   }
 }
