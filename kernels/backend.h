@@ -60,7 +60,9 @@ class BackendGraph {
  public:
   virtual ~BackendGraph() = default;
   // Enqueues the recorded ops once more on the calling thread's stream, on whatever their inputs
-  // hold by then (an upload reads its page-locked source then too).
+  // hold by then (an upload reads its page-locked source then too). On the thread that captured
+  // them: the ops may use scratch memory of that thread's, so a replay from another thread, or
+  // once an op there needed more scratch and moved it, is FailedPrecondition (capture again).
   virtual absl::Status Replay() const = 0;
 };
 

@@ -151,6 +151,7 @@ class ThreadContext {
     const size_t grown = std::max(bytes, size_t{64} << 10);
     HAP_CUDA_RETURN_IF_ERROR(cuda::DeviceAlloc(&scratch_, grown));
     scratch_bytes_ = grown;
+    ++scratch_generation_;
     return absl::OkStatus();
   }
   // `bytes` of the reserved scratch, valid until the next Reserve on this thread.
@@ -170,6 +171,8 @@ class ThreadContext {
     return dst;
   }
   static size_t Padded(size_t bytes) { return (bytes + 255) / 256 * 256; }
+  // Changes whenever the scratch area moves: a graph whose ops use it is stale after that.
+  uint64_t scratch_generation() const { return scratch_generation_; }
   // Reserve + Take / Upload for the ops that need a single scratch array.
   absl::StatusOr<void*> ReserveAndTake(size_t bytes) {
     HAP_RETURN_IF_ERROR(Reserve(Padded(bytes)));
@@ -185,6 +188,7 @@ class ThreadContext {
   cuda::Stream stream_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;
   void* scratch_ = nullptr;
+  uint64_t scratch_generation_ = 0;  // how many times scratch_ was (re)allocated
   size_t scratch_bytes_ = 0;
   size_t used_ = 0;
 };
@@ -202,19 +206,34 @@ absl::Status DeviceToHost(void* dst, const void* src, size_t bytes) {
   return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kDeviceToHost, c->stream()));
 }
 
-// A captured graph (Backend::Capture), replayed on the calling thread's stream.
+// A captured graph (Backend::Capture), replayed on the stream of the thread that captured it:
+// its ops may use that thread's scratch area (an op's workspace, a decode's partial results), so
+// a replay from another thread, or after an op on this one moved the scratch, is refused.
 class CudaGraph final : public BackendGraph {
  public:
-  explicit CudaGraph(cuda::Graph* graph) : graph_(graph) {}
+  CudaGraph(cuda::Graph* graph, const ThreadContext* owner)
+      : graph_(graph), owner_(owner), generation_(owner->scratch_generation()) {}
   ~CudaGraph() override { cuda::DestroyGraph(graph_); }
   absl::Status Replay() const override {
     if (cuda::Capturing()) return NotWhileCapturing("a replay");
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    if (c != owner_) {
+      return absl::FailedPreconditionError(
+          "a graph replays on the thread that captured it (its ops may use that thread's scratch "
+          "area)");
+    }
+    if (c->scratch_generation() != generation_) {
+      return absl::FailedPreconditionError(
+          "the thread's scratch area moved since this graph was captured (an op needed more): "
+          "capture it again");
+    }
     return ToStatus(cuda::Replay(graph_, c->stream()));
   }
 
  private:
   cuda::Graph* graph_;
+  const ThreadContext* owner_;
+  uint64_t generation_;
 };
 
 class CudaPruning final : public PruningKernels {
@@ -739,7 +758,7 @@ class CudaBackendImpl final : public Backend {
     const absl::Status run = enqueue();
     cuda::Graph* graph = nullptr;
     const cuda::KernelStatus end = cuda::EndCapture(c->stream(), &graph);
-    std::unique_ptr<BackendGraph> out(graph != nullptr ? new CudaGraph(graph) : nullptr);
+    std::unique_ptr<BackendGraph> out(graph != nullptr ? new CudaGraph(graph, c) : nullptr);
     HAP_RETURN_IF_ERROR(run);
     HAP_CUDA_RETURN_IF_ERROR(end);
     if (out == nullptr) return absl::InvalidArgumentError("Capture: nothing was enqueued");

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -140,6 +141,49 @@ TEST(BackendGraph, WaitsAllocationsAndPageableUploadsAreRefusedWhileCapturing) {
     ASSERT_TRUE(b.CopyToHost(back.data(), dev.data(), sizeof(float) * 16).ok());
     EXPECT_EQ(back, pageable);
   }
+}
+
+// A graph whose op takes its workspace from the thread's scratch area (the narrow attention path:
+// BF16 operands, head_dim 24) replays on that thread until an op there needs more scratch and
+// moves it; then, and on any other thread, the replay is refused instead of writing freed memory.
+TEST(BackendGraph, AReplayIsRefusedOnAnotherThreadAndOnceTheScratchMoved) {
+  const Backend& b = Cuda();
+  constexpr int kRows = 8, kHeads = 2, kHd = 24;
+  std::vector<float> host(kRows * kHeads * kHd);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = 0.01f * static_cast<float>(i % 37);
+  BackendArray<float> q(b), k(b), v(b), out(b);
+  for (BackendArray<float>* a : {&q, &k, &v, &out})
+    ASSERT_TRUE(a->Assign(host.data(), host.size()).ok());
+  AttentionArgs a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.out = out.data();
+  a.n_q = a.n_kv = kRows;
+  a.n_heads = a.n_kv_heads = kHeads;
+  a.head_dim = kHd;
+  a.scale = 0.2f;
+  a.causal = true;
+  a.operands = DType::kBF16;
+  ASSERT_TRUE(b.Attention(a).ok());  // the scratch grows to what the op needs, before the capture
+  absl::StatusOr<std::unique_ptr<BackendGraph>> graph = b.Capture([&] { return b.Attention(a); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE((*graph)->Replay().ok());
+
+  absl::Status elsewhere;
+  std::thread([&] { elsewhere = (*graph)->Replay(); }).join();
+  EXPECT_EQ(elsewhere.code(), absl::StatusCode::kFailedPrecondition) << elsewhere;
+
+  // A gather with a long host index list grows this thread's scratch.
+  BackendArray<float> rows(b), gathered(b);
+  ASSERT_TRUE(rows.Assign(host.data(), 4).ok());
+  std::vector<int> idx(300000, 1);
+  ASSERT_TRUE(gathered.Resize(idx.size()).ok());
+  ASSERT_TRUE(b.GatherRows(rows.data(), 4, sizeof(float), idx.data(),
+                           static_cast<int64_t>(idx.size()), gathered.data())
+                  .ok());
+  const absl::Status stale = (*graph)->Replay();
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
 }
 
 TEST(BackendGraph, NothingToCaptureAndTheCpuBackend) {
