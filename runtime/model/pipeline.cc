@@ -192,15 +192,40 @@ absl::StatusOr<double> WarmUpEncode(const LlavaModel& model, const PruneRequest&
   return MsBetween(t0, Clock::now());
 }
 
-absl::StatusOr<double> WarmUpPrefill(const LlavaModel& model, const PruneRequest& prune) {
+namespace {
+
+// WarmUpPrefill of either family over `image`: one prefill, or `prompts` in one batched pass.
+template <typename Model>
+absl::StatusOr<double> WarmUpPrefillOver(const Model& model, const EncodeResult& image,
+                                         const PruneRequest& prune, int prompts) {
+  const PromptText question("What is in the picture?");
+  std::vector<Sampler> greedy(static_cast<size_t>(std::max(prompts, 1)), Sampler{SamplingParams{}});
+  const auto t0 = Clock::now();
+  if (prompts <= 1) {
+    HAP_RETURN_IF_ERROR(RunPrefill(model, question, image, prune, &greedy[0]).status());
+    return MsBetween(t0, Clock::now());
+  }
+  std::vector<PrefillJob> jobs(greedy.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].prompt = &question;
+    jobs[i].encoded = &image;
+    jobs[i].prune = prune;
+    jobs[i].sampler = &greedy[i];
+  }
+  for (const absl::StatusOr<PrefillResult>& r : RunPrefillBatch(model, jobs)) {
+    HAP_RETURN_IF_ERROR(r.status());
+  }
+  return MsBetween(t0, Clock::now());
+}
+
+}  // namespace
+
+absl::StatusOr<double> WarmUpPrefill(const LlavaModel& model, const PruneRequest& prune,
+                                     int prompts) {
   EncodeResult image;
   image.n_vis = model.config().num_visual_tokens();
   image.embeds.assign(static_cast<size_t>(image.n_vis) * model.config().text.hidden_size, 0.f);
-  Sampler greedy{SamplingParams{}};
-  const auto t0 = Clock::now();
-  HAP_RETURN_IF_ERROR(
-      RunPrefill(model, PromptText("What is in the picture?"), image, prune, &greedy).status());
-  return MsBetween(t0, Clock::now());
+  return WarmUpPrefillOver(model, image, prune, prompts);
 }
 
 absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptText& prompt,
@@ -414,17 +439,14 @@ absl::StatusOr<double> WarmUpEncode(const QwenModel& model, const PruneRequest& 
   return MsBetween(t0, Clock::now());
 }
 
-absl::StatusOr<double> WarmUpPrefill(const QwenModel& model, const PruneRequest& prune) {
+absl::StatusOr<double> WarmUpPrefill(const QwenModel& model, const PruneRequest& prune,
+                                     int prompts) {
   EncodeResult image;
   HAP_ASSIGN_OR_RETURN(image.grid, ImageGridOf(model, WarmUpImageSize(model)));
   const int merge = model.image_processor().merge_size;
   image.n_vis = static_cast<int>(image.grid.patches() / (merge * merge));
   image.embeds.assign(static_cast<size_t>(image.n_vis) * model.text_config().hidden_size, 0.f);
-  Sampler greedy{SamplingParams{}};
-  const auto t0 = Clock::now();
-  HAP_RETURN_IF_ERROR(
-      RunPrefill(model, PromptText("What is in the picture?"), image, prune, &greedy).status());
-  return MsBetween(t0, Clock::now());
+  return WarmUpPrefillOver(model, image, prune, prompts);
 }
 
 absl::StatusOr<GenerateResult> Generate(const LlavaModel& model, const GenerateRequest& request,

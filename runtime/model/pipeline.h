@@ -131,13 +131,17 @@ std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(const QwenModel& mode
 // WarmUpEncode: one image of the tower's size (a fixed pattern) through EncodeImage with `prune`.
 absl::StatusOr<double> WarmUpEncode(const LlavaModel& model, const PruneRequest& prune);
 // WarmUpPrefill: a prefill of a short question over an image of zero embeddings (all V
-// tokens), pruned by `prune`, its first token drawn greedily where the logits are.
-absl::StatusOr<double> WarmUpPrefill(const LlavaModel& model, const PruneRequest& prune);
+// tokens), pruned by `prune`, its first token drawn greedily where the logits are; with
+// prompts > 1, that many of them in one batched pass (RunPrefillBatch), as a service that batches
+// its prefills runs them.
+absl::StatusOr<double> WarmUpPrefill(const LlavaModel& model, const PruneRequest& prune,
+                                     int prompts = 1);
 // Qwen2.5-VL's: an image of WarmUpImageSize, a square of 16 x 16 merge units before smart_resize
 // (448 pixels a side at patch 14: 256 visual tokens where min_pixels/max_pixels allow).
 ImageSize WarmUpImageSize(const QwenModel& model);
 absl::StatusOr<double> WarmUpEncode(const QwenModel& model, const PruneRequest& prune);
-absl::StatusOr<double> WarmUpPrefill(const QwenModel& model, const PruneRequest& prune);
+absl::StatusOr<double> WarmUpPrefill(const QwenModel& model, const PruneRequest& prune,
+                                     int prompts = 1);
 
 // Checks a request's prompt and pruning options without running the model (services call this
 // on receipt so bad requests fail fast).

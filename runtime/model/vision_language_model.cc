@@ -49,8 +49,8 @@ class PipelineOf : public VisionLanguageModel {
   absl::StatusOr<double> WarmUpEncode(const PruneRequest& prune) const override {
     return hap::WarmUpEncode(*model_, prune);
   }
-  absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune) const override {
-    return hap::WarmUpPrefill(*model_, prune);
+  absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune, int prompts) const override {
+    return hap::WarmUpPrefill(*model_, prune, prompts);
   }
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
                                           const TokenSink& sink) const override {

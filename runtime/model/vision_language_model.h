@@ -77,7 +77,8 @@ class VisionLanguageModel {
   virtual std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(
       const std::vector<PrefillJob>& jobs) const = 0;
   virtual absl::StatusOr<double> WarmUpEncode(const PruneRequest& prune) const = 0;
-  virtual absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune) const = 0;
+  // pipeline.h's WarmUpPrefill: one prefill, or `prompts` in one batched pass.
+  virtual absl::StatusOr<double> WarmUpPrefill(const PruneRequest& prune, int prompts) const = 0;
   virtual absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
                                                   const TokenSink& sink) const = 0;
 

@@ -309,10 +309,13 @@ int Main(int argc, char** argv) {
   if (!ok.ok()) return host.Fail(Annotate(ok, "default pruning (--method/--retain/--flops)"));
   if (common.warm_up) {
     // The default method's path: its kernels, the planned steps, the sampling.
-    absl::StatusOr<double> ms = model->WarmUpPrefill(*prune);
+    // With batching on, two prompts in one pass: the batched path's plans and kernels too.
+    const int prompts = config.prefill_batch_tokens > 0 ? 2 : 1;
+    absl::StatusOr<double> ms = model->WarmUpPrefill(*prune, prompts);
     if (!ms.ok()) return host.Fail(Annotate(ms.status(), "warm-up request"));
-    std::fprintf(stderr, "%s: warm-up request (a prefill, %s) in %.1f ms\n", host.name().c_str(),
-                 prune->method.c_str(), *ms);
+    std::fprintf(stderr, "%s: warm-up request (%s, %s) in %.1f ms\n", host.name().c_str(),
+                 prompts > 1 ? "a batched pass of 2 prefills" : "a prefill", prune->method.c_str(),
+                 *ms);
   }
   service.SetModel(model.get());
   std::unique_ptr<openai::OpenAiServer> openai;

@@ -95,9 +95,10 @@ bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// The warm-up requests a service runs before serving (encode; prefill with the default method;
-// a decode step of a whole batch) succeed with the methods that prune in the encoder and in the
-// LLM, and leave nothing behind: a request after them answers bit for bit as before them.
+// The warm-up requests a service runs before serving (encode; prefill with the default method,
+// alone or as a batched pass of two; a decode step of a whole batch) succeed with the methods that
+// prune in the encoder and in the LLM, and leave nothing behind: a request after them answers bit
+// for bit as before them.
 TEST_F(PipelineTest, WarmUpRequestsRunAndChangeNothing) {
   const GenerateRequest request = Request("hap", 16);
   absl::StatusOr<GenerateResult> before = Generate(*model_, request, nullptr);
@@ -112,6 +113,9 @@ TEST_F(PipelineTest, WarmUpRequestsRunAndChangeNothing) {
     if (prune.method != "visionzip") {  // VisionZip prunes in the encoder only
       absl::StatusOr<double> prefill = WarmUpPrefill(*model_, prune);
       ASSERT_TRUE(prefill.ok()) << method << ": " << prefill.status();
+      // A service that batches its prefills warms up with a pass of two.
+      absl::StatusOr<double> batched = WarmUpPrefill(*model_, prune, 2);
+      ASSERT_TRUE(batched.ok()) << method << ": " << batched.status();
     }
   }
   int64_t workspace = -1;
