@@ -1,6 +1,7 @@
 #include "runtime/model/language_model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -78,6 +79,47 @@ absl::Status LanguageModel::FinishPrefill(const BackendArray<float>& logits, Sam
                        SampleBackendLogits(logits.data(), 1, static_cast<int>(logits.size()),
                                           {sampler}, &out->sampling));
   out->first_token = first[0];
+  return absl::OkStatus();
+}
+
+absl::Status LanguageModel::PromptSequence(const PromptTokens& tokens, const float* image,
+                                           size_t image_values, bool image_in_backend,
+                                           bool splice_in_backend, Pruner* pruner,
+                                           int kv_reserve_rows, std::vector<int32_t>* ids,
+                                           PrefillOutput* out, BackendArray<float>* logits,
+                                           PrefillSequence* seq) const {
+  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
+  const int d = text_config_.hidden_size;
+  if (image_values != static_cast<size_t>(tokens.n_vis) * d) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("image embeddings hold %d values, expected %d visual tokens x %d",
+                        image_values, tokens.n_vis, d));
+  }
+  *ids = tokens.ids;
+  std::fill(ids->begin() + tokens.vis_begin, ids->begin() + tokens.vis_begin + tokens.n_vis, 0);
+  if (splice_in_backend) {
+    seq->ids = ids;
+    seq->image_embeds = image;
+    seq->image_in_backend = image_in_backend;
+  } else {
+    HAP_ASSIGN_OR_RETURN(seq->x, decoder_->Embed(*ids));
+    float* rows = seq->x.data() + static_cast<int64_t>(tokens.vis_begin) * d;
+    if (image_in_backend) {
+      HAP_RETURN_IF_ERROR(backend().CopyToHost(rows, image, image_values * sizeof(float)));
+    } else {
+      std::memcpy(rows, image, image_values * sizeof(float));
+    }
+  }
+  seq->positions.resize(ids->size());
+  for (size_t i = 0; i < ids->size(); ++i) seq->positions[i] = static_cast<int32_t>(i);
+  seq->vis_begin = tokens.vis_begin;
+  seq->n_vis = tokens.n_vis;
+  seq->pruner = pruner;
+  HAP_ASSIGN_OR_RETURN(*out, EmptyPrefillOutput(backend(), *decoder_, options_.kv_dtype,
+                                                static_cast<int>(ids->size()), kv_reserve_rows));
+  seq->cache = &out->kv();
+  seq->trace = &out->trace;
+  seq->logits = logits;
   return absl::OkStatus();
 }
 

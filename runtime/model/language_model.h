@@ -21,6 +21,7 @@
 #include "runtime/model/llama.h"
 #include "runtime/model/row_sampling.h"
 #include "runtime/model/sampler.h"
+#include "runtime/text/llava_prompt.h"
 #include "runtime/text/tokenizer.h"
 
 namespace hap {
@@ -159,7 +160,17 @@ class LanguageModel {
   // first token drawn where they are with one.
   absl::Status FinishPrefill(const BackendArray<float>& logits, Sampler* sampler,
                              PrefillOutput* out) const;
-  // A family's PrefillBatch: `input(prompts[i], &out, &logits, &seq)` builds each prompt's
+  // One prompt's decoder input (a family's PrefillBatch): the token embeddings of `tokens` with
+  // the image's rows F32 [tokens.n_vis, hidden] at `image` (in the backend's memory where
+  // image_in_backend, else on the host) over the image tokens, whose own ids may lie outside the
+  // embedding table; spliced in the backend's memory where splice_in_backend, else on the host.
+  // Positions 0..n−1, into `out`'s empty cache (room for kv_reserve_rows more rows on a device)
+  // and `logits`; `ids` holds the ids the sequence points to.
+  absl::Status PromptSequence(const PromptTokens& tokens, const float* image, size_t image_values,
+                              bool image_in_backend, bool splice_in_backend, Pruner* pruner,
+                              int kv_reserve_rows, std::vector<int32_t>* ids, PrefillOutput* out,
+                              BackendArray<float>* logits, PrefillSequence* seq) const;
+  // A family's PrefillBatch: `input(prompts[i], &ids, &out, &logits, &seq)` builds each prompt's
   // decoder input into its empty output (an error names the prompt when there are several), then
   // the decoder's one pass over them all (LlamaDecoder::PrefillBatchInto), then each output
   // finished from its logits with the prompt's `sampler` (may be null; FinishPrefill).
@@ -167,13 +178,14 @@ class LanguageModel {
   absl::StatusOr<std::vector<PrefillOutput>> PrefillBatchOf(const std::vector<Prompt>& prompts,
                                                             const Input& input) const {
     const size_t b = prompts.size();
+    std::vector<std::vector<int32_t>> ids(b);  // what each sequence's ids point to
     std::vector<PrefillOutput> outs(b);
     std::vector<BackendArray<float>> logits;  // F32 [1, vocab] each
     logits.reserve(b);
     std::vector<PrefillSequence> seqs(b);
     for (size_t i = 0; i < b; ++i) {
       logits.emplace_back(backend());
-      absl::Status s = input(prompts[i], &outs[i], &logits[i], &seqs[i]);
+      absl::Status s = input(prompts[i], &ids[i], &outs[i], &logits[i], &seqs[i]);
       if (!s.ok() && b > 1) s = PromptError(i, b, s);
       if (!s.ok()) return s;
     }

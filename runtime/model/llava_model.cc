@@ -154,58 +154,11 @@ absl::StatusOr<PrefillOutput> LlavaModel::PrefillFromBackend(
   return std::move(outs[0]);
 }
 
-absl::Status LlavaModel::DecoderInput(const PromptTokens& prompt, const float* image,
-                                      size_t image_values, bool image_in_backend, Pruner* pruner,
-                                      int kv_reserve_rows, std::vector<int32_t>* ids,
-                                      PrefillOutput* out, BackendArray<float>* logits,
-                                      PrefillSequence* seq) const {
-  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
-  const int d = config_.text.hidden_size;
-  if (image_values != static_cast<size_t>(prompt.n_vis) * d) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("image embeddings hold %d values, expected %d visual tokens x %d",
-                        image_values, prompt.n_vis, d));
-  }
-  // Text rows come from the embedding table; the image token rows are replaced by the image
-  // embeddings (the image token id itself may lie outside the embedding table). On a device
-  // the two are spliced there, unless the pruner reads the whole input on the host.
-  *ids = prompt.ids;
-  for (int i = 0; i < prompt.n_vis; ++i) (*ids)[prompt.vis_begin + i] = 0;
-  const bool splice_on_device =
-      !backend().caps().host_memory && (pruner == nullptr || !pruner->ReadsInputEmbeddings());
-  if (splice_on_device) {
-    seq->ids = ids;
-    seq->image_embeds = image;
-    seq->image_in_backend = image_in_backend;
-  } else {
-    HAP_ASSIGN_OR_RETURN(seq->x, decoder_->Embed(*ids));
-    float* rows = seq->x.data() + static_cast<int64_t>(prompt.vis_begin) * d;
-    if (image_in_backend) {
-      HAP_RETURN_IF_ERROR(backend().CopyToHost(rows, image, image_values * sizeof(float)));
-    } else {
-      std::memcpy(rows, image, image_values * sizeof(float));
-    }
-  }
-  seq->positions.resize(ids->size());
-  for (size_t i = 0; i < ids->size(); ++i) seq->positions[i] = static_cast<int32_t>(i);
-  seq->vis_begin = prompt.vis_begin;
-  seq->n_vis = prompt.n_vis;
-  seq->pruner = pruner;
-  HAP_ASSIGN_OR_RETURN(*out, EmptyPrefillOutput(backend(), *decoder_, options_.kv_dtype,
-                                                static_cast<int>(ids->size()), kv_reserve_rows));
-  seq->cache = &out->kv();
-  seq->trace = &out->trace;
-  seq->logits = logits;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<PrefillOutput>> LlavaModel::PrefillBatch(
     const std::vector<PrefillPrompt>& prompts) const {
-  std::vector<std::vector<int32_t>> ids(prompts.size());  // what each sequence's ids point to
-  size_t next = 0;
-  return PrefillBatchOf(prompts, [&](const PrefillPrompt& p, PrefillOutput* out,
-                                     BackendArray<float>* logits, PrefillSequence* seq) {
-    std::vector<int32_t>* prompt_ids = &ids[next++];
+  return PrefillBatchOf(prompts, [&](const PrefillPrompt& p, std::vector<int32_t>* ids,
+                                     PrefillOutput* out, BackendArray<float>* logits,
+                                     PrefillSequence* seq) {
     const BackendArray<float>* in_backend = p.image_embeds_in_backend;
     if (p.prompt == nullptr || (p.image_embeds == nullptr) == (in_backend == nullptr)) {
       return absl::InvalidArgumentError(
@@ -219,8 +172,12 @@ absl::StatusOr<std::vector<PrefillOutput>> LlavaModel::PrefillBatch(
     }
     const float* image = in_backend != nullptr ? in_backend->data() : p.image_embeds->data();
     const size_t values = in_backend != nullptr ? in_backend->size() : p.image_embeds->size();
-    return DecoderInput(*p.prompt, image, values, in_backend != nullptr, p.pruner,
-                        p.kv_reserve_rows, prompt_ids, out, logits, seq);
+    // On a device the prompt is spliced there, unless the pruner reads the whole input on the
+    // host.
+    const bool splice_in_backend =
+        !backend().caps().host_memory && (p.pruner == nullptr || !p.pruner->ReadsInputEmbeddings());
+    return PromptSequence(*p.prompt, image, values, in_backend != nullptr, splice_in_backend,
+                          p.pruner, p.kv_reserve_rows, ids, out, logits, seq);
   });
 }
 

@@ -95,13 +95,6 @@ class LlavaModel : public LanguageModel {
       const std::vector<PrefillPrompt>& prompts) const;
 
  private:
-  // The decoder's input for one prompt, whose image rows F32 [prompt.n_vis, hidden] are at
-  // `image` (in the backend's memory where image_in_backend, else on the host), into `out`'s
-  // empty cache and `logits`; `ids` holds the token ids the sequence points to.
-  absl::Status DecoderInput(const PromptTokens& prompt, const float* image, size_t image_values,
-                            bool image_in_backend, Pruner* pruner, int kv_reserve_rows,
-                            std::vector<int32_t>* ids, PrefillOutput* out,
-                            BackendArray<float>* logits, PrefillSequence* seq) const;
   LlavaModel() = default;
 
   LlavaConfig config_;

@@ -228,26 +228,6 @@ absl::StatusOr<double> WarmUpPrefill(const LlavaModel& model, const PruneRequest
   return WarmUpPrefillOver(model, image, prune, prompts);
 }
 
-absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptText& prompt,
-                                         const EncodeResult& encoded, const PruneRequest& prune,
-                                         Sampler* sampler, int kv_reserve_rows) {
-  const auto t0 = Clock::now();
-  HAP_ASSIGN_OR_RETURN(PromptTokens tokens, model.Tokenize(prompt, encoded.n_vis));
-  const ModelDims dims = DimsOf(model.config());
-  HAP_ASSIGN_OR_RETURN(std::unique_ptr<Pruner> pruner,
-                       PrunerFor(prune, dims, static_cast<int>(tokens.ids.size()), tokens.n_vis));
-  // Method "none" runs the plain engine path (no attention statistics are even computed), so
-  // it is bit-identical to an engine without pruning.
-  Pruner* active = prune.method == "none" ? nullptr : pruner.get();
-  HAP_ASSIGN_OR_RETURN(
-      PrefillOutput out,
-      encoded.embeds_in_backend != nullptr
-          ? model.PrefillFromBackend(tokens, *encoded.embeds_in_backend, active, sampler,
-                                     kv_reserve_rows)
-          : model.Prefill(tokens, encoded.embeds, active, sampler, kv_reserve_rows));
-  return ResultOf(std::move(out), dims, prune.method, encoded.n_vis, *pruner, t0);
-}
-
 namespace {
 
 // A job of a batched pass, checked: its prompt's tokens (and, for Qwen2.5-VL, positions), its
@@ -261,9 +241,13 @@ struct CheckedJob {
   Sampler sampler_before{SamplingParams{}};
 };
 
-// RunPrefillBatch for either family: `check` tokenizes a job into a CheckedJob (its error is the
-// job's), `image` points a batch prompt at the job's image embeddings; then one PrefillBatch over
-// the checked jobs, or each job's RunPrefill where that pass fails.
+const PromptTokens& TokensOf(const PromptTokens& prompt) { return prompt; }
+const PromptTokens& TokensOf(const QwenPrompt& prompt) { return prompt.tokens; }
+
+// RunPrefillBatch (and RunPrefill, a batch of one) for either family: `check` tokenizes a job
+// into a CheckedJob and gives its dims (its error is the job's), and the job's pruner is made for
+// them; `image` points a batch prompt at the job's image embeddings. Then one PrefillBatch over
+// the checked jobs; where that pass fails with several jobs, each runs alone.
 template <typename Model, typename Prompt, typename BatchPrompt>
 std::vector<absl::StatusOr<PrefillResult>> PrefillBatchOf(
     const Model& model, const std::vector<PrefillJob>& jobs,
@@ -276,6 +260,13 @@ std::vector<absl::StatusOr<PrefillResult>> PrefillBatchOf(
     CheckedJob<Prompt> c;
     c.index = i;
     absl::Status s = check(jobs[i], &c);
+    if (s.ok()) {
+      const PromptTokens& tokens = TokensOf(c.prompt);
+      absl::StatusOr<std::unique_ptr<Pruner>> pruner =
+          PrunerFor(jobs[i].prune, c.dims, static_cast<int>(tokens.ids.size()), tokens.n_vis);
+      s = pruner.status();
+      if (s.ok()) c.pruner = std::move(*pruner);
+    }
     if (!s.ok()) {
       results[i] = s;
       continue;
@@ -290,19 +281,23 @@ std::vector<absl::StatusOr<PrefillResult>> PrefillBatchOf(
     BatchPrompt& p = prompts[k];
     p.prompt = &checked[k].prompt;
     image(job, &p);
-    // Method "none" runs the plain engine path, as RunPrefill's does.
+    // Method "none" runs the plain engine path (no attention statistics are even computed), so
+    // it is bit-identical to an engine without pruning.
     p.pruner = job.prune.method == "none" ? nullptr : checked[k].pruner.get();
     p.sampler = job.sampler;
     p.kv_reserve_rows = job.kv_reserve_rows;
   }
   absl::StatusOr<std::vector<PrefillOutput>> outs = model.PrefillBatch(prompts);
-  if (absl::IsCancelled(outs.status())) {  // every job's caller cancelled: none runs again
-    for (const CheckedJob<Prompt>& c : checked) results[c.index] = outs.status();
-    return results;
-  }
   if (!outs.ok()) {
+    // Several jobs run again alone, so that one cannot fail the others; a job alone, or jobs
+    // whose callers all cancelled, get the pass's error.
+    const bool alone = checked.size() > 1 && !absl::IsCancelled(outs.status());
     for (const CheckedJob<Prompt>& c : checked) {
       const PrefillJob& job = jobs[c.index];
+      if (!alone) {
+        results[c.index] = outs.status();
+        continue;
+      }
       if (job.sampler != nullptr) *job.sampler = c.sampler_before;
       results[c.index] =
           RunPrefill(model, *job.prompt, *job.encoded, job.prune, job.sampler, job.kv_reserve_rows);
@@ -327,9 +322,6 @@ std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(const LlavaModel& mod
       [&](const PrefillJob& job, CheckedJob<PromptTokens>* c) -> absl::Status {
         HAP_ASSIGN_OR_RETURN(c->prompt, model.Tokenize(*job.prompt, job.encoded->n_vis));
         c->dims = DimsOf(model.config());
-        HAP_ASSIGN_OR_RETURN(
-            c->pruner,
-            PrunerFor(job.prune, c->dims, static_cast<int>(c->prompt.ids.size()), c->prompt.n_vis));
         return absl::OkStatus();
       },
       [](const PrefillJob& job, PrefillPrompt* p) {
@@ -339,26 +331,6 @@ std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(const LlavaModel& mod
           p->image_embeds = &job.encoded->embeds;
         }
       });
-}
-
-absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, const PromptText& text,
-                                         const EncodeResult& encoded, const PruneRequest& prune,
-                                         Sampler* sampler, int kv_reserve_rows) {
-  const auto t0 = Clock::now();
-  HAP_ASSIGN_OR_RETURN(QwenPrompt prompt, model.Tokenize(text, encoded.grid));
-  if (prompt.tokens.n_vis != encoded.n_vis) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("the image's grid gives %d visual tokens; %d embeddings came",
-                        prompt.tokens.n_vis, encoded.n_vis));
-  }
-  const ModelDims dims = DimsOf(model.config(), encoded.n_vis);
-  HAP_ASSIGN_OR_RETURN(
-      std::unique_ptr<Pruner> pruner,
-      PrunerFor(prune, dims, static_cast<int>(prompt.tokens.ids.size()), prompt.tokens.n_vis));
-  Pruner* active = prune.method == "none" ? nullptr : pruner.get();
-  HAP_ASSIGN_OR_RETURN(PrefillOutput out,
-                       model.Prefill(prompt, encoded.embeds, active, sampler, kv_reserve_rows));
-  return ResultOf(std::move(out), dims, prune.method, encoded.n_vis, *pruner, t0);
 }
 
 std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(const QwenModel& model,
@@ -373,12 +345,39 @@ std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(const QwenModel& mode
                               c->prompt.tokens.n_vis, job.encoded->n_vis));
         }
         c->dims = DimsOf(model.config(), job.encoded->n_vis);
-        HAP_ASSIGN_OR_RETURN(
-            c->pruner, PrunerFor(job.prune, c->dims, static_cast<int>(c->prompt.tokens.ids.size()),
-                                 c->prompt.tokens.n_vis));
         return absl::OkStatus();
       },
       [](const PrefillJob& job, QwenPrefillPrompt* p) { p->image_embeds = &job.encoded->embeds; });
+}
+
+namespace {
+
+// RunPrefill of either family: a batch of one job.
+template <typename Model>
+absl::StatusOr<PrefillResult> RunOne(const Model& model, const PromptText& prompt,
+                                     const EncodeResult& encoded, const PruneRequest& prune,
+                                     Sampler* sampler, int kv_reserve_rows) {
+  PrefillJob job;
+  job.prompt = &prompt;
+  job.encoded = &encoded;
+  job.prune = prune;
+  job.sampler = sampler;
+  job.kv_reserve_rows = kv_reserve_rows;
+  return std::move(RunPrefillBatch(model, {job})[0]);
+}
+
+}  // namespace
+
+absl::StatusOr<PrefillResult> RunPrefill(const LlavaModel& model, const PromptText& prompt,
+                                         const EncodeResult& encoded, const PruneRequest& prune,
+                                         Sampler* sampler, int kv_reserve_rows) {
+  return RunOne(model, prompt, encoded, prune, sampler, kv_reserve_rows);
+}
+
+absl::StatusOr<PrefillResult> RunPrefill(const QwenModel& model, const PromptText& prompt,
+                                         const EncodeResult& encoded, const PruneRequest& prune,
+                                         Sampler* sampler, int kv_reserve_rows) {
+  return RunOne(model, prompt, encoded, prune, sampler, kv_reserve_rows);
 }
 
 absl::StatusOr<EncodeResult> EncodeImage(const QwenModel& model, std::string_view image_bytes,

@@ -197,38 +197,6 @@ absl::StatusOr<QwenPrompt> QwenModel::Tokenize(const PromptText& prompt,
   return p;
 }
 
-absl::Status QwenModel::DecoderInput(const QwenPrompt& prompt,
-                                     const std::vector<float>& image_embeds, Pruner* pruner,
-                                     int kv_reserve_rows, PrefillOutput* out,
-                                     BackendArray<float>* logits, PrefillSequence* seq) const {
-  HAP_RETURN_IF_ERROR(NeedPart(ModelParts::kLanguage));
-  const int d = text_config().hidden_size;
-  const PromptTokens& t = prompt.tokens;
-  if (image_embeds.size() != static_cast<size_t>(t.n_vis) * d) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("image embeddings hold %d values, expected %d visual tokens x %d",
-                        image_embeds.size(), t.n_vis, d));
-  }
-  // Text rows from the embedding table; the image pad rows are replaced by the image's.
-  std::vector<int32_t> ids = t.ids;
-  std::fill(ids.begin() + t.vis_begin, ids.begin() + t.vis_begin + t.n_vis, 0);
-  HAP_ASSIGN_OR_RETURN(seq->x, decoder_->Embed(ids));
-  std::memcpy(seq->x.data() + static_cast<int64_t>(t.vis_begin) * d, image_embeds.data(),
-              image_embeds.size() * sizeof(float));
-  seq->positions.resize(t.ids.size());
-  for (size_t i = 0; i < t.ids.size(); ++i) seq->positions[i] = static_cast<int32_t>(i);
-  seq->vis_begin = t.vis_begin;
-  seq->n_vis = t.n_vis;
-  seq->pruner = pruner;
-  seq->mrope = &prompt.mrope;
-  HAP_ASSIGN_OR_RETURN(*out, EmptyPrefillOutput(backend(), *decoder_, options_.kv_dtype,
-                                                static_cast<int>(t.ids.size()), kv_reserve_rows));
-  seq->cache = &out->kv();
-  seq->trace = &out->trace;
-  seq->logits = logits;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<PrefillOutput> QwenModel::Prefill(const QwenPrompt& prompt,
                                                  const std::vector<float>& image_embeds,
                                                  Pruner* pruner, Sampler* sampler,
@@ -240,13 +208,20 @@ absl::StatusOr<PrefillOutput> QwenModel::Prefill(const QwenPrompt& prompt,
 
 absl::StatusOr<std::vector<PrefillOutput>> QwenModel::PrefillBatch(
     const std::vector<QwenPrefillPrompt>& prompts) const {
-  return PrefillBatchOf(prompts, [&](const QwenPrefillPrompt& p, PrefillOutput* out,
-                                     BackendArray<float>* logits, PrefillSequence* seq) {
-    if (p.prompt == nullptr || p.image_embeds == nullptr) {
-      return absl::InvalidArgumentError("no prompt tokens or image embeddings");
-    }
-    return DecoderInput(*p.prompt, *p.image_embeds, p.pruner, p.kv_reserve_rows, out, logits, seq);
-  });
+  return PrefillBatchOf(
+      prompts, [&](const QwenPrefillPrompt& p, std::vector<int32_t>* ids, PrefillOutput* out,
+                   BackendArray<float>* logits, PrefillSequence* seq) {
+        if (p.prompt == nullptr || p.image_embeds == nullptr) {
+          return absl::InvalidArgumentError("no prompt tokens or image embeddings");
+        }
+        // Spliced on the host; the rows rotate at the prompt's 3-D positions.
+        HAP_RETURN_IF_ERROR(PromptSequence(p.prompt->tokens, p.image_embeds->data(),
+                                           p.image_embeds->size(), /*image_in_backend=*/false,
+                                           /*splice_in_backend=*/false, p.pruner, p.kv_reserve_rows,
+                                           ids, out, logits, seq));
+        seq->mrope = &p.prompt->mrope;
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace hap

@@ -82,10 +82,6 @@ class QwenModel : public LanguageModel {
       const std::vector<QwenPrefillPrompt>& prompts) const;
 
  private:
-  // The decoder's input for one prompt into `out`'s empty cache and `logits`.
-  absl::Status DecoderInput(const QwenPrompt& prompt, const std::vector<float>& image_embeds,
-                            Pruner* pruner, int kv_reserve_rows, PrefillOutput* out,
-                            BackendArray<float>* logits, PrefillSequence* seq) const;
   QwenModel() = default;
 
   Qwen25VLConfig config_;
