@@ -53,6 +53,9 @@ struct BackendCaps {
   // (the attention kernels' row and key tiles); a batched prefill lays its prompts out so.
   // 1: any start does (the CPU backend cuts its row blocks at the runs).
   int attention_run_align = 1;
+  // Capture records ops and a BackendGraph replays them (a GPU's CUDA graphs); false where ops
+  // run as they are called (the CPU backend, whose Capture is Unimplemented).
+  bool graphs = false;
 };
 
 // Ops recorded by Backend::Capture, enqueued again as one unit.
@@ -136,6 +139,13 @@ class Backend {
   virtual absl::Status Attention(const AttentionArgs& args) const = 0;
   // One query row over a cache held as spans (paged blocks or one contiguous run).
   virtual absl::Status DecodeAttention(const DecodeAttentionArgs& args) const = 0;
+  // The backend memory DecodeAttention needs for `args` besides its inputs and outputs (a
+  // device's partial results of a sequence's row slices; 0 on the CPU). Given as args.workspace,
+  // the op takes none of its own, which a captured step needs (its buffers stay put).
+  virtual size_t DecodeAttentionWorkspaceBytes(const DecodeAttentionArgs& args) const {
+    (void)args;
+    return 0;
+  }
   // A decode step's new KV rows of one layer into their caches (StoreKvRowsArgs).
   virtual absl::Status StoreKvRows(const StoreKvRowsArgs& args) const = 0;
   // dst[i] = src[idx[i]] for rows of row_bytes bytes out of n_rows (idx: host, in range); dst

@@ -139,8 +139,14 @@ struct DecodeAttentionArgs {
   bool tables_in_backend = false;
   // Host: at least the most rows any sequence of the batch sees, for a device backend that splits
   // each sequence's rows across blocks (flash-decoding); 0 = not given (a device backend counts
-  // them from host tables, or runs one block per head and sequence). The CPU ignores it.
+  // them from host tables, or runs one block per head and sequence). The CPU ignores it. Any
+  // value from the true most on gives the same result, bit for bit: a captured step gives a
+  // bucket of it, so that one graph serves contexts up to the bucket.
   int max_rows = 0;
+  // Backend memory of Backend::DecodeAttentionWorkspaceBytes(args) bytes or more for the op's
+  // partial results; null: the backend's own scratch (a device's per-thread area).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 // A decode step's new K and V rows into their caches (Backend::StoreKvRows): row i of k and of

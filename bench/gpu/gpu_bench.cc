@@ -9,7 +9,8 @@
 //
 // Then decode: steps of b sequences at once (b = 1, 8, 32 by default), unpruned and with the
 // method at 64 of 576 tokens (11.1%), each step timed from a synchronisation to the sampled
-// ids on the host (a step ends with that copy), medians; tokens/s = b / step time.
+// ids on the host (a step ends with that copy), medians; tokens/s = b / step time. Each is
+// timed twice: replaying the step's captured CUDA graph (the default) and op by op.
 //
 //   gpu_bench --model DIR [--image FILE] [--prompt TEXT] [--retain 192,128,64,32]
 //             [--method hap] [--requests N] [--warmup N] [--kv-dtype f32|bf16]
@@ -394,7 +395,7 @@ void TimeRequests(const LlavaModel& model, const Backend& b, const std::string& 
 // Decode steps of `batch` copies of one request (prefilled with `prune`, each with its own cache
 // in device memory with room for the steps), the batch's tokens fed back: `warmup` steps, then
 // the median of `steps`. A step starts after a synchronisation and ends when its sampled ids are
-// on the host.
+// on the host. `graphs`: the steps replay captured graphs (DecodeWorkspace), else op by op.
 struct DecodeTimes {
   std::string name;
   int batch = 0, context = 0;
@@ -403,7 +404,7 @@ struct DecodeTimes {
 
 DecodeTimes TimeDecode(const LlavaModel& model, const Backend& b, const std::string& image,
                        const PromptText& prompt, const std::string& name, const PruneRequest& prune,
-                       int batch, int warmup, int steps) {
+                       int batch, int warmup, int steps, bool graphs) {
   absl::StatusOr<EncodeResult> e = EncodeImage(model, image, prune, /*keep_in_backend=*/true);
   if (!e.ok()) Die("encode", e.status());
   std::vector<PrefillResult> seqs;
@@ -426,7 +427,7 @@ DecodeTimes TimeDecode(const LlavaModel& model, const Backend& b, const std::str
   t.name = name;
   t.batch = batch;
   t.context = caches[0]->len(model.config().text.num_hidden_layers - 1);
-  DecodeWorkspace workspace(b);
+  DecodeWorkspace workspace(b, graphs);
   std::vector<double> ms;
   for (int s = 0; s < warmup + steps; ++s) {
     Check(b.Synchronize(), "sync");
@@ -685,8 +686,9 @@ int Main(int argc, char** argv) {
   // Decode: a step of b sequences; the bound is the weights read once per step.
   {
     std::printf(
-        "\n| decode | batch | last layer's cache rows | step ms | tokens/s |\n"
-        "|---|---|---|---|---|\n");
+        "\n| decode | batch | last layer's cache rows | step ms | tokens/s | step ms op by op "
+        "(no graphs) | graphs speedup |\n"
+        "|---|---|---|---|---|---|---|\n");
     PruneRequest hap_64;
     hap_64.method = a.method;
     hap_64.retain = 64.0 * V / 576.0;
@@ -695,15 +697,19 @@ int Main(int argc, char** argv) {
     for (const auto& [name, prune] :
          {std::pair<std::string, PruneRequest>{"none", base.prune}, {hap_name, hap_64}}) {
       for (int batch : a.decode_batches) {
-        const DecodeTimes t =
-            TimeDecode(**model, b, image, prompt, name, prune, batch, a.warmup, a.decode_steps);
-        std::printf("| %s | %d | %d | %.2f | %.1f |\n", name.c_str(), batch, t.context, t.step_ms,
-                    1e3 * batch / t.step_ms);
+        const DecodeTimes t = TimeDecode(**model, b, image, prompt, name, prune, batch, a.warmup,
+                                         a.decode_steps, /*graphs=*/true);
+        const DecodeTimes eager = TimeDecode(**model, b, image, prompt, name, prune, batch,
+                                             a.warmup, a.decode_steps, /*graphs=*/false);
+        std::printf("| %s | %d | %d | %.2f | %.1f | %.2f | %.2fx |\n", name.c_str(), batch,
+                    t.context, t.step_ms, 1e3 * batch / t.step_ms, eager.step_ms,
+                    eager.step_ms / t.step_ms);
         decode.push_back({{"config", name},
                           {"batch", batch},
                           {"context", t.context},
                           {"step_ms", t.step_ms},
-                          {"tokens_per_s", 1e3 * batch / t.step_ms}});
+                          {"tokens_per_s", 1e3 * batch / t.step_ms},
+                          {"step_ms_op_by_op", eager.step_ms}});
       }
     }
     out["decode"] = decode;

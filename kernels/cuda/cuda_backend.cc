@@ -110,6 +110,17 @@ absl::Status CheckProduct(const TensorView& w, const float* bias, const float* y
   return CheckDevice(bias, sizeof(float) * n, "Linear", "bias");
 }
 
+// A DecodeAttention's own workspace (DecodeAttentionArgs::workspace): room for `part_bytes` of
+// the slices' partial results, in device memory.
+absl::Status CheckDecodeWorkspace(const DecodeAttentionArgs& a, size_t part_bytes) {
+  if (a.workspace_bytes < part_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("DecodeAttention: a workspace of %d bytes where its %d slices need %d",
+                        a.workspace_bytes, cuda::DecodeAttentionSlices(a.max_rows), part_bytes));
+  }
+  return CheckDevice(a.workspace, part_bytes, "DecodeAttention", "workspace");
+}
+
 // FailedPrecondition for `what`, which a graph cannot hold (Backend::Capture).
 absl::Status NotWhileCapturing(const char* what) {
   return absl::FailedPreconditionError(
@@ -171,8 +182,11 @@ class ThreadContext {
     return dst;
   }
   static size_t Padded(size_t bytes) { return (bytes + 255) / 256 * 256; }
-  // Changes whenever the scratch area moves: a graph whose ops use it is stale after that.
-  uint64_t scratch_generation() const { return scratch_generation_; }
+  // Changes whenever the scratch area or the products' rounding scratch moves: a graph whose ops
+  // use them is stale after that.
+  uint64_t scratch_generation() const {
+    return scratch_generation_ + (gemm_ != nullptr ? gemm_->scratch_generation() : 0);
+  }
   // Reserve + Take / Upload for the ops that need a single scratch array.
   absl::StatusOr<void*> ReserveAndTake(size_t bytes) {
     HAP_RETURN_IF_ERROR(Reserve(Padded(bytes)));
@@ -743,6 +757,7 @@ class CudaBackendImpl final : public Backend {
     caps.host_memory = false;
     caps.narrow_attention = true;
     caps.attention_run_align = cuda::kAttentionRunAlign;
+    caps.graphs = true;
     caps.max_head_dim = std::min({cuda::kMaxAttentionHeadDim, cuda::kMaxDecodeHeadDim,
                                   cuda::kTextVisualAttentionMaxHeadDim});
     return caps;
@@ -933,10 +948,14 @@ class CudaBackendImpl final : public Backend {
       HAP_RETURN_IF_ERROR(CheckDevice(a.q, q_bytes, "DecodeAttention", "q"));
       HAP_RETURN_IF_ERROR(CheckDevice(a.out, q_bytes, "DecodeAttention", "out"));
       HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
-      // The slices' partial results in the scratch, which grows to the largest step seen.
+      // The slices' partial results in the caller's workspace, or in the scratch, which grows
+      // to the largest step seen.
       const size_t part_bytes = cuda::DecodeAttentionPartBytes(a);
       void* parts = nullptr;
-      if (part_bytes > 0) {
+      if (part_bytes > 0 && a.workspace != nullptr) {
+        HAP_RETURN_IF_ERROR(CheckDecodeWorkspace(a, part_bytes));
+        parts = a.workspace;
+      } else if (part_bytes > 0) {
         HAP_ASSIGN_OR_RETURN(parts, c->ReserveAndTake(part_bytes));
       }
       return ToStatus(cuda::DecodeAttention(a, parts, c->stream()));
@@ -968,19 +987,25 @@ class CudaBackendImpl final : public Backend {
       }
     }
     const size_t part_bytes = cuda::DecodeAttentionPartBytes(device_args);
+    const bool own_parts = part_bytes > 0 && a.workspace != nullptr;
+    if (own_parts) HAP_RETURN_IF_ERROR(CheckDecodeWorkspace(device_args, part_bytes));
     HAP_RETURN_IF_ERROR(c->Reserve(ThreadContext::Padded(table_bytes) +
-                                   ThreadContext::Padded(begin_bytes) + part_bytes));
+                                   ThreadContext::Padded(begin_bytes) +
+                                   (own_parts ? 0 : part_bytes)));
     HAP_ASSIGN_OR_RETURN(void* d_spans, c->Upload(a.spans, table_bytes));
     device_args.spans = static_cast<const KvSpan*>(d_spans);
     if (a.span_begin != nullptr) {
       HAP_ASSIGN_OR_RETURN(void* d_begin, c->Upload(a.span_begin, begin_bytes));
       device_args.span_begin = static_cast<const int*>(d_begin);
     }
-    void* parts = nullptr;
-    if (part_bytes > 0) {
+    void* parts = own_parts ? a.workspace : nullptr;
+    if (part_bytes > 0 && !own_parts) {
       HAP_ASSIGN_OR_RETURN(parts, c->Take(part_bytes));
     }
     return ToStatus(cuda::DecodeAttention(device_args, parts, c->stream()));
+  }
+  size_t DecodeAttentionWorkspaceBytes(const DecodeAttentionArgs& a) const override {
+    return cuda::DecodeAttentionPartBytes(a);
   }
   absl::Status StoreKvRows(const StoreKvRowsArgs& a) const override {
     if (a.dtype != DType::kF32 && a.dtype != DType::kBF16) {

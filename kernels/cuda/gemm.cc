@@ -6,6 +6,7 @@
 #include "kernels/cuda/add.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/graph.h"
 
 namespace hap::cuda {
 
@@ -25,6 +26,10 @@ Gemm::~Gemm() {
 
 KernelStatus Gemm::EnsureScratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return KernelStatus::Ok();
+  if (Capturing()) {
+    return KernelStatus::Error(
+        "Linear: growing the product's rounding scratch while capturing a graph (an allocation)");
+  }
   // The previous scratch may still be read by a product queued on the stream.
   KernelStatus s = Synchronize(stream_);
   if (!s.ok) return s;
@@ -33,6 +38,7 @@ KernelStatus Gemm::EnsureScratch(size_t bytes) {
   scratch_bytes_ = 0;
   s = DeviceAlloc(&scratch_, bytes);
   if (s.ok) scratch_bytes_ = bytes;
+  ++scratch_generation_;
   return s;
 }
 

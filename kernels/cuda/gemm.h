@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "kernels/cuda/device_types.h"
@@ -46,6 +47,9 @@ class Gemm {
                               int64_t ldb, int64_t stride_b, float* c, int64_t ldc,
                               int64_t stride_c, int batch);
   Stream stream() const { return stream_; }
+  // How many times the rounding scratch was (re)allocated: a graph whose products round x there
+  // is stale once it changes (Backend::Capture). It grows while nothing is captured only.
+  uint64_t scratch_generation() const { return scratch_generation_; }
 
  private:
   Gemm() = default;
@@ -58,6 +62,7 @@ class Gemm {
   void* blas_ = nullptr;     // cublasHandle_t on a GPU
   void* scratch_ = nullptr;  // x rounded to the weights' type
   size_t scratch_bytes_ = 0;
+  uint64_t scratch_generation_ = 0;
 };
 
 namespace internal {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/graph.h"
 #include "kernels/cuda/op_profile.h"
 
 namespace hap::cuda::profile {
@@ -51,7 +52,8 @@ void Enable() {
 }
 
 void Begin(Stream stream) {
-  if (!Enabled()) return;
+  // A captured op runs at its replays: no event around it.
+  if (!Enabled() || Capturing()) return;
   std::lock_guard<std::mutex> lock(g_mu);
   const auto s = static_cast<cudaStream_t>(stream);
   if (g_stream == nullptr) g_stream = s;
@@ -61,7 +63,7 @@ void Begin(Stream stream) {
 }
 
 void End(Stream stream, const char* name) {
-  if (!Enabled() || t_pending == nullptr) return;
+  if (!Enabled() || Capturing() || t_pending == nullptr) return;
   std::lock_guard<std::mutex> lock(g_mu);
   const auto s = static_cast<cudaStream_t>(stream);
   cudaEvent_t end = NewEvent();

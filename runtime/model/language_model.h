@@ -45,6 +45,10 @@ struct ModelOptions {
   // narrow_attention: the CUDA backend, on tensor cores), F32 otherwise (the CPU backend, whose
   // F32 attention matches transformers in F32). Decode attention reads the cache as stored.
   std::optional<DType> attention_dtype;
+  // Decode steps captured as graphs and replayed where the backend can (BackendCaps::graphs: a
+  // GPU's CUDA graphs, one per batch size; LlamaDecoder::DecodeBatchInto). Off: every step
+  // enqueues its ops one by one. The tokens are the same either way.
+  bool decode_graphs = true;
 };
 
 // The attention dtype a command-line flag names (--attention-dtype, HAP_ATTENTION_DTYPE): "auto"

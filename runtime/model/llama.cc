@@ -73,7 +73,7 @@ struct LlamaDecoder::PromptRows {
 };
 
 LlamaDecoder::LlamaDecoder(const TextConfig& cfg, const TextWeights& weights,
-                           const Backend& backend, DType attention_operands)
+                           const Backend& backend, DType attention_operands, bool decode_graphs)
     : backend_(backend),
       cfg_(cfg),
       w_(weights),
@@ -87,7 +87,8 @@ LlamaDecoder::LlamaDecoder(const TextConfig& cfg, const TextWeights& weights,
       theta_(cfg.rope_theta),
       scale_(1.f / std::sqrt(static_cast<float>(cfg.head_dim))),
       rope_axes_(cfg.mrope_section.empty() ? 1 : 3),
-      attention_operands_(attention_operands) {}
+      attention_operands_(attention_operands),
+      decode_graphs_(decode_graphs && backend.caps().graphs) {}
 
 absl::Status LlamaDecoder::RotaryRows(const std::vector<int32_t>& positions,
                                       const MropePositions* mrope, std::vector<int32_t>* rotary,
@@ -261,68 +262,160 @@ absl::StatusOr<std::shared_ptr<const PlannedStep>> LlamaDecoder::DecodePlan(
   return plan;
 }
 
+int DecodeRowsFor(int b) {
+  if (b <= 2) return b;
+  if (b <= 4) return 4;
+  return (b + 7) / 8 * 8;
+}
+
+namespace {
+
+// The least power of two ≥ n (n ≥ 1).
+int PowerOfTwoAtLeast(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Graphs a decode workspace keeps; past this the least recently used goes.
+constexpr size_t kMaxDecodeGraphs = 32;
+// Failed captures of one shape before it runs op by op for good.
+constexpr int kMaxCaptureFailures = 2;
+
+}  // namespace
+
 absl::Status LlamaDecoder::PackDecodeTables(const std::vector<int32_t>& tokens,
                                             const std::vector<int32_t>& positions,
-                                            const std::vector<KvStore*>& caches,
+                                            const std::vector<KvStore*>& caches, bool fixed,
                                             DecodeWorkspace* ws) const {
   const int b = static_cast<int>(tokens.size());
+  const int rows = fixed ? DecodeRowsFor(b) : b;
+  const int layers = n_layers();
+  ws->rows_ = rows;
   std::vector<uint8_t>& packed = ws->packed_;
   packed.clear();
-  // Appends `bytes` at a 16-byte boundary; returns where they start.
-  auto put = [&packed](const void* data, size_t bytes) {
+  // Appends `bytes` at a 16-byte boundary, zeros after them up to `room`; returns where they
+  // start.
+  auto put = [&packed](const void* data, size_t bytes, size_t room = 0) {
     const size_t at = (packed.size() + 15) / 16 * 16;
-    packed.resize(at + bytes);
+    packed.resize(at + std::max(bytes, room));
     if (bytes > 0) std::memcpy(packed.data() + at, data, bytes);
     return at;
   };
-  ws->ids_at_ = put(tokens.data(), sizeof(int32_t) * b);
+  // The padding rows embed token 0 at position 0.
+  std::vector<int32_t> ids(rows, 0), rotary(rows, 0);
+  std::copy(tokens.begin(), tokens.end(), ids.begin());
   // The rows rotate at next_position + rope_delta; the caches record next_position.
-  ws->positions_at_ = put(positions.data(), sizeof(int32_t) * b);
-  auto* rotary = reinterpret_cast<int32_t*>(packed.data() + ws->positions_at_);
-  for (int i = 0; i < b; ++i) rotary[i] += caches[i]->rope_delta;
-  ws->k_dst_at_.assign(n_layers(), 0);
-  ws->v_dst_at_.assign(n_layers(), 0);
-  ws->layer_groups_.assign(1, 0);
-  ws->groups_.clear();
-  std::vector<void*> k_dst(b), v_dst(b);
-  std::vector<int> span_begin;
+  for (int i = 0; i < b; ++i) rotary[i] = positions[i] + caches[i]->rope_delta;
+  ws->ids_at_ = put(ids.data(), sizeof(int32_t) * rows);
+  ws->positions_at_ = put(rotary.data(), sizeof(int32_t) * rows);
+
+  // Runs of consecutive sequences whose caches share a dtype: the same in every layer. The
+  // padding rows join the last run and attend over no span.
+  struct Run {
+    int first = 0, n = 0;
+    DType dtype = DType::kF32;
+  };
+  std::vector<Run> runs;
+  for (int i = 0; i < b; ++i) {
+    if (runs.empty() || caches[i]->dtype() != runs.back().dtype) {
+      runs.push_back(Run{i, 0, caches[i]->dtype()});
+    }
+    ++runs.back().n;
+  }
+  runs.back().n += rows - b;
+
+  // Every layer's row slots and spans first: a captured step's bounds come from all of them.
+  std::vector<void*> k_dst(static_cast<size_t>(layers) * rows), v_dst(k_dst.size());
   std::vector<KvSpan> spans;
-  for (int l = 0; l < n_layers(); ++l) {
-    DecodeWorkspace::Group group;
-    auto flush = [&] {
-      if (group.n_seqs == 0) return;
-      group.n_spans = static_cast<int>(spans.size());
-      group.span_begin_at = put(span_begin.data(), sizeof(int) * span_begin.size());
-      group.spans_at = put(spans.data(), sizeof(KvSpan) * spans.size());
-      ws->groups_.push_back(group);
-    };
+  std::vector<int> seq_spans(static_cast<size_t>(layers) * b + 1, 0);  // [l·b + i] → spans
+  std::vector<int> seq_rows(static_cast<size_t>(layers) * b, 0);
+  for (int l = 0; l < layers; ++l) {
     for (int i = 0; i < b; ++i) {
       KvStore* kv = caches[i];
       HAP_ASSIGN_OR_RETURN(KvRowSlot slot, kv->AppendRowSlot(l, positions[i]));
-      k_dst[i] = slot.k;
-      v_dst[i] = slot.v;
-      if (group.n_seqs > 0 && kv->dtype() != group.dtype) {
-        flush();
-        group = DecodeWorkspace::Group{};
-      }
-      if (group.n_seqs == 0) {
-        group.first_row = i;
-        group.dtype = kv->dtype();
-        span_begin.assign(1, 0);
-        spans.clear();
-      }
+      k_dst[static_cast<size_t>(l) * rows + i] = slot.k;
+      v_dst[static_cast<size_t>(l) * rows + i] = slot.v;
       kv->Spans(l, &ws->seq_spans_);
-      int rows = 0;
-      for (const KvSpan& span : ws->seq_spans_) rows += span.rows;
-      group.max_rows = std::max(group.max_rows, rows);
+      for (const KvSpan& span : ws->seq_spans_) seq_rows[l * b + i] += span.rows;
       spans.insert(spans.end(), ws->seq_spans_.begin(), ws->seq_spans_.end());
-      span_begin.push_back(static_cast<int>(spans.size()));
-      ++group.n_seqs;
+      seq_spans[l * b + i + 1] = static_cast<int>(spans.size());
     }
-    flush();
-    ws->k_dst_at_[l] = put(k_dst.data(), sizeof(void*) * b);
-    ws->v_dst_at_[l] = put(v_dst.data(), sizeof(void*) * b);
+  }
+  if (rows > b) {
+    // Each padding row's K and V go to a row of their own in the sink, never read.
+    HAP_RETURN_IF_ERROR(
+        ws->sink_.Resize(static_cast<size_t>(2) * kMaxDecodePaddingRows * kv_dim()));
+    for (int l = 0; l < layers; ++l) {
+      for (int j = 0; j < rows - b; ++j) {
+        k_dst[static_cast<size_t>(l) * rows + b + j] = ws->sink_.data() + j * kv_dim();
+        v_dst[static_cast<size_t>(l) * rows + b + j] =
+            ws->sink_.data() + (kMaxDecodePaddingRows + j) * kv_dim();
+      }
+    }
+  }
+  // A captured step's bounds, the same in every layer and group: the spans a group's table has
+  // room for and the rows its attention is split for, each a power of two.
+  int span_room = 0, rows_bound = 1;
+  if (fixed) {
+    int most_spans = 1, most_rows = 1;
+    for (int l = 0; l < layers; ++l) {
+      for (const Run& run : runs) {
+        const int last = std::min(run.first + run.n, b);
+        most_spans = std::max(most_spans, seq_spans[l * b + last] - seq_spans[l * b + run.first]);
+        for (int i = run.first; i < last; ++i) most_rows = std::max(most_rows, seq_rows[l * b + i]);
+      }
+    }
+    span_room = std::max(16, PowerOfTwoAtLeast(most_spans));
+    rows_bound = PowerOfTwoAtLeast(most_rows);
+  }
+
+  ws->k_dst_at_.assign(layers, 0);
+  ws->v_dst_at_.assign(layers, 0);
+  ws->layer_groups_.assign(1, 0);
+  ws->groups_.clear();
+  size_t part_bytes = 0;
+  std::vector<int> span_begin;
+  for (int l = 0; l < layers; ++l) {
+    for (const Run& run : runs) {
+      DecodeWorkspace::Group group;
+      group.first_row = run.first;
+      group.n_seqs = run.n;
+      group.dtype = run.dtype;
+      const int first_span = seq_spans[l * b + run.first];
+      span_begin.assign(1, 0);
+      for (int i = run.first; i < run.first + run.n; ++i) {
+        const int end = seq_spans[l * b + std::min(i + 1, b)];
+        span_begin.push_back(end - first_span);
+        if (i < b) group.max_rows = std::max(group.max_rows, seq_rows[l * b + i]);
+      }
+      const int n_spans = span_begin.back();
+      group.n_spans = fixed ? span_room : n_spans;
+      if (fixed) group.max_rows = rows_bound;
+      group.span_begin_at = put(span_begin.data(), sizeof(int) * span_begin.size());
+      group.spans_at =
+          put(spans.data() + first_span, sizeof(KvSpan) * n_spans, sizeof(KvSpan) * group.n_spans);
+      DecodeAttentionArgs shape;
+      shape.n_heads = n_heads_;
+      shape.n_kv_heads = n_kv_heads_;
+      shape.head_dim = head_dim_;
+      shape.n_seqs = group.n_seqs;
+      shape.max_rows = group.max_rows;
+      shape.kv_dtype = group.dtype;
+      part_bytes = std::max(part_bytes, backend_.DecodeAttentionWorkspaceBytes(shape));
+      ws->groups_.push_back(group);
+    }
+    ws->k_dst_at_[l] = put(k_dst.data() + static_cast<size_t>(l) * rows, sizeof(void*) * rows);
+    ws->v_dst_at_[l] = put(v_dst.data() + static_cast<size_t>(l) * rows, sizeof(void*) * rows);
     ws->layer_groups_.push_back(static_cast<int>(ws->groups_.size()));
+  }
+  if (part_bytes > 0) HAP_RETURN_IF_ERROR(ws->parts_.Resize(part_bytes));
+  ws->shape_.clear();
+  if (fixed) {
+    ws->shape_ = {rows, span_room, rows_bound};
+    for (const Run& run : runs) {
+      ws->shape_.insert(ws->shape_.end(), {run.first, run.n, static_cast<int64_t>(run.dtype)});
+    }
   }
   if (ws->host_tables_.bytes() < packed.size()) {
     ws->host_tables_.Reset();
@@ -332,6 +425,56 @@ absl::Status LlamaDecoder::PackDecodeTables(const std::vector<int32_t>& tokens,
   std::memcpy(ws->host_tables_.data(), packed.data(), packed.size());
   HAP_RETURN_IF_ERROR(ws->tables_.Resize(packed.size()));
   return backend_.CopyToBackend(ws->tables_.data(), ws->host_tables_.data(), packed.size());
+}
+
+absl::Status LlamaDecoder::RunCaptured(DecodeWorkspace* ws,
+                                       const std::function<absl::Status()>& enqueue) const {
+  // The graph's ops hold the addresses of the workspace's buffers as well as the shape.
+  std::vector<int64_t> key = ws->shape_;
+  for (const void* p :
+       {static_cast<const void*>(ws->tables_.data()), static_cast<const void*>(ws->x_.data()),
+        static_cast<const void*>(ws->workspace_.data()),
+        static_cast<const void*>(ws->parts_.data()), static_cast<const void*>(ws->sink_.data()),
+        static_cast<const void*>(ws->logits_.data())}) {
+    key.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(p)));
+  }
+  auto it = ws->graphs_.find(key);
+  if (it == ws->graphs_.end()) {
+    if (ws->graphs_.size() >= kMaxDecodeGraphs) {
+      auto oldest = ws->graphs_.begin();
+      for (auto g = ws->graphs_.begin(); g != ws->graphs_.end(); ++g) {
+        if (g->second.last_use < oldest->second.last_use) oldest = g;
+      }
+      ws->graphs_.erase(oldest);
+    }
+    it = ws->graphs_.emplace(std::move(key), DecodeWorkspace::Captured{}).first;
+  }
+  DecodeWorkspace::Captured& captured = it->second;
+  captured.last_use = ++ws->uses_;
+  if (captured.graph != nullptr) {
+    const absl::Status replay = captured.graph->Replay();
+    if (replay.ok()) {
+      ++ws->replays_;
+      return replay;
+    }
+    // Another thread, or the thread's scratch moved since: capture again.
+    if (replay.code() != absl::StatusCode::kFailedPrecondition) return replay;
+    captured.graph.reset();
+  }
+  if (captured.failures < kMaxCaptureFailures) {
+    absl::StatusOr<std::unique_ptr<BackendGraph>> graph = backend_.Capture(enqueue);
+    if (graph.ok()) {
+      ++ws->captures_;
+      captured.graph = std::move(*graph);
+      HAP_RETURN_IF_ERROR(captured.graph->Replay());
+      ++ws->replays_;
+      return absl::OkStatus();
+    }
+    // Nothing ran: op by op this time (which may grow what the capture could not), and the
+    // shape is tried again next time, up to kMaxCaptureFailures.
+    ++captured.failures;
+  }
+  return enqueue();
 }
 
 absl::Status LlamaDecoder::AttendDecode(int l, const DecodeWorkspace& ws, const float* q,
@@ -366,6 +509,8 @@ absl::Status LlamaDecoder::AttendDecode(int l, const DecodeWorkspace& ws, const 
     args.span_begin = reinterpret_cast<const int*>(tables + group.span_begin_at);
     args.tables_in_backend = true;
     args.max_rows = group.max_rows;
+    args.workspace = ws.parts_.size() > 0 ? ws.parts_.data() : nullptr;
+    args.workspace_bytes = ws.parts_.size();
     HAP_RETURN_IF_ERROR(backend_.DecodeAttention(args));
   }
   return absl::OkStatus();
@@ -890,14 +1035,14 @@ absl::Status LlamaDecoder::DecodeBatchInto(const std::vector<int32_t>& tokens,
     positions[i] = caches[i]->next_position;
   }
   HAP_RETURN_IF_ERROR(CheckTokenIds(tokens));
-  StepValues v;
-  HAP_ASSIGN_OR_RETURN(std::shared_ptr<const PlannedStep> plan, DecodePlan(b, &v));
+  const bool graphs = decode_graphs_ && ws->graphs_allowed_;
   // Every layer's row slots and spans, the token and position ids: one upload.
-  HAP_RETURN_IF_ERROR(PackDecodeTables(tokens, positions, caches, ws));
-  HAP_RETURN_IF_ERROR(ws->x_.Resize(static_cast<size_t>(b) * d_));  // F32 [b, hidden]
-  auto* ids_dev = reinterpret_cast<const int32_t*>(ws->tables_.data() + ws->ids_at_);
-  HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, ids_dev, b, ws->x_.data()));
-  HAP_RETURN_IF_ERROR(ws->logits_.Resize(static_cast<size_t>(b) * vocab_));  // F32 [b, vocab]
+  HAP_RETURN_IF_ERROR(PackDecodeTables(tokens, positions, caches, graphs, ws));
+  const int rows = ws->rows_;
+  StepValues v;
+  HAP_ASSIGN_OR_RETURN(std::shared_ptr<const PlannedStep> plan, DecodePlan(rows, &v));
+  HAP_RETURN_IF_ERROR(ws->x_.Resize(static_cast<size_t>(rows) * d_));  // F32 [rows, hidden]
+  HAP_RETURN_IF_ERROR(ws->logits_.Resize(static_cast<size_t>(rows) * vocab_));  // F32 [rows, vocab]
   HAP_RETURN_IF_ERROR(ws->workspace_.Resize(plan->workspace_bytes()));
   StepBindings bindings;
   void* bound[3] = {ws->x_.data(), ws->tables_.data() + ws->positions_at_, ws->logits_.data()};
@@ -910,7 +1055,14 @@ absl::Status LlamaDecoder::DecodeBatchInto(const std::vector<int32_t>& tokens,
     return StepControl::kContinue;
   };
   bindings.call = &call;
-  HAP_RETURN_IF_ERROR(plan->Run(bindings).status());
+  const std::function<absl::Status()> enqueue = [&]() -> absl::Status {
+    auto* ids_dev = reinterpret_cast<const int32_t*>(ws->tables_.data() + ws->ids_at_);
+    HAP_RETURN_IF_ERROR(backend_.Embedding(w_.embed, ids_dev, rows, ws->x_.data()));
+    return plan->Run(bindings).status();
+  };
+  HAP_RETURN_IF_ERROR(graphs ? RunCaptured(ws, enqueue) : enqueue());
+  // The padding rows' logits are not the caller's.
+  HAP_RETURN_IF_ERROR(ws->logits_.Resize(static_cast<size_t>(b) * vocab_));
   for (KvStore* cache : caches) ++cache->next_position;
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,20 +29,43 @@ struct PrefillTrace {
   std::vector<double> prune_ms;              // time inside the pruner after each layer
 };
 
+// The rows a captured decode step of b sequences runs (the sizes graphs are captured at, as
+// vLLM pads its decode batches): b up to 2, then 4, 8, then the next multiple of 8; at most
+// kMaxDecodePaddingRows padding rows.
+int DecodeRowsFor(int b);
+inline constexpr int kMaxDecodePaddingRows = 7;
+
 // What a decode step keeps from one step to the next, so that once warm it allocates nothing and
 // uploads once: the step's tables (token ids, position ids, and each layer's KV row addresses
 // and spans) packed in host memory the backend copies from without staging
 // (Backend::AllocateHost: page-locked on a GPU) and their copy in the backend's memory, the
-// hidden states, the plan's workspace and the logits. One per caller that decodes (the decode
-// engine's thread, a generation), on the decoder's backend; not for two threads at once. The
-// upload reads the host tables after the call returns on a GPU, so a step on a workspace must
-// follow a read of the previous step's results (DecodeBatchSampled and DecodeBatch read theirs).
+// hidden states, the plan's workspace, the decode attention's partial results and the logits. One
+// per caller that decodes (the decode engine's thread, a generation), on the decoder's backend;
+// not for two threads at once. The upload reads the host tables after the call returns on a GPU,
+// so a step on a workspace must follow a read of the previous step's results
+// (DecodeBatchSampled and DecodeBatch read theirs).
+//
+// On a backend that captures (BackendCaps::graphs, a GPU) the workspace also keeps the steps it
+// captured (LlamaDecoder::DecodeBatchInto): a step's ops recorded once as a graph and replayed by
+// the later steps of the same shape, on the thread that captured them.
 class DecodeWorkspace {
  public:
-  explicit DecodeWorkspace(const Backend& backend)
-      : tables_(backend), x_(backend), workspace_(backend), logits_(backend) {}
+  // graphs false: this workspace's steps run op by op even where the decoder captures (a
+  // measurement of what graphs save; ModelOptions::decode_graphs is the switch for a model).
+  explicit DecodeWorkspace(const Backend& backend, bool graphs = true)
+      : graphs_allowed_(graphs),
+        tables_(backend),
+        x_(backend),
+        workspace_(backend),
+        parts_(backend),
+        sink_(backend),
+        logits_(backend) {}
   // F32 [b, vocab] of the last step, in the backend's memory.
   const BackendArray<float>& logits() const { return logits_; }
+  // Steps captured as graphs, and steps run by replaying one (a capture is replayed at once).
+  int64_t graph_captures() const { return captures_; }
+  int64_t graph_replays() const { return replays_; }
+  int graphs_held() const { return static_cast<int>(graphs_.size()); }
 
  private:
   friend class LlamaDecoder;
@@ -53,17 +77,31 @@ class DecodeWorkspace {
     DType dtype = DType::kF32;
     size_t span_begin_at = 0, spans_at = 0;
   };
+  // A captured step, and how often capturing its shape failed (it then runs op by op).
+  struct Captured {
+    std::unique_ptr<BackendGraph> graph;
+    int failures = 0;
+    uint64_t last_use = 0;
+  };
+  bool graphs_allowed_;
   std::vector<uint8_t> packed_;  // the tables as built, then copied into host_tables_
   BackendBuffer host_tables_;    // Backend::AllocateHost of tables_'s backend
   BackendArray<uint8_t> tables_;
+  int rows_ = 0;  // the step's rows: its sequences, then padding rows up to a captured size
   size_t ids_at_ = 0, positions_at_ = 0;
-  std::vector<size_t> k_dst_at_, v_dst_at_;  // per layer: [b] row addresses
+  std::vector<size_t> k_dst_at_, v_dst_at_;  // per layer: [rows_] row addresses
   std::vector<int> layer_groups_;            // layer l's groups: [layer_groups_[l], [l + 1])
   std::vector<Group> groups_;
   std::vector<KvSpan> seq_spans_;
+  std::vector<int64_t> shape_;  // what fixes a captured step's ops besides its buffers
   BackendArray<float> x_;
   BackendArray<uint8_t> workspace_;
+  BackendArray<uint8_t> parts_;  // DecodeAttentionArgs::workspace
+  BackendArray<float> sink_;     // where the padding rows' new K and V rows go
   BackendArray<float> logits_;
+  std::map<std::vector<int64_t>, Captured> graphs_;
+  uint64_t uses_ = 0;
+  int64_t captures_ = 0, replays_ = 0;
 };
 
 // One prompt of a prefill (LlamaDecoder::PrefillBatchInto): PrefillInto's arguments, its input
@@ -96,8 +134,10 @@ class LlamaDecoder {
   // attention_operands: AttentionArgs::operands of the prefill's attention
   // (ModelOptions::attention_dtype).
   // With cfg.mrope_section, the prefill's rows rotate at 3-D positions (`mrope` below).
+  // decode_graphs: capture decode steps as graphs where the backend can (BackendCaps::graphs;
+  // DecodeBatchInto).
   LlamaDecoder(const TextConfig& cfg, const TextWeights& weights, const Backend& backend,
-               DType attention_operands = DType::kF32);
+               DType attention_operands = DType::kF32, bool decode_graphs = true);
 
   // Token embeddings F32 [n, hidden] for ids (InvalidArgument for an id outside the vocab).
   absl::StatusOr<std::vector<float>> Embed(const std::vector<int32_t>& ids) const;
@@ -150,6 +190,13 @@ class LlamaDecoder {
   // DecodeBatch with the logits F32 [b, vocab] left in the backend's memory
   // (workspace->logits()), for a sampler that reads them there (runtime/model/row_sampling.h).
   // The workspace is on the decoder's backend; see DecodeWorkspace for when it may be reused.
+  // With decode graphs on a backend that captures, the step runs as a graph kept in the
+  // workspace, captured the first time its shape is seen: the batch padded to a captured size
+  // (DecodeRowsFor; the padding rows attend over nothing and their results are dropped), each
+  // layer's span tables sized to a power of two and DecodeAttentionArgs::max_rows to one, so
+  // that one graph serves a batch size while the caches grow within those bounds. The logits
+  // are those of the same step run op by op (decode_graphs off) bit for bit: the ops and their
+  // arguments are the same. A shape whose capture fails runs op by op.
   absl::Status DecodeBatchInto(const std::vector<int32_t>& tokens,
                                const std::vector<KvStore*>& caches,
                                DecodeWorkspace* workspace) const;
@@ -203,10 +250,15 @@ class LlamaDecoder {
   // at each layer's attention. Planned once per batch size and kept.
   absl::StatusOr<std::shared_ptr<const PlannedStep>> DecodePlan(int b, StepValues* values) const;
   // Takes every layer's row slot of each cache and packs the step's tables into `ws` (its
-  // host tables), then uploads them: the step's one copy to the backend.
+  // host tables), then uploads them: the step's one copy to the backend. `fixed`: laid out for a
+  // captured step (the padding rows, the tables' bounds; ws->shape_ says what fixes the ops).
   absl::Status PackDecodeTables(const std::vector<int32_t>& tokens,
                                 const std::vector<int32_t>& positions,
-                                const std::vector<KvStore*>& caches, DecodeWorkspace* ws) const;
+                                const std::vector<KvStore*>& caches, bool fixed,
+                                DecodeWorkspace* ws) const;
+  // Runs a step's ops (`enqueue`) as the graph `ws` keeps for its shape and buffers, capturing
+  // it first when there is none; op by op when capturing that shape failed.
+  absl::Status RunCaptured(DecodeWorkspace* ws, const std::function<absl::Status()>& enqueue) const;
   // Layer l's attention in a decode step: each sequence's new row (row i of k/v) is stored at its
   // slot, and its query attends over the cache's spans, a group of consecutive sequences whose
   // caches share a dtype at a time (one StoreKvRows and one DecodeAttention: two launches on a
@@ -226,6 +278,7 @@ class LlamaDecoder {
   float eps_, theta_, scale_;
   int rope_axes_;  // 3 with M-RoPE, else 1
   DType attention_operands_;
+  bool decode_graphs_;  // decode_graphs and the backend captures
   // Decode plans by batch size (up to kMaxKeptDecodePlans; larger batches plan per step).
   static constexpr int kMaxKeptDecodePlans = 64;
   mutable std::mutex plans_mu_;

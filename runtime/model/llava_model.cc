@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::Load(const std::string& 
           AttentionOperands(options, m->weights_->text().layers[0].q.dtype, m->backend());
     }
     m->decoder_ = std::make_unique<LlamaDecoder>(m->text_config_, m->placed_->text(), m->backend(),
-                                                 text_attention);
+                                                 text_attention, options.decode_graphs);
   }
   return m;
 }

@@ -107,8 +107,8 @@ absl::StatusOr<std::unique_ptr<QwenModel>> QwenModel::Load(const std::string& di
     if (!m->text_.layers.empty()) {
       text_attention = AttentionOperands(options, m->text_.layers[0].q.dtype, m->backend());
     }
-    m->decoder_ =
-        std::make_unique<LlamaDecoder>(m->text_config_, m->text_, m->backend(), text_attention);
+    m->decoder_ = std::make_unique<LlamaDecoder>(m->text_config_, m->text_, m->backend(),
+                                                 text_attention, options.decode_graphs);
   }
   return m;
 }

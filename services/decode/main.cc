@@ -53,6 +53,10 @@ std::vector<OptionSpec> Specs() {
   specs.push_back({"kv-block-rows", "HAP_KV_BLOCK_ROWS", "16", "token rows per KV block"});
   specs.push_back({"kv-dtype", "HAP_KV_DTYPE", "f32",
                    "KV cache element type in the pool: f32, or bf16 (half the memory)"});
+  specs.push_back({"decode-graphs", "HAP_DECODE_GRAPHS", "on",
+                   "with --device cuda, on: each decode step runs as a CUDA graph captured once "
+                   "per batch size (one launch instead of one per op; the same tokens); off: op "
+                   "by op"});
   return specs;
 }
 
@@ -71,6 +75,8 @@ int Main(int argc, char** argv) {
   if (!max_kv.ok()) return StartupFailure(host.name(), max_kv.status());
   if (!pool_bytes.ok()) return StartupFailure(host.name(), pool_bytes.status());
   if (!block_rows.ok()) return StartupFailure(host.name(), block_rows.status());
+  const absl::StatusOr<bool> decode_graphs = options.OnOff("decode-graphs");
+  if (!decode_graphs.ok()) return StartupFailure(host.name(), decode_graphs.status());
   const std::string kv_dtype_name = options.Get("kv-dtype");
   const absl::StatusOr<DType> parsed_kv_dtype = ParseKvDTypeFlagValue("--kv-dtype", kv_dtype_name);
   if (!parsed_kv_dtype.ok()) return StartupFailure(host.name(), parsed_kv_dtype.status());
@@ -92,6 +98,7 @@ int Main(int argc, char** argv) {
   }
   ModelOptions model_options;
   model_options.parts = ModelParts::kLanguage;
+  model_options.decode_graphs = *decode_graphs;
   auto loaded = LoadServiceLanguageModel(host.name(), common, model_options);
   if (!loaded.ok()) return host.Fail(loaded.status());
   model = std::move(*loaded);

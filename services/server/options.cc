@@ -79,6 +79,14 @@ absl::StatusOr<int64_t> Options::Int(const std::string& flag, int64_t min, int64
   return out;
 }
 
+absl::StatusOr<bool> Options::OnOff(const std::string& flag) const {
+  const std::string v = Get(flag);
+  if (v == "on" || v == "off") return v == "on";
+  auto src = sources_.find(flag);
+  const std::string where = src == sources_.end() ? "--" + flag : src->second;
+  return absl::InvalidArgumentError(absl::StrCat(where, " must be on or off, got '", v, "'"));
+}
+
 absl::StatusOr<double> Options::Double(const std::string& flag) const {
   const std::string v = Get(flag);
   double out;
@@ -159,12 +167,7 @@ absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options) {
   c.pool_spin_us = static_cast<int>(spin);
   HAP_ASSIGN_OR_RETURN(int64_t conc, options.Int("max-concurrent", 1, 4096));
   c.max_concurrent = static_cast<int>(conc);
-  const std::string warm_up = options.Get("warm-up");
-  if (warm_up != "on" && warm_up != "off") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--warm-up must be on or off, got '", warm_up, "'"));
-  }
-  c.warm_up = warm_up == "on";
+  HAP_ASSIGN_OR_RETURN(c.warm_up, options.OnOff("warm-up"));
   HAP_ASSIGN_OR_RETURN(int64_t queue, options.Int("queue-length", 0, 1 << 20));
   c.queue_length = static_cast<int>(queue);
   HAP_ASSIGN_OR_RETURN(int64_t msg, options.Int("max-message-bytes", 4096, 1 << 30));

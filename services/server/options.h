@@ -32,6 +32,8 @@ class Options {
   bool IsFlag(const std::string& flag) const;  // given as a flag
   absl::StatusOr<int64_t> Int(const std::string& flag, int64_t min, int64_t max) const;
   absl::StatusOr<double> Double(const std::string& flag) const;
+  // "on" → true, "off" → false; InvalidArgument naming where the value came from otherwise.
+  absl::StatusOr<bool> OnOff(const std::string& flag) const;
 
   // "usage: NAME [flags]" and one line per option with its env variable and default.
   static std::string Usage(const std::string& program, const std::vector<OptionSpec>& specs);

@@ -113,15 +113,28 @@ report.run("Chart.yaml appVersion is the CMake project version (the default imag
 // --- The good cases -------------------------------------------------------------------------
 const examples = path.join(args.chart, "examples");
 const cases = [
-  { name: "default", files: [], golden: true },
-  { name: "gpu", files: [path.join(examples, "values-gpu.yaml")], golden: true },
-  { name: "cpu", files: [path.join(examples, "values-cpu.yaml")], golden: true },
-  { name: "tls", files: [path.join(args.cases, "values-tls.yaml")] },
-  { name: "openai-off", files: [], extra: ["--set", "openai.enabled=false"] },
-  { name: "kv-bf16", files: [], extra: ["--set", "kvCache.dtype=bf16"] },
-  { name: "openai-custom", files: [path.join(args.cases, "values-openai-custom.yaml")] },
-  { name: "auth", files: [path.join(args.cases, "values-auth.yaml")] },
-  { name: "auth-existing", files: [path.join(args.cases, "values-auth-existing.yaml")] },
+  {name: 'default', files: [], golden: true},
+  {name: 'gpu', files: [path.join(examples, 'values-gpu.yaml')], golden: true},
+  {name: 'cpu', files: [path.join(examples, 'values-cpu.yaml')], golden: true},
+  {name: 'tls', files: [path.join(args.cases, 'values-tls.yaml')]},
+  {name: 'openai-off', files: [], extra: ['--set', 'openai.enabled=false']},
+  {name: 'kv-bf16', files: [], extra: ['--set', 'kvCache.dtype=bf16']},
+  {
+    name: 'decode-gpu',
+    files: [],
+    extra: ['--set', 'decode.gpu.count=1', '--set', 'decode.image.flavor=cuda']
+  },
+  {
+    name: 'decode-graphs-off',
+    files: [],
+    extra: [
+      '--set', 'decode.gpu.count=1', '--set', 'decode.image.flavor=cuda', '--set',
+      'decode.gpu.graphs=false'
+    ]
+  },
+  {name: 'openai-custom', files: [path.join(args.cases, 'values-openai-custom.yaml')]},
+  {name: 'auth', files: [path.join(args.cases, 'values-auth.yaml')]},
+  {name: 'auth-existing', files: [path.join(args.cases, 'values-auth-existing.yaml')]},
 ];
 
 const byKind = (objs, kind) => objs.filter((o) => o.kind === kind);
@@ -175,6 +188,13 @@ function wiring(objs, values) {
     // Prefill sends the KV cache in the dtype decode's pool holds: one value sets both.
     expect(e.HAP_KV_DTYPE === (c === "encoder" ? undefined : values.kvCache.dtype),
       `${c}: HAP_KV_DTYPE ${e.HAP_KV_DTYPE}, kvCache.dtype ${values.kvCache.dtype}`);
+    // Decode steps as CUDA graphs: a switch of hap-decode on a GPU only.
+    const graphs = c === 'decode' && values.decode.gpu.count > 0 ?
+        (values.decode.gpu.graphs ? 'on' : 'off') :
+        undefined;
+    expect(
+        e.HAP_DECODE_GRAPHS === graphs,
+        `${c}: HAP_DECODE_GRAPHS ${e.HAP_DECODE_GRAPHS}, want ${graphs}`);
   }
   const test = byKind(objs, "Pod").find((p) => (p.metadata.annotations || {})["helm.sh/hook"] === "test");
   if (!test) return [...errs, "no helm test pod"];
@@ -295,14 +315,14 @@ function authWiring(objs, r, { enabled, secret, mountPath = "/etc/hap/auth", lim
 }
 
 const specific = {
-  "auth"(objs, r) {
+  'auth'(objs, r) {
     const tokens = yaml.load(fs.readFileSync(path.join(args.cases, "values-auth.yaml"), "utf8")).auth.tokens;
     const errs = authWiring(objs, r, { enabled: true, secret: `${RELEASE}-auth`, limit: 2, testClient: "alice", tokens });
     expect(r.notes.includes("Each client may have 2 requests in flight"), "NOTES.txt does not give the per-client limit");
     expect(r.notes.includes("tokens cross the network in clear"), "NOTES.txt does not warn that tokens travel in clear without TLS");
     return [...errs, ...openaiWiring(objs, r, { port: 8000 })];
   },
-  "auth-existing"(objs, r) {
+  'auth-existing'(objs, r) {
     return authWiring(objs, r, { enabled: true, secret: "hap-front-door-tokens", mountPath: "/var/run/hap-auth", testClient: "helm-test" });
   },
   default(objs, r) {
@@ -329,16 +349,26 @@ const specific = {
     expect(r.notes.includes(`port 8000, model\n"scenes-llava"`), "NOTES.txt does not give the model id (model.path's last element)");
     return errs;
   },
-  "openai-off"(objs, r) {
+  'openai-off'(objs, r) {
     return openaiWiring(objs, r, { enabled: false });
   },
-  "kv-bf16"(objs) {
+  'kv-bf16'(objs) {
     for (const c of ["prefill", "decode"]) {
       const env = envOf(container(named(objs, "Deployment", `${RELEASE}-${c}`)));
       expect(env.HAP_KV_DTYPE === "bf16", `${c}: HAP_KV_DTYPE ${env.HAP_KV_DTYPE}`);
     }
   },
-  "openai-custom"(objs, r) {
+  'decode-gpu'(objs) {
+    const env = envOf(container(named(objs, 'Deployment', `${RELEASE}-decode`)));
+    expect(
+        env.HAP_DEVICE === 'cuda' && env.HAP_DECODE_GRAPHS === 'on',
+        `decode: HAP_DEVICE ${env.HAP_DEVICE}, HAP_DECODE_GRAPHS ${env.HAP_DECODE_GRAPHS}`);
+  },
+  'decode-graphs-off'(objs) {
+    const env = envOf(container(named(objs, 'Deployment', `${RELEASE}-decode`)));
+    expect(env.HAP_DECODE_GRAPHS === 'off', `decode: HAP_DECODE_GRAPHS ${env.HAP_DECODE_GRAPHS}`);
+  },
+  'openai-custom'(objs, r) {
     const errs = openaiWiring(objs, r, { port: 8080, model: "llava-1.5-7b" });
     expect(r.notes.includes(`"llava-1.5-7b"`), "NOTES.txt does not give openai.servedModelName");
     expect(r.notes.includes("port-forward svc/hap-prefill 8080:8080"), "NOTES.txt port-forward is not on openai.port");

@@ -272,6 +272,69 @@ TEST_P(BackendTest, AttentionWithLogSumExpAndDecodeOverSpans) {
   EXPECT_LT(MaxRelDiff(one, last), 1e-4);
 }
 
+// DecodeAttentionArgs::max_rows may be any bound from the longest sequence's rows up (a captured
+// decode step gives a power of two): the result is the same bit for bit. With the caller's
+// workspace (Backend::DecodeAttentionWorkspaceBytes) the op uses it; one too small is refused.
+TEST_P(BackendTest, DecodeAttentionIsTheSameForAnyRowBoundAndInItsOwnWorkspace) {
+  const int heads = 4, kv_heads = 2, hd = 32, rows[] = {300, 45};
+  const int n_seqs = 2, total = rows[0] + rows[1];
+  const std::vector<float> q = Random(size_t{n_seqs} * heads * hd, 21);
+  const std::vector<float> k = Random(size_t{total} * kv_heads * hd, 22);
+  const std::vector<float> v = Random(size_t{total} * kv_heads * hd, 23);
+  On<float> d_q(b(), q), d_k(b(), k), d_v(b(), v);
+  std::vector<KvSpan> spans;
+  std::vector<int> span_begin = {0};
+  int at = 0;
+  for (int s = 0; s < n_seqs; ++s) {
+    for (int r = 0; r < rows[s]; r += 16) {
+      const int64_t row = at + r;
+      spans.push_back({d_k.p() + row * kv_heads * hd, d_v.p() + row * kv_heads * hd,
+                       std::min(16, rows[s] - r)});
+    }
+    at += rows[s];
+    span_begin.push_back(static_cast<int>(spans.size()));
+  }
+  DecodeAttentionArgs d;
+  d.q = d_q.p();
+  d.spans = spans.data();
+  d.n_spans = static_cast<int>(spans.size());
+  d.span_begin = span_begin.data();
+  d.n_seqs = n_seqs;
+  d.kv_dtype = DType::kF32;
+  d.n_heads = heads;
+  d.n_kv_heads = kv_heads;
+  d.head_dim = hd;
+  d.scale = 0.2f;
+  auto run = [&](const DecodeAttentionArgs& args) {
+    On<float> out(b(), size_t{n_seqs} * heads * hd);
+    DecodeAttentionArgs a = args;
+    a.out = out.p();
+    EXPECT_TRUE(b().DecodeAttention(a).ok()) << a.max_rows;
+    return out.Host();
+  };
+  d.max_rows = rows[0];
+  const std::vector<float> want = run(d);
+  for (int bound : {0, 301, 512, 4096, 1 << 20}) {
+    d.max_rows = bound;
+    EXPECT_EQ(run(d), want) << "max_rows " << bound;
+  }
+  d.max_rows = 512;
+  const size_t bytes = b().DecodeAttentionWorkspaceBytes(d);
+  if (b().caps().host_memory) {
+    EXPECT_EQ(bytes, 0u);
+    return;
+  }
+  ASSERT_GT(bytes, 0u);
+  On<uint8_t> workspace(b(), bytes);
+  d.workspace = workspace.p();
+  d.workspace_bytes = bytes;
+  EXPECT_EQ(run(d), want);
+  On<float> out(b(), size_t{n_seqs} * heads * hd);
+  d.out = out.p();
+  d.workspace_bytes = bytes - 1;
+  EXPECT_EQ(b().DecodeAttention(d).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(BackendTest, StoreF32AsRoundsLikeTheHostConversion) {
   const std::vector<float> x = Random(1001, 14, 3.f);
   On<float> d_x(b(), x);

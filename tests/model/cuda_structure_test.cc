@@ -25,13 +25,15 @@ namespace {
 // A tiny checkpoint written to the build tree as cuda_structure_<name>, loaded on the emulated
 // CUDA backend with its KV caches in `kv_dtype`.
 absl::StatusOr<std::unique_ptr<LlavaModel>> LoadOnCuda(TinyModelOptions o, const std::string& name,
-                                                       DType kv_dtype = DType::kF32) {
+                                                       DType kv_dtype = DType::kF32,
+                                                       bool decode_graphs = true) {
   o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
   const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_structure_" + name;
   if (absl::Status s = WriteTinyModel(o, dir); !s.ok()) return s;
   ModelOptions on_cuda;
   on_cuda.backend = *GetCudaBackend();
   on_cuda.kv_dtype = kv_dtype;
+  on_cuda.decode_graphs = decode_graphs;
   return LlavaModel::Load(dir, on_cuda);
 }
 
@@ -157,6 +159,110 @@ TEST(CudaStructure, OneUploadPerDecodeStep) {
     }
 #endif
   }
+}
+
+// A decode step run as a captured graph (ModelOptions::decode_graphs, the default) computes what
+// the step run op by op computes, bit for bit: three sequences whose caches are F32, BF16 and F32
+// (three runs of one dtype per layer, padded to 4 rows) of different lengths (one pruned by HAP),
+// then two of them (another batch size), then the three again. Each shape is captured once and
+// every step replays a graph; with decode_graphs off nothing is captured.
+TEST(CudaStructure, ACapturedDecodeStepEqualsTheStepRunOpByOp) {
+  TinyModelOptions o;
+  o.seed = 12;
+  o.layers = 4;
+  o.image_size = 112;     // 64 visual tokens
+  o.dtype = DType::kF32;  // the attention's output reaches the o product unrounded
+  // One checkpoint, loaded three times: prefills into F32 and into BF16 caches, and a decoder
+  // without graphs.
+  absl::StatusOr<std::unique_ptr<LlavaModel>> f32 = LoadOnCuda(o, "graphs", DType::kF32);
+  absl::StatusOr<std::unique_ptr<LlavaModel>> bf16 = LoadOnCuda(o, "graphs", DType::kBF16);
+  absl::StatusOr<std::unique_ptr<LlavaModel>> eager =
+      LoadOnCuda(o, "graphs", DType::kF32, /*decode_graphs=*/false);
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  struct Seq {
+    LlavaModel* model;
+    const char* method;
+    const char* prompt;
+  };
+  const std::vector<Seq> seqs = {{f32->get(), "none", "What is in the picture?"},
+                                 {bf16->get(), "hap", "Which colour is the square?"},
+                                 {f32->get(), "none", "How many shapes are there?"}};
+  // Each side decodes its own caches, prefilled alike.
+  struct Side {
+    const LlavaModel* decoder;
+    std::vector<PrefillResult> prefills;
+    std::vector<int32_t> tokens;
+    std::unique_ptr<DecodeWorkspace> workspace;
+  };
+  Side graphs{f32->get(), {}, {}, nullptr}, op_by_op{eager->get(), {}, {}, nullptr};
+  for (Side* side : {&graphs, &op_by_op}) {
+    for (const Seq& seq : seqs) {
+      PruneRequest prune;
+      prune.method = seq.method;
+      if (prune.method == "hap") prune.retain = 24;
+      absl::StatusOr<EncodeResult> encoded =
+          EncodeImage(*seq.model, hap::testing::PatternPng(), prune);
+      ASSERT_TRUE(encoded.ok()) << encoded.status();
+      Sampler sampler{SamplingParams{}};
+      absl::StatusOr<PrefillResult> prefill =
+          RunPrefill(*seq.model, seq.prompt, *encoded, prune, &sampler, 16);
+      ASSERT_TRUE(prefill.ok()) << prefill.status();
+      side->tokens.push_back(prefill->first_token);
+      side->prefills.push_back(std::move(*prefill));
+    }
+    side->workspace = std::make_unique<DecodeWorkspace>(side->decoder->backend());
+  }
+  ASSERT_EQ(graphs.prefills[1].kv().dtype(), DType::kBF16);
+  ASSERT_NE(graphs.prefills[0].kv().len(3), graphs.prefills[1].kv().len(3));
+  // The longest cache stays within one power of two of rows over the steps below, so each batch
+  // size is one shape.
+  const int longest = graphs.prefills[0].kv().len(0);
+  ASSERT_GT(longest, cuda::kDecodeRowsPerSplit);
+  ASSERT_EQ(DecodeRowsFor(3), 4);
+  int steps = 0;
+  auto step = [&](const std::vector<int>& active) {
+    std::vector<std::vector<float>> logits;
+    for (Side* side : {&graphs, &op_by_op}) {
+      std::vector<int32_t> tokens;
+      std::vector<KvStore*> caches;
+      std::vector<Sampler> samplers(active.size(), Sampler{SamplingParams{}});
+      std::vector<Sampler*> sampler_ptrs;
+      for (size_t i = 0; i < active.size(); ++i) {
+        tokens.push_back(side->tokens[active[i]]);
+        caches.push_back(&side->prefills[active[i]].kv());
+        sampler_ptrs.push_back(&samplers[i]);
+      }
+      absl::StatusOr<std::vector<int32_t>> next = side->decoder->DecodeBatchSampled(
+          tokens, caches, sampler_ptrs, nullptr, side->workspace.get());
+      ASSERT_TRUE(next.ok()) << next.status();
+      for (size_t i = 0; i < active.size(); ++i) side->tokens[active[i]] = (*next)[i];
+      const BackendArray<float>& rows = side->workspace->logits();
+      ASSERT_EQ(rows.size(), active.size() * (*f32)->text_config().vocab_size);
+      logits.emplace_back(rows.size());
+      ASSERT_TRUE(rows.CopyTo(logits.back().data()).ok());
+    }
+    EXPECT_EQ(logits[0], logits[1]) << "step " << steps;
+    for (int i : active) EXPECT_EQ(graphs.tokens[i], op_by_op.tokens[i]) << "step " << steps;
+    ++steps;
+  };
+  for (int s = 0; s < 4; ++s) step({0, 1, 2});
+  EXPECT_EQ(graphs.workspace->graph_captures(), 1);
+  for (int s = 0; s < 2; ++s) step({0, 2});
+  EXPECT_EQ(graphs.workspace->graph_captures(), 2);
+  for (int s = 0; s < 2; ++s) step({0, 1, 2});
+  EXPECT_EQ(graphs.workspace->graph_captures(), 2) << "the batch of three replays its graph";
+  EXPECT_EQ(graphs.workspace->graph_replays(), steps);
+  EXPECT_EQ(graphs.workspace->graphs_held(), 2);
+  EXPECT_EQ(op_by_op.workspace->graph_captures(), 0);
+  EXPECT_EQ(op_by_op.workspace->graph_replays(), 0);
+  auto power_of_two = [](int n) {
+    int p = 1;
+    while (p < n) p *= 2;
+    return p;
+  };
+  EXPECT_EQ(power_of_two(longest), power_of_two(graphs.prefills[0].kv().len(0)));
 }
 
 // What encoding one image enqueues on a checkpoint of `vision_layers` CLIP layers (BF16).

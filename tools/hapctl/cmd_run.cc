@@ -19,8 +19,8 @@ namespace hap::cli {
 namespace {
 
 int CmdRun(const std::vector<std::string>& args) {
-  std::set<std::string> value_flags = {"model",  "image",    "prompt",         "threads",
-                                       "device", "kv-dtype", "attention-dtype"};
+  std::set<std::string> value_flags = {"model",  "image",    "prompt",          "threads",
+                                       "device", "kv-dtype", "attention-dtype", "decode-graphs"};
   std::set<std::string> bool_flags = {"json"};
   AddGenerationFlags(&value_flags);
   auto flags = Flags::Parse(args, value_flags, bool_flags);
@@ -33,12 +33,15 @@ int CmdRun(const std::vector<std::string>& args) {
   if (!kv_dtype.ok()) return Fail("run", kv_dtype.status());
   auto attention_dtype = ParseAttentionDTypeFlag(*flags);
   if (!attention_dtype.ok()) return Fail("run", attention_dtype.status());
+  auto decode_graphs = ParseDecodeGraphsFlag(*flags);
+  if (!decode_graphs.ok()) return Fail("run", decode_graphs.status());
 
   const auto t0 = std::chrono::steady_clock::now();
   ModelOptions options;
   options.threads = static_cast<int>(*threads);
   options.kv_dtype = *kv_dtype;
   options.attention_dtype = *attention_dtype;
+  options.decode_graphs = *decode_graphs;
   auto backend = BackendForDevice(DeviceFlag(*flags));
   if (!backend.ok()) return Fail("run", backend.status());
   options.backend = *backend;

@@ -82,6 +82,13 @@ absl::StatusOr<std::optional<DType>> ParseAttentionDTypeFlag(const Flags& flags)
   return ParseAttentionDTypeFlagValue("--attention-dtype", flags.GetOr("attention-dtype", "auto"));
 }
 
+absl::StatusOr<bool> ParseDecodeGraphsFlag(const Flags& flags) {
+  const std::string v = flags.GetOr("decode-graphs", "on");
+  if (v == "on" || v == "off") return v == "on";
+  return absl::InvalidArgumentError(
+      absl::StrCat("--decode-graphs must be on or off, got '", v, "'"));
+}
+
 absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags) {
   SamplingParams sampling;
   HAP_ASSIGN_OR_RETURN(double temperature, flags.Double("temperature", 0.0));

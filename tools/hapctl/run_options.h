@@ -33,6 +33,8 @@ absl::StatusOr<int> ParseMaxNewTokens(const Flags& flags, int default_value);
 absl::StatusOr<DType> ParseKvDTypeFlag(const Flags& flags);
 // --attention-dtype auto|f32|bf16|f16 (default auto): ModelOptions::attention_dtype.
 absl::StatusOr<std::optional<DType>> ParseAttentionDTypeFlag(const Flags& flags);
+// --decode-graphs on|off (default on, as hap-decode): ModelOptions::decode_graphs.
+absl::StatusOr<bool> ParseDecodeGraphsFlag(const Flags& flags);
 
 // The sampling flags --temperature --top-p --top-k --seed, checked (ValidateSamplingParams).
 absl::StatusOr<SamplingParams> ParseSamplingFlags(const Flags& flags);
