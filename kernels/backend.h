@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -96,6 +97,37 @@ class Backend {
   // What a decode step packs its one upload in. FreeHost takes what AllocateHost gave.
   virtual absl::StatusOr<void*> AllocateHost(size_t bytes) const = 0;
   virtual void FreeHost(void* ptr) const = 0;
+  // Memory another process on the same device maps (a KV cache handed from the prefill process
+  // to the decode process on one node without a copy through the host; kernels/cuda/ipc.h).
+  // Unimplemented where memory is not shared (the CPU backend).
+  // The device computed on: the same string in two processes exactly when they share it (a GPU's
+  // UUID).
+  virtual absl::StatusOr<std::string> DeviceIdentity() const {
+    return absl::UnimplementedError(std::string(name()) +
+                                    " memory is not shared between processes");
+  }
+  // `bytes` of this backend's memory that ExportMemory can share, freed with Free.
+  virtual absl::StatusOr<void*> AllocateShareable(size_t bytes) const {
+    (void)bytes;
+    return DeviceIdentity().status();
+  }
+  // A handle of an AllocateShareable block (its start) for ImportMemory in another process. The
+  // block must stay allocated until that process has closed what it imported.
+  virtual absl::StatusOr<std::string> ExportMemory(const void* ptr) const {
+    (void)ptr;
+    return DeviceIdentity().status();
+  }
+  // The memory of another process's handle mapped into this one (at least `bytes`) as this
+  // backend's memory, until CloseImported (after the work reading it is done: synchronise first).
+  virtual absl::StatusOr<void*> ImportMemory(const std::string& handle, size_t bytes) const {
+    (void)handle;
+    (void)bytes;
+    return DeviceIdentity().status();
+  }
+  virtual absl::Status CloseImported(void* ptr) const {
+    (void)ptr;
+    return DeviceIdentity().status();
+  }
   // A weight in this backend's memory, contiguous (what the ops take). The CPU backend returns a
   // contiguous `host` itself (weights stay mapped) and leaves `storage` empty; a GPU backend
   // uploads the bytes once into `storage`, which the caller keeps as long as the returned view
@@ -205,6 +237,10 @@ class BackendBuffer {
   BackendBuffer() = default;
   static absl::StatusOr<BackendBuffer> Allocate(const Backend& backend, size_t bytes) {
     return Holding(backend, backend.Allocate(bytes), bytes, /*host=*/false);
+  }
+  // Backend::AllocateShareable memory: another process on the device can map it.
+  static absl::StatusOr<BackendBuffer> AllocateShareable(const Backend& backend, size_t bytes) {
+    return Holding(backend, backend.AllocateShareable(bytes), bytes, /*host=*/false);
   }
   // Host memory from Backend::AllocateHost (page-locked on a GPU), given back with FreeHost.
   static absl::StatusOr<BackendBuffer> AllocateHost(const Backend& backend, size_t bytes) {

@@ -26,6 +26,7 @@
 #include "kernels/cuda/gather_rows.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/graph.h"
+#include "kernels/cuda/ipc.h"
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/paq.h"
 #include "kernels/cuda/paq_softmax.h"
@@ -792,7 +793,38 @@ class CudaBackendImpl final : public Backend {
     HAP_CUDA_RETURN_IF_ERROR(cuda::BlockCache::Get().Allocate(&p, bytes));
     return p;
   }
-  void Free(void* ptr) const override { cuda::BlockCache::Get().Free(ptr); }
+  void Free(void* ptr) const override {
+    if (cuda::IsShareable(ptr)) {
+      cuda::FreeShareable(ptr);
+      return;
+    }
+    cuda::BlockCache::Get().Free(ptr);
+  }
+  absl::StatusOr<std::string> DeviceIdentity() const override {
+    std::string identity;
+    HAP_CUDA_RETURN_IF_ERROR(cuda::DeviceIdentity(&identity));
+    return identity;
+  }
+  absl::StatusOr<void*> AllocateShareable(size_t bytes) const override {
+    if (cuda::Capturing()) return NotWhileCapturing("an allocation");
+    void* p = nullptr;
+    HAP_CUDA_RETURN_IF_ERROR(cuda::AllocShareable(&p, bytes));
+    return p;
+  }
+  absl::StatusOr<std::string> ExportMemory(const void* ptr) const override {
+    std::string handle;
+    HAP_CUDA_RETURN_IF_ERROR(cuda::IpcExport(ptr, &handle));
+    return handle;
+  }
+  absl::StatusOr<void*> ImportMemory(const std::string& handle, size_t bytes) const override {
+    void* p = nullptr;
+    HAP_CUDA_RETURN_IF_ERROR(cuda::IpcOpen(handle, bytes, &p));
+    return p;
+  }
+  absl::Status CloseImported(void* ptr) const override {
+    HAP_CUDA_RETURN_IF_ERROR(cuda::IpcClose(ptr));
+    return absl::OkStatus();
+  }
   absl::StatusOr<void*> AllocateHost(size_t bytes) const override {
     void* p = nullptr;
     HAP_CUDA_RETURN_IF_ERROR(cuda::HostAlloc(&p, bytes));

@@ -34,6 +34,10 @@ KernelStatus DestroyStream(Stream stream);
 int64_t DeviceBytesInUse();
 // The device's name and total memory ("emulated" and 0 on the emulation).
 KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes);
+// The device this process computes on, the same string in two processes exactly when they share
+// it: "GPU-" and its UUID on a GPU; on the emulation the machine's boot id (two processes on one
+// machine share memory through IpcOpen, kernels/cuda/ipc.h).
+KernelStatus DeviceIdentity(std::string* identity);
 // How many GPUs this process sees (the emulation: its one device). None is not an error: with
 // *count == 0, *why_none says why (no device, or no NVIDIA driver installed). Any other failure
 // of the runtime or the driver, with a GPU likely present, is an error naming the CUDA error.

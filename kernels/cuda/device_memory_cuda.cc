@@ -110,12 +110,34 @@ KernelStatus DestroyStream(Stream stream) {
 
 int64_t DeviceBytesInUse() { return g_in_use.load(); }
 
-KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes) {
+namespace {
+
+// The properties of the device the calling thread computes on.
+KernelStatus CurrentDevice(cudaDeviceProp* prop) {
   int device = 0;
   KernelStatus st = FromCuda(cudaGetDevice(&device), "cudaGetDevice");
   if (!st.ok) return st;
+  return FromCuda(cudaGetDeviceProperties(prop, device), "cudaGetDeviceProperties");
+}
+
+}  // namespace
+
+KernelStatus DeviceIdentity(std::string* identity) {
   cudaDeviceProp prop;
-  st = FromCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  KernelStatus st = CurrentDevice(&prop);
+  if (!st.ok) return st;
+  static const char* digits = "0123456789abcdef";
+  *identity = "GPU-";
+  for (char c : prop.uuid.bytes) {
+    identity->push_back(digits[static_cast<unsigned char>(c) >> 4]);
+    identity->push_back(digits[static_cast<unsigned char>(c) & 15]);
+  }
+  return st;
+}
+
+KernelStatus DeviceDescription(char* name, size_t name_bytes, int64_t* total_bytes) {
+  cudaDeviceProp prop;
+  KernelStatus st = CurrentDevice(&prop);
   if (!st.ok) return st;
   if (name_bytes > 0) {
     std::strncpy(name, prop.name, name_bytes - 1);

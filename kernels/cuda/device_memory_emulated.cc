@@ -3,11 +3,13 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
 
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/emulated_memory.h"
 #include "kernels/cuda/emulation_counts.h"
 #include "kernels/cuda/graph.h"
 
@@ -93,6 +95,26 @@ KernelStatus DeviceFree(void* ptr) {
   g_in_use -= static_cast<int64_t>(it->second);
   Allocations().erase(it);
   std::free(ptr);
+  return KernelStatus::Ok();
+}
+
+void emulation::AddDeviceRange(void* ptr, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  Allocations()[reinterpret_cast<uintptr_t>(ptr)] = bytes;
+}
+
+void emulation::RemoveDeviceRange(void* ptr) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  Allocations().erase(reinterpret_cast<uintptr_t>(ptr));
+}
+
+KernelStatus DeviceIdentity(std::string* identity) {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  if (!std::getline(f, boot) || boot.empty()) {
+    return KernelStatus::Error("DeviceIdentity: cannot read the machine's boot id");
+  }
+  *identity = "emulated-" + boot;
   return KernelStatus::Ok();
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 
 namespace hap {
@@ -95,27 +96,93 @@ absl::Status PagedKv::AppendHostRows(int layer, DType dtype, const void* k, cons
     return AppendHost(layer, k_wide_.data(), v_wide_.data(), positions, n);
   }
   // Rows of the pool's dtype: copied into the blocks as they are.
+  return CopyRowsIn(layer, k, v, positions, n, /*from_host=*/true);
+}
+
+absl::Status PagedKv::AppendBackendRows(int layer, const void* k, const void* v,
+                                        const int32_t* positions, int n) {
+  return CopyRowsIn(layer, k, v, positions, n, /*from_host=*/false);
+}
+
+absl::Status PagedKv::CopyRowsIn(int layer, const void* k, const void* v, const int32_t* positions,
+                                 int n, bool from_host) {
   Layer& l = layers_[layer];
   const int block_rows = pool_->block_rows();
   HAP_RETURN_IF_ERROR(CheckRoom(layer, n));
   const Backend& backend = pool_->backend();
-  const size_t row_bytes = static_cast<size_t>(pool_->kv_dim()) * DTypeSize(dtype);
+  const size_t bytes_per_row = static_cast<size_t>(row_bytes());
   const auto* src_k = static_cast<const uint8_t*>(k);
   const auto* src_v = static_cast<const uint8_t*>(v);
+  auto copy = [&](void* dst, const uint8_t* src, size_t bytes) {
+    return from_host ? backend.CopyToBackend(dst, src, bytes) : backend.Copy(dst, src, bytes);
+  };
   for (int r = 0; r < n;) {
     const int b = l.len / block_rows, row = l.len % block_rows;
     const int rows = std::min(n - r, block_rows - row);
-    const size_t off = static_cast<size_t>(row) * row_bytes, first = r * row_bytes;
-    HAP_RETURN_IF_ERROR(backend.CopyToBackend(static_cast<uint8_t*>(l.k[b]) + off, src_k + first,
-                                              rows * row_bytes));
-    HAP_RETURN_IF_ERROR(backend.CopyToBackend(static_cast<uint8_t*>(l.v[b]) + off, src_v + first,
-                                              rows * row_bytes));
+    const size_t off = static_cast<size_t>(row) * bytes_per_row, first = r * bytes_per_row;
+    HAP_RETURN_IF_ERROR(
+        copy(static_cast<uint8_t*>(l.k[b]) + off, src_k + first, rows * bytes_per_row));
+    HAP_RETURN_IF_ERROR(
+        copy(static_cast<uint8_t*>(l.v[b]) + off, src_v + first, rows * bytes_per_row));
     r += rows;
     l.len += rows;
     pool_->CountRows(rows);
   }
   l.positions.insert(l.positions.end(), positions, positions + n);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PagedKv>> PagedKv::FromExported(KvBlockPool* pool,
+                                                               const ExportedKv& exported,
+                                                               int reserve_rows) {
+  const Backend& backend = pool->backend();
+  HAP_ASSIGN_OR_RETURN(const std::string device, backend.DeviceIdentity());
+  if (exported.device != device) {
+    return absl::FailedPreconditionError(absl::StrCat("a KV cache exported on another device (",
+                                                      exported.device,
+                                                      "; this process computes on ", device, ")"));
+  }
+  if (exported.dtype != pool->dtype() || exported.kv_dim != pool->kv_dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("an exported KV cache of %s rows of %d values for a pool of %s rows of %d",
+                        std::string(DTypeName(exported.dtype)), exported.kv_dim,
+                        std::string(DTypeName(pool->dtype())), pool->kv_dim()));
+  }
+  std::vector<int> layer_rows;
+  for (size_t l = 0; l < exported.layers.size(); ++l) {
+    const ExportedKv::Layer& layer = exported.layers[l];
+    const int rows = static_cast<int>(layer.positions.size());
+    if (rows > layer.capacity) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("exported layer %d: %d rows in blocks of %d", l, rows, layer.capacity));
+    }
+    layer_rows.push_back(rows);
+  }
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<PagedKv> paged, Reserve(pool, layer_rows, reserve_rows));
+  const size_t bytes_per_row = static_cast<size_t>(paged->row_bytes());
+  for (size_t l = 0; l < exported.layers.size(); ++l) {
+    const ExportedKv::Layer& layer = exported.layers[l];
+    const size_t bytes = bytes_per_row * layer.capacity;
+    // Each mapping ends once the copies that read it are done, on an error too.
+    std::vector<void*> mapped;
+    absl::Status s = [&]() -> absl::Status {
+      HAP_ASSIGN_OR_RETURN(void* k, backend.ImportMemory(layer.k, bytes));
+      mapped.push_back(k);
+      HAP_ASSIGN_OR_RETURN(void* v, backend.ImportMemory(layer.v, bytes));
+      mapped.push_back(v);
+      return paged->AppendBackendRows(static_cast<int>(l), k, v, layer.positions.data(),
+                                      layer_rows[l]);
+    }();
+    const absl::Status done = backend.Synchronize();
+    for (void* p : mapped) {
+      const absl::Status closed = backend.CloseImported(p);
+      if (s.ok()) s = closed;
+    }
+    if (s.ok()) s = done;
+    if (!s.ok())
+      return absl::Status(s.code(), absl::StrFormat("exported layer %d: %s", l, s.message()));
+  }
+  return paged;
 }
 
 absl::Status PagedKv::AppendHost(int layer, const float* k, const float* v,

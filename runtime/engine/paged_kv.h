@@ -25,6 +25,17 @@ class PagedKv final : public KvStore {
   static absl::StatusOr<std::unique_ptr<PagedKv>> FromCache(KvBlockPool* pool,
                                                            const KvCache& cache,
                                                            int reserve_rows);
+  // The cache another process on the same device exported (DeviceKv::Export) copied into blocks
+  // for its rows plus `reserve_rows` per layer: each layer's K and V mapped from that process's
+  // memory, copied block by block within the device, then unmapped; no byte goes through the
+  // host. FailedPrecondition when it was exported on another device (or the backend shares no
+  // memory: the bytes must then travel); InvalidArgument for another dtype or kv_dim than the
+  // pool's (the byte stream converts dtypes) or a layer with more rows than its blocks;
+  // ResourceExhausted as FromCache; the backend's error when a handle cannot be mapped (the
+  // exporter freed it). Nothing is held on an error.
+  static absl::StatusOr<std::unique_ptr<PagedKv>> FromExported(KvBlockPool* pool,
+                                                               const ExportedKv& exported,
+                                                               int reserve_rows);
   // The blocks FromCache would take for `cache`.
   static int64_t BlocksFor(const KvBlockPool& pool, const KvCache& cache, int reserve_rows);
   // An empty cache holding blocks for layer_rows[l] + reserve_rows rows of each layer l, to be
@@ -54,6 +65,9 @@ class PagedKv final : public KvStore {
   // one. InvalidArgument for another dtype.
   absl::Status AppendHostRows(int layer, DType dtype, const void* k, const void* v,
                               const int32_t* positions, int n);
+  // Rows of the pool's dtype in the pool backend's memory, copied into the blocks within it.
+  absl::Status AppendBackendRows(int layer, const void* k, const void* v, const int32_t* positions,
+                                 int n);
   // FailedPrecondition past the reserved rows.
   absl::StatusOr<KvRowSlot> AppendRowSlot(int layer, int32_t position) override;
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
@@ -83,6 +97,9 @@ class PagedKv final : public KvStore {
   explicit PagedKv(KvBlockPool* pool) : pool_(pool) {}
   // FailedPrecondition unless `layer`'s blocks have room for n more rows.
   absl::Status CheckRoom(int layer, int n) const;
+  // n rows of the pool's dtype appended block by block, from host memory or the backend's.
+  absl::Status CopyRowsIn(int layer, const void* k, const void* v, const int32_t* positions, int n,
+                          bool from_host);
 
   KvBlockPool* pool_;
   std::vector<Layer> layers_;

@@ -199,14 +199,16 @@ void KvCache::Spans(int layer, std::vector<KvSpan>* spans) const {
 }
 
 absl::StatusOr<std::unique_ptr<DeviceKv>> DeviceKv::Create(const Backend& backend, int n_layers,
-                                                          int kv_dim, DType dtype,
-                                                          int reserve_rows) {
+                                                           int kv_dim, DType dtype,
+                                                           int reserve_rows, bool shareable) {
   HAP_RETURN_IF_ERROR(CheckKvDType(dtype));
   std::unique_ptr<DeviceKv> kv(new DeviceKv(backend));
   kv->kv_dim_ = kv_dim;
   kv->dtype_ = dtype;
   kv->reserve_rows_ = std::max(reserve_rows, 0);
   kv->layers_.resize(std::max(n_layers, 0));
+  if (shareable) HAP_RETURN_IF_ERROR(backend.DeviceIdentity().status());
+  kv->shareable_ = shareable;
   return kv;
 }
 
@@ -239,8 +241,12 @@ absl::StatusOr<std::unique_ptr<DeviceKv>> DeviceKv::FromCache(const Backend& bac
 absl::Status DeviceKv::Resize(int layer, int capacity) {
   Layer& l = layers_[layer];
   const size_t bytes = static_cast<size_t>(row_bytes()) * std::max(capacity, 1);
-  HAP_ASSIGN_OR_RETURN(BackendBuffer k, BackendBuffer::Allocate(*backend_, bytes));
-  HAP_ASSIGN_OR_RETURN(BackendBuffer v, BackendBuffer::Allocate(*backend_, bytes));
+  auto allocate = [&] {
+    return shareable_ ? BackendBuffer::AllocateShareable(*backend_, bytes)
+                      : BackendBuffer::Allocate(*backend_, bytes);
+  };
+  HAP_ASSIGN_OR_RETURN(BackendBuffer k, allocate());
+  HAP_ASSIGN_OR_RETURN(BackendBuffer v, allocate());
   if (l.len() > 0) {
     const size_t used = static_cast<size_t>(row_bytes()) * l.len();
     HAP_RETURN_IF_ERROR(backend_->Copy(k.data(), l.k.data(), used));
@@ -318,6 +324,32 @@ absl::Status DeviceKv::ReserveRows(int rows) {
     if (want > layers_[l].capacity) HAP_RETURN_IF_ERROR(Resize(l, want));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ExportedKv> DeviceKv::Export() const {
+  if (!shareable_) {
+    return absl::FailedPreconditionError(
+        "a KV cache in memory other processes cannot map (DeviceKv::Create without shareable)");
+  }
+  ExportedKv out;
+  HAP_ASSIGN_OR_RETURN(out.device, backend_->DeviceIdentity());
+  out.dtype = dtype_;
+  out.kv_dim = kv_dim_;
+  // The other process reads what this one's stream has written by now.
+  HAP_RETURN_IF_ERROR(backend_->Synchronize());
+  for (int l = 0; l < n_layers(); ++l) {
+    const Layer& layer = layers_[l];
+    if (layer.capacity == 0) {
+      return absl::FailedPreconditionError(absl::StrFormat("layer %d of the cache is empty", l));
+    }
+    ExportedKv::Layer e;
+    HAP_ASSIGN_OR_RETURN(e.k, backend_->ExportMemory(layer.k.data()));
+    HAP_ASSIGN_OR_RETURN(e.v, backend_->ExportMemory(layer.v.data()));
+    e.capacity = layer.capacity;
+    e.positions = layer.positions;
+    out.layers.push_back(std::move(e));
+  }
+  return out;
 }
 
 absl::StatusOr<KvCache> DeviceKv::ToHost() const {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -137,6 +138,21 @@ class KvCache : public KvStore {
   DType dtype_ = DType::kF32;
 };
 
+// A DeviceKv as another process on the same device maps it (DeviceKv::Export, PagedKv::
+// FromExported): each layer's K and V blocks by handle (Backend::ExportMemory), their rows and
+// the rows' position ids. The exporting process keeps the cache until the importing one is done.
+struct ExportedKv {
+  std::string device;  // Backend::DeviceIdentity of the exporting process
+  DType dtype = DType::kF32;
+  int kv_dim = 0;
+  struct Layer {
+    std::string k, v;                // handles of blocks of [capacity, kv_dim] in dtype
+    int capacity = 0;                // rows the blocks hold
+    std::vector<int32_t> positions;  // [rows] position ids; the rows are the blocks' first ones
+  };
+  std::vector<Layer> layers;
+};
+
 // A cache in a backend's memory, each layer contiguous in F32 or BF16, its rows' position ids on
 // the host. A device backend's prefill appends into one (LlavaModel::Prefill): each layer is
 // allocated when its rows arrive, sized to them plus `reserve_rows` (room for the answer where a
@@ -147,10 +163,11 @@ class KvCache : public KvStore {
 class DeviceKv final : public KvStore {
  public:
   // An empty cache of n_layers layers on `backend` (which must outlive it); InvalidArgument for
-  // a dtype other than F32 or BF16.
+  // a dtype other than F32 or BF16. `shareable`: its layers in memory another process on the
+  // device can map (Backend::AllocateShareable), for Export; the backend's error where it cannot.
   static absl::StatusOr<std::unique_ptr<DeviceKv>> Create(const Backend& backend, int n_layers,
-                                                          int kv_dim, DType dtype,
-                                                          int reserve_rows);
+                                                          int kv_dim, DType dtype, int reserve_rows,
+                                                          bool shareable = false);
   // `cache`'s rows copied into `backend`'s memory, with room for reserve_rows more per layer.
   static absl::StatusOr<std::unique_ptr<DeviceKv>> FromCache(const Backend& backend,
                                                             const KvStore& cache,
@@ -174,6 +191,10 @@ class DeviceKv final : public KvStore {
   absl::Status RewritePositions(int layer, int row, const int32_t* positions, int n) override;
   // A host copy: 2 device→host copies per layer.
   absl::StatusOr<KvCache> ToHost() const;
+  // Every layer's blocks as handles another process on the device maps (PagedKv::FromExported),
+  // once the backend has finished writing them (a synchronisation). FailedPrecondition for a
+  // cache not created shareable, or with an empty layer.
+  absl::StatusOr<ExportedKv> Export() const;
   int capacity(int layer) const { return layers_[layer].capacity; }
 
  private:
@@ -194,6 +215,7 @@ class DeviceKv final : public KvStore {
   int kv_dim_ = 0;
   DType dtype_ = DType::kF32;
   int reserve_rows_ = 0;
+  bool shareable_ = false;
   std::vector<Layer> layers_;
 };
 
