@@ -196,6 +196,7 @@ class DeviceKv final : public KvStore {
   // cache not created shareable, or with an empty layer.
   absl::StatusOr<ExportedKv> Export() const;
   int capacity(int layer) const { return layers_[layer].capacity; }
+  bool shareable() const { return shareable_; }
 
  private:
   struct Layer {

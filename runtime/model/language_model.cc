@@ -45,7 +45,8 @@ absl::Status NeedModelPart(ModelParts loaded, ModelParts part, const std::string
 
 absl::StatusOr<PrefillOutput> EmptyPrefillOutput(const Backend& backend,
                                                  const LlamaDecoder& decoder, DType kv_dtype,
-                                                 int prompt_tokens, int kv_reserve_rows) {
+                                                 int prompt_tokens, int kv_reserve_rows,
+                                                 bool shareable) {
   PrefillOutput out;
   out.prompt_tokens = prompt_tokens;
   HAP_RETURN_IF_ERROR(out.cache.SetDType(kv_dtype));
@@ -53,9 +54,9 @@ absl::StatusOr<PrefillOutput> EmptyPrefillOutput(const Backend& backend,
     out.cache.kv_dim = decoder.kv_dim();
     out.cache.layers.resize(decoder.n_layers());
   } else {
-    HAP_ASSIGN_OR_RETURN(
-        out.device_cache,
-        DeviceKv::Create(backend, decoder.n_layers(), decoder.kv_dim(), kv_dtype, kv_reserve_rows));
+    HAP_ASSIGN_OR_RETURN(out.device_cache,
+                         DeviceKv::Create(backend, decoder.n_layers(), decoder.kv_dim(), kv_dtype,
+                                          kv_reserve_rows, shareable));
   }
   return out;
 }
@@ -116,7 +117,8 @@ absl::Status LanguageModel::PromptSequence(const PromptTokens& tokens, const flo
   seq->n_vis = tokens.n_vis;
   seq->pruner = pruner;
   HAP_ASSIGN_OR_RETURN(*out, EmptyPrefillOutput(backend(), *decoder_, options_.kv_dtype,
-                                                static_cast<int>(ids->size()), kv_reserve_rows));
+                                                static_cast<int>(ids->size()), kv_reserve_rows,
+                                                options_.shareable_kv));
   seq->cache = &out->kv();
   seq->trace = &out->trace;
   seq->logits = logits;

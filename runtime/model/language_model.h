@@ -49,6 +49,10 @@ struct ModelOptions {
   // GPU's CUDA graphs, one per batch size; LlamaDecoder::DecodeBatchInto). Off: every step
   // enqueues its ops one by one. The tokens are the same either way.
   bool decode_graphs = true;
+  // A prefill on a device keeps its KV cache in memory another process on the device can map
+  // (DeviceKv::Create's shareable), so hap-prefill can hand it to hap-decode on the same GPU
+  // without a copy (--kv-handover).
+  bool shareable_kv = false;
 };
 
 // The attention dtype a command-line flag names (--attention-dtype, HAP_ATTENTION_DTYPE): "auto"
@@ -107,10 +111,12 @@ struct PrefillOutput {
 };
 
 // An empty PrefillOutput for `decoder`'s prompt of `prompt_tokens` on `backend`: a host cache on
-// the CPU backend, a DeviceKv with room for kv_reserve_rows more rows on a device.
+// the CPU backend, a DeviceKv with room for kv_reserve_rows more rows on a device (`shareable`:
+// DeviceKv::Create's).
 absl::StatusOr<PrefillOutput> EmptyPrefillOutput(const Backend& backend,
                                                  const LlamaDecoder& decoder, DType kv_dtype,
-                                                 int prompt_tokens, int kv_reserve_rows);
+                                                 int prompt_tokens, int kv_reserve_rows,
+                                                 bool shareable = false);
 
 class LanguageModel {
  public:

@@ -1,6 +1,7 @@
 #include "services/prefill/generate_reactor.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
@@ -338,17 +339,24 @@ absl::Status GenerateReactor::TransferAndRelay(PrefillResult prefill) {
                        kv->Acquire(job_.request_id, prefill.kv().bytes(), config.lease_ms,
                                    [&call_slot] { call_slot.Expire(); }));
   absl::Cleanup release = [&] { kv->Release(lease); };
+  // On the device both services compute on, the cache is handed over where it is.
+  const bool handover =
+      config.kv_handover && prefill.device_cache != nullptr && prefill.device_cache->shareable();
   return CallReplicas<absl::Status>(
       service_->decoders(), PrefillMetrics::Get().decode_retries, mutable_rpc_span(),
       "hap.decode.attempts", job_.request_id,
       [&](const std::string& avoid, std::string* address, bool* retryable) {
-        return DecodeOnce(prefill, lease, call_slot, avoid, address, retryable);
+        absl::Status s = DecodeOnce(prefill, lease, call_slot, avoid, address, retryable, handover);
+        if (!IsKvHandoverRefusal(s)) return s;
+        // That replica gets the rows, now and from now on.
+        service_->NoteHandoverRefused(*address, s);
+        return DecodeOnce(prefill, lease, call_slot, avoid, address, retryable, false);
       });
 }
 
 absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistry::Handle& lease,
                                          DecodeCall& call_slot, const std::string& avoid,
-                                         std::string* address, bool* retryable) {
+                                         std::string* address, bool* retryable, bool handover) {
   const VisionLanguageModel& model = *service_->model();
   const PrefillConfig& config = service_->config();
   KvRegistry* kv = service_->kv();
@@ -380,12 +388,19 @@ absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistr
       2 * cache.row_bytes();
   const ReplicaSet<hap::v1::Decode>::Lease decode = service_->decoders().Pick(kv_need, avoid);
   *address = decode.address();
+  // The handles of the cache's device blocks, or the rows in chunks.
+  std::optional<ExportedKv> exported;
+  if (handover && !service_->HandoverRefusedBy(decode.address())) {
+    absl::StatusOr<ExportedKv> e = prefill.device_cache->Export();
+    if (e.ok()) exported = std::move(*e);  // else the rows
+  }
   telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Decode/Decode", decode.address(),
                             ctx.get());
   // hap.kv_transfer: first KV message sent → decode's acknowledgement of the whole cache.
   telemetry::Span kv_span = telemetry::GlobalTracer().StartSpan("hap.kv_transfer", call.span());
   kv_span.SetAttribute("hap.kv.layers", cache.n_layers())
-      .SetAttribute("hap.kv.bytes_sent", cache.bytes());
+      .SetAttribute("hap.kv.bytes_sent", exported ? int64_t{0} : cache.bytes())
+      .SetAttribute("hap.kv.path", exported ? "device" : "stream");
   const auto t_transfer = Clock::now();
   std::unique_ptr<grpc::ClientReaderWriter<hap::v1::DecodeRequest, hap::v1::DecodeResponse>>
       stream = decode.stub()->Decode(ctx.get());
@@ -400,12 +415,19 @@ absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistr
   h->set_samples_drawn(1);
   h->set_max_new_tokens(job_.stop.max_new_tokens);
   for (const std::string& s : job_.stop.stop_strings) h->add_stop(s);
+  if (exported) SetDeviceHandover(*exported, h);
   bool ok = stream->Write(out);
-  while (ok && chunker.Next(out.mutable_chunk())) ok = stream->Write(out);
-  if (!chunker.status().ok()) ctx->TryCancel();  // a chunk's rows could not be read
-  if (ok && chunker.status().ok()) {
-    chunker.FillTrailer(out.mutable_trailer());
-    ok = stream->Write(out);
+  if (exported) {
+    const hap::v1::KvHeader header = out.header();
+    FillHandoverTrailer(header, cache.row_bytes(), out.mutable_trailer());
+    ok = ok && stream->Write(out);
+  } else {
+    while (ok && chunker.Next(out.mutable_chunk())) ok = stream->Write(out);
+    if (!chunker.status().ok()) ctx->TryCancel();  // a chunk's rows could not be read
+    if (ok && chunker.status().ok()) {
+      chunker.FillTrailer(out.mutable_trailer());
+      ok = stream->Write(out);
+    }
   }
   if (ok) stream->WritesDone();
   out.Clear();
@@ -500,6 +522,7 @@ absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistr
   if (!st.ok()) {
     // Decode had not taken the cache and the client has seen nothing: another replica can.
     *retryable = st.error_code() == grpc::StatusCode::UNAVAILABLE && !acked && first;
+    if (exported && !acked && first && IsKvHandoverRefusal(FromGrpc(st))) return FromGrpc(st);
     return PeerError("decode", decode.address(), st, /*client_input=*/false);
   }
   if (!acked || !done) return absl::InternalError("decode ended the call without its results");

@@ -66,12 +66,14 @@ class GenerateReactor final
   // unavailable before it took the cache (down, draining, gone since the last refresh) is
   // replaced by another, up to three attempts in all.
   absl::Status TransferAndRelay(PrefillResult prefill);
-  // One decode call, to a replica other than `avoid` where there is one: the cache out, the
-  // tokens relayed, the stats sent. *address is the replica's, *retryable true when it failed
-  // UNAVAILABLE before decode took the cache and before any token.
+  // One decode call, to a replica other than `avoid` where there is one: the cache out (handed
+  // over on the device where `handover` and the replica has not refused one, else its rows),
+  // the tokens relayed, the stats sent. *address is the replica's, *retryable true when it failed
+  // UNAVAILABLE before decode took the cache and before any token; a refused handover returns
+  // its FAILED_PRECONDITION (IsKvHandoverRefusal) with nothing sent to the client.
   absl::Status DecodeOnce(PrefillResult& prefill, const KvRegistry::Handle& lease,
                           DecodeCall& call_slot, const std::string& avoid, std::string* address,
-                          bool* retryable);
+                          bool* retryable, bool handover);
   absl::Status CheckCancelled(const char* stage) const;
 
   PrefillService* service_;

@@ -77,6 +77,10 @@ std::vector<OptionSpec> Specs() {
                    "most this many prompt tokens (a longer prompt runs alone; pays on a GPU, "
                    "where one prompt leaves it idle); 0 = off (one prefill at a time, in "
                    "--prefill-chunk-tokens slices)"});
+  specs.push_back({"kv-handover", "HAP_KV_HANDOVER", "auto",
+                   "with --device cuda, auto: hand the KV cache to a hap-decode on the same GPU "
+                   "through CUDA IPC (no copy through the host; a decode that cannot map it gets "
+                   "the rows); stream: always send the rows"});
   specs.push_back({"max-active-prefills", "HAP_MAX_ACTIVE_PREFILLS", "4",
                    "prefills started and not finished at once (each holds its activations and KV "
                    "cache while others take their slices); 0 = no bound"});
@@ -240,6 +244,13 @@ int Main(int argc, char** argv) {
   const absl::StatusOr<DType> kv_dtype =
       ParseKvDTypeFlagValue("--kv-dtype", options.Get("kv-dtype"));
   if (!kv_dtype.ok()) return StartupFailure(host.name(), kv_dtype.status());
+  const std::string handover = options.Get("kv-handover");
+  if (handover != "auto" && handover != "stream") {
+    return StartupFailure(host.name(),
+                          absl::InvalidArgumentError(absl::StrCat(
+                              "--kv-handover must be auto or stream, got '", handover, "'")));
+  }
+  config.kv_handover = handover == "auto" && common.device == "cuda";
   const absl::StatusOr<int64_t> gpu_budget = GpuBudgetFromOptions(options, common);
   if (!gpu_budget.ok()) return StartupFailure(host.name(), gpu_budget.status());
   config.max_image_bytes = *max_image;
@@ -283,6 +294,7 @@ int Main(int argc, char** argv) {
   model_options.parts = ModelParts::kLanguage;  // the encoder service holds the vision tower
   model_options.max_prompt_tokens = static_cast<int>(*max_prompt);
   model_options.kv_dtype = *kv_dtype;
+  model_options.shareable_kv = config.kv_handover;
   const absl::StatusOr<std::optional<DType>> attention_dtype =
       ParseAttentionDTypeFlagValue("--attention-dtype", options.Get("attention-dtype"));
   if (!attention_dtype.ok()) return StartupFailure(host.name(), attention_dtype.status());

@@ -58,6 +58,19 @@ void RefreshAndLog(ReplicaSet<Service>& set, const char* what) {
 
 }  // namespace
 
+bool PrefillService::HandoverRefusedBy(const std::string& address) const {
+  std::lock_guard<std::mutex> lock(refused_mu_);
+  return handover_refused_.count(address) > 0;
+}
+
+void PrefillService::NoteHandoverRefused(const std::string& address, const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(refused_mu_);
+  if (!handover_refused_.insert(address).second) return;
+  std::fprintf(stderr,
+               "hap-prefill: decode at %s takes KV caches as rows, not on the device (%s)\n",
+               address.c_str(), std::string(why.message()).c_str());
+}
+
 PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry* kv,
                                const PrefillConfig& config)
     : state_(state), pool_(pool), kv_(kv), config_(config) {

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -49,6 +51,11 @@ struct PrefillConfig {
   // (PrefillBatcher) of at most this many prompt tokens (a longer prompt runs alone), instead of
   // one prefill at a time in slices (prefill_chunk_tokens then does not apply). 0 = off.
   int prefill_batch_tokens = 0;
+  // Where the prefill's cache is in device memory another process can map (ModelOptions::
+  // shareable_kv), hand it to decode on the device (KvHeader.device_handover) instead of sending
+  // its rows; a replica that refuses (another device, no access) gets the rows, and is not asked
+  // again. false: always the rows (--kv-handover stream).
+  bool kv_handover = true;
   // Ask each decode replica for its free KV memory this often and pick the one with the most
   // (DecodeLoadPoller, KvReports); 0 = off, decode replicas by fewest calls in flight only.
   // A single address is polled only when names are re-resolved (peer_refresh_ms > 0), since it
@@ -101,6 +108,9 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   ReplicaSet<hap::v1::Decode>& decoders() { return *decoders_; }
   // Null unless config().prefill_batch_tokens > 0.
   PrefillBatcher* batcher() { return batcher_.get(); }
+  // Decode replicas that refused a device handover (KvAssembler): they get the rows.
+  bool HandoverRefusedBy(const std::string& address) const;
+  void NoteHandoverRefused(const std::string& address, const absl::Status& why);
 
  private:
   ServerState* state_;
@@ -114,6 +124,8 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
   std::unique_ptr<DecodeLoadPoller> decode_load_;  // after decoders_: stops before it goes
   std::unique_ptr<PeriodicTask> peer_refresh_;     // likewise
   std::unique_ptr<PrefillBatcher> batcher_;
+  mutable std::mutex refused_mu_;
+  std::set<std::string> handover_refused_;  // decode addresses
 };
 
 // A channel to a peer service: fast reconnects (a restarted peer is used again within about a

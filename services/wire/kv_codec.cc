@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/crc32c.h"
 #include "base/status_macros.h"
@@ -151,7 +153,9 @@ absl::Status KvAssembler::OnHeader(const hap::v1::KvHeader& h) {
   HAP_RETURN_IF_ERROR(
       Annotate(StopFromProto(h.max_new_tokens(), h.stop()).status(), "KV transfer header"));
   if (h.max_new_tokens() < 1) return Bad("header max_new_tokens must be >= 1");
-  if (h.n_chunks() < h.n_layers() || h.n_chunks() > total_rows_) {
+  if (h.has_device_handover()) {
+    HAP_RETURN_IF_ERROR(CheckDeviceHandover(h));
+  } else if (h.n_chunks() < h.n_layers() || h.n_chunks() > total_rows_) {
     return Bad(absl::StrCat("header n_chunks ", h.n_chunks(), " is outside [n_layers = ",
                             h.n_layers(), ", total rows = ", total_rows_, "]"));
   }
@@ -164,6 +168,7 @@ absl::Status KvAssembler::OnHeader(const hap::v1::KvHeader& h) {
   cache_.rope_delta = h.rope_delta();
   cache_.layers.resize(h.n_layers());  // rows are allocated as they arrive
   rows_received_.assign(h.n_layers(), 0);
+  if (h.has_device_handover()) return TakeHandover();
   if (pool_ != nullptr) {
     const std::vector<int> layer_rows(h.layer_rows().begin(), h.layer_rows().end());
     absl::StatusOr<std::unique_ptr<PagedKv>> paged =
@@ -177,6 +182,94 @@ absl::Status KvAssembler::OnHeader(const hap::v1::KvHeader& h) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status KvAssembler::CheckDeviceHandover(const hap::v1::KvHeader& h) const {
+  const hap::v1::KvDeviceHandover& d = h.device_handover();
+  if (h.n_chunks() != 0) {
+    return Bad(absl::StrCat("header n_chunks ", h.n_chunks(), " with a device handover (0)"));
+  }
+  if (d.layers_size() != h.n_layers()) {
+    return Bad(absl::StrCat("device handover of ", d.layers_size(), " layers for ", h.n_layers()));
+  }
+  for (int l = 0; l < d.layers_size(); ++l) {
+    const hap::v1::KvLayerHandles& layer = d.layers(l);
+    const std::string where = absl::StrCat("device handover layer ", l);
+    if (layer.k().empty() || layer.v().empty()) return Bad(where + ": no handle");
+    if (layer.positions_size() != h.layer_rows(l)) {
+      return Bad(absl::StrCat(where, ": ", layer.positions_size(), " positions for ",
+                              h.layer_rows(l), " rows"));
+    }
+    if (layer.capacity() < h.layer_rows(l)) {
+      return Bad(absl::StrCat(where, ": blocks of ", layer.capacity(), " rows hold fewer than its ",
+                              h.layer_rows(l)));
+    }
+    int32_t prev = -1;
+    for (int32_t p : layer.positions()) {
+      if (p <= prev || p >= h.next_position()) {
+        return Bad(absl::StrCat(where, ": position ", p, " is not increasing within [0, ",
+                                h.next_position(), ")"));
+      }
+      prev = p;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvAssembler::TakeHandover() {
+  auto refused = [](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat(kKvHandoverRefused, ": ", why));
+  };
+  if (pool_ == nullptr) return refused("this decode service keeps its KV cache in host memory");
+  const hap::v1::KvHeader& h = header_;
+  ExportedKv exported;
+  exported.device = h.device_handover().device();
+  exported.dtype = cache_.dtype();
+  exported.kv_dim = h.kv_dim();
+  for (const hap::v1::KvLayerHandles& layer : h.device_handover().layers()) {
+    ExportedKv::Layer e;
+    e.k = layer.k();
+    e.v = layer.v();
+    e.capacity = layer.capacity();
+    e.positions.assign(layer.positions().begin(), layer.positions().end());
+    exported.layers.push_back(std::move(e));
+  }
+  absl::StatusOr<std::unique_ptr<PagedKv>> paged =
+      PagedKv::FromExported(pool_, exported, h.max_new_tokens());
+  if (!paged.ok()) return refused(std::string(paged.status().message()));
+  paged_ = std::move(*paged);
+  paged_->next_position = h.next_position();
+  paged_->rope_delta = h.rope_delta();
+  for (int l = 0; l < h.n_layers(); ++l) rows_received_[l] = h.layer_rows(l);
+  bytes_received_ = expected_bytes_;
+  return absl::OkStatus();
+}
+
+void SetDeviceHandover(const ExportedKv& exported, hap::v1::KvHeader* header) {
+  header->set_n_chunks(0);
+  hap::v1::KvDeviceHandover* d = header->mutable_device_handover();
+  d->set_device(exported.device);
+  for (const ExportedKv::Layer& layer : exported.layers) {
+    hap::v1::KvLayerHandles* l = d->add_layers();
+    l->set_k(layer.k);
+    l->set_v(layer.v);
+    l->set_capacity(layer.capacity);
+    l->mutable_positions()->Add(layer.positions.begin(), layer.positions.end());
+  }
+}
+
+void FillHandoverTrailer(const hap::v1::KvHeader& header, int64_t row_bytes,
+                         hap::v1::KvTrailer* trailer) {
+  int64_t rows = 0;
+  for (int r : header.layer_rows()) rows += r;
+  trailer->set_n_chunks(0);
+  trailer->set_kv_bytes(2 * rows * row_bytes);
+  trailer->set_total_rows(rows);
+}
+
+bool IsKvHandoverRefusal(const absl::Status& status) {
+  return absl::IsFailedPrecondition(status) &&
+         absl::StartsWith(status.message(), kKvHandoverRefused);
 }
 
 absl::Status KvAssembler::OnChunk(const hap::v1::KvChunk& c) {

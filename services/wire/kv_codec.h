@@ -48,6 +48,18 @@ class KvChunker {
   int index_ = 0;
 };
 
+// A header for a cache handed over on the device (KvHeader.device_handover): `exported`'s handles
+// and position ids, n_chunks 0; the caller fills the rest as for chunks (KvChunker::FillHeader
+// first). The trailer then carries no chunk and kv_bytes = HandoverBytes(header).
+void SetDeviceHandover(const ExportedKv& exported, hap::v1::KvHeader* header);
+void FillHandoverTrailer(const hap::v1::KvHeader& header, int64_t row_bytes,
+                         hap::v1::KvTrailer* trailer);
+
+// How decode refuses a handover it cannot map (FAILED_PRECONDITION with this message start):
+// prefill sends the rows instead.
+inline constexpr char kKvHandoverRefused[] = "KV handover refused";
+bool IsKvHandoverRefusal(const absl::Status& status);
+
 // CRC-32C of a chunk's k, v and positions (little-endian int32), as KvChunk.crc32c.
 uint32_t KvChunkChecksum(const hap::v1::KvChunk& chunk);
 
@@ -66,10 +78,14 @@ class KvAssembler {
   // layer) and the rows land in them as they arrive, converted to the pool's dtype
   // (PagedKv::AppendHostRows). When the pool lacks the blocks, the rows assemble into a host
   // cache of the header's dtype as without a pool, and the engine admits it once blocks free.
+  // A header with a device handover takes its rows at once from the other process's device
+  // memory into the pool's blocks (PagedKv::FromExported); where that cannot be done (no pool,
+  // another device or dtype, no free blocks now, handles that do not map) the error is
+  // FAILED_PRECONDITION starting kKvHandoverRefused, and the sender sends the rows instead.
   explicit KvAssembler(const KvExpectation& expect, KvBlockPool* pool = nullptr)
       : expect_(expect), pool_(pool) {}
 
-  // Every error is InvalidArgument with what was wrong and where.
+  // Every error is InvalidArgument with what was wrong and where (a refused handover aside).
   absl::Status OnHeader(const hap::v1::KvHeader& header);
   absl::Status OnChunk(const hap::v1::KvChunk& chunk);
   absl::Status OnTrailer(const hap::v1::KvTrailer& trailer);
@@ -87,6 +103,11 @@ class KvAssembler {
   KvCache TakeCache() { return std::move(cache_); }
 
  private:
+  // The header's device handover holds together (after the header's other checks).
+  absl::Status CheckDeviceHandover(const hap::v1::KvHeader& header) const;
+  // The handed-over rows into the pool's blocks (OnHeader, once header_ is set).
+  absl::Status TakeHandover();
+
   KvExpectation expect_;
   hap::v1::KvHeader header_;
   bool has_header_ = false;

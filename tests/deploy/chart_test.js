@@ -188,6 +188,12 @@ function wiring(objs, values) {
     // Prefill sends the KV cache in the dtype decode's pool holds: one value sets both.
     expect(e.HAP_KV_DTYPE === (c === "encoder" ? undefined : values.kvCache.dtype),
       `${c}: HAP_KV_DTYPE ${e.HAP_KV_DTYPE}, kvCache.dtype ${values.kvCache.dtype}`);
+    // The KV handover on the device: a switch of hap-prefill on a GPU only.
+    const handover =
+        c === 'prefill' && values.prefill.gpu.count > 0 ? values.prefill.gpu.kvHandover : undefined;
+    expect(
+        e.HAP_KV_HANDOVER === handover,
+        `${c}: HAP_KV_HANDOVER ${e.HAP_KV_HANDOVER}, want ${handover}`);
     // Decode steps as CUDA graphs: a switch of hap-decode on a GPU only.
     const graphs = c === 'decode' && values.decode.gpu.count > 0 ?
         (values.decode.gpu.graphs ? 'on' : 'off') :

@@ -3,6 +3,9 @@
 #include "services/wire/kv_codec.h"
 
 #include <cstring>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "base/crc32c.h"
 #include "gtest/gtest.h"
@@ -369,6 +372,79 @@ TEST(KvCodecTest, RejectsWhatDoesNotFit) {
   hap::v1::KvTrailer t;
   chunker->FillTrailer(&t);
   EXPECT_FALSE(a.OnTrailer(t).ok());  // chunks missing
+}
+
+// `cache` as a device handover would describe it (handles that name nothing here).
+ExportedKv FakeExport(const KvCache& cache) {
+  ExportedKv e;
+  e.device = "GPU-0123";
+  e.dtype = cache.dtype();
+  e.kv_dim = cache.kv_dim;
+  for (const LayerKv& layer : cache.layers) {
+    ExportedKv::Layer l;
+    l.k = std::string(64, 'k');
+    l.v = std::string(64, 'v');
+    l.capacity = layer.len() + 4;
+    l.positions = layer.positions;
+    e.layers.push_back(std::move(l));
+  }
+  return e;
+}
+
+TEST(KvCodecTest, ADeviceHandoverThatDoesNotHoldTogetherIsInvalid) {
+  const KvCache cache = MakeCache(3, 16);
+  auto chunker = KvChunker::Create(&cache, 4096);
+  ASSERT_TRUE(chunker.ok());
+  auto header = [&](const std::function<void(hap::v1::KvHeader&)>& change) {
+    hap::v1::KvHeader h = Header(*chunker);
+    SetDeviceHandover(FakeExport(cache), &h);
+    change(h);
+    return h;
+  };
+  const std::vector<std::pair<const char*, std::function<void(hap::v1::KvHeader&)>>> broken = {
+      {"n_chunks", [](hap::v1::KvHeader& h) { h.set_n_chunks(3); }},
+      {"layers",
+       [](hap::v1::KvHeader& h) { h.mutable_device_handover()->mutable_layers()->RemoveLast(); }},
+      {"positions",
+       [](hap::v1::KvHeader& h) {
+         h.mutable_device_handover()->mutable_layers(1)->add_positions(199);
+       }},
+      {"blocks of",
+       [](hap::v1::KvHeader& h) {
+         h.mutable_device_handover()->mutable_layers(2)->set_capacity(5);
+       }},
+      {"not increasing",
+       [](hap::v1::KvHeader& h) {
+         h.mutable_device_handover()->mutable_layers(0)->set_positions(3, 0);
+       }},
+      {"no handle",
+       [](hap::v1::KvHeader& h) { h.mutable_device_handover()->mutable_layers(0)->clear_v(); }},
+  };
+  for (const auto& [what, change] : broken) {
+    const absl::Status s = KvAssembler(Expect(cache)).OnHeader(header(change));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what << ": " << s;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s;
+  }
+}
+
+// A decode that cannot map a handover refuses it in a way the sender recognises (and then sends
+// the rows): one without a device pool, one whose backend shares no memory.
+TEST(KvCodecTest, ADecodeThatCannotMapRefusesTheHandover) {
+  const KvCache cache = MakeCache(3, 16);
+  auto chunker = KvChunker::Create(&cache, 4096);
+  ASSERT_TRUE(chunker.ok());
+  hap::v1::KvHeader h = Header(*chunker);
+  SetDeviceHandover(FakeExport(cache), &h);
+  EXPECT_EQ(h.n_chunks(), 0);
+  const absl::Status no_pool = KvAssembler(Expect(cache)).OnHeader(h);
+  EXPECT_TRUE(IsKvHandoverRefusal(no_pool)) << no_pool;
+  auto pool = KvBlockPool::Create(16, 16, DType::kF32, int64_t{4} << 20);
+  ASSERT_TRUE(pool.ok());
+  const absl::Status on_cpu = KvAssembler(Expect(cache), pool->get()).OnHeader(h);
+  EXPECT_TRUE(IsKvHandoverRefusal(on_cpu)) << on_cpu;
+  EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
+  EXPECT_FALSE(IsKvHandoverRefusal(absl::FailedPreconditionError("draining")));
+  EXPECT_FALSE(IsKvHandoverRefusal(absl::InvalidArgumentError(kKvHandoverRefused)));
 }
 
 TEST(EmbedCodecTest, RoundTrip) {

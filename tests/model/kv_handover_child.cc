@@ -1,8 +1,8 @@
 // The importing side of tests/model/kv_handover_test.cc, a process of its own (a mapping of
 // another process's device memory is what is tested): reads an ExportedKv as JSON, takes it into
 // a paged pool of `pool_dtype` on the emulated CUDA backend (PagedKv::FromExported) and writes
-// every layer's rows as it reads them back: per layer its row count (int32), position ids
-// (int32 each), then K and V in the pool's dtype. On an error: the status on stderr, exit 1.
+// every layer's rows as it reads them back (testing::LayerRowsBytes). On an error: the status on
+// stderr, exit 1.
 //
 //   kv_handover_child IN.json OUT.bin f32|bf16
 #include <cstdio>
@@ -14,7 +14,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/engine/paged_kv.h"
-#include "tests/model/kv_handover_json.h"
+#include "tests/common/kv_handover.h"
 
 namespace hap {
 namespace {
@@ -27,17 +27,8 @@ absl::Status Run(const std::string& in, const std::string& out, DType pool_dtype
                        KvBlockPool::Create(4, exported.kv_dim, pool_dtype, 1 << 20, backend));
   HAP_ASSIGN_OR_RETURN(std::unique_ptr<PagedKv> kv,
                        PagedKv::FromExported(pool.get(), exported, /*reserve_rows=*/2));
-  std::ofstream o(out, std::ios::binary);
-  for (int l = 0; l < kv->n_layers(); ++l) {
-    const int32_t n = kv->len(l);
-    std::vector<int32_t> positions(n);
-    std::vector<char> k(n * kv->row_bytes()), v(k.size());
-    HAP_RETURN_IF_ERROR(kv->ReadRows(l, 0, n, k.data(), v.data(), positions.data()));
-    o.write(reinterpret_cast<const char*>(&n), sizeof n);
-    o.write(reinterpret_cast<const char*>(positions.data()), sizeof(int32_t) * n);
-    o.write(k.data(), static_cast<std::streamsize>(k.size()));
-    o.write(v.data(), static_cast<std::streamsize>(v.size()));
-  }
+  HAP_ASSIGN_OR_RETURN(const std::string rows, testing::LayerRowsBytes(*kv));
+  std::ofstream(out, std::ios::binary) << rows;
   return absl::OkStatus();
 }
 

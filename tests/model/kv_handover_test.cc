@@ -2,6 +2,8 @@
 // (DeviceKv::Export, PagedKv::FromExported; CUDA IPC on a GPU, on the emulation a shared-memory
 // file the other process maps): the child process (kv_handover_child) maps each layer's K and V
 // blocks, copies the rows into blocks of its paged pool and writes back what it reads from them.
+#include "tests/common/kv_handover.h"
+
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -12,7 +14,6 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "tests/model/kv_handover_json.h"
 
 namespace hap {
 namespace {
@@ -75,18 +76,9 @@ std::unique_ptr<DeviceKv> MakeCache(const Backend& b, DType dtype) {
 
 // What the child writes, from the cache itself.
 std::string Expected(const DeviceKv& kv) {
-  std::string out;
-  for (int l = 0; l < kv.n_layers(); ++l) {
-    const int32_t n = kv.len(l);
-    std::vector<int32_t> positions(n);
-    std::string k(n * kv.row_bytes(), '\0'), v(k.size(), '\0');
-    EXPECT_TRUE(kv.ReadRows(l, 0, n, k.data(), v.data(), positions.data()).ok());
-    out.append(reinterpret_cast<const char*>(&n), sizeof n);
-    out.append(reinterpret_cast<const char*>(positions.data()), sizeof(int32_t) * n);
-    out += k;
-    out += v;
-  }
-  return out;
+  absl::StatusOr<std::string> rows = testing::LayerRowsBytes(kv);
+  EXPECT_TRUE(rows.ok()) << rows.status();
+  return rows.ok() ? *rows : std::string();
 }
 
 TEST(KvHandover, AnotherProcessMapsTheBlocksAndReadsTheRows) {
