@@ -87,6 +87,12 @@ class Backend {
   // calling thread; CopyToHost returns once the bytes are in host memory (a GPU's sync point).
   virtual absl::Status CopyToBackend(void* dst, const void* host_src, size_t bytes) const = 0;
   virtual absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) const = 0;
+  // CopyToHost without the wait where `host_dst` is AllocateHost memory: the bytes are there once
+  // the calling thread's next Synchronize or CopyToHost returns (the KV transfer reads the next
+  // chunk's rows so while the caller sends the last). Otherwise (and on the CPU) CopyToHost.
+  virtual absl::Status CopyToHostAsync(void* host_dst, const void* src, size_t bytes) const {
+    return CopyToHost(host_dst, src, bytes);
+  }
   virtual absl::Status Copy(void* dst, const void* src, size_t bytes) const = 0;
   // Waits until the ops issued by the calling thread have finished (their errors surface here).
   virtual absl::Status Synchronize() const = 0;

@@ -841,6 +841,13 @@ class CudaBackendImpl final : public Backend {
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) const override {
     return DeviceToHost(dst, src, bytes);
   }
+  absl::Status CopyToHostAsync(void* dst, const void* src, size_t bytes) const override {
+    if (cuda::Capturing() || !cuda::IsPinnedHostRange(dst, bytes)) {
+      return DeviceToHost(dst, src, bytes);
+    }
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::CopyToHostAsync(dst, src, bytes, c->stream()));
+  }
   absl::Status Copy(void* dst, const void* src, size_t bytes) const override {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kDeviceToDevice, c->stream()));

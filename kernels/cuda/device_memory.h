@@ -25,6 +25,11 @@ KernelStatus HostAlloc(void** ptr, size_t bytes);
 KernelStatus HostFree(void* ptr);
 // Ordered on `stream`; a device-to-host copy into pageable memory returns when it is done.
 KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream);
+// A device→host copy into page-locked memory (HostAlloc) ordered on `stream` that does not wait:
+// the bytes are in `dst` once the stream is synchronised (Synchronize, or a Copy to the host on
+// it). The emulation reads the source where the copy stands in the stream and writes `dst` at
+// that synchronisation, so a reader that does not wait sees the old bytes, as it may on a GPU.
+KernelStatus CopyToHostAsync(void* dst, const void* src, size_t bytes, Stream stream);
 KernelStatus Fill(void* dst, unsigned char value, size_t bytes, Stream stream);
 KernelStatus Synchronize(Stream stream);
 KernelStatus CreateStream(Stream* stream);

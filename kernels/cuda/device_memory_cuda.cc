@@ -83,6 +83,16 @@ KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Strea
   return FromCuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
+KernelStatus CopyToHostAsync(void* dst, const void* src, size_t bytes, Stream stream) {
+  if (bytes == 0) return KernelStatus::Ok();
+  profile::Begin(stream);
+  KernelStatus st = FromCuda(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)),
+      "cudaMemcpyAsync");
+  profile::End(stream, "copy device to host");
+  return st;
+}
+
 KernelStatus Fill(void* dst, unsigned char value, size_t bytes, Stream stream) {
   profile::Begin(stream);
   KernelStatus st = FromCuda(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)),

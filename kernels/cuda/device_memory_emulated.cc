@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/emulated_memory.h"
@@ -150,10 +151,38 @@ KernelStatus CopyNow(void* dst, const void* src, size_t bytes, CopyKind kind) {
   return KernelStatus::Ok();
 }
 
+// The calling thread's device→host copies issued without a wait (CopyToHostAsync): the bytes
+// as they were when issued, written to their destinations at the thread's next synchronisation.
+struct PendingCopy {
+  void* dst;
+  std::vector<char> bytes;
+};
+thread_local std::vector<PendingCopy> t_pending;
+
+void LandPendingCopies() {
+  for (PendingCopy& p : t_pending) std::memcpy(p.dst, p.bytes.data(), p.bytes.size());
+  t_pending.clear();
+}
+
 }  // namespace
+
+KernelStatus CopyToHostAsync(void* dst, const void* src, size_t bytes, Stream) {
+  if (bytes == 0) return KernelStatus::Ok();
+  if (Capturing()) return KernelStatus::Error("CopyToHostAsync: while capturing a graph");
+  if (!IsDeviceRange(src, bytes)) return KernelStatus::Error("Copy: source is not device memory");
+  if (!InOneAllocation(HostAllocations(), dst, bytes)) {
+    return KernelStatus::Error("CopyToHostAsync: the destination is not HostAlloc memory");
+  }
+  ++g_to_host;
+  g_to_host_bytes += static_cast<int64_t>(bytes);
+  const char* from = static_cast<const char*>(src);
+  t_pending.push_back(PendingCopy{dst, std::vector<char>(from, from + bytes)});
+  return KernelStatus::Ok();
+}
 
 KernelStatus Copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream) {
   if (bytes == 0) return KernelStatus::Ok();
+  if (kind == CopyKind::kDeviceToHost) LandPendingCopies();  // it waits for the stream
   if (Capturing()) {
     // A copy to the host waits for the device: not in a graph (nor is cudaMemcpy to the host).
     if (kind == CopyKind::kDeviceToHost) {
@@ -176,7 +205,10 @@ KernelStatus Fill(void* dst, unsigned char value, size_t bytes, Stream) {
   return fill();
 }
 
-KernelStatus Synchronize(Stream) { return KernelStatus::Ok(); }
+KernelStatus Synchronize(Stream) {
+  LandPendingCopies();
+  return KernelStatus::Ok();
+}
 KernelStatus CreateStream(Stream* stream) {
   *stream = nullptr;
   return KernelStatus::Ok();

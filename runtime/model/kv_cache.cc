@@ -318,6 +318,20 @@ absl::Status DeviceKv::ReadRows(int layer, int row, int n, void* k, void* v,
   return absl::OkStatus();
 }
 
+absl::Status DeviceKv::ReadRowsAsync(int layer, int row, int n, void* k, void* v,
+                                     int32_t* positions) const {
+  HAP_RETURN_IF_ERROR(CheckRows(layer, row, n));
+  const Layer& l = layers_[layer];
+  if (n == 0) return absl::OkStatus();
+  const size_t bytes = static_cast<size_t>(row_bytes());
+  HAP_RETURN_IF_ERROR(
+      backend_->CopyToHostAsync(k, static_cast<const char*>(l.k.data()) + bytes * row, bytes * n));
+  HAP_RETURN_IF_ERROR(
+      backend_->CopyToHostAsync(v, static_cast<const char*>(l.v.data()) + bytes * row, bytes * n));
+  std::memcpy(positions, l.positions.data() + row, sizeof(int32_t) * n);
+  return absl::OkStatus();
+}
+
 absl::Status DeviceKv::ReserveRows(int rows) {
   for (int l = 0; l < n_layers(); ++l) {
     const int want = len(l) + std::max(rows, 0);

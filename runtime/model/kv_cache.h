@@ -62,6 +62,17 @@ class KvStore {
   // calling thread's stream (the KV transfer reads a chunk's rows so, just before sending it).
   virtual absl::Status ReadRows(int layer, int row, int n, void* k, void* v,
                                 int32_t* positions) const = 0;
+  // ReadRows without waiting for K and V where the cache is in a device's memory: k and v must
+  // then be AllocateHost memory of StagingBackend(), and hold the rows once WaitForReads returns
+  // (positions are filled at once). Elsewhere ReadRows.
+  virtual absl::Status ReadRowsAsync(int layer, int row, int n, void* k, void* v,
+                                     int32_t* positions) const {
+    return ReadRows(layer, row, n, k, v, positions);
+  }
+  virtual absl::Status WaitForReads() const { return absl::OkStatus(); }
+  // The backend whose AllocateHost memory ReadRowsAsync copies into without a wait; null where
+  // it reads at once (a cache in host memory).
+  virtual const Backend* StagingBackend() const { return nullptr; }
   // Room for `rows` more rows in every layer, so that appending them (decode steps, one row per
   // layer each) neither moves a layer's rows through the host nor fails. FailedPrecondition
   // where the cache cannot make it (a PagedKv holds the blocks it was created with).
@@ -186,6 +197,12 @@ class DeviceKv final : public KvStore {
   int64_t row_bytes() const override { return kv_dim_ * static_cast<int64_t>(DTypeSize(dtype_)); }
   absl::Status ReadRows(int layer, int row, int n, void* k, void* v,
                         int32_t* positions) const override;
+  absl::Status ReadRowsAsync(int layer, int row, int n, void* k, void* v,
+                             int32_t* positions) const override;
+  absl::Status WaitForReads() const override { return backend_->Synchronize(); }
+  const Backend* StagingBackend() const override {
+    return backend_->caps().host_memory ? nullptr : backend_;
+  }
   // A layer short of room moves into a larger allocation by a copy within the backend's memory.
   absl::Status ReserveRows(int rows) override;
   absl::Status RewritePositions(int layer, int row, const int32_t* positions, int n) override;

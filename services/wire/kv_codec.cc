@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +29,38 @@ hap::v1::DType WireDType(DType dtype) {
   return dtype == DType::kBF16 ? hap::v1::DTYPE_BF16 : hap::v1::DTYPE_F32;
 }
 
+// Page-locked buffers for the chunks' rows, kept from one transfer for the next: allocating
+// page-locked memory is slow, and a transfer runs per request.
+class StagingPool {
+ public:
+  static StagingPool& Get() {
+    static auto* pool = new StagingPool();
+    return *pool;
+  }
+  absl::StatusOr<BackendBuffer> Take(const Backend& backend, size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->first == &backend && it->second.bytes() >= bytes) {
+          BackendBuffer b = std::move(it->second);
+          free_.erase(it);
+          return b;
+        }
+      }
+    }
+    return BackendBuffer::AllocateHost(backend, bytes);
+  }
+  void Give(const Backend& backend, BackendBuffer buffer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.size() < kKept) free_.emplace_back(&backend, std::move(buffer));
+  }
+
+ private:
+  static constexpr size_t kKept = 16;
+  std::mutex mu_;
+  std::vector<std::pair<const Backend*, BackendBuffer>> free_;
+};
+
 }  // namespace
 
 absl::StatusOr<KvChunker> KvChunker::Create(const KvStore* cache, int max_message_bytes) {
@@ -37,13 +72,37 @@ absl::StatusOr<KvChunker> KvChunker::Create(const KvStore* cache, int max_messag
                                                    " is too small for one KV row of ", row_bytes,
                                                    " bytes"));
   }
-  return KvChunker(cache, static_cast<int>(std::min<int64_t>(room / row_bytes, 1 << 30)));
+  KvChunker chunker(cache, static_cast<int>(std::min<int64_t>(room / row_bytes, 1 << 30)));
+  if (const Backend* b = cache->StagingBackend(); b != nullptr) {
+    int most = 0;  // rows of the largest chunk
+    for (int l = 0; l < cache->n_layers(); ++l) {
+      most = std::max(most, std::min(chunker.rows_per_chunk_, cache->len(l)));
+    }
+    const size_t bytes = static_cast<size_t>(std::max(most, 1)) * cache->row_bytes();
+    chunker.staging_.resize(2);
+    for (Slot& slot : chunker.staging_) {
+      HAP_ASSIGN_OR_RETURN(slot.k, StagingPool::Get().Take(*b, bytes));
+      HAP_ASSIGN_OR_RETURN(slot.v, StagingPool::Get().Take(*b, bytes));
+    }
+  }
+  return chunker;
 }
 
 KvChunker::KvChunker(const KvStore* cache, int rows_per_chunk)
     : cache_(cache), rows_per_chunk_(rows_per_chunk) {
   for (int l = 0; l < cache->n_layers(); ++l) {
     n_chunks_ += std::max(1, (cache->len(l) + rows_per_chunk - 1) / rows_per_chunk);
+  }
+}
+
+KvChunker::~KvChunker() {
+  if (staging_.empty()) return;
+  // No copy may still be writing into a buffer that goes back to the pool.
+  (void)cache_->WaitForReads();
+  const Backend& b = *cache_->StagingBackend();
+  for (Slot& slot : staging_) {
+    if (slot.k.data() != nullptr) StagingPool::Get().Give(b, std::move(slot.k));
+    if (slot.v.data() != nullptr) StagingPool::Get().Give(b, std::move(slot.v));
   }
 }
 
@@ -58,37 +117,81 @@ void KvChunker::FillHeader(hap::v1::KvHeader* header) const {
   header->set_n_chunks(n_chunks_);
 }
 
-bool KvChunker::Next(hap::v1::KvChunk* chunk) {
-  if (!status_.ok()) return false;
+bool KvChunker::TakeNext(Slot* slot) {
   while (layer_ < cache_->n_layers() && row_ >= cache_->len(layer_)) {
     ++layer_;
     row_ = 0;
   }
-  if (layer_ >= cache_->n_layers()) return false;
-  const int n = std::min(rows_per_chunk_, cache_->len(layer_) - row_);
-  const size_t bytes = static_cast<size_t>(cache_->row_bytes()) * n;
-  chunk->Clear();
-  chunk->set_chunk_index(index_);
-  chunk->set_layer(layer_);
-  chunk->set_row_offset(row_);
-  chunk->set_n_rows(n);
-  chunk->set_dtype(WireDType(cache_->dtype()));
-  chunk->mutable_positions()->Resize(n, 0);
-  chunk->mutable_k()->resize(bytes);
-  chunk->mutable_v()->resize(bytes);
-  status_ =
-      cache_->ReadRows(layer_, row_, n, chunk->mutable_k()->data(), chunk->mutable_v()->data(),
-                       chunk->mutable_positions()->mutable_data());
-  if (!status_.ok()) {
-    // Reading the sender's own cache failed: a server fault whatever the cause (a row range the
-    // chunker computed, a device copy), so the caller sees INTERNAL, not the cause's code.
-    status_ = absl::InternalError(absl::StrCat("KV transfer: reading chunk ", index_, " (layer ",
-                                               layer_, "): ", status_.message()));
+  slot->issued = true;
+  if (layer_ >= cache_->n_layers()) {
+    slot->n = 0;
     return false;
   }
+  slot->index = taken_++;
+  slot->layer = layer_;
+  slot->row = row_;
+  slot->n = std::min(rows_per_chunk_, cache_->len(layer_) - row_);
+  slot->positions.resize(slot->n);
+  row_ += slot->n;
+  return true;
+}
+
+void KvChunker::Describe(const Slot& slot, hap::v1::KvChunk* chunk) const {
+  const size_t bytes = static_cast<size_t>(cache_->row_bytes()) * slot.n;
+  chunk->Clear();
+  chunk->set_chunk_index(slot.index);
+  chunk->set_layer(slot.layer);
+  chunk->set_row_offset(slot.row);
+  chunk->set_n_rows(slot.n);
+  chunk->set_dtype(WireDType(cache_->dtype()));
+  chunk->mutable_k()->resize(bytes);
+  chunk->mutable_v()->resize(bytes);
+}
+
+bool KvChunker::ReadFailed(int index, int layer, const absl::Status& why) {
+  // Reading the sender's own cache failed: a server fault whatever the cause (a row range the
+  // chunker computed, a device copy), so the caller sees INTERNAL, not the cause's code.
+  status_ = absl::InternalError(
+      absl::StrCat("KV transfer: reading chunk ", index, " (layer ", layer, "): ", why.message()));
+  return false;
+}
+
+bool KvChunker::Issue(int s) {
+  Slot& slot = staging_[s];
+  if (!TakeNext(&slot)) return true;
+  const absl::Status read = cache_->ReadRowsAsync(slot.layer, slot.row, slot.n, slot.k.data(),
+                                                  slot.v.data(), slot.positions.data());
+  return read.ok() || ReadFailed(slot.index, slot.layer, read);
+}
+
+bool KvChunker::Next(hap::v1::KvChunk* chunk) {
+  if (!status_.ok()) return false;
+  if (staging_.empty()) {
+    Slot slot;
+    if (!TakeNext(&slot)) return false;
+    Describe(slot, chunk);
+    chunk->mutable_positions()->Resize(slot.n, 0);
+    const absl::Status read =
+        cache_->ReadRows(slot.layer, slot.row, slot.n, chunk->mutable_k()->data(),
+                         chunk->mutable_v()->data(), chunk->mutable_positions()->mutable_data());
+    if (!read.ok()) return ReadFailed(slot.index, slot.layer, read);
+  } else {
+    if (!staging_[current_].issued && !Issue(current_)) return false;
+    Slot& slot = staging_[current_];
+    if (slot.n == 0) return false;
+    if (const absl::Status done = cache_->WaitForReads(); !done.ok()) {
+      return ReadFailed(slot.index, slot.layer, done);
+    }
+    // The next chunk's rows are copied while this one is sent.
+    if (!Issue(1 - current_)) return false;
+    Describe(slot, chunk);
+    const size_t bytes = chunk->k().size();
+    std::memcpy(chunk->mutable_k()->data(), slot.k.data(), bytes);
+    std::memcpy(chunk->mutable_v()->data(), slot.v.data(), bytes);
+    chunk->mutable_positions()->Add(slot.positions.begin(), slot.positions.end());
+    current_ = 1 - current_;
+  }
   chunk->set_crc32c(KvChunkChecksum(*chunk));
-  ++index_;
-  row_ += n;
   return true;
 }
 

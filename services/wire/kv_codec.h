@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "hap/v1/decode.pb.h"
+#include "kernels/backend.h"
 #include "runtime/engine/paged_kv.h"
 #include "runtime/model/kv_cache.h"
 
@@ -22,8 +23,14 @@ inline constexpr int kChunkOverheadBytes = 512;
 class KvChunker {
  public:
   // InvalidArgument when not even one row fits in max_message_bytes.
-  // The cache (host, device or paged) must outlive the chunker and not change meanwhile.
+  // The cache (host, device or paged) must outlive the chunker and not change meanwhile. From a
+  // cache in a device's memory the rows come through two page-locked staging buffers
+  // (KvStore::ReadRowsAsync): when Next returns a chunk, the copy of the next one's rows is
+  // already under way, so it overlaps the caller's send of this one.
   static absl::StatusOr<KvChunker> Create(const KvStore* cache, int max_message_bytes);
+  ~KvChunker();
+  KvChunker(KvChunker&&) = default;
+  KvChunker& operator=(KvChunker&&) = default;
 
   int n_chunks() const { return n_chunks_; }
   int rows_per_chunk() const { return rows_per_chunk_; }
@@ -37,15 +44,33 @@ class KvChunker {
   void FillTrailer(hap::v1::KvTrailer* trailer) const;
 
  private:
+  // A chunk's rows: where they are in the cache, and with a device cache the staging buffers
+  // its K and V are copied into.
+  struct Slot {
+    int index = 0, layer = 0, row = 0, n = 0;  // n = 0: past the last chunk
+    std::vector<int32_t> positions;
+    BackendBuffer k, v;
+    bool issued = false;
+  };
   KvChunker(const KvStore* cache, int rows_per_chunk);
+  // The next chunk after the cursor into `slot` (false past the last one), the cursor moved on.
+  bool TakeNext(Slot* slot);
+  // The chunk's fields but its rows and checksum.
+  void Describe(const Slot& slot, hap::v1::KvChunk* chunk) const;
+  // Starts copying the next chunk's rows into staging slot `s` (nothing past the last).
+  bool Issue(int s);
+  // status_ = the failure to read chunk `index`'s rows, as INTERNAL; false.
+  bool ReadFailed(int index, int layer, const absl::Status& why);
 
   const KvStore* cache_;
   absl::Status status_;
   int rows_per_chunk_;
   int n_chunks_ = 0;
-  int layer_ = 0;
+  int layer_ = 0;  // the cursor: the next chunk starts at row_ of layer_
   int row_ = 0;
-  int index_ = 0;
+  int taken_ = 0;              // chunks the cursor has passed
+  std::vector<Slot> staging_;  // two with a device cache (StagingBackend), else none
+  int current_ = 0;
 };
 
 // A header for a cache handed over on the device (KvHeader.device_handover): `exported`'s handles

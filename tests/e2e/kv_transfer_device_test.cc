@@ -2,7 +2,11 @@
 // stays in the backend's memory (DeviceKv) and the chunker reads each chunk's rows out just before
 // encoding it. The messages are byte for byte those encoded from the host cache holding the same
 // rows (F32 and BF16, unpruned and HAP-pruned layers of different lengths, layers spanning many
-// chunks), and the reading costs exactly one device→host copy for K and one for V per chunk.
+// chunks), and the reading costs exactly one device→host copy for K and one for V per chunk,
+// into page-locked staging, the next chunk's copies started before a chunk is handed out (the
+// emulation lands such a copy only when the stream is synchronised, so a chunk read before its
+// copies are waited for would show stale bytes).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -152,6 +156,29 @@ TEST_F(KvTransferDeviceTest, ChunksFromADeviceCacheAreTheHostCachesBytes) {
       ExpectSameMessages(got, want);
     }
   }
+}
+
+// When the chunker hands out a chunk, the next chunk's rows are already being copied: they
+// overlap the caller's send of this one.
+TEST_F(KvTransferDeviceTest, TheNextChunksCopiesAreUnderWayWhenAChunkIsHandedOut) {
+  auto gpu = Load(cuda_, DType::kBF16);
+  ASSERT_TRUE(gpu);
+  const PrefillResult prefill = Prefill(*gpu, Prune("none"));
+  const DeviceKv& device = *prefill.device_cache;
+  auto chunker = KvChunker::Create(&device, ThreeRows(device));
+  ASSERT_TRUE(chunker.ok()) << chunker.status();
+  ASSERT_GT(chunker->n_chunks(), 2);
+  const int64_t c0 = cuda::emulation::DeviceToHostCopies();
+  hap::v1::KvChunk chunk;
+  for (int i = 0; i < chunker->n_chunks(); ++i) {
+    ASSERT_TRUE(chunker->Next(&chunk)) << i;
+    EXPECT_EQ(chunk.chunk_index(), i);
+    // K and V of this chunk and of the next (none after the last).
+    const int issued = std::min(i + 2, chunker->n_chunks());
+    EXPECT_EQ(cuda::emulation::DeviceToHostCopies() - c0, 2 * issued) << i;
+  }
+  EXPECT_FALSE(chunker->Next(&chunk));
+  EXPECT_TRUE(chunker->status().ok()) << chunker->status();
 }
 
 // A device prefill's own cache (in the backend's memory, each layer sized to its pruned rows):
