@@ -306,28 +306,25 @@ void DeviceKv::Spans(int layer, std::vector<KvSpan>* spans) const {
 
 absl::Status DeviceKv::ReadRows(int layer, int row, int n, void* k, void* v,
                                 int32_t* positions) const {
-  HAP_RETURN_IF_ERROR(CheckRows(layer, row, n));
-  const Layer& l = layers_[layer];
-  if (n == 0) return absl::OkStatus();
-  const size_t bytes = static_cast<size_t>(row_bytes());
-  HAP_RETURN_IF_ERROR(
-      backend_->CopyToHost(k, static_cast<const char*>(l.k.data()) + bytes * row, bytes * n));
-  HAP_RETURN_IF_ERROR(
-      backend_->CopyToHost(v, static_cast<const char*>(l.v.data()) + bytes * row, bytes * n));
-  std::memcpy(positions, l.positions.data() + row, sizeof(int32_t) * n);
-  return absl::OkStatus();
+  return CopyRowsOut(layer, row, n, k, v, positions, /*wait=*/true);
 }
 
 absl::Status DeviceKv::ReadRowsAsync(int layer, int row, int n, void* k, void* v,
                                      int32_t* positions) const {
+  return CopyRowsOut(layer, row, n, k, v, positions, /*wait=*/false);
+}
+
+absl::Status DeviceKv::CopyRowsOut(int layer, int row, int n, void* k, void* v, int32_t* positions,
+                                   bool wait) const {
   HAP_RETURN_IF_ERROR(CheckRows(layer, row, n));
   const Layer& l = layers_[layer];
   if (n == 0) return absl::OkStatus();
   const size_t bytes = static_cast<size_t>(row_bytes());
-  HAP_RETURN_IF_ERROR(
-      backend_->CopyToHostAsync(k, static_cast<const char*>(l.k.data()) + bytes * row, bytes * n));
-  HAP_RETURN_IF_ERROR(
-      backend_->CopyToHostAsync(v, static_cast<const char*>(l.v.data()) + bytes * row, bytes * n));
+  for (auto [dst, src] : {std::pair<void*, const void*>{k, l.k.data()}, {v, l.v.data()}}) {
+    const char* from = static_cast<const char*>(src) + bytes * row;
+    HAP_RETURN_IF_ERROR(wait ? backend_->CopyToHost(dst, from, bytes * n)
+                             : backend_->CopyToHostAsync(dst, from, bytes * n));
+  }
   std::memcpy(positions, l.positions.data() + row, sizeof(int32_t) * n);
   return absl::OkStatus();
 }

@@ -223,6 +223,9 @@ class DeviceKv final : public KvStore {
     int len() const { return static_cast<int>(positions.size()); }
   };
   explicit DeviceKv(const Backend& backend) : backend_(&backend) {}
+  // ReadRows (wait) or ReadRowsAsync.
+  absl::Status CopyRowsOut(int layer, int row, int n, void* k, void* v, int32_t* positions,
+                           bool wait) const;
   // Allocates `layer` for `capacity` rows, copying its rows over.
   absl::Status Resize(int layer, int capacity);
   // Where n rows appended to `layer` go (an empty layer is allocated for n + reserve_rows);
