@@ -202,6 +202,8 @@ void DecodeEngine::Loop() {
       ++stats_.steps;
       stats_.sequence_steps += static_cast<int64_t>(active.size());
       stats_.max_batch_seen = std::max(stats_.max_batch_seen, static_cast<int>(active.size()));
+      stats_.graph_captures = workspace.graph_captures();
+      stats_.graph_replays = workspace.graph_replays();
     }
     if (!next.ok()) {
       // A failed step leaves every cache of the batch unusable: the batch ends with the error.

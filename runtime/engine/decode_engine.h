@@ -60,6 +60,10 @@ struct DecodeEngineStats {
   int64_t steps = 0;           // batched steps run
   int64_t sequence_steps = 0;  // Σ batch sizes (tokens decoded)
   int max_batch_seen = 0;
+  // Steps captured as graphs, and steps run by replaying one (DecodeWorkspace; 0 where the
+  // backend runs ops as they are called or decode graphs are off).
+  int64_t graph_captures = 0;
+  int64_t graph_replays = 0;
 };
 
 // One decode step of `batch` sequences over fresh caches in the model's backend's memory

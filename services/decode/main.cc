@@ -169,6 +169,17 @@ int Main(int argc, char** argv) {
     SampledRowsMetrics::Get().Count(counts);
   };
   auto engine = std::make_unique<DecodeEngine>(*model, engine_options);
+  {
+    const DecodeEngine* e = engine.get();
+    telemetry::Registry& r = telemetry::Registry::Default();
+    r.AddCallbackCounter("hap_decode_graph_captures_total",
+                         "Decode steps captured as CUDA graphs (one per batch size and context "
+                         "bound seen; --decode-graphs).",
+                         [e] { return static_cast<double>(e->stats().graph_captures); });
+    r.AddCallbackCounter("hap_decode_graph_replays_total",
+                         "Decode steps run by replaying a captured CUDA graph.",
+                         [e] { return static_cast<double>(e->stats().graph_replays); });
+  }
   service.SetModel(model.get(), engine.get());
   host.SetServing();
   return host.WaitAndDrain(common.drain_timeout_ms);

@@ -447,6 +447,7 @@ absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistr
       timings_.set_kv_transfer_ms(transfer_ms);
       metrics.kv_transfer_seconds->Observe(transfer_ms / 1e3);
       metrics.kv_transfer_bytes->Inc(static_cast<double>(in.ack().kv_bytes()));
+      if (exported) metrics.kv_device_handovers->Inc();
       kv_span.SetAttribute("hap.kv.bytes", in.ack().kv_bytes())
           .SetAttribute("hap.kv.chunks", in.ack().n_chunks())
           .SetAttribute("hap.kv.transfer_ms", transfer_ms)

@@ -67,6 +67,10 @@ PrefillMetrics& PrefillMetrics::Get() {
     x.prefill_passes = Total("hap_prefill_passes_total",
                              "Batched prefill passes run (--prefill-batch-tokens); requests "
                              "prefilled over passes is the mean batch.");
+    x.kv_device_handovers = Total("hap_kv_device_handovers_total",
+                                  "KV caches handed to decode on the GPU both compute on, without "
+                                  "a copy through the host (--kv-handover); the others went as "
+                                  "rows.");
     telemetry::CounterFamily& retries = telemetry::Registry::Default().AddCounter(
         "hap_peer_retries_total",
         "Calls to hap-encoder or hap-decode made again on another replica: the replica first "

@@ -30,6 +30,7 @@ struct PrefillMetrics {
   telemetry::Counter* slow_client_cutoffs;    // Generate calls cut off: the client stopped reading
   telemetry::Counter* prefill_yields;         // turns a sliced prefill handed to waiting ones
   telemetry::Counter* prefill_passes;         // batched passes run (--prefill-batch-tokens)
+  telemetry::Counter* kv_device_handovers;    // KV caches decode took on the device (CUDA IPC)
   // hap_peer_retries_total{peer}: calls made again on another replica because the first was
   // unavailable before anything of the request reached it or came back.
   telemetry::Counter* decode_retries;   // peer="decode": before decode took the KV cache
