@@ -51,6 +51,10 @@ std::vector<svc::OptionSpec> Specs() {
        "--gpu-memory of the hap-decode it starts (with --device cuda; empty = none)"},
       {"prefill-batch-tokens", "HAP_BENCH_PREFILL_BATCH_TOKENS", "",
        "--prefill-batch-tokens of the hap-prefill it starts (empty = its default, off)"},
+      {"kv-handover", "HAP_BENCH_KV_HANDOVER", "",
+       "--kv-handover of the hap-prefill it starts: auto or stream (empty = its default, auto)"},
+      {"decode-graphs", "HAP_BENCH_DECODE_GRAPHS", "",
+       "--decode-graphs of the hap-decode it starts: on or off (empty = its default, on)"},
       {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
       {"address", "HAP_BENCH_ADDRESS", "",
        "front door of services already running (default: start the three services here)"},
@@ -154,7 +158,9 @@ int Main(int argc, char** argv) {
     for (const auto& [flag, service_flag, args] :
          {std::tuple{"prefill-gpu-memory", "--gpu-memory", &po.prefill_args},
           std::tuple{"decode-gpu-memory", "--gpu-memory", &po.decode_args},
-          std::tuple{"prefill-batch-tokens", "--prefill-batch-tokens", &po.prefill_args}}) {
+          std::tuple{"prefill-batch-tokens", "--prefill-batch-tokens", &po.prefill_args},
+          std::tuple{"kv-handover", "--kv-handover", &po.prefill_args},
+          std::tuple{"decode-graphs", "--decode-graphs", &po.decode_args}}) {
       if (!o->Get(flag).empty()) {
         args->push_back(service_flag);
         args->push_back(o->Get(flag));
