@@ -185,6 +185,8 @@ def main():
         ("unknown-flag", good, img, "What?", ["--frobnicate", "1"], "frobnicate"),
         ("bad-kv-dtype", good, img, "What?", ["--kv-dtype", "f16"],
          "--kv-dtype 'f16' is not f32 or bf16"),
+        ("bad-decode-graphs", good, img, "What?", ["--decode-graphs", "yes"],
+         "--decode-graphs must be on or off, got 'yes'"),
         ("missing-model-dir", os.path.join(w, "no-such-model"), img, "What?", [],
          "no-such-model"),
     ]
