@@ -1,6 +1,7 @@
 #include "runtime/model/llama.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -270,13 +271,6 @@ int DecodeRowsFor(int b) {
 
 namespace {
 
-// The least power of two ≥ n (n ≥ 1).
-int PowerOfTwoAtLeast(int n) {
-  int p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 // Graphs a decode workspace keeps; past this the least recently used goes.
 constexpr size_t kMaxDecodeGraphs = 32;
 // Failed captures of one shape before it runs op by op for good.
@@ -366,8 +360,8 @@ absl::Status LlamaDecoder::PackDecodeTables(const std::vector<int32_t>& tokens,
         for (int i = run.first; i < last; ++i) most_rows = std::max(most_rows, seq_rows[l * b + i]);
       }
     }
-    span_room = std::max(16, PowerOfTwoAtLeast(most_spans));
-    rows_bound = PowerOfTwoAtLeast(most_rows);
+    span_room = static_cast<int>(std::bit_ceil(std::max(16u, static_cast<unsigned>(most_spans))));
+    rows_bound = static_cast<int>(std::bit_ceil(static_cast<unsigned>(most_rows)));
   }
 
   ws->k_dst_at_.assign(layers, 0);

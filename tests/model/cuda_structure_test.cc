@@ -5,6 +5,7 @@
 // the LM head and the sampling cancel out — the device→host waits inside a HAP prefill, and the
 // device allocations and frees of a request once a first one has run.
 #include <algorithm>
+#include <bit>
 #include <string>
 #include <vector>
 
@@ -257,12 +258,8 @@ TEST(CudaStructure, ACapturedDecodeStepEqualsTheStepRunOpByOp) {
   EXPECT_EQ(graphs.workspace->graphs_held(), 2);
   EXPECT_EQ(op_by_op.workspace->graph_captures(), 0);
   EXPECT_EQ(op_by_op.workspace->graph_replays(), 0);
-  auto power_of_two = [](int n) {
-    int p = 1;
-    while (p < n) p *= 2;
-    return p;
-  };
-  EXPECT_EQ(power_of_two(longest), power_of_two(graphs.prefills[0].kv().len(0)));
+  EXPECT_EQ(std::bit_ceil(static_cast<unsigned>(longest)),
+            std::bit_ceil(static_cast<unsigned>(graphs.prefills[0].kv().len(0))));
 }
 
 // What encoding one image enqueues on a checkpoint of `vision_layers` CLIP layers (BF16).
