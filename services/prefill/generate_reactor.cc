@@ -1,7 +1,6 @@
 #include "services/prefill/generate_reactor.h"
 
 #include <cstdio>
-#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
@@ -389,10 +388,13 @@ absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistr
   const ReplicaSet<hap::v1::Decode>::Lease decode = service_->decoders().Pick(kv_need, avoid);
   *address = decode.address();
   // The handles of the cache's device blocks, or the rows in chunks.
-  std::optional<ExportedKv> exported;
+  bool exported = false;
   if (handover && !service_->HandoverRefusedBy(decode.address())) {
     absl::StatusOr<ExportedKv> e = prefill.device_cache->Export();
-    if (e.ok()) exported = std::move(*e);  // else the rows
+    if (e.ok()) {  // else the rows
+      chunker.HandOver(std::move(*e));
+      exported = true;
+    }
   }
   telemetry::ClientRpc call(rpc_span().context(), "hap.v1.Decode/Decode", decode.address(),
                             ctx.get());
@@ -415,19 +417,12 @@ absl::Status GenerateReactor::DecodeOnce(PrefillResult& prefill, const KvRegistr
   h->set_samples_drawn(1);
   h->set_max_new_tokens(job_.stop.max_new_tokens);
   for (const std::string& s : job_.stop.stop_strings) h->add_stop(s);
-  if (exported) SetDeviceHandover(*exported, h);
   bool ok = stream->Write(out);
-  if (exported) {
-    const hap::v1::KvHeader header = out.header();
-    FillHandoverTrailer(header, cache.row_bytes(), out.mutable_trailer());
-    ok = ok && stream->Write(out);
-  } else {
-    while (ok && chunker.Next(out.mutable_chunk())) ok = stream->Write(out);
-    if (!chunker.status().ok()) ctx->TryCancel();  // a chunk's rows could not be read
-    if (ok && chunker.status().ok()) {
-      chunker.FillTrailer(out.mutable_trailer());
-      ok = stream->Write(out);
-    }
+  while (ok && chunker.Next(out.mutable_chunk())) ok = stream->Write(out);
+  if (!chunker.status().ok()) ctx->TryCancel();  // a chunk's rows could not be read
+  if (ok && chunker.status().ok()) {
+    chunker.FillTrailer(out.mutable_trailer());
+    ok = stream->Write(out);
   }
   if (ok) stream->WritesDone();
   out.Clear();

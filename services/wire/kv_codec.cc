@@ -25,6 +25,20 @@ absl::Status Bad(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("KV transfer: ", what));
 }
 
+// Position ids that increase from after `prev` and stay below next_position.
+absl::Status CheckPositions(const std::string& where,
+                            const google::protobuf::RepeatedField<int32_t>& positions, int32_t prev,
+                            int32_t next_position) {
+  for (int32_t p : positions) {
+    if (p <= prev || p >= next_position) {
+      return Bad(absl::StrCat(where, ": position ", p, " is not increasing within [0, ",
+                              next_position, ")"));
+    }
+    prev = p;
+  }
+  return absl::OkStatus();
+}
+
 hap::v1::DType WireDType(DType dtype) {
   return dtype == DType::kBF16 ? hap::v1::DTYPE_BF16 : hap::v1::DTYPE_F32;
 }
@@ -72,20 +86,27 @@ absl::StatusOr<KvChunker> KvChunker::Create(const KvStore* cache, int max_messag
                                                    " is too small for one KV row of ", row_bytes,
                                                    " bytes"));
   }
-  KvChunker chunker(cache, static_cast<int>(std::min<int64_t>(room / row_bytes, 1 << 30)));
-  if (const Backend* b = cache->StagingBackend(); b != nullptr) {
-    int most = 0;  // rows of the largest chunk
-    for (int l = 0; l < cache->n_layers(); ++l) {
-      most = std::max(most, std::min(chunker.rows_per_chunk_, cache->len(l)));
-    }
-    const size_t bytes = static_cast<size_t>(std::max(most, 1)) * cache->row_bytes();
-    chunker.staging_.resize(2);
-    for (Slot& slot : chunker.staging_) {
-      HAP_ASSIGN_OR_RETURN(slot.k, StagingPool::Get().Take(*b, bytes));
-      HAP_ASSIGN_OR_RETURN(slot.v, StagingPool::Get().Take(*b, bytes));
-    }
+  return KvChunker(cache, static_cast<int>(std::min<int64_t>(room / row_bytes, 1 << 30)));
+}
+
+absl::Status KvChunker::TakeStaging() {
+  const Backend& b = *cache_->StagingBackend();
+  int most = 0;  // rows of the largest chunk
+  for (int l = 0; l < cache_->n_layers(); ++l) {
+    most = std::max(most, std::min(rows_per_chunk_, cache_->len(l)));
   }
-  return chunker;
+  const size_t bytes = static_cast<size_t>(std::max(most, 1)) * cache_->row_bytes();
+  staging_.resize(2);
+  for (Slot& slot : staging_) {
+    HAP_ASSIGN_OR_RETURN(slot.k, StagingPool::Get().Take(b, bytes));
+    HAP_ASSIGN_OR_RETURN(slot.v, StagingPool::Get().Take(b, bytes));
+  }
+  return absl::OkStatus();
+}
+
+void KvChunker::HandOver(ExportedKv exported) {
+  handover_ = std::move(exported);
+  n_chunks_ = 0;
 }
 
 KvChunker::KvChunker(const KvStore* cache, int rows_per_chunk)
@@ -115,6 +136,16 @@ void KvChunker::FillHeader(hap::v1::KvHeader* header) const {
   header->set_next_position(cache_->next_position);
   header->set_rope_delta(cache_->rope_delta);
   header->set_n_chunks(n_chunks_);
+  if (!handover_) return;
+  hap::v1::KvDeviceHandover* d = header->mutable_device_handover();
+  d->set_device(handover_->device);
+  for (const ExportedKv::Layer& layer : handover_->layers) {
+    hap::v1::KvLayerHandles* l = d->add_layers();
+    l->set_k(layer.k);
+    l->set_v(layer.v);
+    l->set_capacity(layer.capacity);
+    l->mutable_positions()->Add(layer.positions.begin(), layer.positions.end());
+  }
 }
 
 bool KvChunker::TakeNext(Slot* slot) {
@@ -165,7 +196,11 @@ bool KvChunker::Issue(int s) {
 }
 
 bool KvChunker::Next(hap::v1::KvChunk* chunk) {
-  if (!status_.ok()) return false;
+  if (!status_.ok() || handover_) return false;
+  if (staging_.empty() && cache_->StagingBackend() != nullptr) {
+    status_ = TakeStaging();
+    if (!status_.ok()) return false;
+  }
   if (staging_.empty()) {
     Slot slot;
     if (!TakeNext(&slot)) return false;
@@ -307,14 +342,7 @@ absl::Status KvAssembler::CheckDeviceHandover(const hap::v1::KvHeader& h) const 
       return Bad(absl::StrCat(where, ": blocks of ", layer.capacity(), " rows hold fewer than its ",
                               h.layer_rows(l)));
     }
-    int32_t prev = -1;
-    for (int32_t p : layer.positions()) {
-      if (p <= prev || p >= h.next_position()) {
-        return Bad(absl::StrCat(where, ": position ", p, " is not increasing within [0, ",
-                                h.next_position(), ")"));
-      }
-      prev = p;
-    }
+    HAP_RETURN_IF_ERROR(CheckPositions(where, layer.positions(), -1, h.next_position()));
   }
   return absl::OkStatus();
 }
@@ -346,28 +374,6 @@ absl::Status KvAssembler::TakeHandover() {
   for (int l = 0; l < h.n_layers(); ++l) rows_received_[l] = h.layer_rows(l);
   bytes_received_ = expected_bytes_;
   return absl::OkStatus();
-}
-
-void SetDeviceHandover(const ExportedKv& exported, hap::v1::KvHeader* header) {
-  header->set_n_chunks(0);
-  hap::v1::KvDeviceHandover* d = header->mutable_device_handover();
-  d->set_device(exported.device);
-  for (const ExportedKv::Layer& layer : exported.layers) {
-    hap::v1::KvLayerHandles* l = d->add_layers();
-    l->set_k(layer.k);
-    l->set_v(layer.v);
-    l->set_capacity(layer.capacity);
-    l->mutable_positions()->Add(layer.positions.begin(), layer.positions.end());
-  }
-}
-
-void FillHandoverTrailer(const hap::v1::KvHeader& header, int64_t row_bytes,
-                         hap::v1::KvTrailer* trailer) {
-  int64_t rows = 0;
-  for (int r : header.layer_rows()) rows += r;
-  trailer->set_n_chunks(0);
-  trailer->set_kv_bytes(2 * rows * row_bytes);
-  trailer->set_total_rows(rows);
 }
 
 bool IsKvHandoverRefusal(const absl::Status& status) {
@@ -426,14 +432,8 @@ absl::Status KvAssembler::OnChunk(const hap::v1::KvChunk& c) {
   }
   const std::vector<int32_t>& landed =
       paged_ != nullptr ? paged_->positions(layer_) : cache_.layers[layer_].positions;
-  int32_t prev = landed.empty() ? -1 : landed.back();
-  for (int32_t p : c.positions()) {
-    if (p <= prev || p >= header_.next_position()) {
-      return Bad(absl::StrCat(where, ": position ", p, " is not increasing within [0, ",
-                              header_.next_position(), ")"));
-    }
-    prev = p;
-  }
+  HAP_RETURN_IF_ERROR(CheckPositions(where, c.positions(), landed.empty() ? -1 : landed.back(),
+                                     header_.next_position()));
   const uint32_t crc = KvChunkChecksum(c);
   if (crc != c.crc32c()) {
     return Bad(absl::StrCat(where, ": checksum mismatch (crc32c ", c.crc32c(), " sent, ", crc,

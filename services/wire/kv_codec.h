@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,10 +33,15 @@ class KvChunker {
   KvChunker(KvChunker&&) = default;
   KvChunker& operator=(KvChunker&&) = default;
 
+  // The cache goes as `exported`'s handles (KvHeader.device_handover) rather than its rows: no
+  // chunk (n_chunks 0, Next returns false at once), the trailer's kv_bytes the bytes handed over.
+  void HandOver(ExportedKv exported);
+
   int n_chunks() const { return n_chunks_; }
   int rows_per_chunk() const { return rows_per_chunk_; }
-  // Sets n_layers, kv_dim, dtype, layer_rows, next_position and n_chunks; the caller adds the
-  // request id, model dims, first token, sampling and stop parameters.
+  // Sets n_layers, kv_dim, dtype, layer_rows, next_position and n_chunks (and the device
+  // handover after HandOver); the caller adds the request id, model dims, first token, sampling
+  // and stop parameters.
   void FillHeader(hap::v1::KvHeader* header) const;
   // The next chunk (layers in order, rows in order); false after the last one, or when its rows
   // could not be read (status() then says why, and Next stays false).
@@ -59,6 +65,8 @@ class KvChunker {
   void Describe(const Slot& slot, hap::v1::KvChunk* chunk) const;
   // Starts copying the next chunk's rows into staging slot `s` (nothing past the last).
   bool Issue(int s);
+  // The staging buffers, taken at the first chunk from a device cache.
+  absl::Status TakeStaging();
   // status_ = the failure to read chunk `index`'s rows, as INTERNAL; false.
   bool ReadFailed(int index, int layer, const absl::Status& why);
 
@@ -69,16 +77,10 @@ class KvChunker {
   int layer_ = 0;  // the cursor: the next chunk starts at row_ of layer_
   int row_ = 0;
   int taken_ = 0;              // chunks the cursor has passed
-  std::vector<Slot> staging_;  // two with a device cache (StagingBackend), else none
+  std::vector<Slot> staging_;  // two once a device cache's first chunk is read, else none
+  std::optional<ExportedKv> handover_;
   int current_ = 0;
 };
-
-// A header for a cache handed over on the device (KvHeader.device_handover): `exported`'s handles
-// and position ids, n_chunks 0; the caller fills the rest as for chunks (KvChunker::FillHeader
-// first). The trailer then carries no chunk and kv_bytes = HandoverBytes(header).
-void SetDeviceHandover(const ExportedKv& exported, hap::v1::KvHeader* header);
-void FillHandoverTrailer(const hap::v1::KvHeader& header, int64_t row_bytes,
-                         hap::v1::KvTrailer* trailer);
 
 // How decode refuses a handover it cannot map (FAILED_PRECONDITION with this message start):
 // prefill sends the rows instead.

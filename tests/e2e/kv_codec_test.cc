@@ -395,9 +395,9 @@ TEST(KvCodecTest, ADeviceHandoverThatDoesNotHoldTogetherIsInvalid) {
   const KvCache cache = MakeCache(3, 16);
   auto chunker = KvChunker::Create(&cache, 4096);
   ASSERT_TRUE(chunker.ok());
+  chunker->HandOver(FakeExport(cache));
   auto header = [&](const std::function<void(hap::v1::KvHeader&)>& change) {
     hap::v1::KvHeader h = Header(*chunker);
-    SetDeviceHandover(FakeExport(cache), &h);
     change(h);
     return h;
   };
@@ -433,9 +433,11 @@ TEST(KvCodecTest, ADecodeThatCannotMapRefusesTheHandover) {
   const KvCache cache = MakeCache(3, 16);
   auto chunker = KvChunker::Create(&cache, 4096);
   ASSERT_TRUE(chunker.ok());
+  chunker->HandOver(FakeExport(cache));
   hap::v1::KvHeader h = Header(*chunker);
-  SetDeviceHandover(FakeExport(cache), &h);
   EXPECT_EQ(h.n_chunks(), 0);
+  hap::v1::KvChunk chunk;
+  EXPECT_FALSE(chunker->Next(&chunk));  // no rows travel
   const absl::Status no_pool = KvAssembler(Expect(cache)).OnHeader(h);
   EXPECT_TRUE(IsKvHandoverRefusal(no_pool)) << no_pool;
   auto pool = KvBlockPool::Create(16, 16, DType::kF32, int64_t{4} << 20);

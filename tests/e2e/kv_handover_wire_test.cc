@@ -1,8 +1,8 @@
 // The KV cache handed from prefill to decode on the device, through the wire format: the prefill
-// side builds what hap-prefill sends for a DeviceKv it exports (the KvHeader with its handles,
-// n_chunks 0, and the trailer), and the decode side, a process of its own on the emulated CUDA
-// backend (kv_handover_wire_child), receives them with a KvAssembler over its pool as hap-decode
-// does. The rows in its blocks are the prefill's, bit for bit, with their positions.
+// side builds what hap-prefill sends for a DeviceKv it exports (KvChunker::HandOver: the KvHeader
+// with its handles, n_chunks 0, and the trailer), and the decode side, a process of its own on the
+// emulated CUDA backend (kv_handover_wire_child), receives them with a KvAssembler over its pool as
+// hap-decode does. The rows in its blocks are the prefill's, bit for bit, with their positions.
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -60,6 +60,7 @@ TEST(KvHandoverWire, DecodeTakesTheRowsFromThePrefillsDeviceMemory) {
     ASSERT_TRUE(chunker.ok()) << chunker.status();
     absl::StatusOr<ExportedKv> exported = (*kv)->Export();
     ASSERT_TRUE(exported.ok()) << exported.status();
+    chunker->HandOver(std::move(*exported));
     hap::v1::DecodeRequest header, trailer;
     hap::v1::KvHeader* h = header.mutable_header();
     chunker->FillHeader(h);
@@ -68,8 +69,8 @@ TEST(KvHandoverWire, DecodeTakesTheRowsFromThePrefillsDeviceMemory) {
     h->set_first_token(3);
     h->set_samples_drawn(1);
     h->set_max_new_tokens(6);
-    SetDeviceHandover(*exported, h);
-    FillHandoverTrailer(*h, (*kv)->row_bytes(), trailer.mutable_trailer());
+    chunker->FillTrailer(trailer.mutable_trailer());
+    EXPECT_EQ(trailer.trailer().n_chunks(), 0);
     EXPECT_EQ(trailer.trailer().kv_bytes(), (*kv)->bytes());
     const std::string header_path = kDir + "/kv_handover_wire.header";
     const std::string trailer_path = kDir + "/kv_handover_wire.trailer";
