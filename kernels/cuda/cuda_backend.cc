@@ -800,9 +800,13 @@ class CudaBackendImpl final : public Backend {
     }
     cuda::BlockCache::Get().Free(ptr);
   }
+  // Asked once: every KV handover asks, and a GPU's properties are slow to query.
   absl::StatusOr<std::string> DeviceIdentity() const override {
-    std::string identity;
-    HAP_CUDA_RETURN_IF_ERROR(cuda::DeviceIdentity(&identity));
+    static const absl::StatusOr<std::string> identity = []() -> absl::StatusOr<std::string> {
+      std::string id;
+      HAP_CUDA_RETURN_IF_ERROR(cuda::DeviceIdentity(&id));
+      return id;
+    }();
     return identity;
   }
   absl::StatusOr<void*> AllocateShareable(size_t bytes) const override {
