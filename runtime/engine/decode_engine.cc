@@ -1,14 +1,161 @@
 #include "runtime/engine/decode_engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "runtime/model/llama.h"
 
 namespace hap {
+namespace {
+
+// The longest context a warm-up captures steps for: past it (64 slices of 64 rows on a GPU) a
+// longer context changes only the graph's row bound, captured when first met.
+constexpr int kMaxWarmUpContext = 4096;
+
+// A cache a warm-up step decodes over: `rows` rows per layer in spans of `span_rows` (0: one
+// span) that all read the same zeroed block, so that a step over it has the shape of a step over
+// a cache of that many rows paged so, without holding their memory. The row a step appends goes
+// to a slot of its own that nothing reads. It holds no rows to read, copy or rewrite.
+class WarmUpKv final : public KvStore {
+ public:
+  WarmUpKv(int n_layers, int rows, int span_rows, DType dtype, int64_t row_bytes, Device device,
+           const void* zeros, void* slot)
+      : rows_(rows),
+        len_(n_layers, rows),
+        span_rows_(span_rows),
+        dtype_(dtype),
+        row_bytes_(row_bytes),
+        device_(device),
+        zeros_(zeros),
+        slot_(slot) {
+    next_position = rows;
+  }
+  int n_layers() const override { return static_cast<int>(len_.size()); }
+  int len(int layer) const override { return len_[layer]; }
+  absl::Status Append(const Backend&, int, const float*, const float*, const int32_t*,
+                      int) override {
+    return Unsupported("Append");
+  }
+  absl::StatusOr<KvRowSlot> AppendRowSlot(int layer, int32_t) override {
+    ++len_[layer];
+    return KvRowSlot{slot_, static_cast<char*>(slot_) + row_bytes_};
+  }
+  void Spans(int layer, std::vector<KvSpan>* spans) const override {
+    spans->clear();
+    const int step = span_rows_ > 0 ? span_rows_ : len_[layer];
+    for (int left = len_[layer]; left > 0; left -= step) {
+      spans->push_back(KvSpan{zeros_, zeros_, std::min(left, step)});
+    }
+  }
+  int max_span_rows() const override { return span_rows_; }
+  // Drops the rows steps appended.
+  void Rewind() {
+    len_.assign(len_.size(), rows_);
+    next_position = rows_;
+  }
+  DType dtype() const override { return dtype_; }
+  Device device() const override { return device_; }
+  int64_t row_bytes() const override { return row_bytes_; }
+  absl::Status ReadRows(int, int, int, void*, void*, int32_t*) const override {
+    return Unsupported("ReadRows");
+  }
+  absl::Status ReserveRows(int) override { return absl::OkStatus(); }  // its rows hold no memory
+  absl::Status RewritePositions(int, int, const int32_t*, int) override {
+    return Unsupported("RewritePositions");
+  }
+
+ private:
+  static absl::Status Unsupported(const char* what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": a warm-up cache has shape but no rows"));
+  }
+  int rows_;
+  std::vector<int> len_;
+  int span_rows_;
+  DType dtype_;
+  int64_t row_bytes_;
+  Device device_;
+  const void* zeros_;
+  void* slot_;
+};
+
+// The warm-up's steps (DecodeEngine::WarmUp) on the engine thread's workspace.
+absl::StatusOr<DecodeWarmUp> WarmUpSteps(const LanguageModel& model, int max_batch, DType kv_dtype,
+                                         int span_rows, int max_context, DecodeWorkspace* ws) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Backend& backend = model.backend();
+  const TextConfig& text = model.text_config();
+  const int64_t row_bytes =
+      int64_t{text.num_key_value_heads} * text.head_dim * static_cast<int64_t>(DTypeSize(kv_dtype));
+  const int longest = std::min({max_context, text.max_position_embeddings, kMaxWarmUpContext});
+  // The batch sizes steps are captured at, and the row bounds (powers of two from 64), each
+  // largest first: the workspace's buffers and the thread's scratch reach their size in the first
+  // step, so no later step moves what the earlier graphs hold.
+  std::vector<int> sizes;
+  for (int k = std::max(max_batch, 1); k >= 1; --k) {
+    if (sizes.empty() || sizes.back() != DecodeRowsFor(k)) sizes.push_back(DecodeRowsFor(k));
+  }
+  std::vector<int> contexts;
+  for (int bound = static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(longest, 1))));
+       bound >= 64; bound /= 2) {
+    contexts.push_back(std::min(bound, longest));
+  }
+  if (contexts.empty()) contexts.push_back(longest);
+  const int block = span_rows > 0 ? span_rows : longest;
+  BackendArray<uint8_t> zeros(backend), slots(backend);
+  const std::vector<uint8_t> host_zeros(static_cast<size_t>(block) * row_bytes, 0);
+  HAP_RETURN_IF_ERROR(zeros.Assign(host_zeros.data(), host_zeros.size()));
+  HAP_RETURN_IF_ERROR(slots.Resize(static_cast<size_t>(2) * sizes.front() * row_bytes));
+  const int64_t captured_before = ws->graph_captures();
+  DecodeWarmUp report;
+  for (int b : sizes) {
+    for (int context : contexts) {
+      if (report.steps >= kMaxDecodeGraphs) break;
+      std::vector<std::unique_ptr<WarmUpKv>> caches;
+      std::vector<KvStore*> stores;
+      std::vector<Sampler> samplers(b, Sampler{SamplingParams{}});
+      std::vector<Sampler*> sampler_ptrs;
+      for (int i = 0; i < b; ++i) {
+        // Rows up to `context` once the step appends its row: the step's bound is context's.
+        caches.push_back(std::make_unique<WarmUpKv>(
+            text.num_hidden_layers, context - 1, span_rows, kv_dtype, row_bytes, backend.device(),
+            zeros.data(), slots.data() + 2 * i * row_bytes));
+        stores.push_back(caches.back().get());
+        sampler_ptrs.push_back(&samplers[i]);
+      }
+      const std::vector<int32_t> tokens(b, 0);
+      // A step whose capture found its scratch too small runs op by op (growing it): the second
+      // run captures.
+      const int64_t captures = ws->graph_captures();
+      for (int attempt = 0; attempt < 2 && ws->graph_captures() == captures; ++attempt) {
+        absl::StatusOr<std::vector<int32_t>> next =
+            model.DecodeBatchSampled(tokens, stores, sampler_ptrs, nullptr, ws);
+        if (!next.ok()) {
+          return absl::Status(next.status().code(),
+                              absl::StrCat("a warm-up step of ", b, " sequences of ", context,
+                                           " rows: ", next.status().message()));
+        }
+        for (std::unique_ptr<WarmUpKv>& cache : caches) cache->Rewind();
+      }
+      ++report.steps;
+    }
+  }
+  report.graph_captures = ws->graph_captures() - captured_before;
+  report.batch = sizes.front();
+  report.context = contexts.front();
+  report.ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace
 
 absl::StatusOr<double> WarmUpDecode(const LanguageModel& model, int batch, DType kv_dtype,
                                     int64_t* workspace_bytes) {
@@ -138,21 +285,52 @@ bool DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
   return true;
 }
 
+absl::StatusOr<DecodeWarmUp> DecodeEngine::WarmUp(int max_context) {
+  if (!model_.captures_decode_steps()) return DecodeWarmUp{};
+  const DType kv_dtype =
+      options_.pool != nullptr ? options_.pool->dtype() : model_.options().kv_dtype;
+  const int span_rows = options_.pool != nullptr ? options_.pool->block_rows() : 0;
+  if (max_context <= 0) max_context = model_.text_config().max_position_embeddings;
+  std::promise<absl::StatusOr<DecodeWarmUp>> result;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (task_) return absl::FailedPreconditionError("DecodeEngine::WarmUp: one is running");
+    task_ = [&](DecodeWorkspace* ws) {
+      result.set_value(
+          WarmUpSteps(model_, options_.max_batch, kv_dtype, span_rows, max_context, ws));
+    };
+  }
+  cv_.notify_all();
+  return result.get_future().get();
+}
+
 void DecodeEngine::Loop() {
   std::vector<Sequence> active;
   DecodeWorkspace workspace(model_.backend());
   bool waiting_for_blocks = false;
   for (;;) {
     bool stopping;
+    std::function<void(DecodeWorkspace*)> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (waiting_for_blocks && active.empty()) {
+      if (waiting_for_blocks && active.empty() && !task_) {
         // The blocks a waiting job needs are held outside the engine (transfers still landing
         // in theirs): look again shortly rather than spin.
-        cv_.wait_for(lock, kBlockWait, [&] { return stop_; });
+        cv_.wait_for(lock, kBlockWait, [&] { return stop_ || task_ != nullptr; });
       }
-      cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !active.empty(); });
+      cv_.wait(lock,
+               [&] { return stop_ || task_ != nullptr || !waiting_.empty() || !active.empty(); });
       stopping = stop_;
+      task = std::move(task_);
+      task_ = nullptr;
+    }
+    if (task) {
+      // Between steps, on this thread: what it captures replays here.
+      task(&workspace);
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.graph_captures = workspace.graph_captures();
+      stats_.graph_replays = workspace.graph_replays();
+      continue;
     }
     // Admission between steps, in arrival order, up to the batch limit.
     waiting_for_blocks = Admit(active, stopping);

@@ -76,6 +76,15 @@ struct DecodeEngineStats {
 absl::StatusOr<double> WarmUpDecode(const LanguageModel& model, int batch, DType kv_dtype,
                                     int64_t* workspace_bytes);
 
+// What DecodeEngine::WarmUp ran.
+struct DecodeWarmUp {
+  int steps = 0;               // 0 where decode steps are not captured
+  int64_t graph_captures = 0;  // steps captured as graphs
+  int batch = 0;               // the largest batch size a step was captured at
+  int context = 0;             // the longest context, in rows
+  double ms = 0;               // wall time, all steps
+};
+
 class DecodeEngine {
  public:
   DecodeEngine(const LanguageModel& model, const DecodeEngineOptions& options);
@@ -85,6 +94,16 @@ class DecodeEngine {
   DecodeEngine& operator=(const DecodeEngine&) = delete;
 
   void Submit(DecodeJob job);
+  // Captures, on the engine's thread and before it serves, the decode steps it will run where
+  // they run as graphs (LanguageModel::captures_decode_steps; elsewhere it runs nothing): one
+  // step for each batch size steps are captured at (DecodeRowsFor) up to options.max_batch, each
+  // at every row bound from 64 (doubling) up to max_context rows (0: the model's context; at most
+  // 4,096), over caches shaped as the pool's (its dtype and block rows; without a pool,
+  // ModelOptions::kv_dtype, one span a layer) that hold no rows. Afterwards a step of those
+  // sizes replays a graph instead of capturing one, so a first request costs what later ones
+  // do. Largest first, so the steps' buffers reach their size before the first capture. Call it
+  // before the first Submit; returns when done.
+  absl::StatusOr<DecodeWarmUp> WarmUp(int max_context = 0);
 
   int waiting() const;
   int running() const;
@@ -117,6 +136,8 @@ class DecodeEngine {
   int running_ = 0;                // admitted and not yet retired; guarded by mu_
   DecodeEngineStats stats_;        // guarded by mu_
   bool stop_ = false;              // guarded by mu_
+  // Run by the engine thread, with its workspace, before its next step (WarmUp); guarded by mu_.
+  std::function<void(DecodeWorkspace*)> task_;
   std::thread thread_;
 };
 

@@ -71,6 +71,7 @@ class PagedKv final : public KvStore {
   // FailedPrecondition past the reserved rows.
   absl::StatusOr<KvRowSlot> AppendRowSlot(int layer, int32_t position) override;
   void Spans(int layer, std::vector<KvSpan>* spans) const override;
+  int max_span_rows() const override { return pool_->block_rows(); }
   absl::Status RewritePositions(int layer, int row, const int32_t* positions, int n) override;
   DType dtype() const override { return pool_->dtype(); }
   Device device() const override { return pool_->backend().device(); }

@@ -52,6 +52,9 @@ class KvStore {
   virtual absl::StatusOr<KvRowSlot> AppendRowSlot(int layer, int32_t position) = 0;
   // The layer's rows in order, as spans of `dtype()` for Backend::DecodeAttention.
   virtual void Spans(int layer, std::vector<KvSpan>* spans) const = 0;
+  // The most rows one of those spans holds (a paged cache's block rows), so that a layer of n
+  // rows has at most ceil(n / max_span_rows()) spans; 0 where a layer is one span.
+  virtual int max_span_rows() const { return 0; }
   virtual DType dtype() const = 0;
   // Where the rows are: a backend decodes only from a cache in its own memory.
   virtual Device device() const = 0;

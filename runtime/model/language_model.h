@@ -156,6 +156,9 @@ class LanguageModel {
       DecodeWorkspace* workspace = nullptr) const;
   // LlamaDecoder::CheckCanDecode (FailedPrecondition too when the language part is not loaded).
   absl::Status CheckCanDecode(const KvStore& cache) const;
+  // Whether decode steps run as captured graphs: ModelOptions::decode_graphs on a backend that
+  // captures (BackendCaps::graphs).
+  bool captures_decode_steps() const { return options_.decode_graphs && backend().caps().graphs; }
 
  protected:
   LanguageModel() = default;

@@ -271,8 +271,9 @@ int DecodeRowsFor(int b) {
 
 namespace {
 
-// Graphs a decode workspace keeps; past this the least recently used goes.
-constexpr size_t kMaxDecodeGraphs = 32;
+// The smallest row bound of a captured step: contexts this short share a graph (a bound at or
+// above the true one gives the same results).
+constexpr int kMinDecodeRowsBound = 64;
 // Failed captures of one shape before it runs op by op for good.
 constexpr int kMaxCaptureFailures = 2;
 
@@ -336,10 +337,13 @@ absl::Status LlamaDecoder::PackDecodeTables(const std::vector<int32_t>& tokens,
       seq_spans[l * b + i + 1] = static_cast<int>(spans.size());
     }
   }
-  if (rows > b) {
-    // Each padding row's K and V go to a row of their own in the sink, never read.
+  if (fixed) {
+    // Each padding row's K and V go to a row of their own in the sink, never read. Held by every
+    // captured step, padded or not, so that its address is the same in all of them.
     HAP_RETURN_IF_ERROR(
         ws->sink_.Resize(static_cast<size_t>(2) * kMaxDecodePaddingRows * kv_dim()));
+  }
+  if (rows > b) {
     for (int l = 0; l < layers; ++l) {
       for (int j = 0; j < rows - b; ++j) {
         k_dst[static_cast<size_t>(l) * rows + b + j] = ws->sink_.data() + j * kv_dim();
@@ -348,20 +352,34 @@ absl::Status LlamaDecoder::PackDecodeTables(const std::vector<int32_t>& tokens,
       }
     }
   }
-  // A captured step's bounds, the same in every layer and group: the spans a group's table has
-  // room for and the rows its attention is split for, each a power of two.
+  // A captured step's bounds, the same in every layer and group: the rows its attention is split
+  // for and the spans a group's table has room for, each a power of two. The room is what the
+  // group's rows could hold at the row bound (a sequence of paged rows ceil(bound /
+  // max_span_rows) spans, a padding row as many as its group's sequences), so that over caches
+  // paged alike it follows from the batch size and the row bound alone: the shapes a warm-up
+  // captures (DecodeEngine::WarmUp) are those the later steps take.
   int span_room = 0, rows_bound = 1;
   if (fixed) {
-    int most_spans = 1, most_rows = 1;
+    int most_rows = 1;
     for (int l = 0; l < layers; ++l) {
-      for (const Run& run : runs) {
-        const int last = std::min(run.first + run.n, b);
-        most_spans = std::max(most_spans, seq_spans[l * b + last] - seq_spans[l * b + run.first]);
-        for (int i = run.first; i < last; ++i) most_rows = std::max(most_rows, seq_rows[l * b + i]);
+      for (int i = 0; i < b; ++i) most_rows = std::max(most_rows, seq_rows[l * b + i]);
+    }
+    rows_bound = static_cast<int>(
+        std::bit_ceil(static_cast<unsigned>(std::max(kMinDecodeRowsBound, most_rows))));
+    int room = 16;
+    for (const Run& run : runs) {
+      const int last = std::min(run.first + run.n, b);
+      int per_seq = 1;
+      for (int i = run.first; i < last; ++i) {
+        const int span_rows = caches[i]->max_span_rows();
+        if (span_rows > 0) per_seq = std::max(per_seq, (rows_bound + span_rows - 1) / span_rows);
+      }
+      room = std::max(room, run.n * per_seq);
+      for (int l = 0; l < layers; ++l) {
+        room = std::max(room, seq_spans[l * b + last] - seq_spans[l * b + run.first]);
       }
     }
-    span_room = static_cast<int>(std::bit_ceil(std::max(16u, static_cast<unsigned>(most_spans))));
-    rows_bound = static_cast<int>(std::bit_ceil(static_cast<unsigned>(most_rows)));
+    span_room = static_cast<int>(std::bit_ceil(static_cast<unsigned>(room)));
   }
 
   ws->k_dst_at_.assign(layers, 0);
@@ -434,7 +452,7 @@ absl::Status LlamaDecoder::RunCaptured(DecodeWorkspace* ws,
   }
   auto it = ws->graphs_.find(key);
   if (it == ws->graphs_.end()) {
-    if (ws->graphs_.size() >= kMaxDecodeGraphs) {
+    if (ws->graphs_.size() >= static_cast<size_t>(kMaxDecodeGraphs)) {
       auto oldest = ws->graphs_.begin();
       for (auto g = ws->graphs_.begin(); g != ws->graphs_.end(); ++g) {
         if (g->second.last_use < oldest->second.last_use) oldest = g;

@@ -34,6 +34,8 @@ struct PrefillTrace {
 // kMaxDecodePaddingRows padding rows.
 int DecodeRowsFor(int b);
 inline constexpr int kMaxDecodePaddingRows = 7;
+// The captured steps a DecodeWorkspace keeps at most (the least recently used goes first).
+inline constexpr int kMaxDecodeGraphs = 64;
 
 // What a decode step keeps from one step to the next, so that once warm it allocates nothing and
 // uploads once: the step's tables (token ids, position ids, and each layer's KV row addresses

@@ -169,6 +169,18 @@ int Main(int argc, char** argv) {
     SampledRowsMetrics::Get().Count(counts);
   };
   auto engine = std::make_unique<DecodeEngine>(*model, engine_options);
+  if (common.warm_up) {
+    // Each batch size's step captured now, on the engine's thread, rather than on first use.
+    absl::StatusOr<DecodeWarmUp> captured = engine->WarmUp();
+    if (!captured.ok()) return host.Fail(Annotate(captured.status(), "warm-up captures"));
+    if (captured->steps > 0) {
+      std::fprintf(stderr,
+                   "%s: warm-up captured %lld decode steps as graphs (batch sizes up to %d, "
+                   "contexts up to %d rows) in %.1f ms\n",
+                   host.name().c_str(), static_cast<long long>(captured->graph_captures),
+                   captured->batch, captured->context, captured->ms);
+    }
+  }
   {
     const DecodeEngine* e = engine.get();
     telemetry::Registry& r = telemetry::Registry::Default();

@@ -6,6 +6,7 @@
 // device allocations and frees of a request once a first one has run.
 #include <algorithm>
 #include <bit>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/emulation_counts.h"
 #include "runtime/engine/decode_engine.h"
+#include "runtime/engine/kv_block_pool.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/prune/factory.h"
 #include "runtime/tiny/tiny_model.h"
@@ -260,6 +262,94 @@ TEST(CudaStructure, ACapturedDecodeStepEqualsTheStepRunOpByOp) {
   EXPECT_EQ(op_by_op.workspace->graph_replays(), 0);
   EXPECT_EQ(std::bit_ceil(static_cast<unsigned>(longest)),
             std::bit_ceil(static_cast<unsigned>(graphs.prefills[0].kv().len(0))));
+}
+
+// The decode engine's warm-up (hap-decode runs it before it serves) captures a step for each
+// batch size and row bound, over caches shaped as the pool's: the steps of the answers that follow
+// replay those graphs and capture none, and the answers are those of an engine without a warm-up
+// (which captures as it serves).
+TEST(CudaStructure, AWarmedDecodeEngineCapturesNoStepWhileItServes) {
+  TinyModelOptions o;
+  o.seed = 13;
+  o.layers = 4;
+  o.image_size = 112;  // 64 visual tokens
+  o.dtype = DType::kBF16;
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "engine_warm_up", DType::kBF16);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const TextConfig& text = (*model)->text_config();
+  struct Request {
+    const char* method;
+    const char* prompt;
+  };
+  const std::vector<Request> requests = {{"none", "What is in the picture?"},
+                                         {"hap", "Which colour is the square?"},
+                                         {"none", "How many shapes are there?"}};
+  std::vector<std::vector<int32_t>> answers[2];
+  DecodeEngineStats stats[2];
+  DecodeWarmUp warm;
+  for (int warmed = 0; warmed < 2; ++warmed) {
+    absl::StatusOr<std::unique_ptr<KvBlockPool>> pool =
+        KvBlockPool::Create(16, text.num_key_value_heads * text.head_dim, DType::kBF16,
+                            int64_t{16} << 20, &(*model)->backend());
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    DecodeEngineOptions options;
+    options.max_batch = 3;
+    options.pool = pool->get();
+    std::vector<DecodeJob> jobs;
+    for (const Request& r : requests) {
+      PruneRequest prune;
+      prune.method = r.method;
+      if (prune.method == "hap") prune.retain = 24;
+      absl::StatusOr<EncodeResult> encoded =
+          EncodeImage(**model, hap::testing::PatternPng(), prune);
+      ASSERT_TRUE(encoded.ok()) << encoded.status();
+      DecodeJob job;
+      absl::StatusOr<PrefillResult> prefill =
+          RunPrefill(**model, r.prompt, *encoded, prune, &job.sampler);
+      ASSERT_TRUE(prefill.ok()) << prefill.status();
+      ASSERT_NE(prefill->device_cache, nullptr);
+      absl::StatusOr<KvCache> host = prefill->device_cache->ToHost();
+      ASSERT_TRUE(host.ok()) << host.status();
+      // The contexts stay within the warm-up's 256 rows.
+      ASSERT_LT(host->len(0), 200);
+      job.cache = *std::move(host);
+      job.first_token = prefill->first_token;
+      job.stop.max_new_tokens = 8;
+      jobs.push_back(std::move(job));
+    }
+    std::vector<std::promise<absl::StatusOr<DecodeResult>>> done(jobs.size());
+    {
+      DecodeEngine engine(**model, options);
+      if (warmed == 1) {
+        absl::StatusOr<DecodeWarmUp> w = engine.WarmUp(256);
+        ASSERT_TRUE(w.ok()) << w.status();
+        warm = *w;
+      }
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        jobs[i].done = [&done, i](absl::StatusOr<DecodeResult> r) {
+          done[i].set_value(std::move(r));
+        };
+        engine.Submit(std::move(jobs[i]));
+      }
+      for (auto& d : done) {
+        absl::StatusOr<DecodeResult> r = d.get_future().get();
+        ASSERT_TRUE(r.ok()) << r.status();
+        answers[warmed].push_back(r->tokens);
+      }
+      stats[warmed] = engine.stats();
+    }
+  }
+  // Batch sizes 4 (three sequences and a padding row), 2 and 1, at row bounds 256, 128 and 64.
+  EXPECT_EQ(warm.steps, 9);
+  EXPECT_EQ(warm.graph_captures, 9);
+  EXPECT_EQ(warm.batch, 4);
+  EXPECT_EQ(warm.context, 256);
+  EXPECT_EQ(answers[1], answers[0]);
+  EXPECT_GT(stats[0].graph_captures, 0) << "an engine without a warm-up captures as it serves";
+  EXPECT_EQ(stats[1].graph_captures, warm.graph_captures) << "no step captured after the warm-up";
+  // Each capture replays at once; every step after the warm-up replays.
+  EXPECT_EQ(stats[1].graph_replays, warm.graph_captures + stats[1].steps);
+  EXPECT_GT(stats[1].steps, 0);
 }
 
 // What encoding one image enqueues on a checkpoint of `vision_layers` CLIP layers (BF16).
