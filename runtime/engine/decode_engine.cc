@@ -1,7 +1,6 @@
 #include "runtime/engine/decode_engine.h"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -95,61 +94,63 @@ absl::StatusOr<DecodeWarmUp> WarmUpSteps(const LanguageModel& model, int max_bat
   const int64_t row_bytes =
       int64_t{text.num_key_value_heads} * text.head_dim * static_cast<int64_t>(DTypeSize(kv_dtype));
   const int longest = std::min({max_context, text.max_position_embeddings, kMaxWarmUpContext});
-  // The batch sizes steps are captured at, and the row bounds (powers of two from 64), each
-  // largest first: the workspace's buffers and the thread's scratch reach their size in the first
-  // step, so no later step moves what the earlier graphs hold.
-  std::vector<int> sizes;
-  for (int k = std::max(max_batch, 1); k >= 1; --k) {
+  // The batch sizes steps are captured at and the row bounds (powers of two from 64), smallest
+  // first, as many as the workspace keeps graphs (where that cuts the list, the largest batch
+  // sizes are left to capture when first met). The largest shape runs first of all: the workspace's
+  // buffers and the thread's scratch reach their size in that step, so no later step moves what
+  // the earlier graphs hold.
+  std::vector<int> sizes, contexts;
+  for (int k = 1; k <= std::max(max_batch, 1); ++k) {
     if (sizes.empty() || sizes.back() != DecodeRowsFor(k)) sizes.push_back(DecodeRowsFor(k));
   }
-  std::vector<int> contexts;
-  for (int bound = static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(longest, 1))));
-       bound >= 64; bound /= 2) {
-    contexts.push_back(std::min(bound, longest));
+  for (int bound = 64; bound < longest; bound *= 2) contexts.push_back(bound);
+  contexts.push_back(longest);
+  std::vector<std::pair<int, int>> shapes = {{sizes.back(), contexts.back()}};
+  for (int b : sizes) {
+    for (int context : contexts) {
+      if (static_cast<int>(shapes.size()) == kMaxDecodeGraphs) break;
+      if (b != sizes.back() || context != contexts.back()) shapes.emplace_back(b, context);
+    }
   }
-  if (contexts.empty()) contexts.push_back(longest);
   const int block = span_rows > 0 ? span_rows : longest;
   BackendArray<uint8_t> zeros(backend), slots(backend);
   const std::vector<uint8_t> host_zeros(static_cast<size_t>(block) * row_bytes, 0);
   HAP_RETURN_IF_ERROR(zeros.Assign(host_zeros.data(), host_zeros.size()));
-  HAP_RETURN_IF_ERROR(slots.Resize(static_cast<size_t>(2) * sizes.front() * row_bytes));
+  HAP_RETURN_IF_ERROR(slots.Resize(static_cast<size_t>(2) * sizes.back() * row_bytes));
   const int64_t captured_before = ws->graph_captures();
   DecodeWarmUp report;
-  for (int b : sizes) {
-    for (int context : contexts) {
-      if (report.steps >= kMaxDecodeGraphs) break;
-      std::vector<std::unique_ptr<WarmUpKv>> caches;
-      std::vector<KvStore*> stores;
-      std::vector<Sampler> samplers(b, Sampler{SamplingParams{}});
-      std::vector<Sampler*> sampler_ptrs;
-      for (int i = 0; i < b; ++i) {
-        // Rows up to `context` once the step appends its row: the step's bound is context's.
-        caches.push_back(std::make_unique<WarmUpKv>(
-            text.num_hidden_layers, context - 1, span_rows, kv_dtype, row_bytes, backend.device(),
-            zeros.data(), slots.data() + 2 * i * row_bytes));
-        stores.push_back(caches.back().get());
-        sampler_ptrs.push_back(&samplers[i]);
-      }
-      const std::vector<int32_t> tokens(b, 0);
-      // A step whose capture found its scratch too small runs op by op (growing it): the second
-      // run captures.
-      const int64_t captures = ws->graph_captures();
-      for (int attempt = 0; attempt < 2 && ws->graph_captures() == captures; ++attempt) {
-        absl::StatusOr<std::vector<int32_t>> next =
-            model.DecodeBatchSampled(tokens, stores, sampler_ptrs, nullptr, ws);
-        if (!next.ok()) {
-          return absl::Status(next.status().code(),
-                              absl::StrCat("a warm-up step of ", b, " sequences of ", context,
-                                           " rows: ", next.status().message()));
-        }
-        for (std::unique_ptr<WarmUpKv>& cache : caches) cache->Rewind();
-      }
-      ++report.steps;
+  for (const auto& [b, context] : shapes) {
+    std::vector<std::unique_ptr<WarmUpKv>> caches;
+    std::vector<KvStore*> stores;
+    std::vector<Sampler> samplers(b, Sampler{SamplingParams{}});
+    std::vector<Sampler*> sampler_ptrs;
+    for (int i = 0; i < b; ++i) {
+      // Rows up to `context` once the step appends its row: the step's bound is context's.
+      caches.push_back(std::make_unique<WarmUpKv>(text.num_hidden_layers, context - 1, span_rows,
+                                                  kv_dtype, row_bytes, backend.device(),
+                                                  zeros.data(), slots.data() + 2 * i * row_bytes));
+      stores.push_back(caches.back().get());
+      sampler_ptrs.push_back(&samplers[i]);
     }
+    const std::vector<int32_t> tokens(b, 0);
+    // A step whose capture found its scratch too small runs op by op (growing it): the second
+    // run captures.
+    const int64_t captures = ws->graph_captures();
+    for (int attempt = 0; attempt < 2 && ws->graph_captures() == captures; ++attempt) {
+      absl::StatusOr<std::vector<int32_t>> next =
+          model.DecodeBatchSampled(tokens, stores, sampler_ptrs, nullptr, ws);
+      if (!next.ok()) {
+        return absl::Status(next.status().code(),
+                            absl::StrCat("a warm-up step of ", b, " sequences of ", context,
+                                         " rows: ", next.status().message()));
+      }
+      for (std::unique_ptr<WarmUpKv>& cache : caches) cache->Rewind();
+    }
+    ++report.steps;
   }
   report.graph_captures = ws->graph_captures() - captured_before;
-  report.batch = sizes.front();
-  report.context = contexts.front();
+  report.batch = sizes.back();
+  report.context = contexts.back();
   report.ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return report;

@@ -101,8 +101,9 @@ class DecodeEngine {
   // 4,096), over caches shaped as the pool's (its dtype and block rows; without a pool,
   // ModelOptions::kv_dtype, one span a layer) that hold no rows. Afterwards a step of those
   // sizes replays a graph instead of capturing one, so a first request costs what later ones
-  // do. Largest first, so the steps' buffers reach their size before the first capture. Call it
-  // before the first Submit; returns when done.
+  // do. The largest shape first, so the steps' buffers reach their size before the first capture;
+  // at most kMaxDecodeGraphs shapes (the largest batch sizes beyond that capture when first met).
+  // Call it before the first Submit; returns when done.
   absl::StatusOr<DecodeWarmUp> WarmUp(int max_context = 0);
 
   int waiting() const;
