@@ -8,6 +8,42 @@
 
 namespace hap {
 
+namespace {
+
+// A flag's value as read by read(text, out), which is false for text that is not one; the
+// fallback when the flag is absent, else InvalidArgument "--<name>: '<text>' is not <what>".
+template <typename T, typename Read>
+absl::StatusOr<T> ReadFlag(const std::optional<std::string>& v, const std::string& name,
+                           const T& fallback, const char* what, Read read) {
+  if (!v) return fallback;
+  T out{};
+  if (!read(*v, out)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, ": '", *v, "' is not ", what));
+  }
+  return out;
+}
+
+// A comma-separated list whose every part read(part, x) accepts.
+template <typename T, typename Read>
+auto ListOf(Read read) {
+  return [read](const std::string& text, std::vector<T>& out) {
+    for (absl::string_view part : absl::StrSplit(text, ',')) {
+      T x{};
+      if (!read(part, x)) return false;
+      out.push_back(x);
+    }
+    return true;
+  };
+}
+
+bool ReadPositiveInt(absl::string_view text, int& x) { return absl::SimpleAtoi(text, &x) && x > 0; }
+
+bool ReadPositiveNumber(absl::string_view text, double& x) {
+  return absl::SimpleAtod(text, &x) && x > 0 && std::isfinite(x);
+}
+
+}  // namespace
+
 absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
                                    const std::set<std::string>& value_flags,
                                    const std::set<std::string>& bool_flags) {
@@ -59,34 +95,18 @@ absl::StatusOr<std::string> Flags::Required(const std::string& name) const {
 }
 
 absl::StatusOr<int64_t> Flags::Int(const std::string& name, int64_t fallback) const {
-  auto v = Get(name);
-  if (!v) return fallback;
-  int64_t out;
-  if (!absl::SimpleAtoi(*v, &out)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, ": '", *v, "' is not an integer"));
-  }
-  return out;
+  return ReadFlag(Get(name), name, fallback, "an integer",
+                  [](const std::string& v, int64_t& out) { return absl::SimpleAtoi(v, &out); });
 }
 
 absl::StatusOr<uint64_t> Flags::Uint64(const std::string& name, uint64_t fallback) const {
-  auto v = Get(name);
-  if (!v) return fallback;
-  uint64_t out;
-  if (!absl::SimpleAtoi(*v, &out)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, ": '", *v, "' is not a non-negative integer"));
-  }
-  return out;
+  return ReadFlag(Get(name), name, fallback, "a non-negative integer",
+                  [](const std::string& v, uint64_t& out) { return absl::SimpleAtoi(v, &out); });
 }
 
 absl::StatusOr<double> Flags::Double(const std::string& name, double fallback) const {
-  auto v = Get(name);
-  if (!v) return fallback;
-  double out;
-  if (!absl::SimpleAtod(*v, &out)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, ": '", *v, "' is not a number"));
-  }
-  return out;
+  return ReadFlag(Get(name), name, fallback, "a number",
+                  [](const std::string& v, double& out) { return absl::SimpleAtod(v, &out); });
 }
 
 absl::StatusOr<Flags> Flags::Parse(int argc, char** argv, const std::set<std::string>& value_flags,
@@ -96,46 +116,19 @@ absl::StatusOr<Flags> Flags::Parse(int argc, char** argv, const std::set<std::st
 }
 
 absl::StatusOr<int> Flags::PositiveInt(const std::string& name, int fallback) const {
-  auto v = Get(name);
-  if (!v) return fallback;
-  int out = 0;
-  if (!absl::SimpleAtoi(*v, &out) || out <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, ": '", *v, "' is not a positive integer"));
-  }
-  return out;
+  return ReadFlag(Get(name), name, fallback, "a positive integer", ReadPositiveInt);
 }
 
 absl::StatusOr<std::vector<int>> Flags::PositiveInts(const std::string& name,
                                                      const std::vector<int>& fallback) const {
-  auto v = Get(name);
-  if (!v) return fallback;
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(*v, ',')) {
-    int x = 0;
-    if (!absl::SimpleAtoi(part, &x) || x <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", name, ": '", *v, "' is not a comma-separated list of positive integers"));
-    }
-    out.push_back(x);
-  }
-  return out;
+  return ReadFlag(Get(name), name, fallback, "a comma-separated list of positive integers",
+                  ListOf<int>(ReadPositiveInt));
 }
 
 absl::StatusOr<std::vector<double>> Flags::PositiveNumbers(
     const std::string& name, const std::vector<double>& fallback) const {
-  auto v = Get(name);
-  if (!v) return fallback;
-  std::vector<double> out;
-  for (absl::string_view part : absl::StrSplit(*v, ',')) {
-    double x = 0;
-    if (!absl::SimpleAtod(part, &x) || !(x > 0) || !std::isfinite(x)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", name, ": '", *v, "' is not a comma-separated list of positive numbers"));
-    }
-    out.push_back(x);
-  }
-  return out;
+  return ReadFlag(Get(name), name, fallback, "a comma-separated list of positive numbers",
+                  ListOf<double>(ReadPositiveNumber));
 }
 
 }  // namespace hap

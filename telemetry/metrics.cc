@@ -106,12 +106,16 @@ std::string FormatValue(double v) {
   return std::string(buf, r.ptr);
 }
 
-std::string EscapeLabelValue(const std::string& v) {
+namespace {
+
+// The text format's escaping: backslash and newline everywhere, the double quote only inside a
+// label value (HELP text keeps its quotes as written).
+std::string Escape(const std::string& v, bool quote) {
   std::string out;
   for (char c : v) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
+    } else if (quote && c == '"') {
       out += "\\\"";
     } else if (c == '\n') {
       out += "\\n";
@@ -122,19 +126,11 @@ std::string EscapeLabelValue(const std::string& v) {
   return out;
 }
 
-std::string EscapeHelp(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::string EscapeLabelValue(const std::string& v) { return Escape(v, /*quote=*/true); }
+
+std::string EscapeHelp(const std::string& v) { return Escape(v, /*quote=*/false); }
 
 Registry& Registry::Default() {
   static auto* r = new Registry();  // lives for the process; scrapes may run at exit

@@ -40,23 +40,21 @@ std::vector<std::shared_ptr<Tracer>>& Installed() {
   return *tracers;
 }
 
+// Random bytes, drawn again while they are all zero (the invalid id).
+template <typename Id>
+Id NewValidId() {
+  Id id;
+  do {
+    RandomBytes(id.bytes.data(), id.bytes.size());
+  } while (!id.valid());
+  return id;
+}
+
 }  // namespace
 
-TraceId NewTraceId() {
-  TraceId id;
-  do {
-    RandomBytes(id.bytes.data(), id.bytes.size());
-  } while (!id.valid());
-  return id;
-}
+TraceId NewTraceId() { return NewValidId<TraceId>(); }
 
-SpanId NewSpanId() {
-  SpanId id;
-  do {
-    RandomBytes(id.bytes.data(), id.bytes.size());
-  } while (!id.valid());
-  return id;
-}
+SpanId NewSpanId() { return NewValidId<SpanId>(); }
 
 Tracer::Tracer(TraceSampler sampler, std::shared_ptr<SpanProcessor> processor)
     : sampler_(sampler), processor_(std::move(processor)) {}

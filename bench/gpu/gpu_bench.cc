@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -43,6 +44,7 @@
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/prune/factory.h"
+#include "tests/kernels/attention_args.h"
 
 namespace hap {
 namespace {
@@ -102,6 +104,13 @@ class Arena {
     for (float& x : host) x = scale * dist_(rng_);
     return static_cast<float*>(Put(host.data(), sizeof(float) * n));
   }
+  // `count` arrays of n values each.
+  template <size_t count>
+  std::array<float*, count> F32s(int64_t n) {
+    std::array<float*, count> out;
+    for (float*& p : out) p = F32(n);
+    return out;
+  }
   double* F64(int64_t n) {
     std::vector<double> host(n, 1.0);
     return static_cast<double*>(Put(host.data(), sizeof(double) * n));
@@ -135,18 +144,8 @@ class Arena {
 // Self-attention over n rows of `heads` heads of hd (as many kv heads), F32 operands.
 AttentionArgs SelfAttention(const float* q, const float* k, const float* v, float* out, float* lse,
                             int n, int heads, int hd, bool causal) {
-  AttentionArgs a;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.out = out;
-  a.lse = lse;
-  a.n_q = a.n_kv = n;
-  a.n_heads = a.n_kv_heads = heads;
-  a.head_dim = hd;
-  a.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  a.causal = causal;
-  return a;
+  return testing_support::SelfAttention(q, k, v, out, lse, n, heads, heads, hd,
+                                        1.f / std::sqrt(static_cast<float>(hd)), causal);
 }
 
 struct OpRow {
@@ -186,18 +185,20 @@ void AddAttentionPaths(const Backend& b, const std::string& part, const std::str
   std::unique_ptr<cuda::Gemm> gemm;
   const cuda::KernelStatus created = cuda::Gemm::Create(nullptr, &gemm);
   if (!created.ok) Die("gemm", absl::InternalError(created.message));
-  absl::StatusOr<void*> ws = b.Allocate(std::max<size_t>(1, cuda::NarrowAttentionWorkspaceBytes(narrow)));
+  absl::StatusOr<void*> ws =
+      b.Allocate(std::max<size_t>(1, cuda::NarrowAttentionWorkspaceBytes(narrow)));
   if (!ws.ok()) Die("workspace", ws.status());
-  rows->push_back({part, "Attention BF16, FlashAttention", shape,
-                   TimeKernelEntry("flash", [&] {
-                     return cuda::FlashAttention(narrow, cuda::ElemType::kBF16, nullptr);
-                   }),
-                   gflop});
-  rows->push_back({part, "Attention BF16, cuBLAS + softmax", shape,
-                   TimeKernelEntry("narrow", [&] {
-                     return cuda::NarrowAttention(narrow, cuda::ElemType::kBF16, *gemm, *ws);
-                   }),
-                   gflop});
+  rows->push_back(
+      {part, "Attention BF16, FlashAttention", shape,
+       TimeKernelEntry(
+           "flash", [&] { return cuda::FlashAttention(narrow, cuda::ElemType::kBF16, nullptr); }),
+       gflop});
+  rows->push_back(
+      {part, "Attention BF16, cuBLAS + softmax", shape,
+       TimeKernelEntry(
+           "narrow",
+           [&] { return cuda::NarrowAttention(narrow, cuda::ElemType::kBF16, *gemm, *ws); }),
+       gflop});
   b.Free(*ws);
 }
 
@@ -209,21 +210,25 @@ std::vector<OpRow> OpTable(const Backend& b, int n_text) {
                  const std::function<absl::Status()>& fn) {
     rows.push_back({part, op, shape, TimeOp(b, op, fn), gflop});
   };
+  // Attention `at` as the op `name` with F32 operands, with BF16 operands, and through the BF16
+  // kernels' own entry points.
+  auto add_attention = [&](const std::string& part, const std::string& name,
+                           const std::string& shape, const AttentionArgs& at, double gflop) {
+    add(part, name + ", F32", shape, gflop, [&] { return b.Attention(at); });
+    AttentionArgs narrow = at;
+    narrow.operands = DType::kBF16;
+    add(part, name + ", BF16 operands", shape, gflop, [&] { return b.Attention(narrow); });
+    AddAttentionPaths(b, part, shape, narrow, gflop, &rows);
+  };
   // Decoder layer: 576 visual + text rows (unpruned), then 32 visual + text rows (a layer after
   // HAP kept 32), hidden 4096, 32 heads of 128, FFN 11008.
   for (const int n : {576 + n_text, 32 + n_text}) {
     const std::string part = n == 576 + n_text ? "llm" : "llm, pruned";
     const int d = 4096, heads = 32, hd = 128, f = 11008;
     const std::string rows_s = std::to_string(n);
-    float* x = a.F32(int64_t{n} * d);
-    float* y = a.F32(int64_t{n} * d);
-    float* q = a.F32(int64_t{n} * d);
-    float* k = a.F32(int64_t{n} * d);
-    float* v = a.F32(int64_t{n} * d);
-    float* out = a.F32(int64_t{n} * d);
+    const auto [x, y, q, k, v, out] = a.F32s<6>(int64_t{n} * d);
     float* lse = a.F32(int64_t{heads} * n);
-    float* gate = a.F32(int64_t{n} * f);
-    float* up = a.F32(int64_t{n} * f);
+    const auto [gate, up] = a.F32s<2>(int64_t{n} * f);
     float* norm_w = a.F32(d);
     int32_t* pos = a.Positions(n);
     const TensorView wq = a.Bf16(d, d), wg = a.Bf16(f, d), wd = a.Bf16(d, f);
@@ -235,25 +240,16 @@ std::vector<OpRow> OpTable(const Backend& b, int n_text) {
     add(part, "Linear down", rows_s + "x11008 · 4096x11008", 2e-9 * n * d * f,
         [&] { return b.Linear(gate, wd, nullptr, y, n, LinearRows::kOneSequence); });
     add(part, "Rope", rows_s + "x32x128", 0, [&] { return b.Rope(q, pos, n, heads, hd, 10000.f); });
-    const AttentionArgs at = SelfAttention(q, k, v, out, lse, n, heads, hd, /*causal=*/true);
-    const double attention_gflop = 2e-9 * 2 * heads * hd * n * (n + 1.0) / 2;
-    add(part, "Attention causal, F32", rows_s + "x32x128", attention_gflop,
-        [&] { return b.Attention(at); });
-    AttentionArgs narrow = at;
-    narrow.operands = DType::kBF16;
-    add(part, "Attention causal, BF16 operands", rows_s + "x32x128", attention_gflop,
-        [&] { return b.Attention(narrow); });
-    AddAttentionPaths(b, part, rows_s + "x32x128", narrow, attention_gflop, &rows);
+    add_attention(part, "Attention causal", rows_s + "x32x128",
+                  SelfAttention(q, k, v, out, lse, n, heads, hd, /*causal=*/true),
+                  2e-9 * 2 * heads * hd * n * (n + 1.0) / 2);
     add(part, "SiluMul", rows_s + "x11008", 0, [&] { return b.SiluMul(gate, up, int64_t{n} * f); });
     add(part, "Add", rows_s + "x4096", 0, [&] { return b.Add(y, x, int64_t{n} * d); });
   }
   // The two attention paths at the row counts HAP's layers run with between those two.
   for (const int n : {64 + n_text, 128 + n_text, 192 + n_text, 320 + n_text}) {
     const int d = 4096, heads = 32, hd = 128;
-    float* q = a.F32(int64_t{n} * d);
-    float* k = a.F32(int64_t{n} * d);
-    float* v = a.F32(int64_t{n} * d);
-    float* out = a.F32(int64_t{n} * d);
+    const auto [q, k, v, out] = a.F32s<4>(int64_t{n} * d);
     AttentionArgs narrow = SelfAttention(q, k, v, out, nullptr, n, heads, hd, /*causal=*/true);
     narrow.operands = DType::kBF16;
     AddAttentionPaths(b, "llm", std::to_string(n) + "x32x128", narrow,
@@ -262,12 +258,9 @@ std::vector<OpRow> OpTable(const Backend& b, int n_text) {
   // Vision layer (CLIP ViT-L/14 at 336 px): 577 rows, hidden 1024, 16 heads of 64, MLP 4096.
   {
     const int n = 577, d = 1024, heads = 16, hd = 64, f = 4096;
-    float* x = a.F32(int64_t{n} * d);
-    float* y = a.F32(int64_t{n} * d);
+    const auto [x, y] = a.F32s<2>(int64_t{n} * d);
     float* h = a.F32(int64_t{n} * f);
-    float* q = a.F32(int64_t{n} * d);
-    float* k = a.F32(int64_t{n} * d);
-    float* v = a.F32(int64_t{n} * d);
+    const auto [q, k, v] = a.F32s<3>(int64_t{n} * d);
     float* w = a.F32(d);
     const TensorView wq = a.Bf16(d, d), w1 = a.Bf16(f, d), w2 = a.Bf16(d, f);
     add("vision", "LayerNorm", "577x1024", 0, [&] { return b.LayerNorm(x, w, w, y, n, d, 1e-5f); });
@@ -279,14 +272,9 @@ std::vector<OpRow> OpTable(const Backend& b, int n_text) {
         [&] { return b.Linear(h, w2, nullptr, y, n, LinearRows::kOneSequence); });
     add("vision", "QuickGelu", "577x4096", 0,
         [&] { return b.Activate(Activation::kQuickGelu, h, int64_t{n} * f); });
-    const AttentionArgs at = SelfAttention(q, k, v, y, nullptr, n, heads, hd, /*causal=*/false);
-    add("vision", "Attention, F32", "577x16x64", 2e-9 * 2 * heads * hd * n * n,
-        [&] { return b.Attention(at); });
-    AttentionArgs narrow = at;
-    narrow.operands = DType::kBF16;
-    add("vision", "Attention, BF16 operands", "577x16x64", 2e-9 * 2 * heads * hd * n * n,
-        [&] { return b.Attention(narrow); });
-    AddAttentionPaths(b, "vision", "577x16x64", narrow, 2e-9 * 2 * heads * hd * n * n, &rows);
+    add_attention("vision", "Attention", "577x16x64",
+                  SelfAttention(q, k, v, y, nullptr, n, heads, hd, /*causal=*/false),
+                  2e-9 * 2 * heads * hd * n * n);
   }
   return rows;
 }
@@ -683,16 +671,19 @@ int Main(int argc, char** argv) {
   }
   out["profiles"] = profiles;
 
+  // The pruned configuration the decode and batched-prefill tables set beside "none": the method
+  // keeping 64 of LLaVA's 576 visual tokens.
+  PruneRequest hap_64;
+  hap_64.method = a.method;
+  hap_64.retain = 64.0 * V / 576.0;
+  const std::string hap_name = a.method + " 64";
+
   // Decode: a step of b sequences; the bound is the weights read once per step.
   {
     std::printf(
         "\n| decode | batch | last layer's cache rows | step ms | tokens/s | step ms op by op "
         "(no graphs) | graphs speedup |\n"
         "|---|---|---|---|---|---|---|\n");
-    PruneRequest hap_64;
-    hap_64.method = a.method;
-    hap_64.retain = 64.0 * V / 576.0;
-    const std::string hap_name = a.method + " 64";
     Json decode = Json::array();
     for (const auto& [name, prune] :
          {std::pair<std::string, PruneRequest>{"none", base.prune}, {hap_name, hap_64}}) {
@@ -721,10 +712,6 @@ int Main(int argc, char** argv) {
     std::printf(
         "\n| prefill of several prompts | prompts | one after another, ms | one pass, ms | "
         "speed-up | prompt tokens/s in one pass |\n|---|---|---|---|---|---|\n");
-    PruneRequest hap_64;
-    hap_64.method = a.method;
-    hap_64.retain = 64.0 * V / 576.0;
-    const std::string hap_name = a.method + " 64";
     PruneRequest none;
     none.method = "none";
     absl::StatusOr<EncodeResult> encoded = EncodeImage(**model, image, none);
@@ -788,9 +775,10 @@ int Main(int argc, char** argv) {
     });
     const double backend = per_call_us([&] { Check(b.Add(one, one, 1), "Add"); });
     b.Free(one);
-    std::printf("\nA one-value Add, host µs per call: %.2f through the backend, %.2f through the "
-                "kernel's entry point (cudaLaunchKernel and the launch wrapper)\n",
-                backend, raw);
+    std::printf(
+        "\nA one-value Add, host µs per call: %.2f through the backend, %.2f through the "
+        "kernel's entry point (cudaLaunchKernel and the launch wrapper)\n",
+        backend, raw);
     out["launch_floor_us"] = {{"backend_add", backend}, {"kernel_entry_add", raw}};
   }
   if (!a.json.empty()) {

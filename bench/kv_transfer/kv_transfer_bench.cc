@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/timer.h"
 #include "bench/common/bench_options.h"
 #include "bench/common/percentile.h"
+#include "bench/common/services_bench.h"
 #include "bench/kv_transfer/tcp_copy.h"
 #include "hap/v1/decode.grpc.pb.h"
 #include "runtime/io/config.h"
@@ -30,14 +32,10 @@
 namespace hap::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 std::vector<svc::OptionSpec> Specs() {
   return {
-      {"model", "HAP_MODEL_DIR", "", "checkpoint (default: the bundled model)"},
-      {"image", "HAP_BENCH_IMAGE",
-       std::string(HAP_SOURCE_DIR) + "/data/scenes-test/images/test_0000.jpg",
-       "image for the end-to-end requests"},
+      ModelSpec(),
+      ImageSpec("image for the end-to-end requests"),
       {"prompt", "HAP_BENCH_PROMPT", "What is in the picture?", "question"},
       {"method", "HAP_BENCH_METHOD", "hap", "pruning method for the pruned run"},
       {"retain", "HAP_BENCH_RETAIN", "11.1%", "its budget (64 of 576 visual tokens)"},
@@ -47,7 +45,7 @@ std::vector<svc::OptionSpec> Specs() {
       {"text-tokens", "HAP_BENCH_TEXT_TOKENS", "40", "prompt text rows in the synthetic KV cache"},
       {"max-message-bytes", "HAP_MAX_MESSAGE_BYTES", "4194304", "gRPC message limit (chunk size)"},
       {"threads", "HAP_THREADS", "0", "model threads per service"},
-      {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
+      BinDirSpec(),
       {"kv-dtype", "HAP_KV_DTYPE", "f32",
        "KV cache dtype of the transfer and of prefill and decode: f32 or bf16"},
   };
@@ -294,7 +292,8 @@ int E2eBench(sdk::Client* client, const std::string& image, const svc::Options& 
 
 int Main(int argc, char** argv) {
   int exit_code = 0;
-  std::optional<svc::Options> o = ParseBenchOptions(argc, argv, "kv_transfer_bench", Specs(), &exit_code);
+  std::optional<svc::Options> o =
+      ParseBenchOptions(argc, argv, "kv_transfer_bench", Specs(), &exit_code);
   if (!o) return exit_code;
   auto requests = o->Int("requests", 1, 100000);
   auto max_new = o->Int("max-new-tokens", 2, 1 << 20);
@@ -323,14 +322,10 @@ int Main(int argc, char** argv) {
   }
   std::ifstream f(o->Get("image"), std::ios::binary);
   const std::string image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  sdk::LocalPipelineOptions po;
+  sdk::LocalPipelineOptions po = QuietPipelineOptions(
+      *o, model,
+      {"--threads", o->Get("threads"), "--max-message-bytes", o->Get("max-message-bytes")});
   po.kv_dtype = kv_dtype;
-  po.model_dir = model;
-  po.bin_dir = o->Get("bin-dir");
-  po.echo_output = false;
-  const std::vector<std::string> common = {"--threads", o->Get("threads"), "--max-message-bytes",
-                                           o->Get("max-message-bytes")};
-  po.encoder_args = po.decode_args = po.prefill_args = common;
   auto pipeline = sdk::LocalPipeline::Start(po);
   if (!pipeline.ok()) {
     std::fprintf(stderr, "kv_transfer_bench: %s\n", pipeline.status().ToString().c_str());
@@ -339,9 +334,9 @@ int Main(int argc, char** argv) {
   std::printf("model %s: %d layers, hidden %d, kv_dim %d, %d visual tokens\n\n", model.c_str(),
               cfg->text.num_hidden_layers, cfg->text.hidden_size,
               cfg->text.num_key_value_heads * cfg->text.head_dim, cfg->num_visual_tokens());
-  if (int rc = TransferBench(**pipeline, *cfg, static_cast<int>(*text_tokens),
-                             static_cast<int>(*iters), static_cast<int>(*max_msg),
-                             *parsed_kv_dtype);
+  if (int rc =
+          TransferBench(**pipeline, *cfg, static_cast<int>(*text_tokens), static_cast<int>(*iters),
+                        static_cast<int>(*max_msg), *parsed_kv_dtype);
       rc != 0) {
     return rc;
   }

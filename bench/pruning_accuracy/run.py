@@ -508,43 +508,35 @@ def accuracy_tables(res):
         lines.append(f"Unpruned (`none`): **{pct(base['accuracy'])}%** ({base['correct']}/"
                      f"{base['total']}; {pt}).")
         lines.append("")
-    lines.append("Accuracy % (relative score = accuracy / unpruned accuracy, in parentheses); "
-                 "best pruned method per column in bold:")
-    lines.append("")
-    lines.append("| method | " + " | ".join(head) + " |")
-    lines.append("|---|" + "---|" * len(specs))
+
+    def table(title, cell):
+        """A method-by-budget table under `title`; cell(s, r) writes run r of budget s (a
+        refused run shows why instead)."""
+        lines.append(title)
+        lines.append("")
+        lines.append("| method | " + " | ".join(head) + " |")
+        lines.append("|---|" + "---|" * len(specs))
+        for m in methods:
+            cells = [cell(s, runs[(m, s)]) if (m, s) in runs else refused.get((m, s), "—")
+                     for s in specs]
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+
     best = {}
     for s in specs:
         vals = [runs[(m, s)]["accuracy"] for m in methods if (m, s) in runs]
         best[s] = max(vals) if vals else None
-    for m in methods:
-        cells = []
-        for s in specs:
-            r = runs.get((m, s))
-            if r is None:
-                cells.append(refused.get((m, s), "—"))
-                continue
-            c = f"{pct(r['accuracy'])} ({pct(r['relative_score'], 0)})"
-            if best[s] is not None and r["accuracy"] == best[s]:
-                c = f"**{c}**"
-            cells.append(c)
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+
+    def accuracy_cell(s, r):
+        c = f"{pct(r['accuracy'])} ({pct(r['relative_score'], 0)})"
+        return f"**{c}**" if best[s] is not None and r["accuracy"] == best[s] else c
+
+    table("Accuracy % (relative score = accuracy / unpruned accuracy, in parentheses); "
+          "best pruned method per column in bold:", accuracy_cell)
     lines.append("")
-    lines.append("Achieved average visual tokens per layer / prefill FLOPs (full convention, % of "
-                 "unpruned) / answers identical to the unpruned model's (%):")
-    lines.append("")
-    lines.append("| method | " + " | ".join(head) + " |")
-    lines.append("|---|" + "---|" * len(specs))
-    for m in methods:
-        cells = []
-        for s in specs:
-            r = runs.get((m, s))
-            if r is None:
-                cells.append(refused.get((m, s), "—"))
-                continue
-            cells.append(f"{r['average_visual_tokens']:.1f} / {pct(r['flops_full'], 0)} / "
-                         f"{pct(r['same_as_unpruned'], 0)}")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    table("Achieved average visual tokens per layer / prefill FLOPs (full convention, % of "
+          "unpruned) / answers identical to the unpruned model's (%):",
+          lambda s, r: (f"{r['average_visual_tokens']:.1f} / {pct(r['flops_full'], 0)} / "
+                        f"{pct(r['same_as_unpruned'], 0)}"))
     # HAP against each baseline, said plainly
     if all(("hap", s) in runs for s in specs):
         notes = []

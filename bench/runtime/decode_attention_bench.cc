@@ -22,6 +22,7 @@
 #include "base/thread_pool.h"
 #include "bench/common/percentile.h"
 #include "kernels/cpu/decode_attention.h"
+#include "tests/kernels/attention_args.h"
 
 namespace hap {
 namespace {
@@ -61,7 +62,8 @@ int Main(int argc, char** argv) {
       "threads; median of %d, us per layer\n\n",
       heads, kv_heads, hd, rows, std::string(DTypeName(dtype)).c_str(), DefaultPool().size(),
       repeats);
-  std::printf("%8s %14s %14s %8s %10s\n", "batch", "one call", "per sequence", "ratio", "same bits");
+  std::printf("%8s %14s %14s %8s %10s\n", "batch", "one call", "per sequence", "ratio",
+              "same bits");
   const int64_t row_elems = int64_t{kv_heads} * hd;
   const int q_dim = heads * hd;
   std::mt19937 rng(1);
@@ -86,17 +88,9 @@ int Main(int argc, char** argv) {
       }
       span_begin.push_back(static_cast<int>(spans.size()));
     }
-    DecodeAttentionArgs a;
-    a.q = q.data();
-    a.spans = spans.data();
-    a.n_spans = static_cast<int>(spans.size());
-    a.kv_dtype = dtype;
-    a.n_heads = heads;
-    a.n_kv_heads = kv_heads;
-    a.head_dim = hd;
-    a.scale = 1.f / std::sqrt(static_cast<float>(hd));
-    a.n_seqs = b;
-    a.span_begin = span_begin.data();
+    DecodeAttentionArgs a =
+        testing_support::DecodeOverSpans(q.data(), spans, span_begin.data(), b, dtype, heads,
+                                         kv_heads, hd, 1.f / std::sqrt(static_cast<float>(hd)));
     std::vector<float> out_batch(q.size()), out_each(q.size());
     a.out = out_batch.data();
     bool ok = true;

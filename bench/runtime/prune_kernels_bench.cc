@@ -21,6 +21,7 @@
 #include "kernels/cpu/prune/attention_rows.h"
 #include "kernels/cpu/prune/paq.h"
 #include "kernels/cpu/prune/weighted_sum.h"
+#include "tests/kernels/attention_args.h"
 
 namespace hap {
 namespace {
@@ -66,16 +67,9 @@ int Main(int argc, char** argv) {
     const size_t map_size = size_t(n_text) * n_vis;
     std::vector<float> ref(heads * map_size), fast(heads * map_size), layer(map_size);
     std::vector<double> entropy(size_t(heads) * n_text);
-    kernels::TextVisualAttentionArgs a;
-    a.q_text = q.data();
-    a.k_vis = k.data();
-    a.n_text = n_text;
-    a.n_vis = n_vis;
-    a.n_heads = heads;
-    a.n_kv_heads = kv_heads;
-    a.head_dim = hd;
-    a.scale = 1.f / std::sqrt(float(hd));
-    a.renormalize = true;
+    kernels::TextVisualAttentionArgs a = testing_support::TextVisualRows(
+        q.data(), k.data(), /*lse=*/nullptr, n_text, n_vis, heads, kv_heads, hd,
+        1.f / std::sqrt(float(hd)), /*out=*/nullptr);  // renormalised
     const auto rows = [&](float* out, bool reference) {
       a.out = out;
       a.row_entropy = reference ? nullptr : entropy.data();

@@ -6,20 +6,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "base/timer.h"
 #include "bench/common/bench_options.h"
 #include "bench/common/percentile.h"
+#include "bench/common/services_bench.h"
 #include "runtime/io/model_dir.h"
 #include "sdk/client.h"
 #include "sdk/local_pipeline.h"
@@ -36,9 +34,8 @@ constexpr char kLongPrompt[] =
 
 std::vector<svc::OptionSpec> Specs() {
   return {
-      {"model", "HAP_MODEL_DIR", "", "checkpoint (default: the bundled model)"},
-      {"image", "HAP_BENCH_IMAGE",
-       std::string(HAP_SOURCE_DIR) + "/data/scenes-test/images/test_0000.jpg", "image to send"},
+      ModelSpec(),
+      ImageSpec("image to send"),
       {"chunks", "HAP_BENCH_CHUNKS", "0,256,64",
        "--prefill-chunk-tokens values to compare, comma-separated (0 = whole prefills)"},
       {"long-streams", "HAP_BENCH_LONG_STREAMS", "1", "streams sending long unpruned prompts"},
@@ -46,8 +43,8 @@ std::vector<svc::OptionSpec> Specs() {
       {"short-retain", "HAP_BENCH_SHORT_RETAIN", "5.6%", "HAP budget of the short requests"},
       {"seconds", "HAP_BENCH_SECONDS", "30", "how long each configuration runs"},
       {"max-new-tokens", "HAP_BENCH_MAX_NEW_TOKENS", "8", "tokens per request"},
-      {"threads", "HAP_THREADS", "0", "compute threads per service"},
-      {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
+      ServiceThreadsSpec(),
+      BinDirSpec(),
   };
 }
 
@@ -97,36 +94,26 @@ int Main(int argc, char** argv) {
   std::optional<svc::Options> o =
       ParseBenchOptions(argc, argv, "prefill_slices_bench", Specs(), &exit_code);
   if (!o) return exit_code;
-  std::vector<int> chunks;
-  for (absl::string_view part : absl::StrSplit(o->Get("chunks"), ',')) {
-    int c = 0;
-    if (!absl::SimpleAtoi(part, &c) || c < 0) {
-      std::fprintf(stderr, "prefill_slices_bench: --chunks wants counts >= 0, got '%s'\n",
-                   std::string(part).c_str());
-      return 2;
-    }
-    chunks.push_back(c);
-  }
+  const std::optional<std::vector<int>> chunks = ParseIntList(
+      *o, "chunks", 0, std::numeric_limits<int>::max(), "counts >= 0", "prefill_slices_bench");
+  if (!chunks) return 2;
   auto long_streams = o->Int("long-streams", 0, 256);
   auto short_streams = o->Int("short-streams", 0, 256);
   auto seconds = o->Int("seconds", 1, 3600);
   auto max_new = o->Int("max-new-tokens", 1, 1 << 20);
   for (const auto* v : {&long_streams, &short_streams, &seconds, &max_new}) {
     if (!v->ok()) {
-      std::fprintf(stderr, "prefill_slices_bench: %s\n", std::string(v->status().message()).c_str());
+      std::fprintf(stderr, "prefill_slices_bench: %s\n",
+                   std::string(v->status().message()).c_str());
       return 2;
     }
   }
   const std::string model = ResolveModelDir(o->Get("model"));
-  std::ifstream f(o->Get("image"), std::ios::binary);
-  const std::string image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (image.empty()) {
-    std::fprintf(stderr, "prefill_slices_bench: cannot read --image %s\n", o->Get("image").c_str());
-    return 2;
-  }
+  const std::optional<std::string> image = ReadImage(*o, "prefill_slices_bench");
+  if (!image) return 2;
   hap::v1::GenerateRequest long_req, short_req;
   for (auto* r : {&long_req, &short_req}) {
-    r->set_image(image);
+    r->set_image(*image);
     r->set_max_new_tokens(static_cast<int>(*max_new));
   }
   long_req.set_prompt(kLongPrompt);
@@ -135,27 +122,17 @@ int Main(int argc, char** argv) {
   short_req.mutable_pruning()->set_method("hap");
   short_req.mutable_pruning()->set_retain(o->Get("short-retain"));
 
-  int failures = 0;
-  std::string first_error;
-  auto tally = [&](const absl::Status& s) {
-    if (s.ok()) return;
-    if (failures++ == 0) first_error = s.ToString();
-  };
-  std::printf("model %s; %d long (unpruned) + %d short (hap %s) streams, %d tokens each, %d s "
-              "per configuration\n",
-              model.c_str(), static_cast<int>(*long_streams), static_cast<int>(*short_streams),
-              o->Get("short-retain").c_str(), static_cast<int>(*max_new),
-              static_cast<int>(*seconds));
-  for (int chunk : chunks) {
-    sdk::LocalPipelineOptions po;
-    po.model_dir = model;
-    po.bin_dir = o->Get("bin-dir");
-    po.echo_output = false;
-    const std::vector<std::string> common = {"--threads", o->Get("threads"), "--max-concurrent",
-                                             "64", "--queue-length", "64"};
-    po.encoder_args = po.decode_args = po.prefill_args = common;
-    po.prefill_args.insert(po.prefill_args.end(),
-                           {"--prefill-chunk-tokens", absl::StrCat(chunk)});
+  FailedRequests failed;
+  std::printf(
+      "model %s; %d long (unpruned) + %d short (hap %s) streams, %d tokens each, %d s "
+      "per configuration\n",
+      model.c_str(), static_cast<int>(*long_streams), static_cast<int>(*short_streams),
+      o->Get("short-retain").c_str(), static_cast<int>(*max_new), static_cast<int>(*seconds));
+  for (int chunk : *chunks) {
+    sdk::LocalPipelineOptions po = QuietPipelineOptions(
+        *o, model,
+        {"--threads", o->Get("threads"), "--max-concurrent", "64", "--queue-length", "64"});
+    po.prefill_args.insert(po.prefill_args.end(), {"--prefill-chunk-tokens", absl::StrCat(chunk)});
     auto pipeline = sdk::LocalPipeline::Start(po);
     if (!pipeline.ok()) {
       std::fprintf(stderr, "prefill_slices_bench: %s\n", pipeline.status().ToString().c_str());
@@ -164,10 +141,10 @@ int Main(int argc, char** argv) {
     const std::string address = (*pipeline)->front_door();
     {  // warm-up: one of each
       auto client = sdk::Client::Connect(address);
-      tally(client.status());
+      failed.Add(client.status());
       if (client.ok()) {
-        tally((*client)->Generate(long_req).status());
-        tally((*client)->Generate(short_req).status());
+        failed.Add((*client)->Generate(long_req).status());
+        failed.Add((*client)->Generate(short_req).status());
       }
     }
     ClassResult long_r, short_r;
@@ -187,17 +164,9 @@ int Main(int argc, char** argv) {
     PrintClass("long", long_r, wall_s);
     PrintClass("short", short_r, wall_s);
     std::fflush(stdout);
-    for (const ClassResult* r : {&long_r, &short_r}) {
-      if (r->failures > 0 && failures == 0) first_error = r->first_error;
-      failures += r->failures;
-    }
+    for (const ClassResult* r : {&long_r, &short_r}) failed.Add(r->failures, r->first_error);
   }
-  if (failures > 0) {
-    std::fprintf(stderr, "prefill_slices_bench: %d request(s) failed; the first: %s\n", failures,
-                 first_error.c_str());
-    return 1;
-  }
-  return 0;
+  return failed.ExitCode("prefill_slices_bench");
 }
 
 }  // namespace

@@ -21,8 +21,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/timer.h"
 #include "bench/common/bench_options.h"
 #include "bench/common/percentile.h"
+#include "bench/common/services_bench.h"
 #include "runtime/io/model_dir.h"
 #include "sdk/client.h"
 #include "sdk/held_state.h"
@@ -32,13 +34,10 @@
 namespace hap::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 std::vector<svc::OptionSpec> Specs() {
   return {
-      {"model", "HAP_MODEL_DIR", "", "checkpoint (default: the bundled model)"},
-      {"image", "HAP_BENCH_IMAGE",
-       std::string(HAP_SOURCE_DIR) + "/data/scenes-test/images/test_0000.jpg", "image to send"},
+      ModelSpec(),
+      ImageSpec("image to send"),
       {"streams", "HAP_SOAK_STREAMS", "64", "concurrent streams"},
       {"duration-s", "HAP_SOAK_DURATION_S", "300", "how long the streams send requests"},
       {"sample-s", "HAP_SOAK_SAMPLE_S", "5", "RSS sampling period"},
@@ -46,8 +45,8 @@ std::vector<svc::OptionSpec> Specs() {
        "pruning methods to mix"},
       {"budgets", "HAP_SOAK_BUDGETS", "33.3%,22.2%,11.1%", "retain budgets to mix"},
       {"max-new-tokens", "HAP_SOAK_MAX_NEW_TOKENS", "24", "most tokens per request"},
-      {"threads", "HAP_THREADS", "0", "compute threads per service"},
-      {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
+      ServiceThreadsSpec(),
+      BinDirSpec(),
   };
 }
 
@@ -177,21 +176,13 @@ int Main(int argc, char** argv) {
   }
   const std::vector<std::string> methods = absl::StrSplit(o->Get("methods"), ',');
   const std::vector<std::string> budgets = absl::StrSplit(o->Get("budgets"), ',');
-  std::ifstream f(o->Get("image"), std::ios::binary);
-  const std::string image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (image.empty()) {
-    std::fprintf(stderr, "soak: cannot read --image %s\n", o->Get("image").c_str());
-    return 2;
-  }
-  sdk::LocalPipelineOptions po;
-  po.model_dir = ResolveModelDir(o->Get("model"));
-  po.bin_dir = o->Get("bin-dir");
-  po.echo_output = false;
+  const std::optional<std::string> image = ReadImage(*o, "soak");
+  if (!image) return 2;
   // Every stream admitted: the soak measures leaks and latency, not refusals.
-  const std::vector<std::string> common = {"--threads", o->Get("threads"), "--max-concurrent",
-                                           absl::StrCat(*streams), "--queue-length",
-                                           absl::StrCat(*streams)};
-  po.encoder_args = po.decode_args = po.prefill_args = common;
+  const sdk::LocalPipelineOptions po =
+      QuietPipelineOptions(*o, ResolveModelDir(o->Get("model")),
+                           {"--threads", o->Get("threads"), "--max-concurrent",
+                            absl::StrCat(*streams), "--queue-length", absl::StrCat(*streams)});
   auto pipeline = sdk::LocalPipeline::Start(po);
   if (!pipeline.ok()) {
     std::fprintf(stderr, "soak: %s\n", pipeline.status().ToString().c_str());
@@ -200,16 +191,16 @@ int Main(int argc, char** argv) {
   const std::string address = (*pipeline)->front_door();
   const sdk::Service services[] = {sdk::Service::kEncoder, sdk::Service::kPrefill,
                                    sdk::Service::kDecode};
-  std::printf("soak: model %s, %d streams for %d s, methods %s, budgets %s\n",
-              po.model_dir.c_str(), static_cast<int>(*streams), static_cast<int>(*duration),
-              o->Get("methods").c_str(), o->Get("budgets").c_str());
+  std::printf("soak: model %s, %d streams for %d s, methods %s, budgets %s\n", po.model_dir.c_str(),
+              static_cast<int>(*streams), static_cast<int>(*duration), o->Get("methods").c_str(),
+              o->Get("budgets").c_str());
 
   Totals totals;
   const Clock::time_point t0 = Clock::now();
   const Clock::time_point end = t0 + std::chrono::seconds(*duration);
   std::vector<std::thread> threads;
   for (int i = 0; i < *streams; ++i) {
-    threads.emplace_back(Stream, address, image, i, methods, budgets, static_cast<int>(*max_new),
+    threads.emplace_back(Stream, address, *image, i, methods, budgets, static_cast<int>(*max_new),
                          end, &totals);
   }
   // RSS of each service every --sample-s seconds while the streams run.
@@ -261,8 +252,9 @@ int Main(int argc, char** argv) {
               Percentile(totals.itl_ms, 0.99));
   // Warm-up: the first fifth of the run (pools and caches filling) is left out of the slope.
   const size_t warm = times.size() / 5;
-  std::printf("RSS MiB every %d s (slope after the first %zu samples, %% of the mean per minute):\n",
-              static_cast<int>(*sample), warm);
+  std::printf(
+      "RSS MiB every %d s (slope after the first %zu samples, %% of the mean per minute):\n",
+      static_cast<int>(*sample), warm);
   for (int s = 0; s < 3; ++s) {
     std::string series;
     for (double v : rss[s]) absl::StrAppend(&series, " ", static_cast<int>(v + 0.5));

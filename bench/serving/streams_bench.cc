@@ -6,8 +6,6 @@
 // request (the warm-up included) failed or a client could not connect.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,12 +14,11 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "base/timer.h"
 #include "bench/common/bench_options.h"
 #include "bench/common/percentile.h"
+#include "bench/common/services_bench.h"
 #include "runtime/io/config.h"
 #include "runtime/io/model_dir.h"
 #include "sdk/client.h"
@@ -33,16 +30,15 @@ namespace {
 
 std::vector<svc::OptionSpec> Specs() {
   return {
-      {"model", "HAP_MODEL_DIR", "", "checkpoint (default: the bundled model)"},
-      {"image", "HAP_BENCH_IMAGE",
-       std::string(HAP_SOURCE_DIR) + "/data/scenes-test/images/test_0000.jpg", "image to send"},
+      ModelSpec(),
+      ImageSpec("image to send"),
       {"prompt", "HAP_BENCH_PROMPT", "What is in the picture?", "question"},
       {"streams", "HAP_BENCH_STREAMS", "1,4,16", "concurrent stream counts, comma-separated"},
       {"rounds", "HAP_BENCH_ROUNDS", "2", "requests each stream sends back to back"},
       {"method", "HAP_BENCH_METHOD", "hap", "pruning method of the pruned configuration"},
       {"retain", "HAP_BENCH_RETAIN", "11.1%", "its budget"},
       {"max-new-tokens", "HAP_BENCH_MAX_NEW_TOKENS", "32", "tokens per request"},
-      {"threads", "HAP_THREADS", "0", "compute threads per service"},
+      ServiceThreadsSpec(),
       {"device", "HAP_DEVICE", "cpu", "the compute backend of the services it starts: cpu or cuda"},
       {"kv-dtype", "HAP_KV_DTYPE", "f32", "the KV caches of the services it starts: f32 or bf16"},
       {"prefill-gpu-memory", "HAP_BENCH_PREFILL_GPU_MEMORY", "",
@@ -55,7 +51,7 @@ std::vector<svc::OptionSpec> Specs() {
        "--kv-handover of the hap-prefill it starts: auto or stream (empty = its default, auto)"},
       {"decode-graphs", "HAP_BENCH_DECODE_GRAPHS", "",
        "--decode-graphs of the hap-decode it starts: on or off (empty = its default, on)"},
-      {"bin-dir", "HAP_BIN_DIR", "", "where the service binaries are"},
+      BinDirSpec(),
       {"address", "HAP_BENCH_ADDRESS", "",
        "front door of services already running (default: start the three services here)"},
   };
@@ -64,7 +60,7 @@ std::vector<svc::OptionSpec> Specs() {
 struct Round {
   double wall_s = 0;
   int64_t tokens = 0;
-  double decode_span_s = 0;  // first token of any stream → last token of any stream
+  double decode_span_s = 0;   // first token of any stream → last token of any stream
   int64_t decode_tokens = 0;  // tokens after each request's first
   std::vector<double> ttft_ms, itl_ms;
   int failures = 0;
@@ -115,18 +111,12 @@ Round RunStreams(const std::string& address, const hap::v1::GenerateRequest& req
 
 int Main(int argc, char** argv) {
   int exit_code = 0;
-  std::optional<svc::Options> o = ParseBenchOptions(argc, argv, "streams_bench", Specs(), &exit_code);
+  std::optional<svc::Options> o =
+      ParseBenchOptions(argc, argv, "streams_bench", Specs(), &exit_code);
   if (!o) return exit_code;
-  std::vector<int> counts;
-  for (absl::string_view part : absl::StrSplit(o->Get("streams"), ',')) {
-    int n = 0;
-    if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 1024) {
-      std::fprintf(stderr, "streams_bench: --streams wants counts in [1, 1024], got '%s'\n",
-                   std::string(part).c_str());
-      return 2;
-    }
-    counts.push_back(n);
-  }
+  const std::optional<std::vector<int>> counts =
+      ParseIntList(*o, "streams", 1, 1024, "counts in [1, 1024]", "streams_bench");
+  if (!counts) return 2;
   auto rounds = o->Int("rounds", 1, 100000);
   auto max_new = o->Int("max-new-tokens", 1, 1 << 20);
   if (!rounds.ok() || !max_new.ok()) {
@@ -135,25 +125,17 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::string model = ResolveModelDir(o->Get("model"));
-  std::ifstream f(o->Get("image"), std::ios::binary);
-  const std::string image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (image.empty()) {
-    std::fprintf(stderr, "streams_bench: cannot read --image %s\n", o->Get("image").c_str());
-    return 2;
-  }
-  const int most = *std::max_element(counts.begin(), counts.end());
+  const std::optional<std::string> image = ReadImage(*o, "streams_bench");
+  if (!image) return 2;
+  const int most = *std::max_element(counts->begin(), counts->end());
   std::string address = o->Get("address");
   std::unique_ptr<sdk::LocalPipeline> pipeline;
   if (address.empty()) {
-    sdk::LocalPipelineOptions po;
-    po.model_dir = model;
-    po.bin_dir = o->Get("bin-dir");
-    po.echo_output = false;
     // Every stream admitted at once: the services' limits must not be what is measured.
-    const std::vector<std::string> common = {
-        "--threads",      o->Get("threads"), "--max-concurrent", absl::StrCat(most),
-        "--queue-length", absl::StrCat(most), "--device",        o->Get("device")};
-    po.encoder_args = po.decode_args = po.prefill_args = common;
+    sdk::LocalPipelineOptions po = QuietPipelineOptions(
+        *o, model,
+        {"--threads", o->Get("threads"), "--max-concurrent", absl::StrCat(most), "--queue-length",
+         absl::StrCat(most), "--device", o->Get("device")});
     po.kv_dtype = o->Get("kv-dtype");
     for (const auto& [flag, service_flag, args] :
          {std::tuple{"prefill-gpu-memory", "--gpu-memory", &po.prefill_args},
@@ -178,15 +160,11 @@ int Main(int argc, char** argv) {
               static_cast<int>(*max_new), static_cast<int>(*rounds));
   std::printf("  %-20s %7s %10s %10s %9s %9s %9s %9s %6s\n", "config", "streams", "agg tok/s",
               "dec tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "fails");
-  int failures = 0;
-  std::string first_error;
-  auto tally = [&](const Round& r) {
-    if (r.failures > 0 && failures == 0) first_error = r.first_error;
-    failures += r.failures;
-  };
+  FailedRequests failed;
+  auto tally = [&](const Round& r) { failed.Add(r.failures, r.first_error); };
   for (const std::string& method : {std::string("none"), o->Get("method")}) {
     hap::v1::GenerateRequest req;
-    req.set_image(image);
+    req.set_image(*image);
     req.set_prompt(o->Get("prompt"));
     req.set_max_new_tokens(static_cast<int>(*max_new));
     req.mutable_pruning()->set_method(method);
@@ -194,23 +172,19 @@ int Main(int argc, char** argv) {
     tally(RunStreams(address, req, 1, 1));  // warm-up
     const std::string name =
         method == "none" ? "none (unpruned)" : absl::StrCat(method, " ", o->Get("retain"));
-    for (int n : counts) {
+    for (int n : *counts) {
       Round r = RunStreams(address, req, n, static_cast<int>(*rounds));
       tally(r);
-      std::printf("  %-20s %7d %10.1f %10.1f %7.0fms %7.0fms %7.1fms %7.1fms %6d\n", name.c_str(), n,
-                  r.tokens / r.wall_s, r.decode_span_s > 0 ? r.decode_tokens / r.decode_span_s : 0,
-                  Median(r.ttft_ms), Percentile(r.ttft_ms, 0.99), Median(r.itl_ms),
-                  Percentile(r.itl_ms, 0.99), r.failures);
+      std::printf("  %-20s %7d %10.1f %10.1f %7.0fms %7.0fms %7.1fms %7.1fms %6d\n", name.c_str(),
+                  n, r.tokens / r.wall_s,
+                  r.decode_span_s > 0 ? r.decode_tokens / r.decode_span_s : 0, Median(r.ttft_ms),
+                  Percentile(r.ttft_ms, 0.99), Median(r.itl_ms), Percentile(r.itl_ms, 0.99),
+                  r.failures);
       if (r.failures > 0) std::printf("    first failure: %s\n", r.first_error.c_str());
       std::fflush(stdout);
     }
   }
-  if (failures > 0) {
-    std::fprintf(stderr, "streams_bench: %d request(s) failed; the first: %s\n", failures,
-                 first_error.c_str());
-    return 1;
-  }
-  return 0;
+  return failed.ExitCode("streams_bench");
 }
 
 }  // namespace

@@ -18,14 +18,14 @@ namespace {
 absl::Status Validate(const AttentionArgs& a) {
   if (!a.q || !a.k || !a.v || !a.out || a.n_q < 0 || a.n_kv <= 0 || a.n_heads <= 0 ||
       a.n_kv_heads <= 0 || a.head_dim <= 0 || a.n_heads % a.n_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "Attention: bad arguments n_q=%d n_kv=%d heads=%d kv_heads=%d head_dim=%d", a.n_q, a.n_kv,
-        a.n_heads, a.n_kv_heads, a.head_dim));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Attention: bad arguments n_q=%d n_kv=%d heads=%d kv_heads=%d head_dim=%d",
+                        a.n_q, a.n_kv, a.n_heads, a.n_kv_heads, a.head_dim));
   }
   if (a.causal && (a.causal_offset < 0 || a.causal_offset + a.n_q > a.n_kv)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "Attention: causal offset %d with %d queries exceeds %d keys", a.causal_offset, a.n_q,
-        a.n_kv));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Attention: causal offset %d with %d queries exceeds %d keys",
+                        a.causal_offset, a.n_q, a.n_kv));
   }
   if (const char* error = a.SegmentError(); *error != 0) return absl::InvalidArgumentError(error);
   for (int s = 0; s < a.n_segments; ++s) {
@@ -54,6 +54,14 @@ struct Segments {
 struct RowBlock {
   int r0, rows, key0, key_end;
 };
+
+// A head's width, the row strides of q (and out) and of k and v, and the query heads per kv head.
+struct HeadLayout {
+  int hd, q_stride, kv_stride, group;
+};
+HeadLayout LayoutOf(const AttentionArgs& a) {
+  return {a.head_dim, a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_heads / a.n_kv_heads};
+}
 
 // Rows per block: bounds the score buffer at kRowBlock × n_kv floats.
 constexpr int kRowBlock = 256;
@@ -96,10 +104,7 @@ absl::Status Attention(const AttentionArgs& args) {
   const RoundedOperands rounded(args);
   const AttentionArgs& a = rounded.args;
   const bool narrow = a.operands != DType::kF32;
-  const int hd = a.head_dim;
-  const int q_stride = a.n_heads * hd;
-  const int kv_stride = a.n_kv_heads * hd;
-  const int group = a.n_heads / a.n_kv_heads;
+  const auto [hd, q_stride, kv_stride, group] = LayoutOf(a);
   // Blocks of up to kRowBlock rows within a segment; a segment alone gives the same blocks.
   const Segments seg(a);
   std::vector<RowBlock> blocks;
@@ -160,10 +165,7 @@ void AttentionReference(const AttentionArgs& args) {
   const RoundedOperands rounded(args);
   const AttentionArgs& a = rounded.args;
   const bool narrow = a.operands != DType::kF32;
-  const int hd = a.head_dim;
-  const int q_stride = a.n_heads * hd;
-  const int kv_stride = a.n_kv_heads * hd;
-  const int group = a.n_heads / a.n_kv_heads;
+  const auto [hd, q_stride, kv_stride, group] = LayoutOf(a);
   const Segments seg(a);
   std::vector<double> s(a.n_kv);
   for (int h = 0; h < a.n_heads; ++h) {
@@ -185,7 +187,8 @@ void AttentionReference(const AttentionArgs& args) {
       }
       double sum = 0;
       for (int j = first; j < limit; ++j) sum += std::exp(s[j] - mx);
-      if (a.lse) a.lse[static_cast<int64_t>(h) * a.n_q + r] = static_cast<float>(mx + std::log(sum));
+      if (a.lse)
+        a.lse[static_cast<int64_t>(h) * a.n_q + r] = static_cast<float>(mx + std::log(sum));
       for (int t = 0; t < hd; ++t) {
         double acc = 0;
         for (int j = first; j < limit; ++j) {

@@ -57,41 +57,74 @@ __attribute__((target("avx512f"))) inline __m512 Load16(const uint8_t* row, DTyp
   return _mm512_cvtph_ps(raw);
 }
 
-// AVX-512 path for F32 and F16 weights: blocks of RB weight rows × XB x rows, 16 lanes per FMA;
-// the k % 16 tail is scalar. Each (weight row, x row) pair has its own accumulator, so its
-// result does not depend on RB, XB or on which rows share the block.
-template <int RB, int XB>
-__attribute__((target("avx512f"))) void RowsAvx512(const float* x, int m, int k,
-                                                    const uint8_t* w, DType dtype, int64_t j0,
-                                                    int64_t j1, float* y, int64_t ldy) {
-  const int64_t row_bytes = k * static_cast<int64_t>(DTypeSize(dtype));
-  const int k16 = k & ~15;
+// Runs `block` over weight rows [j0, j1) in blocks of RB rows × XB x rows and stores its sums
+// into y. A block at the end of either range repeats its last valid row, so the kernels always
+// load full blocks; only the nr × nx valid sums are read. block(wr, xr, nr, nx, sum) fills
+// sum[r][s] = w row r · x row s for r < nr, s < nx; it is a separate call because each kernel
+// needs its own target ISA.
+template <int RB, int XB, typename X, typename Block>
+void ForEachRowBlock(const X* x, int m, int k, const uint8_t* w, int64_t row_bytes, int64_t j0,
+                     int64_t j1, float* y, int64_t ldy, const Block& block) {
   for (int64_t jb = j0; jb < j1; jb += RB) {
     const int nr = static_cast<int>(std::min<int64_t>(RB, j1 - jb));
     const uint8_t* wr[RB];
     for (int r = 0; r < RB; ++r) wr[r] = w + (jb + std::min(r, nr - 1)) * row_bytes;
     for (int ib = 0; ib < m; ib += XB) {
       const int nx = std::min(XB, m - ib);
-      const float* xr[XB];
+      const X* xr[XB];
       for (int s = 0; s < XB; ++s) xr[s] = x + static_cast<int64_t>(ib + std::min(s, nx - 1)) * k;
-      __m512 acc[RB][XB];
-      for (auto& a : acc)
-        for (auto& v : a) v = _mm512_setzero_ps();
-      for (int t = 0; t < k16; t += 16) {
-        __m512 xv[XB];
-        for (int s = 0; s < XB; ++s) xv[s] = _mm512_loadu_ps(xr[s] + t);
-        for (int r = 0; r < RB; ++r) {
-          const __m512 wv = Load16(wr[r], dtype, t);
-          for (int s = 0; s < XB; ++s) acc[r][s] = _mm512_fmadd_ps(wv, xv[s], acc[r][s]);
-        }
-      }
+      float sum[RB][XB];
+      block(wr, xr, nr, nx, sum);
       for (int r = 0; r < nr; ++r) {
-        for (int s = 0; s < nx; ++s) {
-          float sum = _mm512_reduce_add_ps(acc[r][s]);
-          for (int t = k16; t < k; ++t) sum += xr[s][t] * Widen(wr[r], dtype, t);
-          y[static_cast<int64_t>(ib + s) * ldy + jb + r] = sum;
-        }
+        for (int s = 0; s < nx; ++s) y[static_cast<int64_t>(ib + s) * ldy + jb + r] = sum[r][s];
       }
+    }
+  }
+}
+
+// Picks the block shape for m x rows (see kRowsSingle) and runs `block` over [j0, j1).
+template <typename X, typename Block>
+void RunRowBlocks(const X* x, int m, int k, const uint8_t* w, int64_t row_bytes, int64_t j0,
+                  int64_t j1, float* y, int64_t ldy, const Block& block) {
+  if (m == 1) {
+    ForEachRowBlock<kRowsSingle, 1>(x, m, k, w, row_bytes, j0, j1, y, ldy, block);
+  } else if (m == 2) {
+    ForEachRowBlock<kRowsSingle, 2>(x, m, k, w, row_bytes, j0, j1, y, ldy, block);
+  } else {
+    ForEachRowBlock<kRowsBatched, 2>(x, m, k, w, row_bytes, j0, j1, y, ldy, block);
+  }
+}
+
+// Sets every (weight row, x row) accumulator of a block to zero.
+template <int RB, int XB>
+__attribute__((target("avx512f"))) inline void ZeroAccumulators(__m512 (&acc)[RB][XB]) {
+  for (auto& a : acc)
+    for (auto& v : a) v = _mm512_setzero_ps();
+}
+
+// AVX-512 block for F32 and F16 weights: 16 lanes per FMA; the k % 16 tail is scalar. Each
+// (weight row, x row) pair has its own accumulator, so its result does not depend on RB, XB or
+// on which rows share the block.
+template <int RB, int XB>
+__attribute__((target("avx512f"))) void BlockAvx512(const uint8_t* const (&wr)[RB],
+                                                    const float* const (&xr)[XB], int nr, int nx,
+                                                    int k, DType dtype, float (&sum)[RB][XB]) {
+  const int k16 = k & ~15;
+  __m512 acc[RB][XB];
+  ZeroAccumulators(acc);
+  for (int t = 0; t < k16; t += 16) {
+    __m512 xv[XB];
+    for (int s = 0; s < XB; ++s) xv[s] = _mm512_loadu_ps(xr[s] + t);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 wv = Load16(wr[r], dtype, t);
+      for (int s = 0; s < XB; ++s) acc[r][s] = _mm512_fmadd_ps(wv, xv[s], acc[r][s]);
+    }
+  }
+  for (int r = 0; r < nr; ++r) {
+    for (int s = 0; s < nx; ++s) {
+      float dot = _mm512_reduce_add_ps(acc[r][s]);
+      for (int t = k16; t < k; ++t) dot += xr[s][t] * Widen(wr[r], dtype, t);
+      sum[r][s] = dot;
     }
   }
 }
@@ -100,8 +133,8 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* x, int m, int k,
 // with zero) makes every element its exact F32 value, one instruction per 16, in this order
 // within each 32-element chunk; x is permuted the same way once per call (xp), so each product
 // pairs the right values.
-constexpr int kBf16Order[32] = {0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
-                                4,  5,  6,  7,  12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+constexpr int kBf16Order[32] = {0, 1, 2, 3, 8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
+                                4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
 
 void PermuteForBf16(const float* x, int m, int k, float* xp) {
   const int k32 = k & ~31;
@@ -116,48 +149,36 @@ void PermuteForBf16(const float* x, int m, int k, float* xp) {
 }
 
 template <int RB, int XB>
-__attribute__((target("avx512f,avx512bw"))) void RowsBf16Avx512(const float* xp, int m, int k,
-                                                                 const uint8_t* w, int64_t j0,
-                                                                 int64_t j1, float* y,
-                                                                 int64_t ldy) {
-  const int64_t row_bytes = 2 * static_cast<int64_t>(k);
+__attribute__((target("avx512f,avx512bw"))) void BlockBf16Avx512(const uint8_t* const (&wr)[RB],
+                                                                 const float* const (&xr)[XB],
+                                                                 int nr, int nx, int k,
+                                                                 float (&sum)[RB][XB]) {
   const int k32 = k & ~31;
   const __m512i zero = _mm512_setzero_si512();
-  for (int64_t jb = j0; jb < j1; jb += RB) {
-    const int nr = static_cast<int>(std::min<int64_t>(RB, j1 - jb));
-    const uint8_t* wr[RB];
-    for (int r = 0; r < RB; ++r) wr[r] = w + (jb + std::min(r, nr - 1)) * row_bytes;
-    for (int ib = 0; ib < m; ib += XB) {
-      const int nx = std::min(XB, m - ib);
-      const float* xr[XB];
-      for (int s = 0; s < XB; ++s) xr[s] = xp + static_cast<int64_t>(ib + std::min(s, nx - 1)) * k;
-      __m512 lo[RB][XB], hi[RB][XB];
-      for (int r = 0; r < RB; ++r) {
-        for (int s = 0; s < XB; ++s) lo[r][s] = hi[r][s] = _mm512_setzero_ps();
+  __m512 lo[RB][XB], hi[RB][XB];
+  ZeroAccumulators(lo);
+  ZeroAccumulators(hi);
+  for (int t = 0; t < k32; t += 32) {
+    __m512 xlo[XB], xhi[XB];
+    for (int s = 0; s < XB; ++s) {
+      xlo[s] = _mm512_loadu_ps(xr[s] + t);
+      xhi[s] = _mm512_loadu_ps(xr[s] + t + 16);
+    }
+    for (int r = 0; r < RB; ++r) {
+      const __m512i raw = _mm512_loadu_si512(wr[r] + 2 * t);
+      const __m512 wlo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, raw));
+      const __m512 whi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, raw));
+      for (int s = 0; s < XB; ++s) {
+        lo[r][s] = _mm512_fmadd_ps(wlo, xlo[s], lo[r][s]);
+        hi[r][s] = _mm512_fmadd_ps(whi, xhi[s], hi[r][s]);
       }
-      for (int t = 0; t < k32; t += 32) {
-        __m512 xlo[XB], xhi[XB];
-        for (int s = 0; s < XB; ++s) {
-          xlo[s] = _mm512_loadu_ps(xr[s] + t);
-          xhi[s] = _mm512_loadu_ps(xr[s] + t + 16);
-        }
-        for (int r = 0; r < RB; ++r) {
-          const __m512i raw = _mm512_loadu_si512(wr[r] + 2 * t);
-          const __m512 wlo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, raw));
-          const __m512 whi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, raw));
-          for (int s = 0; s < XB; ++s) {
-            lo[r][s] = _mm512_fmadd_ps(wlo, xlo[s], lo[r][s]);
-            hi[r][s] = _mm512_fmadd_ps(whi, xhi[s], hi[r][s]);
-          }
-        }
-      }
-      for (int r = 0; r < nr; ++r) {
-        for (int s = 0; s < nx; ++s) {
-          float sum = _mm512_reduce_add_ps(_mm512_add_ps(lo[r][s], hi[r][s]));
-          for (int t = k32; t < k; ++t) sum += xr[s][t] * Widen(wr[r], DType::kBF16, t);
-          y[static_cast<int64_t>(ib + s) * ldy + jb + r] = sum;
-        }
-      }
+    }
+  }
+  for (int r = 0; r < nr; ++r) {
+    for (int s = 0; s < nx; ++s) {
+      float dot = _mm512_reduce_add_ps(_mm512_add_ps(lo[r][s], hi[r][s]));
+      for (int t = k32; t < k; ++t) dot += xr[s][t] * Widen(wr[r], DType::kBF16, t);
+      sum[r][s] = dot;
     }
   }
 }
@@ -167,45 +188,32 @@ __attribute__((target("avx512f,avx512bw"))) void RowsBf16Avx512(const float* xp,
 // pair — no widening — into that pair's own accumulator, so the result does not depend on RB,
 // XB or the rows alongside. The k % 32 tail is scalar on the same rounded values.
 template <int RB, int XB>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void RowsBf16Dot(const uint16_t* xb, int m,
-                                                                         int k, const uint8_t* w,
-                                                                         int64_t j0, int64_t j1,
-                                                                         float* y, int64_t ldy) {
-  const int64_t row_bytes = 2 * static_cast<int64_t>(k);
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void BlockBf16Dot(
+    const uint8_t* const (&wr)[RB], const uint16_t* const (&xr)[XB], int nr, int nx, int k,
+    float (&sum)[RB][XB]) {
   const int k32 = k & ~31;
-  for (int64_t jb = j0; jb < j1; jb += RB) {
-    const int nr = static_cast<int>(std::min<int64_t>(RB, j1 - jb));
-    const uint8_t* wr[RB];
-    for (int r = 0; r < RB; ++r) wr[r] = w + (jb + std::min(r, nr - 1)) * row_bytes;
-    for (int ib = 0; ib < m; ib += XB) {
-      const int nx = std::min(XB, m - ib);
-      const uint16_t* xr[XB];
-      for (int s = 0; s < XB; ++s) xr[s] = xb + static_cast<int64_t>(ib + std::min(s, nx - 1)) * k;
-      __m512 acc[RB][XB];
-      for (auto& a : acc)
-        for (auto& v : a) v = _mm512_setzero_ps();
-      for (int t = 0; t < k32; t += 32) {
-        __m512bh xv[XB];
-        for (int s = 0; s < XB; ++s) xv[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xr[s] + t));
-        for (int r = 0; r < RB; ++r) {
-          const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wr[r] + 2 * t));
-          for (int s = 0; s < XB; ++s) acc[r][s] = _mm512_dpbf16_ps(acc[r][s], wv, xv[s]);
-        }
-      }
-      for (int r = 0; r < nr; ++r) {
-        for (int s = 0; s < nx; ++s) {
-          float sum = _mm512_reduce_add_ps(acc[r][s]);
-          for (int t = k32; t < k; ++t) sum += BF16ToF32(xr[s][t]) * Widen(wr[r], DType::kBF16, t);
-          y[static_cast<int64_t>(ib + s) * ldy + jb + r] = sum;
-        }
-      }
+  __m512 acc[RB][XB];
+  ZeroAccumulators(acc);
+  for (int t = 0; t < k32; t += 32) {
+    __m512bh xv[XB];
+    for (int s = 0; s < XB; ++s) xv[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xr[s] + t));
+    for (int r = 0; r < RB; ++r) {
+      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wr[r] + 2 * t));
+      for (int s = 0; s < XB; ++s) acc[r][s] = _mm512_dpbf16_ps(acc[r][s], wv, xv[s]);
+    }
+  }
+  for (int r = 0; r < nr; ++r) {
+    for (int s = 0; s < nx; ++s) {
+      float dot = _mm512_reduce_add_ps(acc[r][s]);
+      for (int t = k32; t < k; ++t) dot += BF16ToF32(xr[s][t]) * Widen(wr[r], DType::kBF16, t);
+      sum[r][s] = dot;
     }
   }
 }
 
 // Widens n elements (F16 or BF16) into dst, 16 at a time.
 __attribute__((target("avx512f"))) void WidenAvx512(const uint8_t* src, DType dtype, int64_t n,
-                                                     float* dst) {
+                                                    float* dst) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, Load16(src, dtype, static_cast<int>(i)));
   for (; i < n; ++i) dst[i] = Widen(src, dtype, i);
@@ -226,36 +234,28 @@ bool HasAvx512Bw() {
 void NarrowRowsTimesX(const float* x, int m, int k, const void* w, DType dtype, int64_t j_begin,
                       int64_t j_end, float* y, int64_t ldy) {
   const auto* bytes = static_cast<const uint8_t*>(w);
+  const int64_t row_bytes = k * static_cast<int64_t>(DTypeSize(dtype));
   if (dtype == DType::kBF16 && HasBf16DotProduct()) {
     thread_local std::vector<uint16_t> xb;
     xb.resize(static_cast<size_t>(m) * k);
     ConvertFromF32(DType::kBF16, x, xb.data(), xb.size());
-    if (m == 1) {
-      RowsBf16Dot<kRowsSingle, 1>(xb.data(), m, k, bytes, j_begin, j_end, y, ldy);
-    } else if (m == 2) {
-      RowsBf16Dot<kRowsSingle, 2>(xb.data(), m, k, bytes, j_begin, j_end, y, ldy);
-    } else {
-      RowsBf16Dot<kRowsBatched, 2>(xb.data(), m, k, bytes, j_begin, j_end, y, ldy);
-    }
+    RunRowBlocks(xb.data(), m, k, bytes, row_bytes, j_begin, j_end, y, ldy,
+                 [k](const auto& wr, const auto& xr, int nr, int nx, auto& sum) {
+                   BlockBf16Dot(wr, xr, nr, nx, k, sum);
+                 });
   } else if (dtype == DType::kBF16 && HasAvx512Bw()) {
     thread_local std::vector<float> xp;
     xp.resize(static_cast<size_t>(m) * k);
     PermuteForBf16(x, m, k, xp.data());
-    if (m == 1) {
-      RowsBf16Avx512<kRowsSingle, 1>(xp.data(), m, k, bytes, j_begin, j_end, y, ldy);
-    } else if (m == 2) {
-      RowsBf16Avx512<kRowsSingle, 2>(xp.data(), m, k, bytes, j_begin, j_end, y, ldy);
-    } else {
-      RowsBf16Avx512<kRowsBatched, 2>(xp.data(), m, k, bytes, j_begin, j_end, y, ldy);
-    }
+    RunRowBlocks(xp.data(), m, k, bytes, row_bytes, j_begin, j_end, y, ldy,
+                 [k](const auto& wr, const auto& xr, int nr, int nx, auto& sum) {
+                   BlockBf16Avx512(wr, xr, nr, nx, k, sum);
+                 });
   } else if (HasAvx512()) {
-    if (m == 1) {
-      RowsAvx512<kRowsSingle, 1>(x, m, k, bytes, dtype, j_begin, j_end, y, ldy);
-    } else if (m == 2) {
-      RowsAvx512<kRowsSingle, 2>(x, m, k, bytes, dtype, j_begin, j_end, y, ldy);
-    } else {
-      RowsAvx512<kRowsBatched, 2>(x, m, k, bytes, dtype, j_begin, j_end, y, ldy);
-    }
+    RunRowBlocks(x, m, k, bytes, row_bytes, j_begin, j_end, y, ldy,
+                 [k, dtype](const auto& wr, const auto& xr, int nr, int nx, auto& sum) {
+                   BlockAvx512(wr, xr, nr, nx, k, dtype, sum);
+                 });
   } else {
     RowsPortable(x, m, k, bytes, dtype, j_begin, j_end, y, ldy);
   }

@@ -11,7 +11,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "runtime/io/json_fields.h"
@@ -27,6 +26,7 @@ constexpr int kMaxImageSize = 4096;  // ClipPreprocess's largest side
 constexpr int kMaxLayers = 4096;
 
 using io_internal::Brief;
+using io_internal::CheckSupported;
 using io_internal::FieldReader;
 using io_internal::ShortestDouble;
 
@@ -44,11 +44,7 @@ absl::Status ParseVision(const Json& root, const std::string& source, VisionConf
   FieldReader r(obj, source, "vision_config.");
   std::string model_type = "clip_vision_model";
   HAP_RETURN_IF_ERROR(r.String("model_type", model_type));
-  if (model_type != "clip_vision_model") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(r.where(), "model_type '", model_type,
-                     "' is not supported (supported: clip_vision_model)"));
-  }
+  HAP_RETURN_IF_ERROR(CheckSupported(r.where(), "model_type", model_type, {"clip_vision_model"}));
   HAP_RETURN_IF_ERROR(r.Int("hidden_size", v.hidden_size));
   HAP_RETURN_IF_ERROR(r.Int("intermediate_size", v.intermediate_size));
   HAP_RETURN_IF_ERROR(r.Int("num_hidden_layers", v.num_hidden_layers));
@@ -76,10 +72,7 @@ absl::Status ParseText(const Json& root, const std::string& source, TextConfig& 
   FieldReader top(root, source, "");
   std::string model_type = "llama";
   HAP_RETURN_IF_ERROR(r.String("model_type", model_type));
-  if (model_type != "llama") {
-    return absl::InvalidArgumentError(absl::StrCat(r.where(), "model_type '", model_type,
-                                                   "' is not supported (supported: llama)"));
-  }
+  HAP_RETURN_IF_ERROR(CheckSupported(r.where(), "model_type", model_type, {"llama"}));
   HAP_RETURN_IF_ERROR(r.Int("vocab_size", t.vocab_size));
   HAP_RETURN_IF_ERROR(r.Int("hidden_size", t.hidden_size));
   HAP_RETURN_IF_ERROR(r.Int("intermediate_size", t.intermediate_size));
@@ -140,16 +133,20 @@ absl::Status Positive(const std::string& where, const char* name, double value) 
   return absl::InvalidArgumentError(absl::StrCat(where, name, " = ", value, " must be positive"));
 }
 
+// A tower's num_hidden_layers: positive and at most kMaxLayers.
+absl::Status LayerCount(const std::string& where, int layers) {
+  HAP_RETURN_IF_ERROR(Positive(where, "num_hidden_layers", layers));
+  if (layers <= kMaxLayers) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, "num_hidden_layers ", layers, " is over ", kMaxLayers));
+}
+
 absl::Status Validate(const LlavaConfig& c, const std::string& source) {
   const std::string vw = absl::StrCat(source, ": vision_config.");
   const VisionConfig& v = c.vision;
   HAP_RETURN_IF_ERROR(Positive(vw, "hidden_size", v.hidden_size));
   HAP_RETURN_IF_ERROR(Positive(vw, "intermediate_size", v.intermediate_size));
-  HAP_RETURN_IF_ERROR(Positive(vw, "num_hidden_layers", v.num_hidden_layers));
-  if (v.num_hidden_layers > kMaxLayers) {
-    return absl::InvalidArgumentError(absl::StrCat(vw, "num_hidden_layers ", v.num_hidden_layers,
-                                                   " is over ", kMaxLayers));
-  }
+  HAP_RETURN_IF_ERROR(LayerCount(vw, v.num_hidden_layers));
   HAP_RETURN_IF_ERROR(Positive(vw, "num_attention_heads", v.num_attention_heads));
   HAP_RETURN_IF_ERROR(Positive(vw, "num_channels", v.num_channels));
   HAP_RETURN_IF_ERROR(Positive(vw, "image_size", v.image_size));
@@ -172,20 +169,13 @@ absl::Status Validate(const LlavaConfig& c, const std::string& source) {
                                                    ") must be divisible by patch_size (",
                                                    v.patch_size, ")"));
   }
-  if (v.hidden_act != "quick_gelu" && v.hidden_act != "gelu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        vw, "hidden_act '", v.hidden_act, "' is not supported (supported: quick_gelu, gelu)"));
-  }
+  HAP_RETURN_IF_ERROR(CheckSupported(vw, "hidden_act", v.hidden_act, {"quick_gelu", "gelu"}));
 
   const std::string tw = absl::StrCat(source, ": text_config.");
   const TextConfig& t = c.text;
   HAP_RETURN_IF_ERROR(Positive(tw, "vocab_size", t.vocab_size));
   HAP_RETURN_IF_ERROR(Positive(tw, "intermediate_size", t.intermediate_size));
-  HAP_RETURN_IF_ERROR(Positive(tw, "num_hidden_layers", t.num_hidden_layers));
-  if (t.num_hidden_layers > kMaxLayers) {
-    return absl::InvalidArgumentError(absl::StrCat(tw, "num_hidden_layers ", t.num_hidden_layers,
-                                                   " is over ", kMaxLayers));
-  }
+  HAP_RETURN_IF_ERROR(LayerCount(tw, t.num_hidden_layers));
   HAP_RETURN_IF_ERROR(Positive(tw, "num_key_value_heads", t.num_key_value_heads));
   HAP_RETURN_IF_ERROR(Positive(tw, "head_dim", t.head_dim));
   HAP_RETURN_IF_ERROR(Positive(tw, "max_position_embeddings", t.max_position_embeddings));
@@ -200,10 +190,7 @@ absl::Status Validate(const LlavaConfig& c, const std::string& source) {
     return absl::InvalidArgumentError(
         absl::StrCat(tw, "head_dim (", t.head_dim, ") must be even for RoPE"));
   }
-  if (t.hidden_act != "silu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(tw, "hidden_act '", t.hidden_act, "' is not supported (supported: silu)"));
-  }
+  HAP_RETURN_IF_ERROR(CheckSupported(tw, "hidden_act", t.hidden_act, {"silu"}));
   for (auto [name, id] : {std::pair<const char*, int>{"bos_token_id", t.bos_token_id},
                           {"eos_token_id", t.eos_token_id}}) {
     if (id < 0 || id >= t.vocab_size) {
@@ -223,16 +210,10 @@ absl::Status Validate(const LlavaConfig& c, const std::string& source) {
         absl::StrCat(w, "vision_feature_layer = ", c.vision_feature_layer, " is outside [",
                      -(n + 1), ", ", n, "] for a vision tower of ", n, " layers"));
   }
-  if (c.vision_feature_select_strategy != "default" && c.vision_feature_select_strategy != "full") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(w, "vision_feature_select_strategy '", c.vision_feature_select_strategy,
-                     "' is not supported (supported: default, full)"));
-  }
-  if (c.projector_hidden_act != "gelu" && c.projector_hidden_act != "gelu_pytorch_tanh") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(w, "projector_hidden_act '", c.projector_hidden_act,
-                     "' is not supported (supported: gelu, gelu_pytorch_tanh)"));
-  }
+  HAP_RETURN_IF_ERROR(CheckSupported(w, "vision_feature_select_strategy",
+                                     c.vision_feature_select_strategy, {"default", "full"}));
+  HAP_RETURN_IF_ERROR(CheckSupported(w, "projector_hidden_act", c.projector_hidden_act,
+                                     {"gelu", "gelu_pytorch_tanh"}));
   if (c.image_token_index < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(w, "image_token_index = ", c.image_token_index, " must be >= 0"));
@@ -270,10 +251,7 @@ absl::StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
   HAP_ASSIGN_OR_RETURN(const Json root, io_internal::ParseJsonObject(json_text, source_name));
   LlavaConfig c;
   FieldReader r(root, source_name, "");
-  c.model_type.clear();
-  c.architectures.clear();
-  HAP_RETURN_IF_ERROR(r.String("model_type", c.model_type));
-  HAP_RETURN_IF_ERROR(r.StringList("architectures", c.architectures));
+  HAP_RETURN_IF_ERROR(r.Architecture(c.model_type, c.architectures));
   const bool llava_arch = std::find(c.architectures.begin(), c.architectures.end(),
                                     "LlavaForConditionalGeneration") != c.architectures.end();
   if (c.model_type == "qwen2_5_vl") {
@@ -317,9 +295,7 @@ absl::StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
 }
 
 absl::StatusOr<LlavaConfig> LoadLlavaConfig(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
-  HAP_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
-  return ParseLlavaConfig(text, path);
+  return io_internal::LoadConfigJson(model_dir, &ParseLlavaConfig);
 }
 
 std::string LlavaConfigToJson(const LlavaConfig& cfg) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace hap::io_internal {
 
@@ -50,6 +51,16 @@ double ShortestDouble(float f) {
     if (std::strtof(buf, nullptr) == f) break;
   }
   return std::strtod(buf, nullptr);
+}
+
+absl::Status CheckSupported(const std::string& where, const char* name, const std::string& value,
+                            std::initializer_list<const char*> supported) {
+  for (const char* s : supported) {
+    if (value == s) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, name, " '", value,
+                   "' is not supported (supported: ", absl::StrJoin(supported, ", "), ")"));
 }
 
 FieldReader::FieldReader(const Json& obj, const std::string& source, const char* prefix)
@@ -142,6 +153,14 @@ absl::Status FieldReader::StringList(const char* key, std::vector<std::string>& 
   }
   out = std::move(list);
   return absl::OkStatus();
+}
+
+absl::Status FieldReader::Architecture(std::string& model_type,
+                                       std::vector<std::string>& architectures) const {
+  model_type.clear();
+  architectures.clear();
+  if (absl::Status s = String("model_type", model_type); !s.ok()) return s;
+  return StringList("architectures", architectures);
 }
 
 absl::Status FieldReader::TypeError(const char* key, const Json& v, const char* expected) const {

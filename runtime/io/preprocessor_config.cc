@@ -210,11 +210,8 @@ absl::StatusOr<ImageProcessorConfig> ParsePreprocessorConfig(std::string_view js
   HAP_RETURN_IF_ERROR(r.String("image_processor_type", type));
   // The fast variant names the same preprocessing (it resamples with torchvision; the pixels
   // here follow the slow processor's PIL resampling).
-  if (type != "CLIPImageProcessor" && type != "CLIPImageProcessorFast") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": image_processor_type '", type,
-                     "' is not supported (supported: CLIPImageProcessor, CLIPImageProcessorFast)"));
-  }
+  HAP_RETURN_IF_ERROR(io_internal::CheckSupported(
+      r.where(), "image_processor_type", type, {"CLIPImageProcessor", "CLIPImageProcessorFast"}));
   std::string processor_class;
   HAP_RETURN_IF_ERROR(r.String("processor_class", processor_class));
 

@@ -17,6 +17,7 @@ namespace {
 
 using Json = nlohmann::json;
 using io_internal::Brief;
+using io_internal::CheckSupported;
 using io_internal::FieldReader;
 using io_internal::ShortestDouble;
 
@@ -86,10 +87,7 @@ absl::Status ParseVision(const Json& root, const std::string& source, Qwen25VLVi
                        "] holds ", i, ", outside the ", v.depth, " blocks"));
     }
   }
-  if (v.hidden_act != "silu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(w, "hidden_act '", v.hidden_act, "' is not supported (supported: silu)"));
-  }
+  HAP_RETURN_IF_ERROR(CheckSupported(w, "hidden_act", v.hidden_act, {"silu"}));
   return absl::OkStatus();
 }
 
@@ -108,10 +106,7 @@ absl::Status ParseRope(const Json& obj, const FieldReader& r, const std::string&
     std::string type = "default";
     HAP_RETURN_IF_ERROR(rr.String("type", type));
     HAP_RETURN_IF_ERROR(rr.String("rope_type", type));
-    if (type != "mrope" && type != "default") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          rr.where(), "type '", type, "' is not supported (supported: mrope, default)"));
-    }
+    HAP_RETURN_IF_ERROR(CheckSupported(rr.where(), "type", type, {"mrope", "default"}));
     HAP_RETURN_IF_ERROR(rr.IntList("mrope_section", t.mrope_section));
     HAP_RETURN_IF_ERROR(rr.Float("rope_theta", t.rope_theta));
   }
@@ -183,10 +178,7 @@ absl::Status ParseText(const Json& root, const std::string& source, Qwen25VLText
         "head_dim / 2 = ",
         t.head_dim() / 2));
   }
-  if (t.hidden_act != "silu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(w, "hidden_act '", t.hidden_act, "' is not supported (supported: silu)"));
-  }
+  HAP_RETURN_IF_ERROR(CheckSupported(w, "hidden_act", t.hidden_act, {"silu"}));
   return absl::OkStatus();
 }
 
@@ -212,10 +204,7 @@ absl::StatusOr<Qwen25VLConfig> ParseQwen25VLConfig(std::string_view json_text,
   HAP_ASSIGN_OR_RETURN(const Json root, io_internal::ParseJsonObject(json_text, source));
   Qwen25VLConfig c;
   FieldReader r(root, source, "");
-  c.model_type.clear();
-  c.architectures.clear();
-  HAP_RETURN_IF_ERROR(r.String("model_type", c.model_type));
-  HAP_RETURN_IF_ERROR(r.StringList("architectures", c.architectures));
+  HAP_RETURN_IF_ERROR(r.Architecture(c.model_type, c.architectures));
   if (!NamesQwen25VL(root)) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": model_type '", c.model_type, "', architectures [",
@@ -246,9 +235,7 @@ absl::StatusOr<Qwen25VLConfig> ParseQwen25VLConfig(std::string_view json_text,
 }
 
 absl::StatusOr<Qwen25VLConfig> LoadQwen25VLConfig(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
-  HAP_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
-  return ParseQwen25VLConfig(text, path);
+  return io_internal::LoadConfigJson(model_dir, &ParseQwen25VLConfig);
 }
 
 std::string Qwen25VLConfigToJson(const Qwen25VLConfig& c) {
@@ -303,24 +290,22 @@ bool IsQwen25VLDirectory(const std::string& model_dir) {
 
 TextConfig DecoderTextConfig(const Qwen25VLConfig& config) {
   const Qwen25VLTextConfig& q = config.text;
-  TextConfig t;
-  t.vocab_size = q.vocab_size;
-  t.hidden_size = q.hidden_size;
-  t.intermediate_size = q.intermediate_size;
-  t.num_hidden_layers = q.num_hidden_layers;
-  t.num_attention_heads = q.num_attention_heads;
-  t.num_key_value_heads = q.num_key_value_heads;
-  t.head_dim = q.head_dim();
-  t.max_position_embeddings = q.max_position_embeddings;
-  t.bos_token_id = q.bos_token_id;
-  t.eos_token_id = q.eos_token_id;
-  t.pad_token_id = -1;
-  t.rms_norm_eps = q.rms_norm_eps;
-  t.rope_theta = q.rope_theta;
-  t.tie_word_embeddings = q.tie_word_embeddings;
-  t.hidden_act = q.hidden_act;
-  t.mrope_section = q.mrope_section;
-  return t;
+  return TextConfig{.vocab_size = q.vocab_size,
+                    .hidden_size = q.hidden_size,
+                    .intermediate_size = q.intermediate_size,
+                    .num_hidden_layers = q.num_hidden_layers,
+                    .num_attention_heads = q.num_attention_heads,
+                    .num_key_value_heads = q.num_key_value_heads,
+                    .head_dim = q.head_dim(),
+                    .max_position_embeddings = q.max_position_embeddings,
+                    .bos_token_id = q.bos_token_id,
+                    .eos_token_id = q.eos_token_id,
+                    .pad_token_id = -1,
+                    .rms_norm_eps = q.rms_norm_eps,
+                    .rope_theta = q.rope_theta,
+                    .tie_word_embeddings = q.tie_word_embeddings,
+                    .hidden_act = q.hidden_act,
+                    .mrope_section = q.mrope_section};
 }
 
 }  // namespace hap

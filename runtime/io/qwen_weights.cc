@@ -3,10 +3,9 @@
 
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "base/string_view_compat.h"
+#include "runtime/io/weights_internal.h"
 
 namespace hap {
 
@@ -81,13 +80,11 @@ absl::StatusOr<std::unique_ptr<QwenWeights>> QwenWeights::Load(const std::string
                                                                ModelParts parts) {
   std::unique_ptr<QwenWeights> w(new QwenWeights);
   w->parts_ = parts;
-  auto wanted = [&](std::string_view name) {
-    return HasPart(parts, absl::StartsWith(AsAbsl(name), "visual.") ? ModelParts::kVision
-                                                                    : ModelParts::kLanguage);
-  };
-  HAP_ASSIGN_OR_RETURN(w->checkpoint_, Checkpoint::Open(model_dir, CanonicalQwen25VLTensorName));
+  HAP_ASSIGN_OR_RETURN(w->checkpoint_,
+                       io_internal::OpenCheckpoint(model_dir, CanonicalQwen25VLTensorName,
+                                                   ExpectedQwen25VLTensors(cfg), parts, "visual.",
+                                                   ModelParts::kVision));
   Checkpoint& c = *w->checkpoint_;
-  HAP_RETURN_IF_ERROR(c.Check(ExpectedQwen25VLTensors(cfg), wanted));
 
   if (HasPart(parts, ModelParts::kVision)) {
     QwenVisionWeights& v = w->vision_;
@@ -116,27 +113,9 @@ absl::StatusOr<std::unique_ptr<QwenWeights>> QwenWeights::Load(const std::string
     v.merger_b2 = c.Vector("visual.merger.mlp.2.bias");
   }
   if (HasPart(parts, ModelParts::kLanguage)) {
-    TextWeights& t = w->text_;
-    t.embed = c.Matrix("model.embed_tokens.weight");
-    t.norm = c.Vector("model.norm.weight");
-    t.lm_head = cfg.text.tie_word_embeddings ? t.embed : c.Matrix("lm_head.weight");
-    for (int i = 0; i < cfg.text.num_hidden_layers; ++i) {
-      const std::string p = absl::StrCat("model.layers.", i, ".");
-      LlamaLayerWeights l;
-      l.attn_norm = c.Vector(p + "input_layernorm.weight");
-      l.q = c.Matrix(p + "self_attn.q_proj.weight");
-      l.q_b = c.Vector(p + "self_attn.q_proj.bias");
-      l.k = c.Matrix(p + "self_attn.k_proj.weight");
-      l.k_b = c.Vector(p + "self_attn.k_proj.bias");
-      l.v = c.Matrix(p + "self_attn.v_proj.weight");
-      l.v_b = c.Vector(p + "self_attn.v_proj.bias");
-      l.o = c.Matrix(p + "self_attn.o_proj.weight");
-      l.mlp_norm = c.Vector(p + "post_attention_layernorm.weight");
-      l.gate = c.Matrix(p + "mlp.gate_proj.weight");
-      l.up = c.Matrix(p + "mlp.up_proj.weight");
-      l.down = c.Matrix(p + "mlp.down_proj.weight");
-      t.layers.push_back(std::move(l));
-    }
+    w->text_ =
+        io_internal::ReadTextWeights(c, "model.", "lm_head.weight", cfg.text.num_hidden_layers,
+                                     cfg.text.tie_word_embeddings, /*qkv_bias=*/true);
   }
   return w;
 }

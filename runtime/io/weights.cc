@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/string_view_compat.h"
+#include "runtime/io/weights_internal.h"
 
 namespace hap {
 
@@ -29,8 +30,8 @@ absl::StatusOr<ModelParts> ParseModelParts(std::string_view name) {
   for (ModelParts p : {ModelParts::kVision, ModelParts::kLanguage, ModelParts::kAll}) {
     if (name == ModelPartsName(p)) return p;
   }
-  return absl::InvalidArgumentError(absl::StrCat("model parts '", AsAbsl(name),
-                                                 "' is not one of vision, language, all"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("model parts '", AsAbsl(name), "' is not one of vision, language, all"));
 }
 
 std::string CanonicalLlavaTensorName(std::string_view name) {
@@ -119,13 +120,11 @@ absl::StatusOr<std::unique_ptr<LlavaWeights>> LlavaWeights::Load(const std::stri
   w->parts_ = parts;
   // Tensors of the language model start with language_model.; the rest (vision tower and
   // projector) are the vision part.
-  auto wanted = [&](std::string_view name) {
-    return HasPart(parts, absl::StartsWith(AsAbsl(name), "language_model.") ? ModelParts::kLanguage
-                                                                             : ModelParts::kVision);
-  };
-  HAP_ASSIGN_OR_RETURN(w->checkpoint_, Checkpoint::Open(model_dir, CanonicalLlavaTensorName));
+  HAP_ASSIGN_OR_RETURN(
+      w->checkpoint_,
+      io_internal::OpenCheckpoint(model_dir, CanonicalLlavaTensorName, ExpectedLlavaTensors(cfg),
+                                  parts, "language_model.", ModelParts::kLanguage));
   Checkpoint& checkpoint = *w->checkpoint_;
-  HAP_RETURN_IF_ERROR(checkpoint.Check(ExpectedLlavaTensors(cfg), wanted));
   auto matrix = [&](const std::string& name) { return checkpoint.Matrix(name); };
   auto vector = [&](const std::string& name) { return checkpoint.Vector(name); };
 
@@ -169,27 +168,58 @@ absl::StatusOr<std::unique_ptr<LlavaWeights>> LlavaWeights::Load(const std::stri
   }
 
   if (HasPart(parts, ModelParts::kLanguage)) {
-    const std::string tp = "language_model.model.";
-    TextWeights& txt = w->text_;
-    txt.embed = matrix(tp + "embed_tokens.weight");
-    txt.norm = vector(tp + "norm.weight");
-    txt.lm_head = cfg.text.tie_word_embeddings ? txt.embed : matrix("language_model.lm_head.weight");
-    for (int i = 0; i < cfg.text.num_hidden_layers; ++i) {
-      const std::string lp = absl::StrCat(tp, "layers.", i, ".");
-      LlamaLayerWeights l;
-      l.attn_norm = vector(lp + "input_layernorm.weight");
-      l.q = matrix(lp + "self_attn.q_proj.weight");
-      l.k = matrix(lp + "self_attn.k_proj.weight");
-      l.v = matrix(lp + "self_attn.v_proj.weight");
-      l.o = matrix(lp + "self_attn.o_proj.weight");
-      l.mlp_norm = vector(lp + "post_attention_layernorm.weight");
-      l.gate = matrix(lp + "mlp.gate_proj.weight");
-      l.up = matrix(lp + "mlp.up_proj.weight");
-      l.down = matrix(lp + "mlp.down_proj.weight");
-      txt.layers.push_back(std::move(l));
-    }
+    w->text_ = io_internal::ReadTextWeights(
+        checkpoint, "language_model.model.", "language_model.lm_head.weight",
+        cfg.text.num_hidden_layers, cfg.text.tie_word_embeddings, /*qkv_bias=*/false);
   }
   return w;
 }
+
+namespace io_internal {
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> OpenCheckpoint(
+    const std::string& model_dir, const Checkpoint::CanonicalName& canonical,
+    const std::vector<ExpectedTensor>& expected, ModelParts parts, const std::string& prefix,
+    ModelParts prefixed_part) {
+  const ModelParts other_part =
+      prefixed_part == ModelParts::kVision ? ModelParts::kLanguage : ModelParts::kVision;
+  auto wanted = [&](std::string_view name) {
+    return HasPart(parts, absl::StartsWith(AsAbsl(name), prefix) ? prefixed_part : other_part);
+  };
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
+                       Checkpoint::Open(model_dir, canonical));
+  HAP_RETURN_IF_ERROR(checkpoint->Check(expected, wanted));
+  return checkpoint;
+}
+
+TextWeights ReadTextWeights(Checkpoint& c, const std::string& prefix, const std::string& lm_head,
+                            int num_layers, bool tie_word_embeddings, bool qkv_bias) {
+  TextWeights t;
+  t.embed = c.Matrix(prefix + "embed_tokens.weight");
+  t.norm = c.Vector(prefix + "norm.weight");
+  t.lm_head = tie_word_embeddings ? t.embed : c.Matrix(lm_head);
+  for (int i = 0; i < num_layers; ++i) {
+    const std::string lp = absl::StrCat(prefix, "layers.", i, ".");
+    LlamaLayerWeights l;
+    l.attn_norm = c.Vector(lp + "input_layernorm.weight");
+    l.q = c.Matrix(lp + "self_attn.q_proj.weight");
+    l.k = c.Matrix(lp + "self_attn.k_proj.weight");
+    l.v = c.Matrix(lp + "self_attn.v_proj.weight");
+    if (qkv_bias) {
+      l.q_b = c.Vector(lp + "self_attn.q_proj.bias");
+      l.k_b = c.Vector(lp + "self_attn.k_proj.bias");
+      l.v_b = c.Vector(lp + "self_attn.v_proj.bias");
+    }
+    l.o = c.Matrix(lp + "self_attn.o_proj.weight");
+    l.mlp_norm = c.Vector(lp + "post_attention_layernorm.weight");
+    l.gate = c.Matrix(lp + "mlp.gate_proj.weight");
+    l.up = c.Matrix(lp + "mlp.up_proj.weight");
+    l.down = c.Matrix(lp + "mlp.down_proj.weight");
+    t.layers.push_back(std::move(l));
+  }
+  return t;
+}
+
+}  // namespace io_internal
 
 }  // namespace hap

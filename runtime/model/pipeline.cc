@@ -14,15 +14,10 @@
 namespace hap {
 
 ModelDims DimsOf(const TextConfig& text, int visual_tokens) {
-  ModelDims dims;
-  dims.n_layers = text.num_hidden_layers;
-  dims.d_model = text.hidden_size;
-  dims.d_ffn = text.intermediate_size;
-  dims.n_heads = text.num_attention_heads;
-  dims.n_kv_heads = text.num_key_value_heads;
-  dims.head_dim = text.head_dim;
-  dims.n_visual_tokens = visual_tokens;
-  return dims;
+  // In ModelDims's field order: layers, width, FFN width, heads, KV heads, head width, V.
+  return ModelDims{
+      text.num_hidden_layers,   text.hidden_size, text.intermediate_size, text.num_attention_heads,
+      text.num_key_value_heads, text.head_dim,    visual_tokens};
 }
 
 ModelDims DimsOf(const LlavaConfig& config) {

@@ -273,6 +273,13 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // A node with the one operand `a`.
+  absl::StatusOr<ExprPtr> Unary(Expr::Kind kind, const Token& t, ExprPtr a) {
+    std::vector<ExprPtr> kids;
+    kids.push_back(std::move(a));
+    return Node(kind, t, std::move(kids));
+  }
+
   absl::StatusOr<ExprPtr> Binary(Expr::Kind kind, const Token& t, std::string op, ExprPtr a,
                                  ExprPtr b) {
     std::vector<ExprPtr> kids;
@@ -304,24 +311,22 @@ class Parser {
     return e;
   }
 
-  absl::StatusOr<ExprPtr> ParseOr() {
-    HAP_ASSIGN_OR_RETURN(ExprPtr e, ParseAnd());
-    while (AtName("or")) {
+  // One left-associative level of a keyword operator (`or`, `and`).
+  absl::StatusOr<ExprPtr> ParseKeywordLevel(const char* word, Expr::Kind kind,
+                                            absl::StatusOr<ExprPtr> (Parser::*next)()) {
+    HAP_ASSIGN_OR_RETURN(ExprPtr e, (this->*next)());
+    while (AtName(word)) {
       const Token& t = toks_[pos_++];
-      HAP_ASSIGN_OR_RETURN(ExprPtr rhs, ParseAnd());
-      HAP_ASSIGN_OR_RETURN(e, Binary(Expr::Kind::kOr, t, "or", std::move(e), std::move(rhs)));
+      HAP_ASSIGN_OR_RETURN(ExprPtr rhs, (this->*next)());
+      HAP_ASSIGN_OR_RETURN(e, Binary(kind, t, word, std::move(e), std::move(rhs)));
     }
     return e;
   }
-
+  absl::StatusOr<ExprPtr> ParseOr() {
+    return ParseKeywordLevel("or", Expr::Kind::kOr, &Parser::ParseAnd);
+  }
   absl::StatusOr<ExprPtr> ParseAnd() {
-    HAP_ASSIGN_OR_RETURN(ExprPtr e, ParseNot());
-    while (AtName("and")) {
-      const Token& t = toks_[pos_++];
-      HAP_ASSIGN_OR_RETURN(ExprPtr rhs, ParseNot());
-      HAP_ASSIGN_OR_RETURN(e, Binary(Expr::Kind::kAnd, t, "and", std::move(e), std::move(rhs)));
-    }
-    return e;
+    return ParseKeywordLevel("and", Expr::Kind::kAnd, &Parser::ParseNot);
   }
 
   absl::StatusOr<ExprPtr> ParseNot() {
@@ -330,9 +335,7 @@ class Parser {
     if (depth_ > kMaxNesting) return ErrorAt(Cur(), "expression nested too deeply");
     const Token& t = toks_[pos_++];
     HAP_ASSIGN_OR_RETURN(ExprPtr operand, ParseNot());
-    std::vector<ExprPtr> kids;
-    kids.push_back(std::move(operand));
-    return Node(Expr::Kind::kNot, t, std::move(kids));
+    return Unary(Expr::Kind::kNot, t, std::move(operand));
   }
 
   absl::StatusOr<ExprPtr> ParseCompare() {
@@ -397,10 +400,8 @@ class Parser {
     if (AtOp("-") || AtOp("+")) {
       const Token& t = toks_[pos_++];
       HAP_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
-      std::vector<ExprPtr> kids;
-      kids.push_back(std::move(operand));
       HAP_ASSIGN_OR_RETURN(
-          e, Node(t.text == "-" ? Expr::Kind::kNeg : Expr::Kind::kPos, t, std::move(kids)));
+          e, Unary(t.text == "-" ? Expr::Kind::kNeg : Expr::Kind::kPos, t, std::move(operand)));
     } else {
       HAP_ASSIGN_OR_RETURN(e, ParsePrimary());
     }
@@ -410,9 +411,7 @@ class Parser {
       if (AtOp("|")) {
         const Token& t = toks_[pos_++];
         HAP_ASSIGN_OR_RETURN(std::string name, ExpectName("a filter name"));
-        std::vector<ExprPtr> kids;
-        kids.push_back(std::move(e));
-        HAP_ASSIGN_OR_RETURN(e, Node(Expr::Kind::kFilter, t, std::move(kids)));
+        HAP_ASSIGN_OR_RETURN(e, Unary(Expr::Kind::kFilter, t, std::move(e)));
         e->name = std::move(name);
         if (AtOp("(")) HAP_RETURN_IF_ERROR(ParseCallArgs(e.get()));
       } else if (AtName("is")) {
@@ -420,9 +419,7 @@ class Parser {
         const bool negated = AtName("not");
         if (negated) ++pos_;
         HAP_ASSIGN_OR_RETURN(std::string name, ExpectName("a test name"));
-        std::vector<ExprPtr> kids;
-        kids.push_back(std::move(e));
-        HAP_ASSIGN_OR_RETURN(e, Node(Expr::Kind::kTest, t, std::move(kids)));
+        HAP_ASSIGN_OR_RETURN(e, Unary(Expr::Kind::kTest, t, std::move(e)));
         e->name = std::move(name);
         e->negated = negated;
         const Tok k = Cur().kind;

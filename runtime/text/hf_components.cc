@@ -98,6 +98,29 @@ absl::StatusOr<Pattern> ParsePattern(const json& obj, const std::string& path,
                     absl::StrCat("must be {\"String\": ...} or {\"Regex\": ...}, got ", Brief(p)));
 }
 
+// A Sequence's members: the list j[key], each parsed with T::Parse at "<path>.<key>[i]".
+template <typename T>
+absl::Status ParseSequence(const json& j, const char* key, const std::string& path,
+                           const std::string& source, std::vector<std::unique_ptr<T>>& children) {
+  if (!j.contains(key) || !j[key].is_array()) {
+    return FieldError(source, absl::StrCat(path, ".", key), "must be a list");
+  }
+  for (size_t i = 0; i < j[key].size(); ++i) {
+    HAP_ASSIGN_OR_RETURN(auto child,
+                         T::Parse(j[key][i], absl::StrCat(path, ".", key, "[", i, "]"), source));
+    children.push_back(std::move(child));
+  }
+  return absl::OkStatus();
+}
+
+// Metaspace's prepend_scheme (always, first or never). Files before tokenizers 0.15 say
+// add_prefix_space instead.
+absl::StatusOr<std::string> PrependScheme(const json& j, const std::string& path,
+                                          const std::string& source) {
+  HAP_ASSIGN_OR_RETURN(const bool add_prefix, BoolField(j, "add_prefix_space", path, source, true));
+  return StringField(j, "prepend_scheme", path, source, add_prefix ? "always" : "never");
+}
+
 }  // namespace
 
 // The piece's bytes when every character is a byte-level character.
@@ -160,14 +183,7 @@ absl::StatusOr<std::unique_ptr<HfNormalizer>> HfNormalizer::Parse(const json& j,
   auto n = std::make_unique<HfNormalizer>();
   HAP_ASSIGN_OR_RETURN(const std::string type, StringField(j, "type", path, source));
   if (type == "Sequence") {
-    if (!j.contains("normalizers") || !j["normalizers"].is_array()) {
-      return FieldError(source, path + ".normalizers", "must be a list");
-    }
-    for (size_t i = 0; i < j["normalizers"].size(); ++i) {
-      HAP_ASSIGN_OR_RETURN(auto child, Parse(j["normalizers"][i],
-                                             absl::StrCat(path, ".normalizers[", i, "]"), source));
-      n->children.push_back(std::move(child));
-    }
+    HAP_RETURN_IF_ERROR(ParseSequence(j, "normalizers", path, source, n->children));
   } else if (type == "NFC") {
     n->kind = Kind::kNfc;
   } else if (type == "Prepend") {
@@ -349,15 +365,7 @@ absl::StatusOr<std::unique_ptr<HfPreTokenizer>> HfPreTokenizer::Parse(const json
   auto p = std::make_unique<HfPreTokenizer>();
   HAP_ASSIGN_OR_RETURN(const std::string type, StringField(j, "type", path, source));
   if (type == "Sequence") {
-    if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array()) {
-      return FieldError(source, path + ".pretokenizers", "must be a list");
-    }
-    for (size_t i = 0; i < j["pretokenizers"].size(); ++i) {
-      HAP_ASSIGN_OR_RETURN(
-          auto child,
-          Parse(j["pretokenizers"][i], absl::StrCat(path, ".pretokenizers[", i, "]"), source));
-      p->children.push_back(std::move(child));
-    }
+    HAP_RETURN_IF_ERROR(ParseSequence(j, "pretokenizers", path, source, p->children));
   } else if (type == "Split") {
     p->kind = Kind::kSplit;
     HAP_ASSIGN_OR_RETURN(p->pattern, ParsePattern(j, path, source));
@@ -394,11 +402,7 @@ absl::StatusOr<std::unique_ptr<HfPreTokenizer>> HfPreTokenizer::Parse(const json
     p->kind = Kind::kMetaspace;
     HAP_ASSIGN_OR_RETURN(p->replacement, CharField(j, "replacement", path, source, U'\u2581'));
     HAP_ASSIGN_OR_RETURN(p->split, BoolField(j, "split", path, source, true));
-    // Files before tokenizers 0.15 say add_prefix_space instead of prepend_scheme.
-    HAP_ASSIGN_OR_RETURN(const bool add_prefix,
-                         BoolField(j, "add_prefix_space", path, source, true));
-    HAP_ASSIGN_OR_RETURN(const std::string scheme, StringField(j, "prepend_scheme", path, source,
-                                                               add_prefix ? "always" : "never"));
+    HAP_ASSIGN_OR_RETURN(const std::string scheme, PrependScheme(j, path, source));
     if (scheme == "always") {
       p->prepend = Prepend::kAlways;
     } else if (scheme == "first") {
@@ -521,14 +525,7 @@ absl::StatusOr<std::unique_ptr<HfDecoder>> HfDecoder::Parse(const json& j, const
   auto d = std::make_unique<HfDecoder>();
   HAP_ASSIGN_OR_RETURN(const std::string type, StringField(j, "type", path, source));
   if (type == "Sequence") {
-    if (!j.contains("decoders") || !j["decoders"].is_array()) {
-      return FieldError(source, path + ".decoders", "must be a list");
-    }
-    for (size_t i = 0; i < j["decoders"].size(); ++i) {
-      HAP_ASSIGN_OR_RETURN(
-          auto child, Parse(j["decoders"][i], absl::StrCat(path, ".decoders[", i, "]"), source));
-      d->children.push_back(std::move(child));
-    }
+    HAP_RETURN_IF_ERROR(ParseSequence(j, "decoders", path, source, d->children));
   } else if (type == "ByteLevel") {
     d->kind = Kind::kByteLevel;
   } else if (type == "Replace") {
@@ -548,10 +545,7 @@ absl::StatusOr<std::unique_ptr<HfDecoder>> HfDecoder::Parse(const json& j, const
   } else if (type == "Metaspace") {
     d->kind = Kind::kMetaspace;
     HAP_ASSIGN_OR_RETURN(d->replacement, CharField(j, "replacement", path, source, U'\u2581'));
-    HAP_ASSIGN_OR_RETURN(const bool add_prefix,
-                         BoolField(j, "add_prefix_space", path, source, true));
-    HAP_ASSIGN_OR_RETURN(const std::string scheme, StringField(j, "prepend_scheme", path, source,
-                                                               add_prefix ? "always" : "never"));
+    HAP_ASSIGN_OR_RETURN(const std::string scheme, PrependScheme(j, path, source));
     d->prepend_never = scheme == "never";
   } else {
     return FieldError(source, path + ".type",

@@ -39,17 +39,14 @@ std::vector<OptionSpec> Specs() {
   std::vector<OptionSpec> specs = CommonOptionSpecs();
   specs.push_back({"kv-lease-ms", "HAP_KV_LEASE_MS", "30000",
                    "a KV transfer must complete this long after its header, or it is dropped"});
-  specs.push_back({"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
-                   "KV cache bytes held at once; 0 = unlimited (RESOURCE_EXHAUSTED above)"});
+  specs.push_back(MaxKvBytesSpec());
   specs.push_back({"kv-pool-bytes", "HAP_KV_POOL_BYTES", "0",
                    "the paged KV pool's size; 0 = a quarter of the memory (the container's limit "
                    "when there is one). A call "
                    "waits for blocks, or gets RESOURCE_EXHAUSTED if it needs more than all"});
-  specs.push_back({"gpu-memory", "HAP_GPU_MEMORY", "",
-                   "with --device cuda, the GPU memory this service may hold: a fraction of the "
-                   "GPU (0.45) or bytes (40GiB); the KV pool takes what the weights, a warm-up "
-                   "step's workspace and the CUDA runtime leave of it. Empty = no budget "
-                   "(--kv-pool-bytes sizes the pool)"});
+  specs.push_back(
+      GpuMemorySpec("the KV pool takes what the weights, a warm-up step's workspace and the CUDA "
+                    "runtime leave of it. Empty = no budget (--kv-pool-bytes sizes the pool)"));
   specs.push_back({"kv-block-rows", "HAP_KV_BLOCK_ROWS", "16", "token rows per KV block"});
   specs.push_back({"kv-dtype", "HAP_KV_DTYPE", "f32",
                    "KV cache element type in the pool: f32, or bf16 (half the memory)"});
@@ -60,13 +57,7 @@ std::vector<OptionSpec> Specs() {
   return specs;
 }
 
-int Main(int argc, char** argv) {
-  ServiceHost host("hap-decode");
-  Options options;
-  CommonOptions common;
-  if (int exit_code = host.ParseArgs(argc, argv, Specs(), &options, &common); exit_code >= 0) {
-    return exit_code;
-  }
+int Serve(ServiceHost& host, const Options& options, const CommonOptions& common) {
   auto lease = options.Int("kv-lease-ms", 1, 3600 * 1000);
   auto max_kv = options.Int("max-kv-bytes", 0, int64_t{1} << 50);
   auto pool_bytes = options.Int("kv-pool-bytes", 0, int64_t{1} << 50);
@@ -200,4 +191,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace hap::svc
 
-int main(int argc, char** argv) { return hap::svc::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return hap::svc::RunService("hap-decode", argc, argv, hap::svc::Specs(), hap::svc::Serve);
+}

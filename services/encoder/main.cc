@@ -15,23 +15,14 @@ namespace {
 
 std::vector<OptionSpec> Specs() {
   std::vector<OptionSpec> specs = CommonOptionSpecs();
-  specs.push_back({"max-image-bytes", "HAP_MAX_IMAGE_BYTES", "16777216",
-                   "largest encoded image accepted (RESOURCE_EXHAUSTED above)"});
+  specs.push_back(MaxImageBytesSpec());
   specs.push_back({"max-image-pixels", "HAP_MAX_IMAGE_PIXELS", "40000000",
                    "largest width*height accepted (RESOURCE_EXHAUSTED above)"});
-  specs.push_back({"attention-dtype", "HAP_ATTENTION_DTYPE", "auto",
-                   "the vision tower attention's operands: auto (the weights' type on cuda, f32 "
-                   "on cpu), f32, bf16 or f16"});
+  specs.push_back(AttentionDTypeSpec("the vision tower attention's"));
   return specs;
 }
 
-int Main(int argc, char** argv) {
-  ServiceHost host("hap-encoder");
-  Options options;
-  CommonOptions common;
-  if (int exit_code = host.ParseArgs(argc, argv, Specs(), &options, &common); exit_code >= 0) {
-    return exit_code;
-  }
+int Serve(ServiceHost& host, const Options& options, const CommonOptions& common) {
   EncoderConfig config;
   config.max_message_bytes = common.max_message_bytes;
   auto max_image = options.Int("max-image-bytes", 1, 1LL << 31);
@@ -76,4 +67,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace hap::svc
 
-int main(int argc, char** argv) { return hap::svc::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return hap::svc::RunService("hap-encoder", argc, argv, hap::svc::Specs(), hap::svc::Serve);
+}

@@ -19,7 +19,7 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMaxNewTokensLimit = 1 << 20;  // GenerateRequest.max_new_tokens' range
-constexpr size_t kMaxStopStrings = 4;             // as OpenAI's API
+constexpr size_t kMaxStopStrings = 4;            // as OpenAI's API
 
 absl::Status Invalid(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("'", field, "' ", problem));
@@ -54,9 +54,9 @@ absl::StatusOr<std::string> DecodeDataUri(std::string_view url, int64_t max_imag
         "inline as data:image/png;base64,... or data:image/jpeg;base64,...");
   }
   if (!absl::StartsWithIgnoreCase(u, "data:")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "image_url: expected a data: URI (data:image/png;base64,...), got '",
-        u.substr(0, 32), u.size() > 32 ? "...'" : "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("image_url: expected a data: URI (data:image/png;base64,...), got '",
+                     u.substr(0, 32), u.size() > 32 ? "...'" : "'"));
   }
   const size_t comma = u.find(',');
   if (comma == absl::string_view::npos) {
@@ -70,8 +70,8 @@ absl::StatusOr<std::string> DecodeDataUri(std::string_view url, int64_t max_imag
   const absl::string_view mime = meta.substr(0, meta.size() - 7);
   if (!absl::EqualsIgnoreCase(mime, "image/png") && !absl::EqualsIgnoreCase(mime, "image/jpeg") &&
       !absl::EqualsIgnoreCase(mime, "image/jpg")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "image_url: images must be image/png or image/jpeg, got '", mime, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("image_url: images must be image/png or image/jpeg, got '", mime, "'"));
   }
   // Checked before decoding: 4 base64 characters carry 3 bytes.
   const int64_t decoded_bound = static_cast<int64_t>(data.size()) / 4 * 3;
@@ -156,8 +156,8 @@ absl::StatusOr<json> TemplateMessages(const json& messages, const ChatOptions& o
                 "the conversation holds more than one image; this server takes exactly one "
                 "image per request");
           }
-          HAP_ASSIGN_OR_RETURN(*image, DecodeDataUri(url->get<std::string>(),
-                                                     options.max_image_bytes));
+          HAP_ASSIGN_OR_RETURN(*image,
+                               DecodeDataUri(url->get<std::string>(), options.max_image_bytes));
           parts.push_back({{"type", "image"}});
         } else {
           return Invalid(absl::StrCat(part_field, ".type"),
@@ -329,8 +329,8 @@ absl::StatusOr<GenerationDefaults> GenerationDefaults::ForModelDir(const std::st
     const char* key;
     double lo, hi;
   };
-  for (const Field& fd : {Field{"temperature", 0, 100}, Field{"top_p", 1e-9, 1},
-                          Field{"top_k", 0, 1 << 30}}) {
+  for (const Field& fd :
+       {Field{"temperature", 0, 100}, Field{"top_p", 1e-9, 1}, Field{"top_k", 0, 1 << 30}}) {
     const json* v = field(fd.key);
     if (v == nullptr) continue;
     if (!v->is_number() || v->get<double>() < fd.lo || v->get<double>() > fd.hi) {
@@ -356,9 +356,8 @@ absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body_text,
     if (!body["model"].is_string()) return Invalid("model", "must be a string");
     const std::string model = body["model"].get<std::string>();
     if (model != options.model_id) {
-      return absl::NotFoundError(absl::StrCat("The model '", model,
-                                              "' does not exist; this server serves '",
-                                              options.model_id, "'"));
+      return absl::NotFoundError(absl::StrCat(
+          "The model '", model, "' does not exist; this server serves '", options.model_id, "'"));
     }
   }
   HAP_RETURN_IF_ERROR(RefuseUnsupported(body));
@@ -443,80 +442,70 @@ nlohmann::json ApiError::Body() const {
             {"code", code.empty() ? json(nullptr) : json(code)}}}};
 }
 
-ApiError RequestError(const absl::Status& status) {
-  ApiError e;
-  e.message = std::string(status.message());
-  switch (status.code()) {
-    case absl::StatusCode::kNotFound:
-      e.http_status = 404;
-      e.type = "invalid_request_error";
-      e.code = "model_not_found";
-      break;
-    case absl::StatusCode::kResourceExhausted:
-      e.http_status = 413;
-      e.type = "invalid_request_error";
-      e.code = "image_too_large";
-      break;
-    default:
-      e.http_status = 400;
-      e.type = "invalid_request_error";
-      break;
-  }
-  return e;
+namespace {
+
+// An error answer carrying `status`'s message.
+ApiError WithMessage(const absl::Status& status, int http_status, std::string type,
+                     std::string code = "") {
+  return ApiError{.http_status = http_status,
+                  .type = std::move(type),
+                  .code = std::move(code),
+                  .message = std::string(status.message())};
 }
 
-ApiError CallError(const absl::Status& status) {
-  ApiError e;
-  e.message = std::string(status.message());
+}  // namespace
+
+ApiError RequestError(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound:
+      return WithMessage(status, 404, "invalid_request_error", "model_not_found");
+    case absl::StatusCode::kResourceExhausted:
+      return WithMessage(status, 413, "invalid_request_error", "image_too_large");
+    default:
+      return WithMessage(status, 400, "invalid_request_error");
+  }
+}
+
+namespace {
+
+// CallError's answer by the status code (and, where one code has several causes, the message).
+ApiError CallErrorByCode(const absl::Status& status) {
+  const absl::string_view message = status.message();
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
-      e.http_status = 400;
-      e.type = "invalid_request_error";
-      if (absl::StrContains(e.message, "the model's context is")) {
-        e.code = "context_length_exceeded";
-      }
-      break;
+      return WithMessage(
+          status, 400, "invalid_request_error",
+          absl::StrContains(message, "the model's context is") ? "context_length_exceeded" : "");
     case absl::StatusCode::kResourceExhausted:
       // The limits on one request's image (bytes, pixels) are the request's fault, not load.
-      if (absl::StrContains(e.message, "image is ")) {
-        e.http_status = 413;
-        e.type = "invalid_request_error";
-        e.code = "image_too_large";
-        break;
+      if (absl::StrContains(message, "image is ")) {
+        return WithMessage(status, 413, "invalid_request_error", "image_too_large");
       }
-      e.http_status = 429;
-      e.type = "rate_limit_error";
       // One client over its own limit, or the whole server full.
-      e.code = absl::StrContains(e.message, "--auth-max-concurrent-per-client")
-                   ? "rate_limit_exceeded"
-                   : "server_full";
-      break;
+      return WithMessage(status, 429, "rate_limit_error",
+                         absl::StrContains(message, "--auth-max-concurrent-per-client")
+                             ? "rate_limit_exceeded"
+                             : "server_full");
     case absl::StatusCode::kUnauthenticated:
       // OpenAI's answer to a missing or wrong API key.
-      e.http_status = 401;
-      e.type = "invalid_request_error";
-      e.code = "invalid_api_key";
-      break;
+      return WithMessage(status, 401, "invalid_request_error", "invalid_api_key");
     case absl::StatusCode::kUnavailable:
-      e.http_status = 503;
-      e.type = "server_error";
-      e.code = "unavailable";
-      break;
+      return WithMessage(status, 503, "server_error", "unavailable");
     case absl::StatusCode::kDeadlineExceeded:
-      e.http_status = 504;
-      e.type = "timeout_error";
-      e.code = "deadline_exceeded";
-      break;
+      return WithMessage(status, 504, "timeout_error", "deadline_exceeded");
     case absl::StatusCode::kCancelled:
-      e.http_status = 499;  // the client closed the request (nginx's convention)
-      e.type = "cancelled";
-      break;
+      // The client closed the request (nginx's convention).
+      return WithMessage(status, 499, "cancelled");
     default:
-      e.http_status = 500;
-      e.type = "server_error";
-      break;
+      return WithMessage(status, 500, "server_error");
   }
+}
+
+}  // namespace
+
+ApiError CallError(const absl::Status& status) {
+  ApiError e = CallErrorByCode(status);
   if (e.message.empty()) e.message = absl::StatusCodeToString(status.code());
   return e;
 }
@@ -555,32 +544,30 @@ nlohmann::json Completion(const std::string& id, int64_t created, const std::str
           {"object", "chat.completion"},
           {"created", created},
           {"model", model},
-          {"choices",
-           json::array({{{"index", 0},
-                         {"message", {{"role", "assistant"}, {"content", stats.text()}}},
-                         {"logprobs", nullptr},
-                         {"finish_reason", FinishReason(stats.finish_reason())}}})},
+          {"choices", json::array({{{"index", 0},
+                                    {"message", {{"role", "assistant"}, {"content", stats.text()}}},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", FinishReason(stats.finish_reason())}}})},
           {"usage", Usage(stats)},
           {"hap", HapStats(stats)}};
 }
 
 nlohmann::json Chunk(const std::string& id, int64_t created, const std::string& model,
                      nlohmann::json delta, const std::string& finish_reason) {
-  return {{"id", id},
-          {"object", "chat.completion.chunk"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({{{"index", 0},
-                                    {"delta", std::move(delta)},
-                                    {"logprobs", nullptr},
-                                    {"finish_reason", finish_reason.empty()
-                                                          ? json(nullptr)
-                                                          : json(finish_reason)}}})}};
+  return {
+      {"id", id},
+      {"object", "chat.completion.chunk"},
+      {"created", created},
+      {"model", model},
+      {"choices", json::array({{{"index", 0},
+                                {"delta", std::move(delta)},
+                                {"logprobs", nullptr},
+                                {"finish_reason",
+                                 finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
 }
 
 std::string SseEvent(const nlohmann::json& event) {
-  return absl::StrCat("data: ", event.dump(-1, ' ', false, json::error_handler_t::replace),
-                      "\n\n");
+  return absl::StrCat("data: ", event.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
 }
 
 }  // namespace hap::svc::openai

@@ -47,8 +47,7 @@ std::vector<OptionSpec> Specs() {
                    "resolve the encoder and decode names this often and treat each address a "
                    "name resolves to (each pod of a headless Service) as a replica of its own; "
                    "0 = off (gRPC spreads calls over a name's addresses by itself)"});
-  specs.push_back({"max-image-bytes", "HAP_MAX_IMAGE_BYTES", "16777216",
-                   "largest encoded image accepted (RESOURCE_EXHAUSTED above)"});
+  specs.push_back(MaxImageBytesSpec());
   specs.push_back({"max-prompt-tokens", "HAP_MAX_PROMPT_TOKENS", "0",
                    "longest prompt, visual tokens included; 0 = the model's context length"});
   specs.push_back({"method", "HAP_METHOD", "hap", "default pruning method"});
@@ -84,18 +83,13 @@ std::vector<OptionSpec> Specs() {
   specs.push_back({"max-active-prefills", "HAP_MAX_ACTIVE_PREFILLS", "4",
                    "prefills started and not finished at once (each holds its activations and KV "
                    "cache while others take their slices); 0 = no bound"});
-  specs.push_back({"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
-                   "KV cache bytes held at once; 0 = unlimited (RESOURCE_EXHAUSTED above)"});
+  specs.push_back(MaxKvBytesSpec());
   specs.push_back({"kv-dtype", "HAP_KV_DTYPE", "f32",
                    "KV cache element type the prefill writes and sends to hap-decode: f32, or "
                    "bf16 (half the memory and transfer; give hap-decode the same)"});
-  specs.push_back({"gpu-memory", "HAP_GPU_MEMORY", "",
-                   "with --device cuda, the GPU memory this service may hold: a fraction of the "
-                   "GPU (0.45) or bytes (40GiB); startup fails when the weights and the CUDA "
-                   "runtime do not fit in it. Empty = no budget"});
-  specs.push_back({"attention-dtype", "HAP_ATTENTION_DTYPE", "auto",
-                   "the prefill attention's operands: auto (the weights' type on cuda, f32 on "
-                   "cpu), f32, bf16 or f16"});
+  specs.push_back(GpuMemorySpec(
+      "startup fails when the weights and the CUDA runtime do not fit in it. Empty = no budget"));
+  specs.push_back(AttentionDTypeSpec("the prefill attention's"));
   specs.push_back({"openai-port", "HAP_OPENAI_PORT", "",
                    "serve the OpenAI-compatible HTTP API (/v1/chat/completions, /v1/models) on "
                    "this port; 0 = a free port; empty = off"});
@@ -205,13 +199,7 @@ absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> StartOpenAi(const Options&
   return server;
 }
 
-int Main(int argc, char** argv) {
-  ServiceHost host("hap-prefill");
-  Options options;
-  CommonOptions common;
-  if (int exit_code = host.ParseArgs(argc, argv, Specs(), &options, &common); exit_code >= 0) {
-    return exit_code;
-  }
+int Serve(ServiceHost& host, const Options& options, const CommonOptions& common) {
   PrefillConfig config;
   if (options.Get("encoder-addr").empty() || options.Get("decode-addr").empty()) {
     return StartupFailure(
@@ -345,4 +333,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace hap::svc
 
-int main(int argc, char** argv) { return hap::svc::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return hap::svc::RunService("hap-prefill", argc, argv, hap::svc::Specs(), hap::svc::Serve);
+}

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/device/device_backend.h"
 
@@ -42,7 +43,8 @@ absl::StatusOr<int64_t> ParseGpuMemory(std::string_view flag, std::string_view v
   int shift = 0;
   for (const auto& unit : kUnits) {
     const std::string suffix = unit.suffix;
-    if (v.size() > suffix.size() && v.compare(v.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    if (v.size() > suffix.size() &&
+        v.compare(v.size() - suffix.size(), suffix.size(), suffix) == 0) {
       digits = v.substr(0, v.size() - suffix.size());
       shift = unit.shift;
       break;
@@ -54,9 +56,8 @@ absl::StatusOr<int64_t> ParseGpuMemory(std::string_view flag, std::string_view v
   return n << shift;
 }
 
-absl::StatusOr<GpuMemoryPlan> PlanGpuMemory(std::string_view flag, int64_t budget,
-                                            int64_t weights, int64_t workspace,
-                                            int64_t min_kv_bytes) {
+absl::StatusOr<GpuMemoryPlan> PlanGpuMemory(std::string_view flag, int64_t budget, int64_t weights,
+                                            int64_t workspace, int64_t min_kv_bytes) {
   GpuMemoryPlan plan;
   plan.budget = budget;
   plan.weights = weights;
@@ -72,6 +73,14 @@ absl::StatusOr<GpuMemoryPlan> PlanGpuMemory(std::string_view flag, int64_t budge
         GiB(std::max<int64_t>(plan.kv_pool, 0)), GiB(min_kv_bytes), std::string(flag)));
   }
   return plan;
+}
+
+OptionSpec GpuMemorySpec(const std::string& use) {
+  return {
+      "gpu-memory", "HAP_GPU_MEMORY", "",
+      absl::StrCat("with --device cuda, the GPU memory this service may hold: a fraction of the "
+                   "GPU (0.45) or bytes (40GiB); ",
+                   use)};
 }
 
 absl::StatusOr<int64_t> GpuBudgetFromOptions(const Options& options, const CommonOptions& common) {

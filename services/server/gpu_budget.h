@@ -37,9 +37,11 @@ struct GpuMemoryPlan {
 
 // The plan for `budget`; FailedPrecondition naming every part when less than `min_kv_bytes`
 // would be left for the KV pool (`flag` names the budget's flag in the message).
-absl::StatusOr<GpuMemoryPlan> PlanGpuMemory(std::string_view flag, int64_t budget,
-                                            int64_t weights, int64_t workspace,
-                                            int64_t min_kv_bytes);
+absl::StatusOr<GpuMemoryPlan> PlanGpuMemory(std::string_view flag, int64_t budget, int64_t weights,
+                                            int64_t workspace, int64_t min_kv_bytes);
+
+// The --gpu-memory option; `use` ends its help, saying what the service does with the budget.
+OptionSpec GpuMemorySpec(const std::string& use);
 
 // The budget `--gpu-memory` (HAP_GPU_MEMORY) gives, in bytes; 0 when it is not set.
 // InvalidArgument when it is set without --device cuda or does not parse.

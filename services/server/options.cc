@@ -150,6 +150,23 @@ std::vector<OptionSpec> CommonOptionSpecs() {
   };
 }
 
+OptionSpec MaxImageBytesSpec() {
+  return {"max-image-bytes", "HAP_MAX_IMAGE_BYTES", "16777216",
+          "largest encoded image accepted (RESOURCE_EXHAUSTED above)"};
+}
+
+OptionSpec MaxKvBytesSpec() {
+  return {"max-kv-bytes", "HAP_MAX_KV_BYTES", "0",
+          "KV cache bytes held at once; 0 = unlimited (RESOURCE_EXHAUSTED above)"};
+}
+
+OptionSpec AttentionDTypeSpec(const std::string& attention) {
+  return {
+      "attention-dtype", "HAP_ATTENTION_DTYPE", "auto",
+      absl::StrCat(attention,
+                   " operands: auto (the weights' type on cuda, f32 on cpu), f32, bf16 or f16")};
+}
+
 absl::StatusOr<CommonOptions> ReadCommonOptions(const Options& options) {
   CommonOptions c;
   c.host = options.Get("host");

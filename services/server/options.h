@@ -47,6 +47,12 @@ class Options {
 // Options every service has: where to listen, which model, threads, limits, draining.
 std::vector<OptionSpec> CommonOptionSpecs();
 
+// Options that more than one service takes, with the same meaning (and help) in each.
+OptionSpec MaxImageBytesSpec();  // hap-encoder, hap-prefill
+OptionSpec MaxKvBytesSpec();     // hap-prefill, hap-decode
+// --attention-dtype; `attention` says whose operands they are ("the prefill attention's").
+OptionSpec AttentionDTypeSpec(const std::string& attention);
+
 struct CommonOptions {
   std::string host = "0.0.0.0";
   int port = 0;  // 0 = pick a free port (printed on stdout)
@@ -56,9 +62,9 @@ struct CommonOptions {
   int pool_spin_us = ThreadPool::kDefaultSpinUs;  // compute pool hand-over spin before sleeping
   int max_concurrent = 4;                         // requests running at once
   int queue_length = 16;                          // admitted requests waiting for a worker
-  bool warm_up = true;  // one warm-up request before serving (runtime/model/pipeline.h)
-  int max_message_bytes = 4 << 20;                // no gRPC message above this
-  int64_t drain_timeout_ms = 30000;               // SIGTERM: wait this long for in-flight requests
+  bool warm_up = true;              // one warm-up request before serving (runtime/model/pipeline.h)
+  int max_message_bytes = 4 << 20;  // no gRPC message above this
+  int64_t drain_timeout_ms = 30000;  // SIGTERM: wait this long for in-flight requests
   // TLS: serve with this PEM certificate chain and key (both or neither); with client_ca set,
   // clients must present a certificate it signed (mutual TLS).
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;

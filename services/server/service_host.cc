@@ -164,6 +164,18 @@ int ServiceHost::ParseArgs(int argc, char** argv, const std::vector<OptionSpec>&
   return -1;
 }
 
+int RunService(const std::string& name, int argc, char** argv, const std::vector<OptionSpec>& specs,
+               const std::function<int(ServiceHost& host, const Options& options,
+                                       const CommonOptions& common)>& serve) {
+  ServiceHost host(name);
+  Options options;
+  CommonOptions common;
+  if (int exit_code = host.ParseArgs(argc, argv, specs, &options, &common); exit_code >= 0) {
+    return exit_code;
+  }
+  return serve(host, options, common);
+}
+
 absl::Status ServiceHost::Start(const CommonOptions& options,
                                 const std::vector<grpc::Service*>& services,
                                 int max_receive_bytes) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -90,6 +91,12 @@ class ServiceHost {
   std::unique_ptr<telemetry::Tracing> tracing_;
   std::unique_ptr<telemetry::HttpServer> metrics_server_;
 };
+
+// A service's whole main(): makes the host `name`, parses argv against `specs` (ParseArgs) and,
+// unless that ends the process (--help, a bad flag), runs `serve`. Returns the exit code.
+int RunService(const std::string& name, int argc, char** argv, const std::vector<OptionSpec>& specs,
+               const std::function<int(ServiceHost& host, const Options& options,
+                                       const CommonOptions& common)>& serve);
 
 // "<program>: <message>" on stderr; the exit code for a startup error (2 for bad flags).
 int StartupFailure(const std::string& program, const absl::Status& status);

@@ -11,6 +11,7 @@
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/tiny/tiny_model.h"
+#include "tests/common/tiny_checkpoint.h"
 
 namespace hap {
 namespace {
@@ -24,10 +25,8 @@ struct TinySetup {
 TinySetup MakeTiny(const std::string& name, int layers, int vision_layers) {
   TinySetup out;
   const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/e2e/" + name;
-  TinyModelOptions o;
-  o.layers = layers;
+  TinyModelOptions o = testing_support::TinyOptions(0, layers);
   o.vision_layers = vision_layers;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
   EXPECT_TRUE(WriteTinyModel(o, dir).ok());
   auto model = LlavaModel::Load(dir, {});
   EXPECT_TRUE(model.ok()) << model.status();

@@ -95,12 +95,29 @@ nlohmann::json HapctlRun(const std::string& model_dir, const Ask& ask, std::stri
   }
 }
 
+std::vector<int32_t> HapctlTokenIds(const std::string& model_dir, const Ask& ask,
+                                    std::string* error) {
+  const nlohmann::json run = HapctlRun(model_dir, ask, error);
+  if (!error->empty()) return {};
+  return run["token_ids"].get<std::vector<int32_t>>();
+}
+
+Ask MethodAsk(const std::string& method) {
+  return Ask{.method = method, .retain = method == "none" ? "" : "8", .seed = 3};
+}
+
+Ask SampledHapAsk() {
+  return Ask{.method = "hap",
+             .retain = "50%",
+             .max_new_tokens = 24,
+             .temperature = 0.8f,
+             .top_p = 0.9f,
+             .top_k = 40,
+             .seed = 7};
+}
+
 std::optional<Ask> FindLongAsk(const std::string& model_dir, int min_tokens) {
-  Ask ask;
-  ask.method = "hap";
-  ask.retain = "8";
-  ask.temperature = 0.7f;
-  ask.max_new_tokens = 3000;
+  Ask ask{.method = "hap", .retain = "8", .max_new_tokens = 3000, .temperature = 0.7f};
   for (ask.seed = 1; ask.seed <= 30; ++ask.seed) {
     std::string error;
     const nlohmann::json run = HapctlRun(model_dir, ask, &error);

@@ -30,8 +30,8 @@ struct Ask {
   float top_p = 1;
   int top_k = 0;
   uint64_t seed = 0;
-  std::string stop;  // "" = none
-  std::string kv_dtype;  // hapctl run --kv-dtype; "" = its default (f32)
+  std::string stop;        // "" = none
+  std::string kv_dtype;    // hapctl run --kv-dtype; "" = its default (f32)
   std::string image_path;  // "" = TestImagePath()
 };
 
@@ -54,6 +54,17 @@ std::string ReadBytes(const std::string& path);
 
 // `hapctl run --json` on `model_dir` (empty JSON object on failure, with the reason in `error`).
 nlohmann::json HapctlRun(const std::string& model_dir, const Ask& ask, std::string* error);
+
+// The token ids `hapctl run` answers `ask` with (empty, with the reason in `error`, on failure).
+std::vector<int32_t> HapctlTokenIds(const std::string& model_dir, const Ask& ask,
+                                    std::string* error);
+
+// The greedy request the tests ask with every pruning method: `method` at retain 8 (no budget
+// for "none"), seed 3.
+Ask MethodAsk(const std::string& method);
+// The sampled request they compare: HAP at retain 50%, temperature 0.8, top-p 0.9, top-k 40,
+// seed 7, 24 new tokens.
+Ask SampledHapAsk();
 
 // A sampled request (hap, retain 8) that runs for at least `min_tokens` tokens on this model,
 // found by trying seeds with `hapctl run`; its max_new_tokens is 3000.

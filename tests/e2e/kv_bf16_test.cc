@@ -54,22 +54,11 @@ int KvBf16Test::metrics_port_ = 0;
 
 TEST_F(KvBf16Test, AnswersMatchHapctlRunWithBf16Kv) {
   for (const char* method : {"none", "hap", "fastv", "visionzip", "dart"}) {
-    Ask ask;
-    ask.method = method;
-    if (ask.method != "none") ask.retain = std::string("8");
-    ask.seed = 3;
+    Ask ask = MethodAsk(method);
     ask.max_new_tokens = 16;
     ExpectSameAsBf16Run(ask);
   }
-  Ask sampled;
-  sampled.method = "hap";
-  sampled.retain = "50%";
-  sampled.temperature = 0.8f;
-  sampled.top_p = 0.9f;
-  sampled.top_k = 40;
-  sampled.seed = 7;
-  sampled.max_new_tokens = 24;
-  ExpectSameAsBf16Run(sampled);
+  ExpectSameAsBf16Run(SampledHapAsk());
 }
 
 // Exactly 2 bytes per K and V value cross the wire, the front door's transfer counter says so,

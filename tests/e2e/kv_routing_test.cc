@@ -17,10 +17,7 @@ TEST(KvRoutingTest, SequentialRequestsGoToTheReplicaWithTheMostFreeKv) {
   const std::string model_dir = MakeTinyModel("kv_routing_tiny8", 7);
   ASSERT_FALSE(model_dir.empty()) << "hapctl make-tiny failed";
   const std::string image = ReadBytes(TestImagePath());
-  Ask ask;
-  ask.method = "hap";
-  ask.retain = "50%";
-  ask.max_new_tokens = 6;
+  const Ask ask{.method = "hap", .retain = "50%", .max_new_tokens = 6};
   std::string error;
   const nlohmann::json reference = HapctlRun(model_dir, ask, &error);
   ASSERT_TRUE(error.empty()) << error;

@@ -21,6 +21,7 @@
 #include "runtime/tiny/tiny_model.h"
 #include "services/wire/kv_codec.h"
 #include "tests/common/pattern_png.h"
+#include "tests/common/tiny_checkpoint.h"
 
 namespace hap::svc {
 namespace {
@@ -51,8 +52,7 @@ int ThreeRows(const KvStore& cache) {
   return kChunkOverheadBytes + 3 * static_cast<int>(2 * cache.row_bytes() + 5);
 }
 
-void ExpectSameMessages(const std::vector<std::string>& got,
-                        const std::vector<std::string>& want) {
+void ExpectSameMessages(const std::vector<std::string>& got, const std::vector<std::string>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_TRUE(got[i] == want[i]) << "message " << i << " of " << want.size();
@@ -63,11 +63,7 @@ class KvTransferDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::string(HAP_BINARY_DIR) + "/tests/e2e/kv_transfer_device";
-    TinyModelOptions o;
-    o.seed = 31;
-    o.layers = 4;
-    o.image_size = 112;
-    o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+    const TinyModelOptions o = testing_support::TinyOptions(31, 4, 112);
     ASSERT_TRUE(WriteTinyModel(o, dir_).ok());
     absl::StatusOr<const Backend*> cuda = GetCudaBackend();
     ASSERT_TRUE(cuda.ok()) << cuda.status();
@@ -131,8 +127,9 @@ TEST_F(KvTransferDeviceTest, ChunksFromADeviceCacheAreTheHostCachesBytes) {
         ASSERT_TRUE(k.ok() && v.ok());
         ASSERT_TRUE(cuda_->CopyToBackend(k->data(), rows.k.data(), bytes).ok());
         ASSERT_TRUE(cuda_->CopyToBackend(v->data(), rows.v.data(), bytes).ok());
-        ASSERT_TRUE((*device)->Append(*cuda_, l, k->as<float>(), v->as<float>(),
-                                      rows.positions.data(), rows.len())
+        ASSERT_TRUE((*device)
+                        ->Append(*cuda_, l, k->as<float>(), v->as<float>(), rows.positions.data(),
+                                 rows.len())
                         .ok());
         EXPECT_EQ((*device)->capacity(l), rows.len());
       }
@@ -151,8 +148,8 @@ TEST_F(KvTransferDeviceTest, ChunksFromADeviceCacheAreTheHostCachesBytes) {
       int expected_chunks = 0;  // three rows a chunk
       for (int l = 0; l < layers; ++l) expected_chunks += (f32.cache.len(l) + 2) / 3;
       EXPECT_EQ(host_chunks, expected_chunks);
-      EXPECT_EQ(copies, 2 * host_chunks);            // K and V of each chunk
-      EXPECT_EQ(bytes, host->cache.bytes());          // every row once
+      EXPECT_EQ(copies, 2 * host_chunks);     // K and V of each chunk
+      EXPECT_EQ(bytes, host->cache.bytes());  // every row once
       ExpectSameMessages(got, want);
     }
   }

@@ -88,28 +88,14 @@ sdk::Client* PipelineTest::client_ = nullptr;
 sdk::Client* PipelineTest::decode_client_ = nullptr;
 
 TEST_F(PipelineTest, EveryMethodMatchesHapctlRun) {
-  for (const char* method : {"none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip",
-                             "random", "divprune", "cdpruner-llm", "hap-flat", "uniform-flat",
-                             "dart"}) {
-    Ask ask;
-    ask.method = method;
-    if (ask.method != "none") ask.retain = std::string("8");
-    ask.seed = 3;
-    ExpectSameAsRun(ask);
+  for (const char* method :
+       {"none", "hap", "uniform", "fastv", "pdrop", "sparsevlm", "visionzip", "random", "divprune",
+        "cdpruner-llm", "hap-flat", "uniform-flat", "dart"}) {
+    ExpectSameAsRun(MethodAsk(method));
   }
 }
 
-TEST_F(PipelineTest, SampledRunMatchesHapctlRun) {
-  Ask ask;
-  ask.method = "hap";
-  ask.retain = "50%";
-  ask.temperature = 0.8f;
-  ask.top_p = 0.9f;
-  ask.top_k = 40;
-  ask.seed = 7;
-  ask.max_new_tokens = 24;
-  ExpectSameAsRun(ask);
-}
+TEST_F(PipelineTest, SampledRunMatchesHapctlRun) { ExpectSameAsRun(SampledHapAsk()); }
 
 TEST_F(PipelineTest, StopStringMatchesHapctlRun) {
   Ask ask;
@@ -422,8 +408,8 @@ TEST_F(PipelineTest, MalformedKvTransfersGetInvalidArgument) {
 }
 
 TEST_F(PipelineTest, SixteenConcurrentStreamsEqualSequentialRuns) {
-  const char* methods[] = {"none",      "hap",       "fastv",   "pdrop",    "sparsevlm",
-                           "visionzip", "random",    "uniform", "divprune", "cdpruner-llm",
+  const char* methods[] = {"none",      "hap",          "fastv",   "pdrop",    "sparsevlm",
+                           "visionzip", "random",       "uniform", "divprune", "cdpruner-llm",
                            "hap-flat",  "uniform-flat", "dart"};
   std::vector<hap::v1::GenerateRequest> requests;
   for (int i = 0; i < 16; ++i) {

@@ -18,6 +18,7 @@
 #include "runtime/model/cancellation.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/tiny/tiny_model.h"
+#include "tests/common/tiny_checkpoint.h"
 
 namespace hap {
 namespace {
@@ -28,18 +29,10 @@ class PrefillSlicesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/e2e/slices_tiny";
-    TinyModelOptions o;
-    o.layers = kLayers;
-    o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-    ASSERT_TRUE(WriteTinyModel(o, dir).ok());
-    auto model = LlavaModel::Load(dir, {});
+    auto model = testing_support::WriteAndLoadTiny(testing_support::TinyOptions(0, kLayers), dir);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = model->release();
-    RgbImage img;
-    img.width = img.height = 40;
-    img.pixels.resize(40 * 40 * 3);
-    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>(i * 7);
-    auto png = EncodePng(img);
+    auto png = testing_support::SyntheticPng(40, 40, [](size_t i) { return i * 7; });
     ASSERT_TRUE(png.ok());
     png_ = new std::string(std::move(*png));
   }
@@ -80,8 +73,8 @@ class PrefillSlicesTest : public ::testing::Test {
       EXPECT_TRUE(logits.ok()) << logits.status();
       if (!logits.ok()) break;
       out.push_back(*logits);
-      token = static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) -
-                                   logits->begin());
+      token =
+          static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
     }
     return out;
   }

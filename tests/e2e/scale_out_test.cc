@@ -21,14 +21,10 @@ TEST(ScaleOutTest, PrefillSpreadsRequestsOverEveryDecodeReplica) {
   const std::string model_dir = MakeTinyModel("scale_out_tiny8", 4);
   ASSERT_FALSE(model_dir.empty()) << "hapctl make-tiny failed";
   const std::string image = ReadBytes(TestImagePath());
-  Ask ask;
-  ask.method = "hap";
-  ask.retain = "50%";
-  ask.max_new_tokens = 6;
+  const Ask ask{.method = "hap", .retain = "50%", .max_new_tokens = 6};
   std::string error;
-  const nlohmann::json reference = HapctlRun(model_dir, ask, &error);
+  const std::vector<int32_t> want = HapctlTokenIds(model_dir, ask, &error);
   ASSERT_TRUE(error.empty()) << error;
-  const std::vector<int32_t> want = reference["token_ids"].get<std::vector<int32_t>>();
 
   sdk::LocalPipelineOptions o;
   o.model_dir = model_dir;
@@ -97,7 +93,8 @@ TEST(DecodePoolTest, QueuesWhenFullRefusesWhatCannotFitAndHoldsNothingAfter) {
   auto cfg = LoadLlavaConfig(model_dir);
   ASSERT_TRUE(cfg.ok());
   const int layers = cfg->text.num_hidden_layers;
-  const int64_t block_bytes = int64_t{2} * 16 * cfg->text.num_key_value_heads * cfg->text.head_dim * 4;
+  const int64_t block_bytes =
+      int64_t{2} * 16 * cfg->text.num_key_value_heads * cfg->text.head_dim * 4;
   const int64_t per_request = int64_t{layers} * ((prompt + ask.max_new_tokens + 15) / 16);
   const int64_t pool_bytes = (per_request + per_request / 2) * block_bytes;  // 1.5 requests
 
@@ -106,8 +103,9 @@ TEST(DecodePoolTest, QueuesWhenFullRefusesWhatCannotFitAndHoldsNothingAfter) {
   o.bin_dir = HAP_BIN_DIR;
   o.echo_output = false;
   o.encoder_args = o.prefill_args = {"--max-concurrent", "4", "--queue-length", "8"};
-  o.decode_args = {"--max-concurrent", "4", "--queue-length", "8", "--kv-pool-bytes",
-                   std::to_string(pool_bytes), "--kv-block-rows", "16"};
+  o.decode_args = {
+      "--max-concurrent", "4", "--queue-length", "8", "--kv-pool-bytes", std::to_string(pool_bytes),
+      "--kv-block-rows",  "16"};
   auto pipeline = sdk::LocalPipeline::Start(o);
   ASSERT_TRUE(pipeline.ok()) << pipeline.status();
   auto decode = sdk::Client::Connect((*pipeline)->address(sdk::Service::kDecode));

@@ -11,11 +11,38 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/common/utf8.h"
+
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
+
 namespace hap::fuzz {
 
 // The structure-aware mutators' generator, seeded by libFuzzer, and a pick in [0, n).
 using Rng = std::minstd_rand;
 inline size_t Pick(Rng& rng, size_t n) { return n == 0 ? 0 : rng() % n; }
+
+// A string value edited as the structure-aware mutators do: emptied, doubled, cut, one byte
+// inserted, or its bytes run through libFuzzer's byte mutators.
+inline std::string MutateStringBytes(Rng& rng, std::string s) {
+  switch (Pick(rng, 5)) {
+    case 0:
+      return "";
+    case 1:
+      return s + s;
+    case 2:
+      return s.substr(0, Pick(rng, s.size() + 1));
+    case 3:
+      s.insert(Pick(rng, s.size() + 1), 1, static_cast<char>(rng()));
+      return s;
+    default: {
+      const size_t size = s.size();
+      if (size == 0) return std::string(1, static_cast<char>(rng()));
+      s.resize(size + 16);
+      s.resize(LLVMFuzzerMutate(reinterpret_cast<uint8_t*>(s.data()), size, s.size()));
+      return s;
+    }
+  }
+}
 
 // A broken invariant is a crash: print it and abort so libFuzzer saves the input.
 #define HAP_FUZZ_CHECK(cond, ...)                                                   \
@@ -83,41 +110,7 @@ inline std::vector<std::string_view> SplitStream(const uint8_t* data, size_t siz
   return out;
 }
 
-// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
-inline bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<uint8_t>(s[i]);
-    int n;
-    uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      n = 1;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      n = 2;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (s.size() - i <= static_cast<size_t>(n)) return false;
-    for (int k = 1; k <= n; ++k) {
-      const auto t = static_cast<uint8_t>(s[i + k]);
-      if ((t & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (t & 0x3f);
-    }
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-      return false;
-    }
-    i += n + 1;
-  }
-  return true;
-}
+// Kept under hap::fuzz, where the targets call it.
+using ::hap::testing::IsValidUtf8;
 
 }  // namespace hap::fuzz

@@ -9,14 +9,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "nlohmann/json.hpp"
 #include "tests/fuzz/fuzz_util.h"
-
-extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
 namespace hap::fuzz {
 
@@ -28,78 +27,45 @@ inline void CollectNodes(nlohmann::json& j, std::vector<nlohmann::json*>& out) {
 }
 
 // Numbers at the edges parsers get wrong: zero, signs, powers of two, int/int64 limits,
-// denormals, huge doubles.
+// denormals, huge doubles; or the old value doubled, halved or stepped.
 inline nlohmann::json EdgeNumber(Rng& rng, const nlohmann::json& old) {
+  static const nlohmann::json kEdges[] = {0,
+                                          -1,
+                                          1,
+                                          2,
+                                          3,
+                                          4096,
+                                          4097,
+                                          std::numeric_limits<int32_t>::max(),
+                                          std::numeric_limits<int32_t>::min(),
+                                          int64_t{1} << 31,
+                                          std::numeric_limits<int64_t>::max(),
+                                          std::numeric_limits<uint64_t>::max(),
+                                          std::numeric_limits<int64_t>::min(),
+                                          1e308,
+                                          -1e308,
+                                          5e-324,
+                                          0.5,
+                                          -0.0};
   const double v = old.is_number() ? old.get<double>() : 1.0;
-  switch (Pick(rng, 21)) {
-    case 0:
-      return 0;
-    case 1:
-      return -1;
-    case 2:
-      return 1;
-    case 3:
-      return 2;
-    case 4:
-      return 3;
-    case 5:
-      return 4096;
-    case 6:
-      return 4097;
-    case 7:
-      return std::numeric_limits<int32_t>::max();
-    case 8:
-      return std::numeric_limits<int32_t>::min();
-    case 9:
-      return int64_t{1} << 31;
-    case 10:
-      return std::numeric_limits<int64_t>::max();
-    case 11:
-      return std::numeric_limits<uint64_t>::max();
-    case 12:
-      return std::numeric_limits<int64_t>::min();
-    case 13:
-      return 1e308;
-    case 14:
-      return -1e308;
-    case 15:
-      return 5e-324;
-    case 16:
-      return 0.5;
-    case 17:
-      return -0.0;
-    case 18:
-      return v * 2;
-    case 19:
-      return v / 2;
-    default: {  // one step up or down, wrapping at the 64-bit limits
-      if (!old.is_number_integer()) return v + 1;
-      const uint64_t bits = old.is_number_unsigned() ? old.get<uint64_t>()
-                                                     : static_cast<uint64_t>(old.get<int64_t>());
-      const uint64_t stepped = Pick(rng, 2) ? bits + 1 : bits - 1;
-      if (old.is_number_unsigned()) return stepped;
-      return static_cast<int64_t>(stepped);
-    }
-  }
+  const size_t k = Pick(rng, std::size(kEdges) + 3);
+  if (k < std::size(kEdges)) return kEdges[k];
+  if (k == std::size(kEdges)) return v * 2;
+  if (k == std::size(kEdges) + 1) return v / 2;
+  // One step up or down, wrapping at the 64-bit limits.
+  if (!old.is_number_integer()) return v + 1;
+  const uint64_t bits =
+      old.is_number_unsigned() ? old.get<uint64_t>() : static_cast<uint64_t>(old.get<int64_t>());
+  const uint64_t stepped = Pick(rng, 2) ? bits + 1 : bits - 1;
+  if (old.is_number_unsigned()) return stepped;
+  return static_cast<int64_t>(stepped);
 }
 
+// A value of some type, to put where another type is expected.
 inline nlohmann::json OtherType(Rng& rng) {
-  switch (Pick(rng, 7)) {
-    case 0:
-      return nullptr;
-    case 1:
-      return nlohmann::json::array();
-    case 2:
-      return nlohmann::json::object();
-    case 3:
-      return "";
-    case 4:
-      return 0;
-    case 5:
-      return true;
-    default:
-      return 1.5;
-  }
+  static const nlohmann::json kValues[] = {
+      nullptr, nlohmann::json::array(), nlohmann::json::object(), "", 0, true, 1.5};
+  return kValues[Pick(rng, std::size(kValues))];
 }
 
 // Edits one node of `doc` in place.
@@ -122,27 +88,8 @@ inline void MutateJsonDoc(nlohmann::json& doc, Rng& rng) {
   } else if (node.is_boolean()) {
     node = !node.get<bool>();
   } else if (node.is_string()) {
-    std::string s = node.get<std::string>();
-    switch (Pick(rng, 5)) {
-      case 0:
-        s.clear();
-        break;
-      case 1:
-        s += s;
-        break;
-      case 2:
-        s = s.substr(0, Pick(rng, s.size() + 1));
-        break;
-      case 3:
-        s.insert(Pick(rng, s.size() + 1), 1, static_cast<char>(rng()));
-        break;
-      default: {
-        if (s.empty()) s.push_back(static_cast<char>(rng()));
-        s.resize(s.size() + 8);
-        s.resize(LLVMFuzzerMutate(reinterpret_cast<uint8_t*>(s.data()), s.size() - 8, s.size()));
-      }
-    }
-    node = s;  // invalid UTF-8 becomes U+FFFD when the document is written
+    // Invalid UTF-8 becomes U+FFFD when the document is written.
+    node = MutateStringBytes(rng, node.get<std::string>());
   } else if (node.is_object() && !node.empty()) {
     auto it = node.begin();
     std::advance(it, Pick(rng, node.size()));

@@ -24,18 +24,13 @@ TOOL, SOURCE_DIR, WORK_DIR = sys.argv[1:4]
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "pytorch"))
 import llava_model  # noqa: E402
 
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "common"))
+from parity_checks import Checks  # noqa: E402
+
 os.makedirs(WORK_DIR, exist_ok=True)
 rng = np.random.RandomState(20240607)
-failures = []
-checks = 0
-
-
-def expect(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
+CHECKS = Checks()
+expect = CHECKS.expect
 
 
 def tool(*args):
@@ -301,7 +296,6 @@ for name in ("rgb", "jpeg420", "alpha_all"):
     expect(back.mode == "RGB" and np.array_equal(np.asarray(back), cpp_decode(images[name])),
            f"encode {name}: PIL reads back different pixels")
 
-if failures:
-    sys.exit(f"{len(failures)} of {checks} checks failed")
-print(f"image parity OK: {checks} checks ({len(images)} decoded images, {len(resize_cases)} "
+CHECKS.exit_if_failed()
+print(f"image parity OK: {CHECKS.count} checks ({len(images)} decoded images, {len(resize_cases)} "
       f"resizes, {len(pre_cases)} preprocessed)")

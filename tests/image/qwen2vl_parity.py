@@ -46,6 +46,9 @@ TOOL, SOURCE_DIR, WORK_DIR = sys.argv[1:4]
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "pytorch"))
 import qwen2vl_image as ref  # noqa: E402
 
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "common"))
+from parity_checks import Checks  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JS_DIR = os.path.join(HERE, "hf_reference")
 # Bounds on sharp vs PIL for resampled pixels, by the per-axis scale s = new / old: (name,
@@ -65,17 +68,8 @@ TOLERANCES = [
 
 os.makedirs(WORK_DIR, exist_ok=True)
 rng = np.random.RandomState(20240921)
-failures = []
-checks = 0
-
-
-def expect(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
+CHECKS = Checks()
+expect = CHECKS.expect
 
 
 def path(*parts):
@@ -344,6 +338,6 @@ skipped = run_js()
 if skipped:
     print(f"\nSKIPPED (transformers.js part only): {skipped} (tools/install-deps.sh installs it)")
 
-if failures:
-    sys.exit(f"\n{len(failures)} of {checks} checks failed")
-print(f"\nqwen2vl parity OK: {checks} checks ({len(CASES)} cases, {len(ERROR_CASES)} refusals)")
+CHECKS.exit_if_failed("\n")
+print(f"\nqwen2vl parity OK: {CHECKS.count} checks ({len(CASES)} cases, "
+      f"{len(ERROR_CASES)} refusals)")

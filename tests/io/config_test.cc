@@ -2,7 +2,10 @@
 // and the writer's round trip.
 #include "runtime/io/config.h"
 
+#include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -63,6 +66,19 @@ absl::StatusOr<LlavaConfig> ParsePatched(const char* patch) {
   return Parse(j.dump());
 }
 
+// A tower's sizes as one list, so that a test compares them all in one expectation: {hidden,
+// intermediate, layers, heads, channels, image, patch, projection} and {vocab, hidden,
+// intermediate, layers, heads, KV heads, head_dim, max positions}.
+std::vector<int> Sizes(const VisionConfig& v) {
+  return {v.hidden_size,  v.intermediate_size, v.num_hidden_layers, v.num_attention_heads,
+          v.num_channels, v.image_size,        v.patch_size,        v.projection_dim};
+}
+std::vector<int> Sizes(const TextConfig& t) {
+  return {
+      t.vocab_size,          t.hidden_size,         t.intermediate_size, t.num_hidden_layers,
+      t.num_attention_heads, t.num_key_value_heads, t.head_dim,          t.max_position_embeddings};
+}
+
 void ExpectError(const absl::StatusOr<LlavaConfig>& c, const std::string& fragment) {
   ASSERT_FALSE(c.ok()) << "accepted; expected error with: " << fragment;
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
@@ -71,31 +87,24 @@ void ExpectError(const absl::StatusOr<LlavaConfig>& c, const std::string& fragme
   EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
 }
 
+// Each {patch to llava-1.5-7b's config.json, fragment}: the patched config is refused with an
+// error that says `fragment`.
+void ExpectPatchErrors(std::initializer_list<std::pair<const char*, const char*>> cases) {
+  for (const auto& [patch, fragment] : cases) ExpectError(ParsePatched(patch), fragment);
+}
+
 TEST(LlavaConfigTest, ParsesLlava15_7b) {
   auto c = Parse(kLlava15_7b);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->model_type, "llava");
   EXPECT_EQ(c->architectures, std::vector<std::string>{"LlavaForConditionalGeneration"});
-  EXPECT_EQ(c->vision.hidden_size, 1024);
-  EXPECT_EQ(c->vision.intermediate_size, 4096);
-  EXPECT_EQ(c->vision.num_hidden_layers, 24);
-  EXPECT_EQ(c->vision.num_attention_heads, 16);
-  EXPECT_EQ(c->vision.num_channels, 3);
-  EXPECT_EQ(c->vision.image_size, 336);
-  EXPECT_EQ(c->vision.patch_size, 14);
+  EXPECT_EQ(Sizes(c->vision), (std::vector<int>{1024, 4096, 24, 16, 3, 336, 14, 768}));
   EXPECT_EQ(c->vision.num_patches(), 576);
   EXPECT_EQ(c->torch_dtype, "float16");
   EXPECT_EQ(c->vision.hidden_act, "quick_gelu");
   EXPECT_FLOAT_EQ(c->vision.layer_norm_eps, 1e-5f);
   // text_config only overrides a few keys; the rest are LlamaConfig's defaults.
-  EXPECT_EQ(c->text.vocab_size, 32064);
-  EXPECT_EQ(c->text.hidden_size, 4096);
-  EXPECT_EQ(c->text.intermediate_size, 11008);
-  EXPECT_EQ(c->text.num_hidden_layers, 32);
-  EXPECT_EQ(c->text.num_attention_heads, 32);
-  EXPECT_EQ(c->text.num_key_value_heads, 32);
-  EXPECT_EQ(c->text.head_dim, 128);
-  EXPECT_EQ(c->text.max_position_embeddings, 4096);
+  EXPECT_EQ(Sizes(c->text), (std::vector<int>{32064, 4096, 11008, 32, 32, 32, 128, 4096}));
   EXPECT_EQ(c->text.bos_token_id, 1);
   EXPECT_EQ(c->text.eos_token_id, 2);
   EXPECT_EQ(c->text.pad_token_id, 32001);  // from the top level
@@ -116,13 +125,7 @@ TEST(LlavaConfigTest, ParsesLlava15_7b) {
 TEST(LlavaConfigTest, AbsentVisionConfigGetsLlavaDefaultsPartialGetsClipDefaults) {
   auto bare = Parse(R"({"model_type": "llava"})");
   ASSERT_TRUE(bare.ok()) << bare.status();
-  EXPECT_EQ(bare->vision.hidden_size, 1024);
-  EXPECT_EQ(bare->vision.intermediate_size, 4096);
-  EXPECT_EQ(bare->vision.num_hidden_layers, 24);
-  EXPECT_EQ(bare->vision.num_attention_heads, 16);
-  EXPECT_EQ(bare->vision.image_size, 336);
-  EXPECT_EQ(bare->vision.patch_size, 14);
-  EXPECT_EQ(bare->vision.projection_dim, 768);
+  EXPECT_EQ(Sizes(bare->vision), (std::vector<int>{1024, 4096, 24, 16, 3, 336, 14, 768}));
   EXPECT_EQ(bare->text.vocab_size, 32000);
   EXPECT_EQ(bare->text.max_position_embeddings, 2048);
   EXPECT_EQ(bare->text.rms_norm_eps, 1e-6f);
@@ -131,13 +134,7 @@ TEST(LlavaConfigTest, AbsentVisionConfigGetsLlavaDefaultsPartialGetsClipDefaults
 
   auto partial = Parse(R"({"model_type": "llava", "vision_config": {"hidden_size": 96}})");
   ASSERT_TRUE(partial.ok()) << partial.status();
-  EXPECT_EQ(partial->vision.hidden_size, 96);
-  EXPECT_EQ(partial->vision.intermediate_size, 3072);
-  EXPECT_EQ(partial->vision.num_hidden_layers, 12);
-  EXPECT_EQ(partial->vision.num_attention_heads, 12);
-  EXPECT_EQ(partial->vision.image_size, 224);
-  EXPECT_EQ(partial->vision.patch_size, 32);
-  EXPECT_EQ(partial->vision.projection_dim, 512);
+  EXPECT_EQ(Sizes(partial->vision), (std::vector<int>{96, 3072, 12, 12, 3, 224, 32, 512}));
   EXPECT_EQ(partial->num_visual_tokens(), 49);
   EXPECT_EQ(partial->image_seq_length, 49);  // follows the geometry when not given
   EXPECT_EQ(partial->vision_layers_used(), 11);
@@ -228,24 +225,11 @@ TEST(LlavaConfigTest, JsonRoundTripKeepsEveryField) {
   const std::string json = LlavaConfigToJson(c);
   auto back = Parse(json);
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << json;
-  EXPECT_EQ(back->vision.hidden_size, c.vision.hidden_size);
-  EXPECT_EQ(back->vision.intermediate_size, c.vision.intermediate_size);
-  EXPECT_EQ(back->vision.num_hidden_layers, c.vision.num_hidden_layers);
-  EXPECT_EQ(back->vision.num_attention_heads, c.vision.num_attention_heads);
+  EXPECT_EQ(Sizes(back->vision), Sizes(c.vision));
   EXPECT_EQ(back->vision.num_channels, 1);
-  EXPECT_EQ(back->vision.image_size, c.vision.image_size);
-  EXPECT_EQ(back->vision.patch_size, c.vision.patch_size);
-  EXPECT_EQ(back->vision.projection_dim, c.vision.projection_dim);
   EXPECT_EQ(back->vision.layer_norm_eps, 1e-6f);
   EXPECT_EQ(back->vision.hidden_act, "gelu");
-  EXPECT_EQ(back->text.vocab_size, c.text.vocab_size);
-  EXPECT_EQ(back->text.hidden_size, c.text.hidden_size);
-  EXPECT_EQ(back->text.intermediate_size, c.text.intermediate_size);
-  EXPECT_EQ(back->text.num_hidden_layers, c.text.num_hidden_layers);
-  EXPECT_EQ(back->text.num_attention_heads, c.text.num_attention_heads);
-  EXPECT_EQ(back->text.num_key_value_heads, c.text.num_key_value_heads);
-  EXPECT_EQ(back->text.head_dim, c.text.head_dim);
-  EXPECT_EQ(back->text.max_position_embeddings, c.text.max_position_embeddings);
+  EXPECT_EQ(Sizes(back->text), Sizes(c.text));
   EXPECT_EQ(back->text.bos_token_id, 3);
   EXPECT_EQ(back->text.eos_token_id, 4);
   EXPECT_EQ(back->text.pad_token_id, 0);
@@ -315,54 +299,57 @@ TEST(LlavaConfigErrorTest, UnknownArchitecture) {
 }
 
 TEST(LlavaConfigErrorTest, WrongTypes) {
-  ExpectError(ParsePatched(R"({"text_config": {"hidden_size": "4096"}})"),
-              "text_config.hidden_size is a JSON string (\"4096\"), expected an integer");
-  ExpectError(ParsePatched(R"({"vision_config": {"layer_norm_eps": "1e-5"}})"),
-              "vision_config.layer_norm_eps is a JSON string");
-  ExpectError(ParsePatched(R"({"text_config": {"num_hidden_layers": 32.5}})"),
-              "num_hidden_layers is a JSON number (32.5), expected an integer");
-  ExpectError(ParsePatched(R"({"multimodal_projector_bias": 1})"),
-              "multimodal_projector_bias is a JSON number (1), expected true or false");
-  ExpectError(ParsePatched(R"({"text_config": [1]})"), "text_config is a JSON array");
-  ExpectError(ParsePatched(R"({"architectures": "LlavaForConditionalGeneration"})"),
-              "architectures is a JSON string");
-  ExpectError(ParsePatched(R"({"text_config": {"vocab_size": 99999999999}})"),
-              "vocab_size = 99999999999 is out of range");
-  ExpectError(ParsePatched(R"({"text_config": {"rope_theta": 1e300}})"),
-              "rope_theta = 1e+300 is out of range for a float");
-  ExpectError(ParsePatched(R"({"vision_feature_layer": [-2, -5]})"),
-              "vision_feature_layer is a list");
+  ExpectPatchErrors({
+      {R"({"text_config": {"hidden_size": "4096"}})",
+       "text_config.hidden_size is a JSON string (\"4096\"), expected an integer"},
+      {R"({"vision_config": {"layer_norm_eps": "1e-5"}})",
+       "vision_config.layer_norm_eps is a JSON string"},
+      {R"({"text_config": {"num_hidden_layers": 32.5}})",
+       "num_hidden_layers is a JSON number (32.5), expected an integer"},
+      {R"({"multimodal_projector_bias": 1})",
+       "multimodal_projector_bias is a JSON number (1), expected true or false"},
+      {R"({"text_config": [1]})", "text_config is a JSON array"},
+      {R"({"architectures": "LlavaForConditionalGeneration"})", "architectures is a JSON string"},
+      {R"({"text_config": {"vocab_size": 99999999999}})",
+       "vocab_size = 99999999999 is out of range"},
+      {R"({"text_config": {"rope_theta": 1e300}})",
+       "rope_theta = 1e+300 is out of range for a float"},
+      {R"({"vision_feature_layer": [-2, -5]})", "vision_feature_layer is a list"},
+  });
 }
 
 TEST(LlavaConfigErrorTest, UnsupportedActivationsAndRope) {
-  ExpectError(ParsePatched(R"({"text_config": {"hidden_act": "gelu"}})"),
-              "text_config.hidden_act 'gelu' is not supported (supported: silu)");
-  ExpectError(ParsePatched(R"({"vision_config": {"hidden_act": "relu"}})"),
-              "vision_config.hidden_act 'relu' is not supported");
-  ExpectError(ParsePatched(R"({"projector_hidden_act": "relu"})"),
-              "projector_hidden_act 'relu' is not supported (supported: gelu, gelu_pytorch_tanh)");
-  ExpectError(ParsePatched(R"({"text_config": {"rope_scaling": {"type": "linear", "factor": 2}}})"),
-              "rope_scaling is not supported");
-  ExpectError(ParsePatched(R"({"text_config": {"rope_parameters": {"rope_type": "yarn"}}})"),
-              "rope_type 'yarn' is not supported");
+  ExpectPatchErrors({
+      {R"({"text_config": {"hidden_act": "gelu"}})",
+       "text_config.hidden_act 'gelu' is not supported (supported: silu)"},
+      {R"({"vision_config": {"hidden_act": "relu"}})",
+       "vision_config.hidden_act 'relu' is not supported"},
+      {R"({"projector_hidden_act": "relu"})",
+       "projector_hidden_act 'relu' is not supported (supported: gelu, gelu_pytorch_tanh)"},
+      {R"({"text_config": {"rope_scaling": {"type": "linear", "factor": 2}}})",
+       "rope_scaling is not supported"},
+      {R"({"text_config": {"rope_parameters": {"rope_type": "yarn"}}})",
+       "rope_type 'yarn' is not supported"},
+  });
 }
 
 TEST(LlavaConfigErrorTest, InconsistentDimensions) {
-  ExpectError(ParsePatched(R"({"text_config": {"num_attention_heads": 30}})"),
-              "num_attention_heads (30) must divide hidden_size (4096)");
-  ExpectError(ParsePatched(R"({"text_config": {"num_key_value_heads": 5}})"),
-              "num_key_value_heads (5) must divide num_attention_heads (32)");
-  ExpectError(ParsePatched(R"({"vision_config": {"num_attention_heads": 3}})"),
-              "vision_config.num_attention_heads (3) must divide hidden_size (1024)");
-  ExpectError(ParsePatched(R"({"vision_config": {"image_size": 330}})"),
-              "image_size (330) must be divisible by patch_size (14)");
-  ExpectError(ParsePatched(R"({"text_config": {"head_dim": 7}})"), "head_dim (7) must be even");
-  ExpectError(ParsePatched(R"({"text_config": {"intermediate_size": 0}})"),
-              "text_config.intermediate_size = 0 must be positive");
-  ExpectError(ParsePatched(R"({"vision_config": {"patch_size": -14}})"),
-              "vision_config.patch_size = -14 must be positive");
-  ExpectError(ParsePatched(R"({"text_config": {"eos_token_id": 40000}})"),
-              "eos_token_id = 40000 is outside [0, 32064)");
+  ExpectPatchErrors({
+      {R"({"text_config": {"num_attention_heads": 30}})",
+       "num_attention_heads (30) must divide hidden_size (4096)"},
+      {R"({"text_config": {"num_key_value_heads": 5}})",
+       "num_key_value_heads (5) must divide num_attention_heads (32)"},
+      {R"({"vision_config": {"num_attention_heads": 3}})",
+       "vision_config.num_attention_heads (3) must divide hidden_size (1024)"},
+      {R"({"vision_config": {"image_size": 330}})",
+       "image_size (330) must be divisible by patch_size (14)"},
+      {R"({"text_config": {"head_dim": 7}})", "head_dim (7) must be even"},
+      {R"({"text_config": {"intermediate_size": 0}})",
+       "text_config.intermediate_size = 0 must be positive"},
+      {R"({"vision_config": {"patch_size": -14}})",
+       "vision_config.patch_size = -14 must be positive"},
+      {R"({"text_config": {"eos_token_id": 40000}})", "eos_token_id = 40000 is outside [0, 32064)"},
+  });
 }
 
 // Found by tests/fuzz/config_fuzz: the default image_seq_length was computed from the geometry
@@ -388,7 +375,8 @@ TEST(LlavaConfigErrorTest, LayerCountsAreBoundedBeforeTheFeatureLayerIsChecked) 
   ExpectError(ParsePatched(R"({"text_config": {"num_hidden_layers": 5000}})"),
               "text_config.num_hidden_layers 5000 is over 4096");
   EXPECT_TRUE(ParsePatched(R"({"vision_config": {"num_hidden_layers": 4096},
-                               "vision_feature_layer": -4097})").ok());
+                               "vision_feature_layer": -4097})")
+                  .ok());
 }
 
 TEST(LlavaConfigErrorTest, FeatureLayerAndStrategy) {

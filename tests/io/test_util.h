@@ -6,12 +6,11 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "runtime/io/config.h"
+#include "tests/common/files.h"
 
 namespace hap::testing {
 
@@ -36,19 +35,6 @@ class ScratchDir {
  private:
   std::string path_;
 };
-
-inline void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  ASSERT_TRUE(out.good()) << path;
-}
-
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A safetensors file from a literal header and data section (no padding, no validation), for
 // crafting broken files.

@@ -408,119 +408,115 @@ TEST(LlavaWeightsTest, UnalignedF32IsCopied) {
 
 // ---- bad checkpoints ----------------------------------------------------------------------
 
-TEST(LlavaWeightsErrorTest, MissingTensor) {
-  ScratchDir dir;
-  const LlavaConfig cfg = TinyConfig();
-  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 1, DType::kF32, 1).ok());
-  RewriteF32(dir / "model.safetensors",
+// TinyConfig()'s random checkpoint (seed 1) in a scratch directory, for the tests of what Load
+// rejects.
+class LlavaWeightsErrorTest : public ::testing::Test {
+ protected:
+  absl::Status WriteCheckpoint(int shards, DType dtype = DType::kF32) {
+    return WriteRandomLlavaCheckpoint(cfg_, dir_.path(), 1, dtype, shards);
+  }
+  // Load fails with `code`, its message containing `fragment`.
+  void ExpectLoadFails(absl::StatusCode code, const std::string& fragment) {
+    ExpectStatus(LlavaWeights::Load(dir_.path(), cfg_), code, fragment);
+  }
+
+  ScratchDir dir_;
+  LlavaConfig cfg_ = TinyConfig();
+};
+
+TEST_F(LlavaWeightsErrorTest, MissingTensor) {
+  ASSERT_TRUE(WriteCheckpoint(1).ok());
+  RewriteF32(dir_ / "model.safetensors",
              [](TensorMap& t) { t.erase("language_model.model.layers.1.mlp.up_proj.weight"); });
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kNotFound,
-               "model.safetensors: tensor 'language_model.model.layers.1.mlp.up_proj.weight' "
-               "[48, 32] is missing");
+  ExpectLoadFails(absl::StatusCode::kNotFound,
+                  "model.safetensors: tensor 'language_model.model.layers.1.mlp.up_proj.weight' "
+                  "[48, 32] is missing");
 }
 
-TEST(LlavaWeightsErrorTest, ShapeMismatch) {
-  ScratchDir dir;
-  LlavaConfig cfg = TinyConfig();
-  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 1, DType::kF16, 2).ok());
-  cfg.text.intermediate_size = 64;
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kInvalidArgument,
-               ".safetensors: tensor 'language_model.model.layers.0.mlp.gate_proj.weight': "
-               "shape [48, 32], expected [64, 32]");
+TEST_F(LlavaWeightsErrorTest, ShapeMismatch) {
+  ASSERT_TRUE(WriteCheckpoint(2, DType::kF16).ok());
+  cfg_.text.intermediate_size = 64;
+  ExpectLoadFails(absl::StatusCode::kInvalidArgument,
+                  ".safetensors: tensor 'language_model.model.layers.0.mlp.gate_proj.weight': "
+                  "shape [48, 32], expected [64, 32]");
 }
 
-TEST(LlavaWeightsErrorTest, IndexNamesMissingShard) {
-  ScratchDir dir;
-  const LlavaConfig cfg = TinyConfig();
-  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 1, DType::kF32, 2).ok());
-  std::filesystem::remove(dir / "model-00002-of-00002.safetensors");
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kNotFound,
-               "model.safetensors.index.json: shard 'model-00002-of-00002.safetensors' (named "
-               "for tensor '");
+TEST_F(LlavaWeightsErrorTest, IndexNamesMissingShard) {
+  ASSERT_TRUE(WriteCheckpoint(2).ok());
+  std::filesystem::remove(dir_ / "model-00002-of-00002.safetensors");
+  ExpectLoadFails(absl::StatusCode::kNotFound,
+                  "model.safetensors.index.json: shard 'model-00002-of-00002.safetensors' (named "
+                  "for tensor '");
 }
 
 // A shard name longer than the file system allows (found by safetensors_index_fuzz) is a missing
 // shard, not an exception out of std::filesystem.
-TEST(LlavaWeightsErrorTest, ShardNameTooLongForTheFileSystem) {
-  ScratchDir dir;
-  const LlavaConfig cfg = TinyConfig();
-  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 1, DType::kF32, 2).ok());
+TEST_F(LlavaWeightsErrorTest, ShardNameTooLongForTheFileSystem) {
+  ASSERT_TRUE(WriteCheckpoint(2).ok());
   const std::string shard = std::string(300, 'x') + ".safetensors";
-  WriteFile(dir / "model.safetensors.index.json",
+  WriteFile(dir_ / "model.safetensors.index.json",
             nlohmann::json{{"weight_map", {{"language_model.model.norm.weight", shard}}}}.dump());
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kNotFound,
-               "shard '" + shard + "' (named for tensor 'language_model.model.norm.weight') "
-               "does not exist");
+  const std::string named = "' (named for tensor 'language_model.model.norm.weight')";
+  ExpectLoadFails(absl::StatusCode::kNotFound, "shard '" + shard + named + " does not exist");
   // A model directory path that is too long is likewise "not found".
-  ExpectStatus(LlavaWeights::Load(dir.path() + "/" + std::string(300, 'y'), cfg),
+  ExpectStatus(LlavaWeights::Load(dir_.path() + "/" + std::string(300, 'y'), cfg_),
                absl::StatusCode::kNotFound, "neither model.safetensors nor");
 }
 
-TEST(LlavaWeightsErrorTest, TensorMissingFromItsShard) {
-  ScratchDir dir;
-  const LlavaConfig cfg = TinyConfig();
-  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 1, DType::kF32, 2).ok());
-  auto index = nlohmann::json::parse(ReadFile(dir / "model.safetensors.index.json"));
+TEST_F(LlavaWeightsErrorTest, TensorMissingFromItsShard) {
+  ASSERT_TRUE(WriteCheckpoint(2).ok());
+  auto index = nlohmann::json::parse(ReadFile(dir_ / "model.safetensors.index.json"));
   const std::string name = "language_model.model.norm.weight";
   ASSERT_EQ(index["weight_map"][name], "model-00002-of-00002.safetensors");
   index["weight_map"][name] = "model-00001-of-00002.safetensors";
-  WriteFile(dir / "model.safetensors.index.json", index.dump());
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kNotFound,
-               "tensor 'language_model.model.norm.weight' is missing from its shard "
-               "'model-00001-of-00002.safetensors'");
+  WriteFile(dir_ / "model.safetensors.index.json", index.dump());
+  ExpectLoadFails(absl::StatusCode::kNotFound,
+                  "tensor 'language_model.model.norm.weight' is missing from its shard "
+                  "'model-00001-of-00002.safetensors'");
 }
 
-TEST(LlavaWeightsErrorTest, TensorInTwoShards) {
-  ScratchDir dir;
-  const LlavaConfig cfg = TinyConfig();
-  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 1, DType::kF32, 2).ok());
-  const auto first = ReadAll(dir / "model-00001-of-00002.safetensors");
+TEST_F(LlavaWeightsErrorTest, TensorInTwoShards) {
+  ASSERT_TRUE(WriteCheckpoint(2).ok());
+  const auto first = ReadAll(dir_ / "model-00001-of-00002.safetensors");
   const std::string dup = "vision_tower.vision_model.embeddings.class_embedding";
   ASSERT_TRUE(first.count(dup));
-  RewriteF32(dir / "model-00002-of-00002.safetensors",
+  RewriteF32(dir_ / "model-00002-of-00002.safetensors",
              [&](TensorMap& t) { t[dup] = first.at(dup); });
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kInvalidArgument,
-               "tensor '" + dup + "' appears twice");
+  ExpectLoadFails(absl::StatusCode::kInvalidArgument, "tensor '" + dup + "' appears twice");
 }
 
-TEST(LlavaWeightsErrorTest, BothNamingConventionsForOneTensor) {
-  ScratchDir dir;
-  const LlavaConfig cfg = TinyConfig();
-  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 1, DType::kF32, 1).ok());
-  RewriteF32(dir / "model.safetensors",
+TEST_F(LlavaWeightsErrorTest, BothNamingConventionsForOneTensor) {
+  ASSERT_TRUE(WriteCheckpoint(1).ok());
+  RewriteF32(dir_ / "model.safetensors",
              [](TensorMap& t) { t["lm_head.weight"] = t.at("language_model.lm_head.weight"); });
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kInvalidArgument,
-               "tensor 'language_model.lm_head.weight' appears twice: as '");
+  ExpectLoadFails(absl::StatusCode::kInvalidArgument,
+                  "tensor 'language_model.lm_head.weight' appears twice: as '");
 }
 
-TEST(LlavaWeightsErrorTest, BadIndexFiles) {
-  ScratchDir dir;
-  const LlavaConfig cfg = TinyConfig();
-  ASSERT_TRUE(WriteRandomLlavaCheckpoint(cfg, dir.path(), 1, DType::kF32, 2).ok());
-  const std::string index = dir / "model.safetensors.index.json";
+TEST_F(LlavaWeightsErrorTest, BadIndexFiles) {
+  ASSERT_TRUE(WriteCheckpoint(2).ok());
+  const std::string index = dir_ / "model.safetensors.index.json";
   WriteFile(index, "{\"weight_map\": ");
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kInvalidArgument,
-               "model.safetensors.index.json: malformed JSON");
+  ExpectLoadFails(absl::StatusCode::kInvalidArgument,
+                  "model.safetensors.index.json: malformed JSON");
   WriteFile(index, R"({"weight_map": ["a"]})");
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kInvalidArgument,
-               "expected an object with a \"weight_map\" object");
+  ExpectLoadFails(absl::StatusCode::kInvalidArgument,
+                  "expected an object with a \"weight_map\" object");
   WriteFile(index, R"({"metadata": 5, "weight_map": {"x": "model-00001-of-00002.safetensors"}})");
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kInvalidArgument,
-               "\"metadata\" is a JSON number, expected an object");
+  ExpectLoadFails(absl::StatusCode::kInvalidArgument,
+                  "\"metadata\" is a JSON number, expected an object");
   WriteFile(index, R"({"weight_map": {"x": "../model-00001-of-00002.safetensors"}})");
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kInvalidArgument,
-               "weight_map['x'] is \"../model-00001-of-00002.safetensors\", expected a file "
-               "name in the same folder");
+  ExpectLoadFails(absl::StatusCode::kInvalidArgument,
+                  "weight_map['x'] is \"../model-00001-of-00002.safetensors\", expected a file "
+                  "name in the same folder");
 }
 
-TEST(LlavaWeightsErrorTest, NoCheckpointOrBrokenFile) {
-  ScratchDir dir;
-  const LlavaConfig cfg = TinyConfig();
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kNotFound,
-               "neither model.safetensors nor model.safetensors.index.json exists");
-  WriteFile(dir / "model.safetensors", "short");
-  ExpectStatus(LlavaWeights::Load(dir.path(), cfg), absl::StatusCode::kInvalidArgument,
-               "model.safetensors: file is 5 bytes, too short");
+TEST_F(LlavaWeightsErrorTest, NoCheckpointOrBrokenFile) {
+  ExpectLoadFails(absl::StatusCode::kNotFound,
+                  "neither model.safetensors nor model.safetensors.index.json exists");
+  WriteFile(dir_ / "model.safetensors", "short");
+  ExpectLoadFails(absl::StatusCode::kInvalidArgument,
+                  "model.safetensors: file is 5 bytes, too short");
 }
 
 }  // namespace

@@ -16,11 +16,12 @@
 #include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/linear.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cpu/prune/attention_rows.h"
 #include "kernels/cpu/prune/paq.h"
 #include "kernels/cpu/prune/paq_softmax.h"
 #include "kernels/cpu/prune/visionzip_merge.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/kernels/attention_args.h"
 #include "tests/kernels/backends.h"
 
 namespace hap {
@@ -54,7 +55,8 @@ class On {
 double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-3) {
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::fabs(double{a[i]} - b[i]) / std::max(floor, std::fabs(double{b[i]})));
+    worst =
+        std::max(worst, std::fabs(double{a[i]} - b[i]) / std::max(floor, std::fabs(double{b[i]})));
   }
   return worst;
 }
@@ -74,34 +76,36 @@ TEST_P(BackendTest, LinearOnEveryWeightDtypeAndRowCount) {
       ConvertToF32(dtype, bits.data(), w.data(), w.size());
     }
     TensorView host_view{dtype == DType::kF32 ? static_cast<const void*>(w.data()) : bits.data(),
-                         dtype, Device::kCpu, {n, k}};
+                         dtype,
+                         Device::kCpu,
+                         {n, k}};
     BackendBuffer storage;
     absl::StatusOr<TensorView> view = b().PlaceWeight(host_view, &storage);
     ASSERT_TRUE(view.ok()) << view.status();
     auto bias = Random(n, 2);
     On<float> d_bias(b(), bias);
     for (LinearRows rows : {LinearRows::kIndependent, LinearRows::kOneSequence})
-    for (int m : {1, 5, 40, 200}) {
-      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " m=" << m << " one sequence "
-                                        << (rows == LinearRows::kOneSequence));
-      auto x = Random(size_t(m) * k, 3 + m);
-      std::vector<float> ref(size_t(m) * n);
-      On<float> d_x(b(), x), d_y(b(), ref.size());
-      ASSERT_TRUE(b().Linear(d_x.p(), *view, d_bias.p(), d_y.p(), m, rows).ok());
-      const std::vector<float> y = d_y.Host();
-      // Products on BF16 weights round x to BF16 where the CPU has BF16 dot products, and the
-      // CUDA backend rounds x to the weights' narrow type (cuBLAS multiplies one type): the
-      // reference then takes the rounded x; either way the sum must match to F32 rounding.
-      std::vector<float> x_ref = x;
-      const bool cuda = b().device() == Device::kCuda;
-      if (dtype != DType::kF32 && (cuda || (dtype == DType::kBF16 && cpu::HasBf16DotProduct()))) {
-        for (float& v : x_ref) {
-          v = dtype == DType::kBF16 ? BF16ToF32(F32ToBF16(v)) : F16ToF32(F32ToF16(v));
+      for (int m : {1, 5, 40, 200}) {
+        SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " m=" << m << " one sequence "
+                                          << (rows == LinearRows::kOneSequence));
+        auto x = Random(size_t(m) * k, 3 + m);
+        std::vector<float> ref(size_t(m) * n);
+        On<float> d_x(b(), x), d_y(b(), ref.size());
+        ASSERT_TRUE(b().Linear(d_x.p(), *view, d_bias.p(), d_y.p(), m, rows).ok());
+        const std::vector<float> y = d_y.Host();
+        // Products on BF16 weights round x to BF16 where the CPU has BF16 dot products, and the
+        // CUDA backend rounds x to the weights' narrow type (cuBLAS multiplies one type): the
+        // reference then takes the rounded x; either way the sum must match to F32 rounding.
+        std::vector<float> x_ref = x;
+        const bool cuda = b().device() == Device::kCuda;
+        if (dtype != DType::kF32 && (cuda || (dtype == DType::kBF16 && cpu::HasBf16DotProduct()))) {
+          for (float& v : x_ref) {
+            v = dtype == DType::kBF16 ? BF16ToF32(F32ToBF16(v)) : F16ToF32(F32ToF16(v));
+          }
         }
+        cpu::LinearReference(x_ref.data(), w.data(), bias.data(), ref.data(), m, k, n);
+        EXPECT_LT(MaxRelDiff(y, ref, 0.1), 1e-4);
       }
-      cpu::LinearReference(x_ref.data(), w.data(), bias.data(), ref.data(), m, k, n);
-      EXPECT_LT(MaxRelDiff(y, ref, 0.1), 1e-4);
-    }
   }
 }
 
@@ -166,7 +170,8 @@ TEST_P(BackendTest, NormsActivationsAndAdd) {
     mean /= d;
     for (int i = 0; i < d; ++i) var += (x[r * d + i] - mean) * (x[r * d + i] - mean);
     const double inv = 1.0 / std::sqrt(var / d + 1e-5);
-    for (int i = 0; i < d; ++i) ref[r * d + i] = static_cast<float>((x[r * d + i] - mean) * inv * w[i] + bias[i]);
+    for (int i = 0; i < d; ++i)
+      ref[r * d + i] = static_cast<float>((x[r * d + i] - mean) * inv * w[i] + bias[i]);
   }
   EXPECT_LT(MaxRelDiff(y, ref), 1e-5);
 
@@ -191,7 +196,8 @@ TEST_P(BackendTest, NormsActivationsAndAdd) {
   On<float> d_up(b(), up), d_g(b(), x);
   ASSERT_TRUE(b().SiluMul(d_g.p(), d_up.p(), static_cast<int64_t>(x.size())).ok());
   y = d_g.Host();
-  for (size_t i = 0; i < x.size(); ++i) ref[i] = static_cast<float>(x[i] / (1 + std::exp(-double{x[i]})) * up[i]);
+  for (size_t i = 0; i < x.size(); ++i)
+    ref[i] = static_cast<float>(x[i] / (1 + std::exp(-double{x[i]})) * up[i]);
   EXPECT_LT(MaxRelDiff(y, ref), 1e-5);
   On<float> d_sum(b(), x);
   ASSERT_TRUE(b().Add(d_sum.p(), d_up.p(), static_cast<int64_t>(x.size())).ok());
@@ -224,21 +230,12 @@ TEST_P(BackendTest, RopeUsesEachRowsPositionId) {
 
 TEST_P(BackendTest, AttentionWithLogSumExpAndDecodeOverSpans) {
   const int n = 19, heads = 4, kv_heads = 2, hd = 16;
-  auto q = Random(n * heads * hd, 9), k = Random(n * kv_heads * hd, 10), v = Random(n * kv_heads * hd, 11);
+  auto q = Random(n * heads * hd, 9), k = Random(n * kv_heads * hd, 10),
+       v = Random(n * kv_heads * hd, 11);
   std::vector<float> ref(q.size()), lse_ref(heads * n);
   On<float> d_q(b(), q), d_k(b(), k), d_v(b(), v), d_out(b(), q.size()), d_lse(b(), heads * n);
-  AttentionArgs a;
-  a.q = d_q.p();
-  a.k = d_k.p();
-  a.v = d_v.p();
-  a.n_q = a.n_kv = n;
-  a.n_heads = heads;
-  a.n_kv_heads = kv_heads;
-  a.head_dim = hd;
-  a.scale = 0.25f;
-  a.causal = true;
-  a.out = d_out.p();
-  a.lse = d_lse.p();
+  AttentionArgs a = testing_support::SelfAttention(d_q.p(), d_k.p(), d_v.p(), d_out.p(), d_lse.p(),
+                                                   n, heads, kv_heads, hd, 0.25f, /*causal=*/true);
   ASSERT_TRUE(b().Attention(a).ok());
   const std::vector<float> out = d_out.Host(), lse = d_lse.Host();
   a.q = q.data();
@@ -255,17 +252,11 @@ TEST_P(BackendTest, AttentionWithLogSumExpAndDecodeOverSpans) {
   for (int r = 0; r < n; r += 7) {
     spans.push_back({d_k.p() + r * kv_heads * hd, d_v.p() + r * kv_heads * hd, std::min(7, n - r)});
   }
-  DecodeAttentionArgs d;
-  d.q = d_q.p() + (n - 1) * heads * hd;
-  d.spans = spans.data();
-  d.n_spans = static_cast<int>(spans.size());
-  d.kv_dtype = DType::kF32;
   On<float> d_one(b(), heads * hd);
+  DecodeAttentionArgs d = testing_support::DecodeOverSpans(d_q.p() + (n - 1) * heads * hd, spans,
+                                                           /*span_begin=*/nullptr, /*n_seqs=*/1,
+                                                           DType::kF32, heads, kv_heads, hd, 0.25f);
   d.out = d_one.p();
-  d.n_heads = heads;
-  d.n_kv_heads = kv_heads;
-  d.head_dim = hd;
-  d.scale = 0.25f;
   ASSERT_TRUE(b().DecodeAttention(d).ok());
   const std::vector<float> one = d_one.Host();
   std::vector<float> last(ref.end() - heads * hd, ref.end());
@@ -294,17 +285,8 @@ TEST_P(BackendTest, DecodeAttentionIsTheSameForAnyRowBoundAndInItsOwnWorkspace) 
     at += rows[s];
     span_begin.push_back(static_cast<int>(spans.size()));
   }
-  DecodeAttentionArgs d;
-  d.q = d_q.p();
-  d.spans = spans.data();
-  d.n_spans = static_cast<int>(spans.size());
-  d.span_begin = span_begin.data();
-  d.n_seqs = n_seqs;
-  d.kv_dtype = DType::kF32;
-  d.n_heads = heads;
-  d.n_kv_heads = kv_heads;
-  d.head_dim = hd;
-  d.scale = 0.2f;
+  DecodeAttentionArgs d = testing_support::DecodeOverSpans(
+      d_q.p(), spans, span_begin.data(), n_seqs, DType::kF32, heads, kv_heads, hd, 0.2f);
   auto run = [&](const DecodeAttentionArgs& args) {
     On<float> out(b(), size_t{n_seqs} * heads * hd);
     DecodeAttentionArgs a = args;
@@ -366,14 +348,8 @@ TEST_P(BackendTest, PruningOpsAgreeWithTheirDefinitions) {
   const int n_text = 3, n_vis = 6, heads = 2, hd = 8;
   auto q = Random(n_text * heads * hd, 12), k = Random(n_vis * heads * hd, 13);
   On<float> d_q(b(), q), d_k(b(), k);
-  TextVisualAttentionArgs t;
-  t.q_text = d_q.p();
-  t.k_vis = d_k.p();
-  t.n_text = n_text;
-  t.n_vis = n_vis;
-  t.n_heads = t.n_kv_heads = heads;
-  t.head_dim = hd;
-  t.scale = 0.35f;
+  TextVisualAttentionArgs t = testing_support::TextVisualRows(
+      d_q.p(), d_k.p(), /*lse=*/nullptr, n_text, n_vis, heads, heads, hd, 0.35f, /*out=*/nullptr);
   std::vector<float> ref(heads * n_text * n_vis);
   On<float> d_maps(b(), ref.size());
   On<double> d_entropy(b(), heads * n_text);
@@ -468,15 +444,9 @@ TEST_P(BackendTest, VisionZipOpsAgreeWithTheirDefinitions) {
   std::copy(k.begin() + 4 * kw, k.begin() + 5 * kw, k.begin() + 9 * kw);  // token 9 = token 4
   std::fill(k.begin() + 6 * kw, k.begin() + 7 * kw, 0.f);                 // token 6: zero key
   On<float> d_q(b(), q), d_k(b(), k), d_hid(b(), hid), d_heads(b(), heads * n), d_cls(b(), n);
-  TextVisualAttentionArgs t;
-  t.q_text = d_q.p();
-  t.k_vis = d_k.p();
-  t.n_text = 1;
-  t.n_vis = n;
-  t.n_heads = t.n_kv_heads = heads;
-  t.head_dim = hd;
-  t.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  t.out = d_heads.p();
+  const TextVisualAttentionArgs t = testing_support::TextVisualRows(
+      d_q.p(), d_k.p(), /*lse=*/nullptr, /*n_text=*/1, n, heads, heads, hd,
+      1.f / std::sqrt(static_cast<float>(hd)), d_heads.p());
   ASSERT_TRUE(b().pruning().TextVisualAttention(t).ok());
   On<float> ones(b(), std::vector<float>(heads, 1.f));
   ASSERT_TRUE(b().pruning().WeightedSumContiguous(d_heads.p(), ones.p(), heads, n, d_cls.p()).ok());
@@ -499,17 +469,16 @@ TEST_P(BackendTest, VisionZipOpsAgreeWithTheirDefinitions) {
   }
 
   const std::vector<int> targets = {4, 9, 15}, sources = {1, 2, 3, 5, 6, 7, 8, 10, 20, 22};
-  VisionZipMergeArgs m;
-  m.k = k.data();
-  m.hidden = hid.data();
-  m.n_tokens = n;
-  m.n_heads = heads;
-  m.head_dim = hd;
-  m.d_model = d;
-  m.targets = targets.data();
-  m.n_targets = 3;
-  m.sources = sources.data();
-  m.n_sources = 10;
+  VisionZipMergeArgs m{.k = k.data(),
+                       .hidden = hid.data(),
+                       .n_tokens = n,
+                       .n_heads = heads,
+                       .head_dim = hd,
+                       .d_model = d,
+                       .targets = targets.data(),
+                       .n_targets = 3,
+                       .sources = sources.data(),
+                       .n_sources = 10};
   std::vector<float> want(3 * d);
   std::vector<int> want_count(3);
   m.out = want.data();
@@ -548,8 +517,8 @@ TEST_P(BackendTest, VisionZipOpsAgreeWithTheirDefinitions) {
 // caller that copies the scalars out sees it.
 TEST_P(BackendTest, AMapThatIsNoDistributionIsRefusedOrFlaggedNaN) {
   const int n_text = 2, n_vis = 3;
-  std::vector<float> maps = {0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.8f,    // map 0: rows sum to 1
-                             0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.3f};   // map 1: row 1 sums to 0.5
+  std::vector<float> maps = {0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.8f,   // map 0: rows sum to 1
+                             0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.3f};  // map 1: row 1 sums to 0.5
   On<float> d_maps(b(), maps), d_paq(b(), 2), d_wts(b(), 2);
   const absl::Status paq = b().pruning().Paq(d_maps.p(), 2, n_text, n_vis, d_paq.p());
   if (b().device() == Device::kCpu) {
@@ -571,9 +540,9 @@ TEST_P(BackendTest, SamplingOpsAgreeWithTheSamplersOrder) {
   const int rows = 4, n = 300, k = 20;
   std::vector<float> x = Random(rows * n, 41, 6.f);
   for (int i = 0; i < n; ++i) x[n + i] = std::floor(x[n + i]);  // row 1: 13 levels, many ties
-  x[n + 17] = x[n + 250] = 9.f;                                   // row 1: a tied maximum
-  x[2 * n + 0] = NAN;                                             // row 2: NaN first
-  x[3 * n + 5] = -0.f;                                            // row 3: −0 among others
+  x[n + 17] = x[n + 250] = 9.f;                                 // row 1: a tied maximum
+  x[2 * n + 0] = NAN;                                           // row 2: NaN first
+  x[3 * n + 5] = -0.f;                                          // row 3: −0 among others
   x[3 * n + 3] = 0.f;
   for (int i = 0; i < n; ++i) {
     if (i != 3 && i != 5) x[3 * n + i] = -1.f - (i % 7);
@@ -593,15 +562,14 @@ TEST_P(BackendTest, SamplingOpsAgreeWithTheSamplersOrder) {
   std::vector<float> values(rows * k);
   std::vector<int32_t> top(rows * k);
   std::vector<double> sums(rows);
-  TopLogitsArgs a;
-  a.logits = d_x.p();
-  a.rows = rows;
-  a.n = n;
-  a.k = k;
-  a.temperature = temperature.data();
-  a.values = values.data();
-  a.ids = top.data();
-  a.row_sum = sums.data();
+  TopLogitsArgs a{.logits = d_x.p(),
+                  .rows = rows,
+                  .n = n,
+                  .k = k,
+                  .temperature = temperature.data(),
+                  .values = values.data(),
+                  .ids = top.data(),
+                  .row_sum = sums.data()};
   ASSERT_TRUE(b().TopLogits(a).ok());
   for (int r = 0; r < rows; ++r) {
     const float* row = x.data() + r * n;

@@ -14,6 +14,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/emulation_counts.h"
+#include "tests/kernels/attention_args.h"
 
 namespace hap {
 namespace {
@@ -154,16 +155,9 @@ TEST(BackendGraph, AReplayIsRefusedOnAnotherThreadAndOnceTheScratchMoved) {
   BackendArray<float> q(b), k(b), v(b), out(b);
   for (BackendArray<float>* a : {&q, &k, &v, &out})
     ASSERT_TRUE(a->Assign(host.data(), host.size()).ok());
-  AttentionArgs a;
-  a.q = q.data();
-  a.k = k.data();
-  a.v = v.data();
-  a.out = out.data();
-  a.n_q = a.n_kv = kRows;
-  a.n_heads = a.n_kv_heads = kHeads;
-  a.head_dim = kHd;
-  a.scale = 0.2f;
-  a.causal = true;
+  AttentionArgs a =
+      testing_support::SelfAttention(q.data(), k.data(), v.data(), out.data(), /*lse=*/nullptr,
+                                     kRows, kHeads, kHeads, kHd, 0.2f, /*causal=*/true);
   a.operands = DType::kBF16;
   ASSERT_TRUE(b.Attention(a).ok());  // the scratch grows to what the op needs, before the capture
   absl::StatusOr<std::unique_ptr<BackendGraph>> graph = b.Capture([&] { return b.Attention(a); });

@@ -2,8 +2,8 @@
 // included), compares with a plain reference at atol + rtol·|ref|, reports the worst element,
 // and fails on NaN/Inf or on writes into the guard zones around every output buffer.
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -17,6 +17,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
+#include "tests/kernels/attention_args.h"
 
 namespace hap {
 namespace {
@@ -77,7 +78,7 @@ struct LinearCase {
 };
 
 TEST(KernelsCpu, LinearMatchesReference) {
-  const LinearCase cases[] = {{1, 7, 5, false}, {1, 64, 33, true}, {3, 17, 9, true},
+  const LinearCase cases[] = {{1, 7, 5, false},     {1, 64, 33, true},   {3, 17, 9, true},
                               {17, 64, 129, false}, {128, 96, 64, true}, {577, 33, 31, true}};
   for (const LinearCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "Linear m=" << c.m << " k=" << c.k << " n=" << c.n);
@@ -86,9 +87,9 @@ TEST(KernelsCpu, LinearMatchesReference) {
     auto b = Random(c.n, 3);
     Guarded out(static_cast<size_t>(c.m) * c.n);
     std::vector<float> ref(out.n);
-    ASSERT_TRUE(cpu::Linear(x.data(), w.data(), c.bias ? b.data() : nullptr, out.data(), c.m, c.k,
-                            c.n)
-                    .ok());
+    ASSERT_TRUE(
+        cpu::Linear(x.data(), w.data(), c.bias ? b.data() : nullptr, out.data(), c.m, c.k, c.n)
+            .ok());
     cpu::LinearReference(x.data(), w.data(), c.bias ? b.data() : nullptr, ref.data(), c.m, c.k,
                          c.n);
     EXPECT_TRUE(Close(out.data(), ref.data(), out.n, 1e-4, 1e-4));
@@ -122,14 +123,14 @@ StoredWeight Store(const std::vector<float>& w, DType dtype, int n, int k) {
 // against the double-accumulation reference on the widened weights — on x rounded to BF16 where
 // the BF16 dot-product paths run.
 TEST(KernelsCpu, LinearOnStoredDtypesMatchesReference) {
-  const LinearCase cases[] = {{1, 7, 5, false},    {1, 64, 33, true},   {2, 100, 9, true},
-                              {3, 17, 9, true},    {16, 64, 130, false}, {17, 64, 129, true},
-                              {40, 1024, 300, false}, {128, 96, 70, true},
-                              {129, 96, 70, false},   {577, 33, 31, true}};
+  const LinearCase cases[] = {{1, 7, 5, false},       {1, 64, 33, true},    {2, 100, 9, true},
+                              {3, 17, 9, true},       {16, 64, 130, false}, {17, 64, 129, true},
+                              {40, 1024, 300, false}, {128, 96, 70, true},  {129, 96, 70, false},
+                              {577, 33, 31, true}};
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const LinearCase& c : cases) {
-      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " Linear m=" << c.m
-                                        << " k=" << c.k << " n=" << c.n);
+      SCOPED_TRACE(::testing::Message()
+                   << DTypeName(dtype) << " Linear m=" << c.m << " k=" << c.k << " n=" << c.n);
       auto x = Random(static_cast<size_t>(c.m) * c.k, 11);
       StoredWeight w = Store(Random(static_cast<size_t>(c.n) * c.k, 12, 0.3f), dtype, c.n, c.k);
       auto b = Random(c.n, 13);
@@ -142,8 +143,8 @@ TEST(KernelsCpu, LinearOnStoredDtypesMatchesReference) {
       if (bf16_dot) {
         for (float& v : x_used) v = BF16ToF32(F32ToBF16(v));
       }
-      cpu::LinearReference(x_used.data(), w.widened.data(), c.bias ? b.data() : nullptr,
-                           ref.data(), c.m, c.k, c.n);
+      cpu::LinearReference(x_used.data(), w.widened.data(), c.bias ? b.data() : nullptr, ref.data(),
+                           c.m, c.k, c.n);
       EXPECT_TRUE(Close(out.data(), ref.data(), out.n, 1e-4, 1e-4));
       EXPECT_TRUE(out.GuardsIntact());
     }
@@ -159,12 +160,13 @@ TEST(KernelsCpu, Bf16GemmMatchesReference) {
   struct Case {
     int m, k, n;
   };
-  const Case cases[] = {{1, 2, 1},     {31, 7, 13},  {33, 64, 12}, {64, 33, 97},
-                        {129, 96, 70}, {200, 1, 5},  {577, 130, 203}};
+  const Case cases[] = {{1, 2, 1},     {31, 7, 13}, {33, 64, 12},   {64, 33, 97},
+                        {129, 96, 70}, {200, 1, 5}, {577, 130, 203}};
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "m=" << c.m << " k=" << c.k << " n=" << c.n);
     auto x = Random(static_cast<size_t>(c.m) * c.k, 41);
-    StoredWeight w = Store(Random(static_cast<size_t>(c.n) * c.k, 42, 0.3f), DType::kBF16, c.n, c.k);
+    StoredWeight w =
+        Store(Random(static_cast<size_t>(c.n) * c.k, 42, 0.3f), DType::kBF16, c.n, c.k);
     Guarded out(static_cast<size_t>(c.m) * c.n);
     std::vector<float> ref(out.n);
     cpu::Bf16Gemm(x.data(), c.m, c.k, w.bits.data(), c.n, out.data());
@@ -185,9 +187,9 @@ TEST(KernelsCpu, Bf16GemmRowsDoNotDependOnTheirNeighbours) {
   cpu::Bf16Gemm(x.data(), m, k, w.bits.data(), n, together.data());
   for (int i : {0, 31, 32, 149}) {
     cpu::Bf16Gemm(x.data() + static_cast<size_t>(i) * k, 1, k, w.bits.data(), n, alone.data());
-    EXPECT_EQ(std::memcmp(alone.data(), together.data() + static_cast<size_t>(i) * n,
-                          sizeof(float) * n),
-              0)
+    EXPECT_EQ(
+        std::memcmp(alone.data(), together.data() + static_cast<size_t>(i) * n, sizeof(float) * n),
+        0)
         << "row " << i;
   }
 }
@@ -206,9 +208,9 @@ TEST(KernelsCpu, LinearIsBatchInvariantUpToTheGemvRows) {
       std::vector<float> together(static_cast<size_t>(m) * n), alone(n);
       ASSERT_TRUE(cpu::Linear(x.data(), w.view, nullptr, together.data(), m).ok());
       for (int i = 0; i < m; ++i) {
-        ASSERT_TRUE(cpu::Linear(x.data() + static_cast<size_t>(i) * k, w.view, nullptr,
-                                alone.data(), 1)
-                        .ok());
+        ASSERT_TRUE(
+            cpu::Linear(x.data() + static_cast<size_t>(i) * k, w.view, nullptr, alone.data(), 1)
+                .ok());
         EXPECT_EQ(std::memcmp(alone.data(), together.data() + static_cast<size_t>(i) * n,
                               sizeof(float) * n),
                   0)
@@ -237,8 +239,8 @@ TEST(KernelsCpu, DecodeAttentionMatchesReferenceAndIgnoresTheSplit) {
   struct Case {
     int rows, heads, kv_heads, head_dim;
   };
-  const Case cases[] = {{1, 1, 1, 8}, {17, 4, 2, 16}, {100, 8, 2, 64}, {33, 3, 3, 10},
-                        {600, 4, 1, 128}};
+  const Case cases[] = {
+      {1, 1, 1, 8}, {17, 4, 2, 16}, {100, 8, 2, 64}, {33, 3, 3, 10}, {600, 4, 1, 128}};
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (const Case& c : cases) {
       SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " rows=" << c.rows << " heads="
@@ -257,18 +259,13 @@ TEST(KernelsCpu, DecodeAttentionMatchesReferenceAndIgnoresTheSplit) {
       const int64_t row_bytes = static_cast<int64_t>(c.kv_heads) * c.head_dim * elem;
       auto run = [&](int span_rows, float* out, std::vector<cpu::KvSpan>& spans) {
         for (int r = 0; r < c.rows; r += span_rows) {
-          spans.push_back({kb + r * row_bytes, vb + r * row_bytes, std::min(span_rows, c.rows - r)});
+          spans.push_back(
+              {kb + r * row_bytes, vb + r * row_bytes, std::min(span_rows, c.rows - r)});
         }
-        cpu::DecodeAttentionArgs a;
-        a.q = q.data();
-        a.spans = spans.data();
-        a.n_spans = static_cast<int>(spans.size());
-        a.kv_dtype = dtype;
+        cpu::DecodeAttentionArgs a = testing_support::DecodeOverSpans(
+            q.data(), spans, /*span_begin=*/nullptr, /*n_seqs=*/1, dtype, c.heads, c.kv_heads,
+            c.head_dim, 1.f / std::sqrt(static_cast<float>(c.head_dim)));
         a.out = out;
-        a.n_heads = c.heads;
-        a.n_kv_heads = c.kv_heads;
-        a.head_dim = c.head_dim;
-        a.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
         return a;
       };
       Guarded whole(static_cast<size_t>(c.heads) * c.head_dim);
@@ -317,17 +314,9 @@ TEST(KernelsCpu, DecodeAttentionBatchEqualsEachSequenceAlone) {
       }
       span_begin.push_back(static_cast<int>(spans.size()));
     }
-    cpu::DecodeAttentionArgs a;
-    a.q = q.data();
-    a.spans = spans.data();
-    a.n_spans = static_cast<int>(spans.size());
-    a.kv_dtype = dtype;
-    a.n_heads = heads;
-    a.n_kv_heads = kv_heads;
-    a.head_dim = hd;
-    a.scale = 1.f / std::sqrt(static_cast<float>(hd));
-    a.n_seqs = n_seqs;
-    a.span_begin = span_begin.data();
+    cpu::DecodeAttentionArgs a =
+        testing_support::DecodeOverSpans(q.data(), spans, span_begin.data(), n_seqs, dtype, heads,
+                                         kv_heads, hd, 1.f / std::sqrt(static_cast<float>(hd)));
     Guarded batched(static_cast<size_t>(n_seqs) * q_dim);
     a.out = batched.data();
     ASSERT_TRUE(cpu::DecodeAttention(a).ok());
@@ -385,34 +374,33 @@ struct AttentionCase {
 };
 
 TEST(KernelsCpu, AttentionMatchesReference) {
-  const AttentionCase cases[] = {
-      {1, 1, 1, 1, 8, true},       {5, 5, 4, 4, 8, true},     {7, 7, 4, 2, 16, false},
-      {1, 33, 8, 2, 64, true},     {13, 40, 4, 1, 32, true},  {300, 300, 2, 2, 24, true},
-      {257, 257, 3, 3, 10, false}, {33, 600, 4, 4, 64, true}};
+  const AttentionCase cases[] = {{1, 1, 1, 1, 8, true},       {5, 5, 4, 4, 8, true},
+                                 {7, 7, 4, 2, 16, false},     {1, 33, 8, 2, 64, true},
+                                 {13, 40, 4, 1, 32, true},    {300, 300, 2, 2, 24, true},
+                                 {257, 257, 3, 3, 10, false}, {33, 600, 4, 4, 64, true}};
   for (const AttentionCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "Attention n_q=" << c.n_q << " n_kv=" << c.n_kv
-                                      << " heads=" << c.heads << "/" << c.kv_heads
-                                      << " hd=" << c.head_dim << " causal=" << c.causal);
+    SCOPED_TRACE(::testing::Message()
+                 << "Attention n_q=" << c.n_q << " n_kv=" << c.n_kv << " heads=" << c.heads << "/"
+                 << c.kv_heads << " hd=" << c.head_dim << " causal=" << c.causal);
     auto q = Random(static_cast<size_t>(c.n_q) * c.heads * c.head_dim, 4);
     auto k = Random(static_cast<size_t>(c.n_kv) * c.kv_heads * c.head_dim, 5);
     auto v = Random(static_cast<size_t>(c.n_kv) * c.kv_heads * c.head_dim, 6);
     Guarded out(static_cast<size_t>(c.n_q) * c.heads * c.head_dim);
     Guarded lse(static_cast<size_t>(c.heads) * c.n_q);
     std::vector<float> ref(out.n), ref_lse(lse.n);
-    cpu::AttentionArgs a;
-    a.q = q.data();
-    a.k = k.data();
-    a.v = v.data();
-    a.out = out.data();
-    a.lse = lse.data();
-    a.n_q = c.n_q;
-    a.n_kv = c.n_kv;
-    a.n_heads = c.heads;
-    a.n_kv_heads = c.kv_heads;
-    a.head_dim = c.head_dim;
-    a.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
-    a.causal = c.causal;
-    a.causal_offset = c.n_kv - c.n_q;
+    cpu::AttentionArgs a{.q = q.data(),
+                         .k = k.data(),
+                         .v = v.data(),
+                         .out = out.data(),
+                         .lse = lse.data(),
+                         .n_q = c.n_q,
+                         .n_kv = c.n_kv,
+                         .n_heads = c.heads,
+                         .n_kv_heads = c.kv_heads,
+                         .head_dim = c.head_dim,
+                         .scale = 1.f / std::sqrt(static_cast<float>(c.head_dim)),
+                         .causal = c.causal,
+                         .causal_offset = c.n_kv - c.n_q};
     ASSERT_TRUE(cpu::Attention(a).ok());
     cpu::AttentionArgs r = a;
     r.out = ref.data();
@@ -430,18 +418,9 @@ TEST(KernelsCpu, AttentionCausalRowIgnoresLaterKeys) {
   const int hd = 4;
   auto q = Random(3 * hd, 7), k = Random(3 * hd, 8), v = Random(3 * hd, 9);
   std::vector<float> out(3 * hd);
-  cpu::AttentionArgs a;
-  a.q = q.data();
-  a.k = k.data();
-  a.v = v.data();
-  a.out = out.data();
-  a.n_q = 3;
-  a.n_kv = 3;
-  a.n_heads = 1;
-  a.n_kv_heads = 1;
-  a.head_dim = hd;
-  a.scale = 0.5f;
-  a.causal = true;
+  const cpu::AttentionArgs a = testing_support::SelfAttention(
+      q.data(), k.data(), v.data(), out.data(), /*lse=*/nullptr, /*n=*/3, /*heads=*/1,
+      /*kv_heads=*/1, hd, /*scale=*/0.5f, /*causal=*/true);
   ASSERT_TRUE(cpu::Attention(a).ok());
   for (int t = 0; t < hd; ++t) EXPECT_FLOAT_EQ(out[t], v[t]);
 }
@@ -451,18 +430,9 @@ TEST(KernelsCpu, AttentionCausalRowIgnoresLaterKeys) {
 cpu::AttentionArgs SquareAttention(const std::vector<float>& q, const std::vector<float>& k,
                                    const std::vector<float>& v, float* out, float* lse, int n,
                                    int heads, int kv_heads, int hd, bool causal, DType operands) {
-  cpu::AttentionArgs a;
-  a.q = q.data();
-  a.k = k.data();
-  a.v = v.data();
-  a.out = out;
-  a.lse = lse;
-  a.n_q = a.n_kv = n;
-  a.n_heads = heads;
-  a.n_kv_heads = kv_heads;
-  a.head_dim = hd;
-  a.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  a.causal = causal;
+  cpu::AttentionArgs a =
+      testing_support::SelfAttention(q.data(), k.data(), v.data(), out, lse, n, heads, kv_heads, hd,
+                                     1.f / std::sqrt(static_cast<float>(hd)), causal);
   a.operands = operands;
   return a;
 }
@@ -557,13 +527,9 @@ TEST(KernelsCpu, SegmentedAttentionEqualsEachSegmentAlone) {
 
 TEST(KernelsCpu, SegmentedAttentionRejectsBadBounds) {
   float x[8] = {};
-  cpu::AttentionArgs a;
-  a.q = a.k = a.v = x;
-  a.out = x + 4;
-  a.n_q = a.n_kv = 4;
-  a.n_heads = a.n_kv_heads = 1;
-  a.head_dim = 1;
-  a.scale = 1.f;
+  cpu::AttentionArgs a = testing_support::SelfAttention(x, x, x, x + 4, /*lse=*/nullptr, /*n=*/4,
+                                                        /*heads=*/1, /*kv_heads=*/1, /*hd=*/1,
+                                                        /*scale=*/1.f, /*causal=*/false);
   const int32_t falling[] = {0, 3, 2, 4}, short_end[] = {0, 2, 3}, late_start[] = {1, 4};
   a.n_segments = 3;
   a.segment_bounds = falling;
@@ -586,13 +552,9 @@ TEST(KernelsCpu, SegmentedAttentionRejectsBadBounds) {
 
 TEST(KernelsCpu, AttentionRejectsBadGrouping) {
   float x = 0;
-  cpu::AttentionArgs a;
-  a.q = a.k = a.v = &x;
-  a.out = &x;
-  a.n_q = a.n_kv = 1;
-  a.n_heads = 3;
-  a.n_kv_heads = 2;
-  a.head_dim = 1;
+  const cpu::AttentionArgs a = testing_support::SelfAttention(
+      &x, &x, &x, &x, /*lse=*/nullptr, /*n=*/1, /*heads=*/3, /*kv_heads=*/2, /*hd=*/1,
+      /*scale=*/0.f, /*causal=*/false);
   EXPECT_EQ(cpu::Attention(a).code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -644,7 +606,8 @@ TEST(KernelsCpu, RopeMatchesRotateHalfFormula) {
         const int j = i % (hd / 2);
         const double angle = pos[r] * std::pow(10000.0, -2.0 * j / hd);
         const double rot = i < hd / 2 ? -v[i + hd / 2] : v[i - hd / 2];
-        ref[(r * heads + h) * hd + i] = static_cast<float>(v[i] * std::cos(angle) + rot * std::sin(angle));
+        ref[(r * heads + h) * hd + i] =
+            static_cast<float>(v[i] * std::cos(angle) + rot * std::sin(angle));
       }
     }
   }
@@ -665,7 +628,8 @@ TEST(KernelsCpu, ActivationsMatchFormulas) {
   EXPECT_TRUE(Close(y.data(), ref.data(), n, 1e-6, 1e-5));
   y = x;
   cpu::Gelu(y.data(), n);
-  for (int i = 0; i < n; ++i) ref[i] = static_cast<float>(0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0))));
+  for (int i = 0; i < n; ++i)
+    ref[i] = static_cast<float>(0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0))));
   EXPECT_TRUE(Close(y.data(), ref.data(), n, 1e-6, 1e-5));
   auto up = Random(n, 15);
   y = x;

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "tests/kernels/attention_args.h"
 #include "tests/kernels/backends.h"
 
 namespace hap {
@@ -70,14 +71,9 @@ struct Block {
     }
   }
   AttentionArgs Shape() const {
-    AttentionArgs a;
-    a.n_q = a.n_kv = kRows;
-    a.n_heads = kHeads;
-    a.n_kv_heads = kKvHeads;
-    a.head_dim = kHd;
-    a.scale = 0.35f;
-    a.causal = true;
-    return a;
+    // The op's shape only: the step binds the pointers.
+    return testing_support::SelfAttention(nullptr, nullptr, nullptr, nullptr, nullptr, kRows,
+                                          kHeads, kKvHeads, kHd, 0.35f, /*causal=*/true);
   }
   const Backend& backend;
   BackendArray<float> norm;
@@ -439,12 +435,9 @@ TEST_P(StepTest, ASegmentedAttentionIsTheBackendsAttention) {
   const std::vector<float> v0 = Random(size_t{kRows} * kHeads * kHd, 13);
   for (const DType operands : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(DTypeName(operands));
-    AttentionArgs shape;
-    shape.n_q = shape.n_kv = kRows;
-    shape.n_heads = shape.n_kv_heads = kHeads;
-    shape.head_dim = kHd;
-    shape.scale = 0.25f;
-    shape.causal = true;
+    AttentionArgs shape = testing_support::SelfAttention(nullptr, nullptr, nullptr, nullptr,
+                                                         nullptr, kRows, kHeads, kHeads, kHd, 0.25f,
+                                                         /*causal=*/true);
     shape.operands = operands;
     shape.n_segments = static_cast<int>(bounds.size()) - 1;
     StepDesc desc("windows");
@@ -548,28 +541,19 @@ TEST_P(StepTest, ARunWithBindingsThatDoNotMatchIsRefused) {
   void* none[2] = {dy.data(), dy.data()};
   const StepCallFn go = [](int) -> absl::StatusOr<StepControl> { return StepControl::kContinue; };
 
-  StepBindings two;  // two pointers for one bound value
-  two.bound = none;
-  two.workspace = workspace.data();
-  two.call = &go;
+  // Two pointers for one bound value.
+  const StepBindings two{.bound = none, .workspace = workspace.data(), .call = &go};
   EXPECT_TRUE(Contains((*plan)->Run(two).status().message(), "2 bound pointers for 1"));
 
-  StepBindings no_workspace;
-  no_workspace.bound = absl::MakeSpan(none, 1);
-  no_workspace.call = &go;
+  const StepBindings no_workspace{.bound = absl::MakeSpan(none, 1), .call = &go};
   EXPECT_TRUE(
       Contains((*plan)->Run(no_workspace).status().message(), "needs a workspace of 256 bytes"));
 
-  StepBindings null_bound;
   void* null_ptr[1] = {nullptr};
-  null_bound.bound = null_ptr;
-  null_bound.workspace = workspace.data();
-  null_bound.call = &go;
+  const StepBindings null_bound{.bound = null_ptr, .workspace = workspace.data(), .call = &go};
   EXPECT_TRUE(Contains((*plan)->Run(null_bound).status().message(), "\"y\" is bound to null"));
 
-  StepBindings no_call;
-  no_call.bound = absl::MakeSpan(none, 1);
-  no_call.workspace = workspace.data();
+  const StepBindings no_call{.bound = absl::MakeSpan(none, 1), .workspace = workspace.data()};
   absl::Status st = (*plan)->Run(no_call).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(st.message(), "has Call ops and no call function"));
@@ -578,12 +562,10 @@ TEST_P(StepTest, ARunWithBindingsThatDoNotMatchIsRefused) {
 
 TEST_P(StepTest, AnOpsErrorNamesTheStepAndTheOp) {
   StepDesc desc("failing");
-  AttentionArgs shape;
-  shape.n_q = shape.n_kv = 2;
-  shape.n_heads = 3;  // not a multiple of the KV heads: the op refuses it
-  shape.n_kv_heads = 2;
-  shape.head_dim = 4;
-  shape.scale = 0.5f;
+  // 3 heads, not a multiple of the 2 KV heads: the op refuses it.
+  const AttentionArgs shape = testing_support::SelfAttention(
+      nullptr, nullptr, nullptr, nullptr, nullptr, /*n=*/2, /*heads=*/3, /*kv_heads=*/2,
+      /*hd=*/4, 0.5f, /*causal=*/false);
   const StepValueId q = desc.Scratch("q", StepElem::kF32, 2 * 3 * 4);
   const StepValueId kv = desc.Scratch("kv", StepElem::kF32, 2 * 2 * 4);
   desc.Add(step_op::Attention{q, kv, kv, q, kNoStepValue, shape});

@@ -10,6 +10,7 @@
 #include "runtime/model/pipeline.h"
 #include "runtime/prune/planner.h"
 #include "runtime/tiny/tiny_model.h"
+#include "tests/common/tiny_checkpoint.h"
 #include "tests/model/counting_backend.h"
 
 namespace hap {
@@ -19,11 +20,7 @@ using testing_support::CountingBackend;
 
 TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
   const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/backend_routing";
-  TinyModelOptions o;
-  o.seed = 9;
-  o.layers = 4;
-  o.image_size = 112;  // 64 visual tokens
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const TinyModelOptions o = testing_support::TinyOptions(9, 4, 112);
   ASSERT_TRUE(WriteTinyModel(o, dir).ok());
   CountingBackend counting;
   ModelOptions with;
@@ -33,11 +30,8 @@ TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
   ASSERT_TRUE(cpu_model.ok() && counted_model.ok());
   EXPECT_EQ((*counted_model)->backend().name(), "counting");
 
-  RgbImage img;
-  img.width = img.height = 64;
-  img.pixels.resize(64 * 64 * 3);
-  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>((i * 31) % 251);
-  const std::string png = EncodePng(img).value();
+  const std::string png =
+      testing_support::SyntheticPng(64, 64, [](size_t i) { return (i * 31) % 251; }).value();
   PruneRequest prune;
   prune.method = "hap";
   prune.retain = 32;
@@ -76,7 +70,8 @@ TEST(BackendRouting, EveryOpGoesThroughTheGivenBackend) {
     EXPECT_EQ(counting.count("Linear"), 6 * (o.vision_layers - 1) + 1 + 2);
     counting.Reset();
     Sampler sampler{SamplingParams{}};
-    auto prefill = RunPrefill(**counted_model, "What is in the picture?", *encoded, prune, &sampler);
+    auto prefill =
+        RunPrefill(**counted_model, "What is in the picture?", *encoded, prune, &sampler);
     EXPECT_TRUE(prefill.ok());
     EXPECT_EQ(counting.count("Attention"), o.layers);
     EXPECT_EQ(counting.count("TextVisualAttention"), scored_layers);

@@ -21,6 +21,7 @@
 #include "runtime/prune/factory.h"
 #include "runtime/tiny/tiny_model.h"
 #include "tests/common/pattern_png.h"
+#include "tests/common/tiny_checkpoint.h"
 
 namespace hap {
 namespace {
@@ -85,19 +86,10 @@ class BatchedPrefillTest : public ::testing::TestWithParam<Setup> {
     }
     const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/batched_prefill_" +
                             std::string(DTypeName(GetParam().weights));
-    TinyModelOptions o;
-    o.seed = 11;
-    o.layers = 6;
-    o.hidden = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.image_size = 112;  // 64 visual tokens
-    o.dtype = GetParam().weights;
-    o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-    ASSERT_TRUE(WriteTinyModel(o, dir).ok());
     ModelOptions options;
     if (GetParam().backend == "cuda") options.backend = *GetCudaBackend();
-    auto m = LlavaModel::Load(dir, options);
+    auto m = testing_support::WriteAndLoadTiny(
+        testing_support::GqaTinyOptions(11, 6, GetParam().weights), dir, options);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
     PruneRequest none;

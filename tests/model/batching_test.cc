@@ -18,6 +18,7 @@
 #include "runtime/image/png_encode.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/tiny/tiny_model.h"
+#include "tests/common/tiny_checkpoint.h"
 
 namespace hap {
 namespace {
@@ -36,10 +37,10 @@ std::vector<Case> Cases() {
       "What colour is the square?", "Is there a circle in the picture on the left side?",
       "How many shapes?", "Where is the red triangle relative to the blue square in this scene?"};
   const std::vector<std::pair<std::string, std::optional<double>>> methods = {
-      {"none", std::nullopt}, {"hap", 16.0},     {"hap", 14.0},        {"uniform", 20.0},
-      {"fastv", 16.0},        {"pdrop", 24.0},   {"sparsevlm", 16.0},  {"visionzip", 16.0},
-      {"random", 20.0},       {"dart", 32.0},    {"none", std::nullopt}, {"hap-flat", 24.0},
-      {"cdpruner-llm", 24.0}, {"uniform-flat", 32.0}, {"pdrop", 16.0},  {"divprune", 20.0}};
+      {"none", std::nullopt}, {"hap", 16.0},          {"hap", 14.0},          {"uniform", 20.0},
+      {"fastv", 16.0},        {"pdrop", 24.0},        {"sparsevlm", 16.0},    {"visionzip", 16.0},
+      {"random", 20.0},       {"dart", 32.0},         {"none", std::nullopt}, {"hap-flat", 24.0},
+      {"cdpruner-llm", 24.0}, {"uniform-flat", 32.0}, {"pdrop", 16.0},        {"divprune", 20.0}};
   std::vector<Case> out;
   for (size_t i = 0; i < methods.size(); ++i) {
     Case c{methods[i].first, methods[i].second, prompts[i % prompts.size()], SamplingParams{}};
@@ -56,28 +57,14 @@ std::vector<Case> Cases() {
 class BatchingTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
-    const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/batch_" +
-                            std::string(DTypeName(GetParam()));
-    TinyModelOptions o;
-    o.seed = 5;
-    o.layers = 8;
-    o.hidden = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.image_size = 112;  // 64 visual tokens
-    o.dtype = GetParam();
-    o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-    ASSERT_TRUE(WriteTinyModel(o, dir).ok());
+    const std::string dir =
+        std::string(HAP_BINARY_DIR) + "/tests/model/batch_" + std::string(DTypeName(GetParam()));
     dir_ = dir;
-    auto m = LlavaModel::Load(dir, {});
+    auto m =
+        testing_support::WriteAndLoadTiny(testing_support::GqaTinyOptions(5, 8, GetParam()), dir);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
-    RgbImage img;
-    img.width = 80;
-    img.height = 64;
-    img.pixels.resize(80 * 64 * 3);
-    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>((i * 29) % 253);
-    image_ = EncodePng(img).value();
+    image_ = testing_support::SyntheticPng(80, 64, [](size_t i) { return (i * 29) % 253; }).value();
   }
 
   struct Prefilled {
@@ -86,6 +73,36 @@ class BatchingTest : public ::testing::TestWithParam<DType> {
     Sampler sampler{SamplingParams{}};
   };
   Prefilled Prefill(const Case& c) { return PrefillWith(*model_, c); }
+  // A job that decodes p's cache (moved out) from its first token with its sampler and hands
+  // the result to *done.
+  static DecodeJob JobFor(Prefilled& p, const StopCriteria& stop,
+                          std::promise<absl::StatusOr<DecodeResult>>* done) {
+    DecodeJob job;
+    job.cache = std::move(p.cache);
+    job.first_token = p.first_token;
+    job.sampler = p.sampler;
+    job.stop = stop;
+    job.done = [done](absl::StatusOr<DecodeResult> r) { done->set_value(std::move(r)); };
+    return job;
+  }
+  // Floats in one row of one layer's K (or V) cache.
+  int KvDim() const {
+    return model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  }
+  // An F32 pool of 16-row blocks with room for `blocks` of them.
+  absl::StatusOr<std::unique_ptr<KvBlockPool>> F32Pool(int64_t blocks) const {
+    auto sizing = KvBlockPool::Create(16, KvDim(), DType::kF32, int64_t{1} << 30);
+    if (!sizing.ok()) return sizing.status();
+    return KvBlockPool::Create(16, KvDim(), DType::kF32,
+                               blocks * (*sizing)->stats().bytes_per_block);
+  }
+  // The blocks of such a pool that a sequence holding `cache` and up to max_new_tokens more
+  // needs.
+  absl::StatusOr<int64_t> F32BlocksFor(const KvCache& cache, int max_new_tokens) const {
+    auto sizing = F32Pool(1);
+    if (!sizing.ok()) return sizing.status();
+    return PagedKv::BlocksFor(**sizing, cache, max_new_tokens);
+  }
   Prefilled PrefillWith(const LlavaModel& model, const Case& c) {
     PruneRequest prune;
     prune.method = c.method;
@@ -143,8 +160,8 @@ TEST_P(BatchingTest, BatchedStepLogitsEqualSoloStepsBitForBit) {
                   0)
             << "sequence " << i << " step " << step;
         EXPECT_EQ(batch[i].cache.next_position, solo[i].cache.next_position);
-        tokens[i] = static_cast<int32_t>(
-            std::max_element(alone->begin(), alone->end()) - alone->begin());
+        tokens[i] =
+            static_cast<int32_t>(std::max_element(alone->begin(), alone->end()) - alone->begin());
       }
     }
   }
@@ -172,17 +189,11 @@ TEST_P(BatchingTest, EngineTokensEqualSoloRunsForEveryMethodAndSampler) {
     std::vector<std::promise<absl::StatusOr<DecodeResult>>> done(cases.size());
     std::vector<std::string> streamed(cases.size());
     for (size_t i = 0; i < cases.size(); ++i) {
-      Prefilled& p = prefilled[i];
-      DecodeJob job;
-      job.cache = std::move(p.cache);
-      job.first_token = p.first_token;
-      job.sampler = p.sampler;
-      job.stop = stop;
+      DecodeJob job = JobFor(prefilled[i], stop, &done[i]);
       job.sink = [&streamed, i](int32_t, const std::string& d) {
         streamed[i] += d;
         return true;
       };
-      job.done = [&done, i](absl::StatusOr<DecodeResult> r) { done[i].set_value(std::move(r)); };
       engine.Submit(std::move(job));
     }
     for (size_t i = 0; i < cases.size(); ++i) {
@@ -213,16 +224,11 @@ TEST_P(BatchingTest, EngineEndsStoppedSequencesAsCancelledAndKeepsTheOthers) {
   std::vector<std::promise<absl::StatusOr<DecodeResult>>> done(4);
   for (int i = 0; i < 4; ++i) {
     Prefilled p = Prefill(cases[i]);
-    DecodeJob job;
-    job.cache = std::move(p.cache);
-    job.first_token = p.first_token;
-    job.sampler = p.sampler;
-    job.stop = stop;
+    DecodeJob job = JobFor(p, stop, &done[i]);
     // Sequence 1's client goes away after its third token; sequence 2 is stopped from outside.
     auto count = std::make_shared<int>(0);
     job.sink = [count, i](int32_t, const std::string&) { return !(i == 1 && ++*count >= 3); };
     job.should_stop = [i] { return i == 2; };
-    job.done = [&done, i](absl::StatusOr<DecodeResult> r) { done[i].set_value(std::move(r)); };
     engine.Submit(std::move(job));
   }
   for (int i = 0; i < 4; ++i) {
@@ -244,7 +250,7 @@ TEST_P(BatchingTest, EngineEndsStoppedSequencesAsCancelledAndKeepsTheOthers) {
 TEST_P(BatchingTest, PagedCachesDecodeLikeContiguousOnes) {
   const std::vector<Case> cases = Cases();
   const int vocab = model_->config().text.vocab_size;
-  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  const int kv_dim = KvDim();
   for (DType kv_dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(DTypeName(kv_dtype));
     auto pool = KvBlockPool::Create(16, kv_dim, kv_dtype, int64_t{64} << 20);
@@ -281,8 +287,8 @@ TEST_P(BatchingTest, PagedCachesDecodeLikeContiguousOnes) {
             ASSERT_LE(diff, 0.02 + 0.01 * std::abs((*alone)[t])) << "sequence " << i << " id " << t;
           }
         }
-        const int32_t argmax = static_cast<int32_t>(
-            std::max_element(alone->begin(), alone->end()) - alone->begin());
+        const int32_t argmax =
+            static_cast<int32_t>(std::max_element(alone->begin(), alone->end()) - alone->begin());
         EXPECT_EQ(std::max_element(got, got + vocab) - got, argmax) << "sequence " << i;
         tokens[i] = argmax;
       }
@@ -306,7 +312,7 @@ TEST_P(BatchingTest, Bf16HostCacheHoldsAndDecodesExactlyLikeABf16Pool) {
   ASSERT_NE(bf16_model, nullptr);
   const std::vector<Case> cases = Cases();
   const int vocab = model_->config().text.vocab_size;
-  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  const int kv_dim = KvDim();
   auto pool = KvBlockPool::Create(16, kv_dim, DType::kBF16, int64_t{64} << 20);
   ASSERT_TRUE(pool.ok()) << pool.status();
   const int steps = 6;
@@ -372,7 +378,7 @@ TEST_P(BatchingTest, Bf16DecodeLoopEqualsTheEngineOnABf16Pool) {
   std::unique_ptr<LlavaModel> bf16_model = LoadBf16Kv();
   ASSERT_NE(bf16_model, nullptr);
   const std::vector<Case> cases = Cases();
-  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  const int kv_dim = KvDim();
   auto pool = KvBlockPool::Create(16, kv_dim, DType::kBF16, int64_t{64} << 20);
   ASSERT_TRUE(pool.ok()) << pool.status();
   StopCriteria stop;
@@ -393,13 +399,7 @@ TEST_P(BatchingTest, Bf16DecodeLoopEqualsTheEngineOnABf16Pool) {
     std::vector<std::promise<absl::StatusOr<DecodeResult>>> done(cases.size());
     for (size_t i = 0; i < cases.size(); ++i) {
       Prefilled p = bf16_rows ? PrefillWith(*bf16_model, cases[i]) : Prefill(cases[i]);
-      DecodeJob job;
-      job.cache = std::move(p.cache);
-      job.first_token = p.first_token;
-      job.sampler = p.sampler;
-      job.stop = stop;
-      job.done = [&done, i](absl::StatusOr<DecodeResult> r) { done[i].set_value(std::move(r)); };
-      engine.Submit(std::move(job));
+      engine.Submit(JobFor(p, stop, &done[i]));
     }
     for (size_t i = 0; i < cases.size(); ++i) {
       absl::StatusOr<DecodeResult> r = done[i].get_future().get();
@@ -415,7 +415,7 @@ TEST_P(BatchingTest, Bf16DecodeLoopEqualsTheEngineOnABf16Pool) {
 // tokens it may still generate) rounded up to blocks — fewer in pruned groups — and gives them
 // all back.
 TEST_P(BatchingTest, PagedBlocksFollowThePlannedGroupLengths) {
-  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
+  const int kv_dim = KvDim();
   auto pool = KvBlockPool::Create(16, kv_dim, DType::kF32, int64_t{64} << 20);
   ASSERT_TRUE(pool.ok());
   for (double retain : {14.0, 20.0, 32.0}) {
@@ -457,16 +457,12 @@ TEST_P(BatchingTest, PagedBlocksFollowThePlannedGroupLengths) {
 // back (the pool's counter returns to 0).
 TEST_P(BatchingTest, FullPoolQueuesRefusesAndNeverLeaks) {
   const std::vector<Case> cases = Cases();
-  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
   StopCriteria stop;
   stop.max_new_tokens = 6;
   Prefilled probe = Prefill(cases[0]);
-  auto sizing = KvBlockPool::Create(16, kv_dim, DType::kF32, int64_t{1} << 30);
-  ASSERT_TRUE(sizing.ok());
-  const int64_t one = PagedKv::BlocksFor(**sizing, probe.cache, stop.max_new_tokens);
-  const int64_t block_bytes = (*sizing)->stats().bytes_per_block;
-  // Room for two of these sequences at once.
-  auto pool = KvBlockPool::Create(16, kv_dim, DType::kF32, (2 * one + 1) * block_bytes);
+  const absl::StatusOr<int64_t> one = F32BlocksFor(probe.cache, stop.max_new_tokens);
+  ASSERT_TRUE(one.ok());
+  auto pool = F32Pool(2 * *one + 1);  // room for two of these sequences at once
   ASSERT_TRUE(pool.ok());
   DecodeEngineOptions options;
   options.max_batch = 8;
@@ -478,40 +474,21 @@ TEST_P(BatchingTest, FullPoolQueuesRefusesAndNeverLeaks) {
     std::vector<std::promise<absl::StatusOr<DecodeResult>>> done(kJobs + 4);
     std::vector<Prefilled> pre;
     for (int i = 0; i < kJobs; ++i) pre.push_back(Prefill(cases[0]));
-    for (int i = 0; i < kJobs; ++i) {
-      DecodeJob job;
-      job.cache = std::move(pre[i].cache);
-      job.first_token = pre[i].first_token;
-      job.sampler = pre[i].sampler;
-      job.stop = stop;
-      job.done = [&done, i](absl::StatusOr<DecodeResult> r) { done[i].set_value(std::move(r)); };
-      engine.Submit(std::move(job));
-    }
+    for (int i = 0; i < kJobs; ++i) engine.Submit(JobFor(pre[i], stop, &done[i]));
     // Too big for the pool even when empty.
     {
       Prefilled p = Prefill(cases[0]);
-      DecodeJob job;
-      job.cache = std::move(p.cache);
-      job.first_token = p.first_token;
-      job.sampler = p.sampler;
-      job.stop.max_new_tokens = 100000;
-      job.done = [&done](absl::StatusOr<DecodeResult> r) { done[kJobs].set_value(std::move(r)); };
-      engine.Submit(std::move(job));
+      StopCriteria huge;
+      huge.max_new_tokens = 100000;
+      engine.Submit(JobFor(p, huge, &done[kJobs]));
     }
     // Cancelled by its sink, stopped from outside, and failing at the end of the context.
     for (int k = 1; k <= 3; ++k) {
       Prefilled p = Prefill(cases[k]);
-      DecodeJob job;
-      job.cache = std::move(p.cache);
-      job.first_token = p.first_token;
-      job.sampler = p.sampler;
-      job.stop = stop;
+      DecodeJob job = JobFor(p, stop, &done[kJobs + k]);
       if (k == 1) job.sink = [](int32_t, const std::string&) { return false; };
       if (k == 2) job.should_stop = [] { return true; };
       if (k == 3) job.cache.next_position = model_->config().text.max_position_embeddings - 2;
-      job.done = [&done, k](absl::StatusOr<DecodeResult> r) {
-        done[kJobs + k].set_value(std::move(r));
-      };
       engine.Submit(std::move(job));
     }
     std::vector<int32_t> first_tokens;
@@ -532,7 +509,7 @@ TEST_P(BatchingTest, FullPoolQueuesRefusesAndNeverLeaks) {
     EXPECT_EQ(failed.status().code(), absl::StatusCode::kOutOfRange) << failed.status();
     const KvPoolStats stats = (*pool)->stats();
     EXPECT_LE(stats.blocks_peak, stats.blocks_total);
-    EXPECT_GE(stats.blocks_peak, 2 * one);  // two ran together
+    EXPECT_GE(stats.blocks_peak, 2 * *one);  // two ran together
   }
   EXPECT_EQ((*pool)->stats().blocks_in_use, 0);
 }
@@ -542,15 +519,12 @@ TEST_P(BatchingTest, FullPoolQueuesRefusesAndNeverLeaks) {
 // host-cache job submitted first must wait for the landed one, which must not wait for it.
 TEST_P(BatchingTest, ALandedJobIsNotStuckBehindOneWaitingForItsBlocks) {
   const std::vector<Case> cases = Cases();
-  const int kv_dim = model_->config().text.num_key_value_heads * model_->config().text.head_dim;
   StopCriteria stop;
   stop.max_new_tokens = 4;
   Prefilled first = Prefill(cases[0]), landed = Prefill(cases[0]);
-  auto sizing = KvBlockPool::Create(16, kv_dim, DType::kF32, int64_t{1} << 30);
-  ASSERT_TRUE(sizing.ok());
-  const int64_t one = PagedKv::BlocksFor(**sizing, first.cache, stop.max_new_tokens);
-  auto pool = KvBlockPool::Create(16, kv_dim, DType::kF32,
-                                  one * (*sizing)->stats().bytes_per_block);
+  const absl::StatusOr<int64_t> one = F32BlocksFor(first.cache, stop.max_new_tokens);
+  ASSERT_TRUE(one.ok());
+  auto pool = F32Pool(*one);
   ASSERT_TRUE(pool.ok());
   DecodeEngineOptions options;
   options.max_batch = 4;
@@ -560,7 +534,7 @@ TEST_P(BatchingTest, ALandedJobIsNotStuckBehindOneWaitingForItsBlocks) {
     DecodeEngine engine(*model_, options);
     auto paged = PagedKv::FromCache(pool->get(), landed.cache, stop.max_new_tokens);
     ASSERT_TRUE(paged.ok());
-    EXPECT_EQ((*pool)->stats().blocks_in_use, one);  // the pool is full
+    EXPECT_EQ((*pool)->stats().blocks_in_use, *one);  // the pool is full
     for (int i = 0; i < 2; ++i) {
       Prefilled& p = i == 0 ? first : landed;
       DecodeJob job;

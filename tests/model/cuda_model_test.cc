@@ -27,6 +27,7 @@
 #include "runtime/prune/factory.h"
 #include "runtime/tiny/tiny_model.h"
 #include "tests/common/pattern_png.h"
+#include "tests/common/tiny_checkpoint.h"
 
 namespace hap {
 namespace {
@@ -37,7 +38,8 @@ double Worst(const std::vector<float>& a, const std::vector<float>& b, double at
   double worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     EXPECT_TRUE(std::isfinite(a[i])) << i;
-    worst = std::max(worst, std::fabs(double{a[i]} - b[i]) / (atol + rtol * std::fabs(double{b[i]})));
+    worst =
+        std::max(worst, std::fabs(double{a[i]} - b[i]) / (atol + rtol * std::fabs(double{b[i]})));
   }
   return worst;
 }
@@ -80,12 +82,7 @@ int64_t WeightBytes(const LlavaConfig& cfg, DType dtype) {
 
 // The checkpoint these tests share: 4 decoder layers, 112 px (64 visual tokens).
 TinyModelOptions SmallModel(uint64_t seed, DType dtype = DType::kF32) {
-  TinyModelOptions o;
-  o.seed = seed;
-  o.layers = 4;
-  o.image_size = 112;
-  o.dtype = dtype;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const TinyModelOptions o = testing_support::TinyOptions(seed, 4, 112, dtype);
   return o;
 }
 
@@ -122,8 +119,8 @@ class CudaModelTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
   const DType dtype = GetParam();
-  const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_" +
-                          std::string(DTypeName(dtype));
+  const std::string dir =
+      std::string(HAP_BINARY_DIR) + "/tests/model/cuda_model_" + std::string(DTypeName(dtype));
   const TinyModelOptions o = SmallModel(21, dtype);
   ASSERT_TRUE(WriteTinyModel(o, dir).ok());
   absl::StatusOr<const Backend*> cuda = GetCudaBackend();
@@ -196,8 +193,7 @@ TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
       // HAP's head and layer weights themselves (the reference's F64 arithmetic on the device).
       ASSERT_EQ(pre_gpu->stats.prune.hap_layers.size(), pre_cpu->stats.prune.hap_layers.size());
       // (F32 only: BF16's drift in the maps moves the PAQs, which 1/τ amplifies.)
-      for (size_t i = 0; dtype == DType::kF32 && i < pre_cpu->stats.prune.hap_layers.size();
-           ++i) {
+      for (size_t i = 0; dtype == DType::kF32 && i < pre_cpu->stats.prune.hap_layers.size(); ++i) {
         const auto& g = pre_gpu->stats.prune.hap_layers[i].head_weights;
         const auto& c = pre_cpu->stats.prune.hap_layers[i].head_weights;
         ASSERT_EQ(g.size(), c.size());
@@ -221,11 +217,9 @@ TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
         EXPECT_EQ(gpu_kv.layers[l].positions, pre_cpu->cache.layers[l].positions) << l;
         // Made without room for an answer: each layer sized to its own rows.
         EXPECT_EQ(pre_gpu->device_cache->capacity(l), pre_cpu->cache.len(l)) << l;
-        worst_kv = std::max({worst_kv,
-                             Worst(gpu_kv.layers[l].k, pre_cpu->cache.layers[l].k, tol.atol,
-                                   tol.rtol),
-                             Worst(gpu_kv.layers[l].v, pre_cpu->cache.layers[l].v, tol.atol,
-                                   tol.rtol)});
+        worst_kv = std::max(
+            {worst_kv, Worst(gpu_kv.layers[l].k, pre_cpu->cache.layers[l].k, tol.atol, tol.rtol),
+             Worst(gpu_kv.layers[l].v, pre_cpu->cache.layers[l].v, tol.atol, tol.rtol)});
       }
       EXPECT_LT(worst_kv, 1.0) << "KV cache";
 
@@ -255,11 +249,11 @@ TEST_P(CudaModelTest, EveryMethodAndBudgetMatchesTheCpuBackend) {
       ASSERT_TRUE(gen_cpu.ok()) << gen_cpu.status();
       ASSERT_TRUE(gen_gpu.ok()) << gen_gpu.status();
       EXPECT_EQ(gen_gpu->decode.tokens, gen_cpu->decode.tokens);
-      std::printf("%s %-9s retain %2.0f: worst of tolerance: embeddings %.3f, KV %.3f, logits "
-                  "%.3f; kept %zu tokens\n", std::string(DTypeName(dtype)).c_str(),
-                  (method + (tau != 1.0 ? " tau 0.05" : "")).c_str(), retain, worst_embeds,
-                  worst_kv, worst_logits,
-                  pre_gpu->stats.prune.kept_original.size());
+      std::printf(
+          "%s %-9s retain %2.0f: worst of tolerance: embeddings %.3f, KV %.3f, logits "
+          "%.3f; kept %zu tokens\n",
+          std::string(DTypeName(dtype)).c_str(), (method + (tau != 1.0 ? " tau 0.05" : "")).c_str(),
+          retain, worst_embeds, worst_kv, worst_logits, pre_gpu->stats.prune.kept_original.size());
       ++cases;
     }
   }
@@ -330,7 +324,7 @@ TEST(CudaModelTest, BatchedDecodeOverADevicePoolMatchesTheCpuBackend) {
       EXPECT_GT((*gpu_pool)->stats().blocks_in_use, 0);
     }
     EXPECT_EQ((*gpu_pool)->stats().blocks_in_use, 0);  // every block back
-    const int64_t held = cuda->DeviceBytesInUse();   // the slabs stay with the pool until it goes
+    const int64_t held = cuda->DeviceBytesInUse();     // the slabs stay with the pool until it goes
     const int64_t peak_blocks = (*gpu_pool)->stats().blocks_peak;
     gpu_pool->reset();
     // Exactly the pool's slabs come back: 64 blocks each, as many as its peak took, a block being
@@ -390,8 +384,8 @@ TEST(CudaModelTest, PrefillAndDecodeStepsCopyBackOnlyWhatTheHostNeeds) {
   const int vocab = cpu.config().text.vocab_size;
   ASSERT_GT(vocab, kMaxTopLogits + 44);  // so that top_k 300 is between the bound and vocab
   // Greedy, top-k, top-p (no top-k), the full distribution, top-k above the candidate bound.
-  const std::vector<SamplingParams> params = {{0.f, 1.f, 0, 0},      {0.8f, 1.f, 40, 11},
-                                              {1.f, 0.9f, 0, 12},    {0.7f, 1.f, 0, 13},
+  const std::vector<SamplingParams> params = {{0.f, 1.f, 0, 0},       {0.8f, 1.f, 40, 11},
+                                              {1.f, 0.9f, 0, 12},     {0.7f, 1.f, 0, 13},
                                               {1.2f, 0.95f, 300, 14}, {0.5f, 0.5f, 3, 15}};
   // Batches: greedy only, candidates only, every kind at once.
   const std::vector<std::vector<int>> batches = {{0}, {1, 2, 3, 5}, {0, 1, 2, 3, 4, 5}};
@@ -524,8 +518,8 @@ TEST(CudaModelTest, TheDecodeLoopDecodesFromThePrefillsDeviceCache) {
   req.stop.max_new_tokens = 6;
   auto enc = EncodeImage(gpu, req.image_bytes, req.prune);
   ASSERT_TRUE(enc.ok()) << enc.status();
-  for (const SamplingParams& sampling : {SamplingParams{0.f, 1.f, 0, 0},
-                                         SamplingParams{0.8f, 0.9f, 0, 42}}) {
+  for (const SamplingParams& sampling :
+       {SamplingParams{0.f, 1.f, 0, 0}, SamplingParams{0.8f, 0.9f, 0, 42}}) {
     const bool greedy = sampling.temperature == 0.f;
     SCOPED_TRACE(greedy ? "greedy" : "top-p");
     req.sampling = sampling;
@@ -588,8 +582,10 @@ TEST(CudaModelTest, ThePrefillSamplesItsFirstTokenWhereTheLogitsAre) {
   const std::string prompt = "What is in the picture?";
   // Greedy, top-k, top-p (no top-k: the device's denominator), the full distribution, top-k
   // above the candidate bound (the row comes back).
-  const std::vector<SamplingParams> params = {{0.f, 1.f, 0, 0},   {0.8f, 1.f, 40, 11},
-                                              {1.f, 0.9f, 0, 12}, {0.7f, 1.f, 0, 13},
+  const std::vector<SamplingParams> params = {{0.f, 1.f, 0, 0},
+                                              {0.8f, 1.f, 40, 11},
+                                              {1.f, 0.9f, 0, 12},
+                                              {0.7f, 1.f, 0, 13},
                                               {1.2f, 0.95f, 300, 14}};
   for (const char* method : {"none", "hap"}) {
     SCOPED_TRACE(method);
@@ -665,9 +661,11 @@ TEST(CudaModelTest, ThePrefillSamplesItsFirstTokenWhereTheLogitsAre) {
         EXPECT_GT(pre_gpu->stats.prune.stages.size(), 1u);
         EXPECT_EQ(copies, 2 + (need == Sampler::Need::kRow ? 0 : 1) + c.full_rows);
       }
-      std::printf("%s, first token %d: %d argmax, %d by candidates, %d rows copied; %lld copies, "
-                  "%lld bytes\n", method, pre_gpu->first_token, c.argmax, c.top, c.full_rows,
-                  static_cast<long long>(copies), static_cast<long long>(bytes));
+      std::printf(
+          "%s, first token %d: %d argmax, %d by candidates, %d rows copied; %lld copies, "
+          "%lld bytes\n",
+          method, pre_gpu->first_token, c.argmax, c.top, c.full_rows,
+          static_cast<long long>(copies), static_cast<long long>(bytes));
     }
   }
 }
@@ -689,8 +687,7 @@ TEST(CudaModelTest, TheDecodeEngineReportsHowEachStepsRowsWereSampled) {
   for (const LlavaModel* model : {models.cpu.get(), models.gpu.get()}) {
     const bool device = model->backend().device() != Device::kCpu;
     SCOPED_TRACE(device ? "cuda" : "cpu");
-    auto pool = KvBlockPool::Create(16, kv_dim, DType::kF32, int64_t{16} << 20,
-                                    &model->backend());
+    auto pool = KvBlockPool::Create(16, kv_dim, DType::kF32, int64_t{16} << 20, &model->backend());
     ASSERT_TRUE(pool.ok()) << pool.status();
     RowSamplingCounts total;
     int steps_reported = 0;
@@ -725,7 +722,7 @@ TEST(CudaModelTest, TheDecodeEngineReportsHowEachStepsRowsWereSampled) {
         engine.Submit(std::move(job));
       }
       for (auto& d : done) results.push_back(d.get_future().get());
-    }  // the engine's thread has ended: `total` is complete
+    }                          // the engine's thread has ended: `total` is complete
     std::vector<int> sampled;  // rows each answer's steps sampled
     for (const auto& r : results) {
       ASSERT_TRUE(r.ok()) << r.status();
@@ -746,8 +743,8 @@ TEST(CudaModelTest, TheDecodeEngineReportsHowEachStepsRowsWereSampled) {
     }
     EXPECT_GT(sampled[0] + sampled[1] + sampled[2], 0);
     std::printf("%s engine: %d steps; %d argmax, %d by candidates, %d rows, %d in place\n",
-                device ? "cuda" : "cpu", steps_reported, total.argmax, total.top,
-                total.full_rows, total.host);
+                device ? "cuda" : "cpu", steps_reported, total.argmax, total.top, total.full_rows,
+                total.host);
   }
   EXPECT_EQ(answers[1], answers[0]);  // same seeds, same answers
 }

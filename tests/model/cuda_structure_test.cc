@@ -21,6 +21,7 @@
 #include "runtime/prune/factory.h"
 #include "runtime/tiny/tiny_model.h"
 #include "tests/common/pattern_png.h"
+#include "tests/common/tiny_checkpoint.h"
 
 namespace hap {
 namespace {
@@ -50,11 +51,7 @@ struct Counts {
 // What an unpruned prefill and the first decode step after it enqueue on a `layers`-layer
 // checkpoint of `dtype` weights.
 Counts Count(int layers, DType dtype) {
-  TinyModelOptions o;
-  o.seed = 5;
-  o.layers = layers;
-  o.image_size = 56;
-  o.dtype = dtype;
+  const TinyModelOptions o = testing_support::TinyOptions(5, layers, 56, dtype);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model =
       LoadOnCuda(o, std::to_string(layers) + "_" + std::string(DTypeName(dtype)));
   EXPECT_TRUE(model.ok()) << model.status();
@@ -113,11 +110,7 @@ TEST(CudaStructure, LaunchesPerDecoderLayerOnF32Weights) {
 // (Backend::AllocateHost) that the caller's DecodeWorkspace keeps, as the engine's and a
 // generation's do. Once the workspace is warm, a step allocates no device memory either.
 TEST(CudaStructure, OneUploadPerDecodeStep) {
-  TinyModelOptions o;
-  o.seed = 9;
-  o.layers = 4;
-  o.image_size = 112;  // 64 visual tokens
-  o.dtype = DType::kBF16;
+  const TinyModelOptions o = testing_support::TinyOptions(9, 4, 112, DType::kBF16);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "upload", DType::kBF16);
   ASSERT_TRUE(model.ok()) << model.status();
   // Two sequences of different lengths per layer: one unpruned, one pruned by HAP.
@@ -170,11 +163,8 @@ TEST(CudaStructure, OneUploadPerDecodeStep) {
 // then two of them (another batch size), then the three again. Each shape is captured once and
 // every step replays a graph; with decode_graphs off nothing is captured.
 TEST(CudaStructure, ACapturedDecodeStepEqualsTheStepRunOpByOp) {
-  TinyModelOptions o;
-  o.seed = 12;
-  o.layers = 4;
-  o.image_size = 112;     // 64 visual tokens
-  o.dtype = DType::kF32;  // the attention's output reaches the o product unrounded
+  // F32 weights: the attention's output reaches the o product unrounded.
+  const TinyModelOptions o = testing_support::TinyOptions(12, 4, 112, DType::kF32);
   // One checkpoint, loaded three times: prefills into F32 and into BF16 caches, and a decoder
   // without graphs.
   absl::StatusOr<std::unique_ptr<LlavaModel>> f32 = LoadOnCuda(o, "graphs", DType::kF32);
@@ -269,11 +259,7 @@ TEST(CudaStructure, ACapturedDecodeStepEqualsTheStepRunOpByOp) {
 // replay those graphs and capture none, and the answers are those of an engine without a warm-up
 // (which captures as it serves).
 TEST(CudaStructure, AWarmedDecodeEngineCapturesNoStepWhileItServes) {
-  TinyModelOptions o;
-  o.seed = 13;
-  o.layers = 4;
-  o.image_size = 112;  // 64 visual tokens
-  o.dtype = DType::kBF16;
+  const TinyModelOptions o = testing_support::TinyOptions(13, 4, 112, DType::kBF16);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "engine_warm_up", DType::kBF16);
   ASSERT_TRUE(model.ok()) << model.status();
   const TextConfig& text = (*model)->text_config();
@@ -354,11 +340,8 @@ TEST(CudaStructure, AWarmedDecodeEngineCapturesNoStepWhileItServes) {
 
 // What encoding one image enqueues on a checkpoint of `vision_layers` CLIP layers (BF16).
 int64_t EncodeLaunches(int vision_layers) {
-  TinyModelOptions o;
-  o.seed = 8;
+  TinyModelOptions o = testing_support::TinyOptions(8, 2, 56, DType::kBF16);
   o.vision_layers = vision_layers;
-  o.image_size = 56;
-  o.dtype = DType::kBF16;
   absl::StatusOr<std::unique_ptr<LlavaModel>> model =
       LoadOnCuda(o, "vision_" + std::to_string(vision_layers));
   EXPECT_TRUE(model.ok()) << model.status();
@@ -417,11 +400,7 @@ class CopiesUntilFinish final : public Pruner {
 // of the cache's visual rows, the explain record — comes back after the last layer. A HAP plan of
 // a stage after every layer but the last shows it does not depend on the number of stages.
 TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
-  TinyModelOptions o;
-  o.seed = 7;
-  o.layers = 6;
-  o.image_size = 112;  // 64 visual tokens
-  o.dtype = DType::kBF16;
+  const TinyModelOptions o = testing_support::TinyOptions(7, 6, 112, DType::kBF16);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "hap");
   ASSERT_TRUE(model.ok()) << model.status();
   for (double retain : {32.0, 16.0}) {
@@ -480,11 +459,7 @@ TEST(CudaStructure, NoDeviceAllocationOrFreeAfterWarmUp) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "the block cache caches nothing under AddressSanitizer (it checks the frees)";
 #endif
-  TinyModelOptions o;
-  o.seed = 6;
-  o.layers = 4;
-  o.image_size = 112;  // 64 visual tokens
-  o.dtype = DType::kBF16;
+  const TinyModelOptions o = testing_support::TinyOptions(6, 4, 112, DType::kBF16);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "warm");
   ASSERT_TRUE(model.ok()) << model.status();
   for (const char* method : {"none", "hap"}) {
@@ -525,11 +500,7 @@ TEST(CudaStructure, NoDeviceAllocationOrFreeAfterWarmUp) {
 // --gpu-memory by it): it runs a step of the batch on fresh caches and reports what that step
 // holds on the device: at least its logits and hidden states.
 TEST(CudaStructure, WarmUpDecodeReportsTheStepsWorkspace) {
-  TinyModelOptions o;
-  o.seed = 10;
-  o.layers = 2;
-  o.image_size = 56;
-  o.dtype = DType::kBF16;
+  const TinyModelOptions o = testing_support::TinyOptions(10, 2, 56, DType::kBF16);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "warm_up");
   ASSERT_TRUE(model.ok()) << model.status();
   const TextConfig& text = (*model)->config().text;

@@ -18,6 +18,7 @@
 #include "runtime/prune/model_dims.h"
 #include "runtime/prune/planner.h"
 #include "runtime/tiny/tiny_model.h"
+#include "tests/common/tiny_checkpoint.h"
 
 namespace hap {
 namespace {
@@ -169,8 +170,8 @@ TEST(KvCacheTest, AHapRequestAt5Point6PercentHoldsItsPlannedLengthsInBlocks) {
   for (const PlanGroup& g : plan->groups) {
     want += int64_t{g.n_layers} * ((text + g.visual_tokens + answer + block_rows - 1) / block_rows);
   }
-  const int64_t unpruned =
-      int64_t{dims.n_layers} * ((text + dims.n_visual_tokens + answer + block_rows - 1) / block_rows);
+  const int64_t unpruned = int64_t{dims.n_layers} *
+                           ((text + dims.n_visual_tokens + answer + block_rows - 1) / block_rows);
   auto pool = KvBlockPool::Create(block_rows, kKvDim, DType::kF32, int64_t{64} << 20);
   ASSERT_TRUE(pool.ok()) << pool.status();
   auto paged = PagedKv::FromCache(pool->get(), cache, answer);
@@ -193,7 +194,8 @@ TEST(KvCacheTest, AHapRequestAt5Point6PercentHoldsItsPlannedLengthsInBlocks) {
   EXPECT_EQ(unpruned, 1376);
   for (const PlanGroup& g : plan->groups) {
     for (int l = g.first_layer; l <= g.last_layer(); ++l) {
-      EXPECT_EQ((*paged)->blocks(l), (text + g.visual_tokens + answer + block_rows - 1) / block_rows)
+      EXPECT_EQ((*paged)->blocks(l),
+                (text + g.visual_tokens + answer + block_rows - 1) / block_rows)
           << "layer " << l;
     }
   }
@@ -218,8 +220,12 @@ TEST(KvCacheTest, ReadRowsRefusesLayersAndRangesOutsideTheCache) {
   };
   EXPECT_TRUE(read(1, 1, 4).ok());
   EXPECT_EQ(out_pos[0], pos[1]);
-  for (auto [layer, row, n] : {std::tuple{2, 0, 1}, {-1, 0, 1}, {1, 2, 4}, {1, -1, 1},
-                               {1, 1, -1}, {0, 0, 1},
+  for (auto [layer, row, n] : {std::tuple{2, 0, 1},
+                               {-1, 0, 1},
+                               {1, 2, 4},
+                               {1, -1, 1},
+                               {1, 1, -1},
+                               {0, 0, 1},
                                {1, 1, std::numeric_limits<int>::max()}}) {
     const absl::Status s = read(layer, row, n);
     EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << layer << " " << row << " " << n << s;
@@ -344,11 +350,7 @@ TEST(KvCacheTest, Bf16CachesOnTheEmulatedCudaBackend) {
 
   // A whole model: the prefill's BF16 cache, decoded from a DeviceKv and from device blocks.
   const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/kv_cache_bf16";
-  TinyModelOptions o;
-  o.seed = 9;
-  o.layers = 3;
-  o.image_size = 112;
-  o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
+  const TinyModelOptions o = testing_support::TinyOptions(9, 3, 112);
   ASSERT_TRUE(WriteTinyModel(o, dir).ok());
   ModelOptions options;
   options.backend = &gpu;

@@ -13,6 +13,7 @@
 #include "runtime/image/png_encode.h"
 #include "runtime/prune/planner.h"
 #include "runtime/tiny/tiny_model.h"
+#include "tests/common/tiny_checkpoint.h"
 
 namespace hap {
 namespace {
@@ -21,24 +22,10 @@ class PipelineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(std::string(HAP_BINARY_DIR) + "/tests/model/tiny8");
-    TinyModelOptions o;
-    o.seed = 11;
-    o.layers = 8;
-    o.hidden = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.image_size = 112;  // 8 x 8 = 64 visual tokens
-    o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-    ASSERT_TRUE(WriteTinyModel(o, *dir_).ok());
-    auto m = LlavaModel::Load(*dir_, {});
+    auto m = testing_support::WriteAndLoadTiny(testing_support::GqaTinyOptions(11, 8), *dir_);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = m->release();
-    RgbImage img;
-    img.width = 90;
-    img.height = 70;
-    img.pixels.resize(90 * 70 * 3);
-    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
-    auto png = EncodePng(img);
+    auto png = testing_support::SyntheticPng(90, 70, [](size_t i) { return (i * 37) % 251; });
     ASSERT_TRUE(png.ok());
     image_ = new std::string(*png);
   }
@@ -146,7 +133,8 @@ TEST_F(PipelineTest, NoneAndFullBudgetHapAreBitIdenticalToTheEngine) {
     auto tokens = model_->Tokenize(req.prompt, 64);
     auto pruner = MakePruner(req.prune, DimsOf(model_->config()));
     ASSERT_TRUE(pruner.ok());
-    auto out = model_->Prefill(*tokens, encoded->embeds, method == "none" ? nullptr : pruner->get());
+    auto out =
+        model_->Prefill(*tokens, encoded->embeds, method == "none" ? nullptr : pruner->get());
     ASSERT_TRUE(out.ok());
     EXPECT_TRUE(BitEqual(out->logits, raw.logits));
   }
@@ -202,7 +190,8 @@ TEST_F(PipelineTest, EveryMethodGeneratesAfterPruning) {
     auto res = Generate(*model_, req, nullptr);
     ASSERT_TRUE(res.ok()) << res.status();
     EXPECT_FALSE(res->decode.tokens.empty());
-    EXPECT_TRUE(res->decode.finish == FinishReason::kLength || res->decode.finish == FinishReason::kEos);
+    EXPECT_TRUE(res->decode.finish == FinishReason::kLength ||
+                res->decode.finish == FinishReason::kEos);
     if (method != "none") {
       EXPECT_LT(res->stats.kv_bytes, res->stats.kv_bytes_unpruned);
       EXPECT_LT(res->stats.flops_full, res->stats.unpruned_flops_full);

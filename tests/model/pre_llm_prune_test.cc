@@ -13,6 +13,7 @@
 #include "runtime/model/llama.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/tiny/tiny_model.h"
+#include "tests/common/tiny_checkpoint.h"
 
 namespace hap {
 namespace {
@@ -21,26 +22,12 @@ class PreLlmPruneTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const std::string dir = std::string(HAP_BINARY_DIR) + "/tests/model/pre_llm8";
-    TinyModelOptions o;
-    o.seed = 13;
-    o.layers = 8;
-    o.hidden = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.image_size = 112;  // 8 x 8 = 64 visual tokens
-    o.corpus_path = std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt";
-    ASSERT_TRUE(WriteTinyModel(o, dir).ok());
-    auto m = LlavaModel::Load(dir, {});
+    auto m = testing_support::WriteAndLoadTiny(testing_support::GqaTinyOptions(13, 8), dir);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = m->release();
-    RgbImage img;
-    img.width = 84;
-    img.height = 76;
-    img.pixels.resize(84 * 76 * 3);
-    for (size_t i = 0; i < img.pixels.size(); ++i) {
-      img.pixels[i] = static_cast<uint8_t>((i * 41 + i / 97) % 251);
-    }
-    image_ = new std::string(EncodePng(img).value());
+    image_ = new std::string(testing_support::SyntheticPng(84, 76, [](size_t i) {
+                               return (i * 41 + i / 97) % 251;
+                             }).value());
   }
   static void TearDownTestSuite() {
     delete model_;

@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "tests/kernels/attention_args.h"
+#include "tests/prune/parity_outcome.h"
 #include "tests/prune/reference.h"
 
 namespace hap {
@@ -44,14 +46,7 @@ constexpr int kPrefix = 5;  // text before the image (BOS + "USER:" …)
 constexpr int kGuard = 64;
 const float kSentinel = 1234.5f;
 
-struct Outcome {
-  double worst_abs = 0;    // max |got − ref|
-  double worst_ratio = 0;  // max |got − ref| / (atol + rtol·|ref|); must stay ≤ 1
-  bool finite = true;
-  bool guards_intact = true;
-};
-
-Outcome RunCase(const Case& c, uint64_t seed) {
+testref::ParityOutcome RunCase(const Case& c, uint64_t seed) {
   const int n = kPrefix + c.n_vis + c.n_text;
   const int H = c.n_heads, KVH = c.n_kv_heads, hd = c.head_dim;
   // Larger-than-unit Q so rows are peaky, which exercises the exp range.
@@ -71,23 +66,16 @@ Outcome RunCase(const Case& c, uint64_t seed) {
   const size_t out_n = size_t(H) * c.n_text * c.n_vis;
   std::vector<float> buf(out_n + 2 * kGuard, kSentinel);
   const int text_begin = kPrefix + c.n_vis;
-  kernels::TextVisualAttentionArgs a;
-  a.q_text = q.data() + size_t(text_begin) * H * hd;
-  a.k_vis = k.data() + size_t(kPrefix) * KVH * hd;
-  a.lse = lse.data() + text_begin;
-  a.n_text = c.n_text;
-  a.n_vis = c.n_vis;
-  a.n_heads = H;
-  a.n_kv_heads = KVH;
-  a.head_dim = hd;
+  kernels::TextVisualAttentionArgs a = testing_support::TextVisualRows(
+      q.data() + size_t(text_begin) * H * hd, k.data() + size_t(kPrefix) * KVH * hd,
+      lse.data() + text_begin, c.n_text, c.n_vis, H, KVH, hd, static_cast<float>(scale),
+      buf.data() + kGuard);
   a.lse_stride = n;
-  a.scale = static_cast<float>(scale);
   a.renormalize = c.renormalize;
-  a.out = buf.data() + kGuard;
   const absl::Status st = kernels::TextVisualAttention(a);
   EXPECT_TRUE(st.ok()) << st;
 
-  Outcome o;
+  testref::ParityOutcome o;
   for (int g = 0; g < kGuard; ++g) {
     o.guards_intact &= buf[g] == kSentinel && buf[kGuard + out_n + g] == kSentinel;
   }
@@ -98,14 +86,7 @@ Outcome RunCase(const Case& c, uint64_t seed) {
       for (int i = 0; i < c.n_vis; ++i) vis_sum += row[kPrefix + i];
       for (int i = 0; i < c.n_vis; ++i) {
         const double ref = c.renormalize ? row[kPrefix + i] / vis_sum : row[kPrefix + i];
-        const float got = a.out[(size_t(h) * c.n_text + j) * c.n_vis + i];
-        if (!std::isfinite(got)) {
-          o.finite = false;
-          continue;
-        }
-        const double err = std::abs(got - ref);
-        o.worst_abs = std::max(o.worst_abs, err);
-        o.worst_ratio = std::max(o.worst_ratio, err / (c.atol + c.rtol * std::abs(ref)));
+        o.Add(a.out[(size_t(h) * c.n_text + j) * c.n_vis + i], ref, c.atol, c.rtol);
       }
     }
   }
@@ -113,29 +94,20 @@ Outcome RunCase(const Case& c, uint64_t seed) {
 }
 
 TEST(AttentionRowsParity, AllCases) {
-  int passed = 0, skipped = 0;
-  double worst_ratio = 0;
-  std::string worst_case;
+  testref::ParityTally tally;
+  int skipped = 0;
   uint64_t seed = 100;
   for (const Case& c : Cases()) {
     if (c.backend != "cpu") {  // no GPU twin is built in this configuration
       ++skipped;
       continue;
     }
-    const Outcome o = RunCase(c, seed += 2);
-    EXPECT_TRUE(o.finite) << Name(c) << ": NaN/Inf in the output";
-    EXPECT_TRUE(o.guards_intact) << Name(c) << ": wrote outside its output";
-    EXPECT_LE(o.worst_ratio, 1.0) << Name(c) << ": worst |err| " << o.worst_abs;
-    if (o.worst_ratio > worst_ratio) {
-      worst_ratio = o.worst_ratio;
-      worst_case = absl::StrFormat("%s (|err| %.3g)", Name(c), o.worst_abs);
-    }
-    passed += o.finite && o.guards_intact && o.worst_ratio <= 1.0;
+    tally.Check(Name(c), RunCase(c, seed += 2));
   }
   std::printf(
       "attention rows: %d cpu cases passed, %d gpu cases skipped; worst err/tol %.3f in %s\n",
-      passed, skipped, worst_ratio, worst_case.c_str());
-  EXPECT_EQ(passed, static_cast<int>(Cases().size()));
+      tally.passed, skipped, tally.worst_ratio, tally.worst_case.c_str());
+  EXPECT_EQ(tally.passed, static_cast<int>(Cases().size()));
 }
 
 TEST(AttentionRows, RenormalisedRowsSumToOne) {
@@ -144,16 +116,9 @@ TEST(AttentionRows, RenormalisedRowsSumToOne) {
   const auto q = testref::RandomNormal(size_t(n) * 8 * 8, 3);
   const auto k = testref::RandomNormal(size_t(n) * 2 * 8, 4);
   std::vector<float> out(8 * 5 * 33);
-  kernels::TextVisualAttentionArgs a;
-  a.q_text = q.data() + (kPrefix + 33) * 64;
-  a.k_vis = k.data() + kPrefix * 16;
-  a.n_text = 5;
-  a.n_vis = 33;
-  a.n_heads = 8;
-  a.n_kv_heads = 2;
-  a.head_dim = 8;
-  a.scale = 0.35f;
-  a.out = out.data();
+  const kernels::TextVisualAttentionArgs a = testing_support::TextVisualRows(
+      q.data() + (kPrefix + 33) * 64, k.data() + kPrefix * 16, /*lse=*/nullptr, /*n_text=*/5,
+      /*n_vis=*/33, /*heads=*/8, /*kv_heads=*/2, /*hd=*/8, 0.35f, out.data());
   ASSERT_TRUE(kernels::TextVisualAttention(a).ok());  // lse not needed when renormalising
   for (int r = 0; r < 8 * 5; ++r) {
     double s = 0;
@@ -170,17 +135,9 @@ TEST(AttentionRows, StaysFiniteWhenVisualMassUnderflows) {
   std::vector<float> k = {-5, 0, 0, 0, -5.1f, 0, 0, 0};  // two visual keys
   const float lse = 100.f;                               // dominated by some non-visual key
   std::vector<float> out(2);
-  kernels::TextVisualAttentionArgs a;
-  a.q_text = q.data();
-  a.k_vis = k.data();
-  a.lse = &lse;
-  a.n_text = 1;
-  a.n_vis = 2;
-  a.n_heads = 1;
-  a.n_kv_heads = 1;
-  a.head_dim = hd;
-  a.scale = 1.f;
-  a.out = out.data();
+  kernels::TextVisualAttentionArgs a = testing_support::TextVisualRows(
+      q.data(), k.data(), &lse, /*n_text=*/1, /*n_vis=*/2, /*heads=*/1, /*kv_heads=*/1, hd,
+      /*scale=*/1.f, out.data());
   ASSERT_TRUE(kernels::TextVisualAttention(a).ok());
   const double e = std::exp(1.0);  // logits −50 and −51
   EXPECT_NEAR(out[0], e / (e + 1), 1e-6);
@@ -193,16 +150,9 @@ TEST(AttentionRows, StaysFiniteWhenVisualMassUnderflows) {
 
 TEST(AttentionRows, RejectsBadArguments) {
   std::vector<float> buf(64);
-  kernels::TextVisualAttentionArgs a;
-  a.q_text = buf.data();
-  a.k_vis = buf.data();
-  a.out = buf.data();
-  a.n_text = 1;
-  a.n_vis = 1;
-  a.n_heads = 6;
-  a.n_kv_heads = 4;  // 6 % 4 ≠ 0
-  a.head_dim = 2;
-  a.scale = 1.f;
+  kernels::TextVisualAttentionArgs a = testing_support::TextVisualRows(
+      buf.data(), buf.data(), /*lse=*/nullptr, /*n_text=*/1, /*n_vis=*/1, /*heads=*/6,
+      /*kv_heads=*/4, /*hd=*/2, /*scale=*/1.f, buf.data());  // 6 % 4 ≠ 0
   EXPECT_EQ(kernels::TextVisualAttention(a).code(), absl::StatusCode::kInvalidArgument);
   a.n_kv_heads = 3;
   a.renormalize = false;  // raw weights need the LSE

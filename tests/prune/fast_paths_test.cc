@@ -17,6 +17,8 @@
 #include "kernels/cpu/prune/attention_rows.h"
 #include "kernels/cpu/prune/paq.h"
 #include "kernels/cpu/prune/weighted_sum.h"
+#include "tests/kernels/attention_args.h"
+#include "tests/prune/parity_outcome.h"
 #include "tests/prune/reference.h"
 
 namespace hap {
@@ -75,23 +77,6 @@ std::vector<RowsCase> RowsCases() {
   return cases;
 }
 
-struct Outcome {
-  double worst_abs = 0;    // max |fast − ref|
-  double worst_ratio = 0;  // max |fast − ref| / (atol + rtol·|ref|); must stay ≤ 1
-  bool finite = true;
-  bool guards_intact = true;
-
-  void Add(double fast, double ref, double atol, double rtol) {
-    if (!std::isfinite(fast)) {
-      finite = false;
-      return;
-    }
-    const double err = std::abs(fast - ref);
-    worst_abs = std::max(worst_abs, err);
-    worst_ratio = std::max(worst_ratio, err / (atol + rtol * std::abs(ref)));
-  }
-};
-
 // A buffer with sentinel guard zones on both sides of n elements.
 template <typename T>
 struct Guarded {
@@ -113,7 +98,7 @@ struct Guarded {
 // rtol is 1e-5, and 3e-5 for the peaky rows (q_std 4): their logits reach ~15, where the two
 // paths' F32 dot products (different summation orders) differ by a few 1e-6, and a weight's
 // relative error is its logit's absolute error.
-Outcome RunRowsCase(const RowsCase& c, uint64_t seed) {
+testref::ParityOutcome RunRowsCase(const RowsCase& c, uint64_t seed) {
   const double rtol = c.q_std > 1.f ? 3e-5 : 1e-5;
   const int H = c.n_heads, KVH = c.n_kv_heads, hd = c.head_dim;
   const int64_t q_stride = int64_t{H} * hd + c.q_pad, k_stride = int64_t{KVH} * hd + c.k_pad;
@@ -145,21 +130,12 @@ Outcome RunRowsCase(const RowsCase& c, uint64_t seed) {
   const size_t out_n = size_t(H) * c.n_text * c.n_vis, ent_n = size_t(H) * c.n_text;
   Guarded<float> ref(out_n), fast(out_n);
   Guarded<double> ref_ent(ent_n), fast_ent(ent_n);
-  kernels::TextVisualAttentionArgs a;
-  a.q_text = q.data();
-  a.k_vis = k.data();
-  a.lse = lse.data();
-  a.n_text = c.n_text;
-  a.n_vis = c.n_vis;
-  a.n_heads = H;
-  a.n_kv_heads = KVH;
-  a.head_dim = hd;
+  kernels::TextVisualAttentionArgs a = testing_support::TextVisualRows(
+      q.data(), k.data(), lse.data(), c.n_text, c.n_vis, H, KVH, hd, scale, ref.data());
   a.q_stride = q_stride;
   a.k_stride = k_stride;
   a.lse_stride = lse_stride;
-  a.scale = scale;
   a.renormalize = c.renormalize;
-  a.out = ref.data();
   a.row_entropy = c.renormalize ? ref_ent.data() : nullptr;
   EXPECT_TRUE(kernels::TextVisualAttentionReference(a).ok()) << Name(c);
   a.out = fast.data();
@@ -167,7 +143,7 @@ Outcome RunRowsCase(const RowsCase& c, uint64_t seed) {
   const absl::Status st = kernels::TextVisualAttention(a);
   EXPECT_TRUE(st.ok()) << Name(c) << ": " << st;
 
-  Outcome o;
+  testref::ParityOutcome o;
   o.guards_intact = ref.Intact() && fast.Intact() && ref_ent.Intact() && fast_ent.Intact();
   for (size_t e = 0; e < out_n; ++e) o.Add(fast[e], ref[e], 1e-30, rtol);
   if (c.renormalize) {
@@ -189,32 +165,20 @@ Outcome RunRowsCase(const RowsCase& c, uint64_t seed) {
 }
 
 TEST(FastPathParity, TextVisualAttentionAndPaq) {
-  int passed = 0;
-  double worst_ratio = 0;
-  std::string worst_case;
+  testref::ParityTally tally;
   uint64_t seed = 500;
   const std::vector<RowsCase> cases = RowsCases();
-  for (const RowsCase& c : cases) {
-    const Outcome o = RunRowsCase(c, seed += 2);
-    EXPECT_TRUE(o.finite) << Name(c) << ": NaN/Inf in the output";
-    EXPECT_TRUE(o.guards_intact) << Name(c) << ": wrote outside its output";
-    EXPECT_LE(o.worst_ratio, 1.0) << Name(c) << ": worst |err| " << o.worst_abs;
-    if (o.worst_ratio > worst_ratio) {
-      worst_ratio = o.worst_ratio;
-      worst_case = absl::StrFormat("%s (|err| %.3g)", Name(c), o.worst_abs);
-    }
-    passed += o.finite && o.guards_intact && o.worst_ratio <= 1.0;
-  }
-  std::printf("fast paths: %d/%zu cases within tolerance; worst err/tol %.3f in %s\n", passed,
-              cases.size(), worst_ratio, worst_case.c_str());
-  EXPECT_EQ(passed, static_cast<int>(cases.size()));
+  for (const RowsCase& c : cases) tally.Check(Name(c), RunRowsCase(c, seed += 2));
+  std::printf("fast paths: %d/%zu cases within tolerance; worst err/tol %.3f in %s\n", tally.passed,
+              cases.size(), tally.worst_ratio, tally.worst_case.c_str());
+  EXPECT_EQ(tally.passed, static_cast<int>(cases.size()));
 }
 
 TEST(FastPathParity, UnderflowGivesZeroNotGarbage) {
   // Raw weights e^(s − LSE) below F32's normal range: the reference may return subnormals, the
   // fast path returns exactly 0; both are "no mass" and neither may be NaN or negative.
   const RowsCase c{4, 50, 2, 1, 8, 0, 0, 0, 1.f, false, Lse::kUnderflow};
-  const Outcome o = RunRowsCase(c, 77);
+  const testref::ParityOutcome o = RunRowsCase(c, 77);
   EXPECT_TRUE(o.finite);
   EXPECT_LE(o.worst_abs, 1e-30);
 }
@@ -301,16 +265,11 @@ TEST(FastPathParity, WeightedSumIsBitIdenticalToTheDefinition) {
 TEST(FastPathParity, RowEntropiesNeedRenormalize) {
   std::vector<float> buf(16, 0.1f);
   std::vector<double> ent(4);
-  kernels::TextVisualAttentionArgs a;
-  a.q_text = buf.data();
-  a.k_vis = buf.data();
-  a.lse = buf.data();
-  a.out = buf.data();
-  a.row_entropy = ent.data();
-  a.n_text = a.n_vis = a.n_heads = a.n_kv_heads = 1;
-  a.head_dim = 2;
-  a.scale = 1.f;
+  kernels::TextVisualAttentionArgs a = testing_support::TextVisualRows(
+      buf.data(), buf.data(), buf.data(), /*n_text=*/1, /*n_vis=*/1, /*heads=*/1, /*kv_heads=*/1,
+      /*hd=*/2, /*scale=*/1.f, buf.data());
   a.renormalize = false;
+  a.row_entropy = ent.data();
   EXPECT_EQ(kernels::TextVisualAttention(a).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(kernels::TextVisualAttentionReference(a).code(), absl::StatusCode::kInvalidArgument);
 }

@@ -27,15 +27,13 @@ using testref::LayerView;
 using testref::RefPrune;
 
 ModelDims SmallDims() {
-  ModelDims d;
-  d.n_layers = 32;
-  d.d_model = 64;
-  d.d_ffn = 160;
-  d.n_heads = 4;
-  d.n_kv_heads = 2;  // GQA
-  d.head_dim = 8;
-  d.n_visual_tokens = 144;
-  return d;
+  return ModelDims{.n_layers = 32,
+                   .d_model = 64,
+                   .d_ffn = 160,
+                   .n_heads = 4,
+                   .n_kv_heads = 2,  // GQA
+                   .head_dim = 8,
+                   .n_visual_tokens = 144};
 }
 
 testref::SimSpec Spec(uint64_t seed) {
@@ -43,6 +41,23 @@ testref::SimSpec Spec(uint64_t seed) {
   s.dims = SmallDims();
   s.seed = seed;
   return s;
+}
+
+// Layer 0 as the engine hands it over, for the hand-built cases: d's head layout, Q/K/LSE in
+// caller-owned buffers (which must outlive it), the image at tokens [vis_begin, vis_begin + n_vis).
+LayerAttention HandLayer(const ModelDims& d, int n_tokens, float scale, const std::vector<float>& q,
+                         const std::vector<float>& k, const std::vector<float>& lse, int vis_begin,
+                         int n_vis) {
+  return LayerAttention{.n_tokens = n_tokens,
+                        .n_heads = d.n_heads,
+                        .n_kv_heads = d.n_kv_heads,
+                        .head_dim = d.head_dim,
+                        .scale = scale,
+                        .q = q.data(),
+                        .k = k.data(),
+                        .lse = lse.data(),
+                        .vis_begin = vis_begin,
+                        .n_vis = n_vis};
 }
 
 // Â_h rows of the query text, renormalised over the visual tokens present: [n_text][n_vis].
@@ -101,9 +116,8 @@ class HapReference {
         for (int i = 0; i < v.n_vis; ++i) layer[j][i] += w[h] * heads[h][j][i];
     const double layer_paq = testref::Paq(layer);
 
-    head_weight_spread_ =
-        std::max(head_weight_spread_,
-                 *std::max_element(w.begin(), w.end()) - *std::min_element(w.begin(), w.end()));
+    head_weight_spread_ = std::max(head_weight_spread_, *std::max_element(w.begin(), w.end()) -
+                                                            *std::min_element(w.begin(), w.end()));
     maps_.push_back(layer);
     layer_paq_.push_back(layer_paq);
     expected_layers_.push_back({v.layer, paq, w, layer_paq});
@@ -197,9 +211,9 @@ TEST(HapMethod, KeptSetsMatchDirectRecomputation) {
       ASSERT_TRUE(pyramid.ok());
       const absl::StatusOr<Plan> plan = flat ? FlattenPlan(*pyramid) : pyramid;
       ASSERT_TRUE(plan.ok()) << plan.status();
-      HapPruner pruner(
-          *plan, dims,
-          uniform ? HapPruner::Weighting::kUniform : HapPruner::Weighting::kPaqSoftmax, var.tau);
+      HapPruner pruner(*plan, dims,
+                       uniform ? HapPruner::Weighting::kUniform : HapPruner::Weighting::kPaqSoftmax,
+                       var.tau);
       EXPECT_EQ(pruner.stats().method, name);
       EXPECT_EQ(pruner.stats().paq_temperature, var.tau);
       testref::Sim sim(Spec(42));
@@ -305,12 +319,8 @@ TEST(HapMethod, MakePrunerChecksThePaqTemperature) {
 TEST(HapMethod, QueryDependentHeadGetsTheLargerWeight) {
   // One layer, two heads, 4 visual tokens, 2 text rows. Head 0: both text queries are zero →
   // uniform (dispersed). Head 1: text row j points at visual key j → query-dependent.
-  ModelDims d;
-  d.n_layers = 2;
-  d.n_heads = 2;
-  d.n_kv_heads = 2;
-  d.head_dim = 4;
-  d.n_visual_tokens = 4;
+  const ModelDims d{
+      .n_layers = 2, .n_heads = 2, .n_kv_heads = 2, .head_dim = 4, .n_visual_tokens = 4};
   absl::StatusOr<Plan> plan = PlanForGroups(d, 2);
   ASSERT_TRUE(plan.ok());
   HapPruner pruner(*plan, d, HapPruner::Weighting::kPaqSoftmax);
@@ -322,18 +332,7 @@ TEST(HapMethod, QueryDependentHeadGetsTheLargerWeight) {
   }
   q[5 * 8 + 4 + 0] = 20.f;  // text row 0, head 1 → visual 0
   q[6 * 8 + 4 + 2] = 20.f;  // text row 1, head 1 → visual 2
-  LayerAttention att;
-  att.layer = 0;
-  att.n_tokens = n;
-  att.n_heads = 2;
-  att.n_kv_heads = 2;
-  att.head_dim = 4;
-  att.scale = 1.f;
-  att.q = q.data();
-  att.k = k.data();
-  att.lse = lse.data();  // unused: HAP renormalises
-  att.vis_begin = 1;
-  att.n_vis = 4;
+  const LayerAttention att = HandLayer(d, n, 1.f, q, k, lse, 1, 4);  // lse unused: HAP renormalises
   auto got = pruner.AfterLayer(att);
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_TRUE(got->has_value());            // group 0 = layer 0 ends → keep N_v(1) = 1
@@ -546,20 +545,9 @@ TEST(SparseVlmMethod, NeedsBegin) {
   SparseVlmPruner pruner(dims, *s);
   testref::Sim sim(Spec(13));
   // Without Begin the first pruning layer fails instead of guessing raters.
-  LayerAttention att;
   std::vector<float> q(size_t(sim.total_tokens()) * 32), k(size_t(sim.total_tokens()) * 16),
       lse(size_t(4) * sim.total_tokens());
-  att.n_tokens = sim.total_tokens();
-  att.n_heads = 4;
-  att.n_kv_heads = 2;
-  att.head_dim = 8;
-  att.scale = 0.35f;
-  att.q = q.data();
-  att.k = k.data();
-  att.lse = lse.data();
-  att.vis_begin = 5;
-  att.n_vis = 144;
-  att.layer = 0;
+  LayerAttention att = HandLayer(dims, sim.total_tokens(), 0.35f, q, k, lse, 5, 144);
   ASSERT_TRUE(pruner.AfterLayer(att).ok());
   att.layer = 1;
   EXPECT_EQ(pruner.AfterLayer(att).status().code(), absl::StatusCode::kFailedPrecondition);
@@ -670,11 +658,8 @@ TEST(DartMethod, DuplicatesOfAPivotAreDropped) {
   // each. Hidden states: 3 = (1,0,0), 6 = (0,1,0), 7 = 8 = (0,0,1); token 0 duplicates 3,
   // 1 = −3, 2 = −6, 4 = (1,1,0), 5 = (0,0,1), 9 = (−1,−1,0). Pivot 3 takes token 1 (cosine −1),
   // pivot 6 then token 2 (cosine −1); 3's duplicate 0 is dropped.
-  ModelDims d;
-  d.n_layers = 2;
-  d.n_heads = d.n_kv_heads = 1;
-  d.head_dim = 2;
-  d.n_visual_tokens = 10;
+  const ModelDims d{
+      .n_layers = 2, .n_heads = 1, .n_kv_heads = 1, .head_dim = 2, .n_visual_tokens = 10};
   StageSchedule s;
   s.after_layer = {0};
   s.keep = {6};
@@ -691,17 +676,7 @@ TEST(DartMethod, DuplicatesOfAPivotAreDropped) {
                              {0, 0, 1}, {0, 1, 0},  {0, 0, 1},  {0, 0, 1}, {-1, -1, 0}};
   for (int v = 0; v < 10; ++v) std::copy_n(dirs[v], 3, h.begin() + (1 + v) * D);
   h[11 * D] = 1.f;
-  LayerAttention att;
-  att.layer = 0;
-  att.n_tokens = n;
-  att.n_heads = att.n_kv_heads = 1;
-  att.head_dim = 2;
-  att.scale = 1.f;
-  att.q = q.data();
-  att.k = k.data();
-  att.lse = lse.data();
-  att.vis_begin = 1;
-  att.n_vis = 10;
+  LayerAttention att = HandLayer(d, n, 1.f, q, k, lse, 1, 10);
   att.hidden = h.data();
   att.d_model = D;
   auto got = pruner.AfterLayer(att);
@@ -791,15 +766,15 @@ TEST(Factory, MethodsAndBudgets) {
     std::string method;
     double planned_average;
   };
-  for (const Row& r : {Row{"hap", 57.0625}, Row{"uniform", 57.0625}, Row{"random", 57.0625},
-                       Row{"fastv", (2 * 576 + 30 * 30) / 32.0}, Row{"sparsevlm", 2062 / 32.0},
-                       Row{"visionzip", 64.0}, Row{"none", 576.0},
-                       // HAP's 16 groups with groups 1..15 at round(22.47) = 22 tokens.
-                       Row{"hap-flat", (2 * 576 + 30 * 22) / 32.0},
-                       Row{"uniform-flat", (2 * 576 + 30 * 22) / 32.0},
-                       Row{"dart", (2 * 576 + 30 * 30) / 32.0},
-                       // Before the LLM: every layer sees the 64 kept tokens.
-                       Row{"divprune", 64.0}, Row{"cdpruner-llm", 64.0}}) {
+  for (const Row& r :
+       {Row{"hap", 57.0625}, Row{"uniform", 57.0625}, Row{"random", 57.0625},
+        Row{"fastv", (2 * 576 + 30 * 30) / 32.0}, Row{"sparsevlm", 2062 / 32.0},
+        Row{"visionzip", 64.0}, Row{"none", 576.0},
+        // HAP's 16 groups with groups 1..15 at round(22.47) = 22 tokens.
+        Row{"hap-flat", (2 * 576 + 30 * 22) / 32.0},
+        Row{"uniform-flat", (2 * 576 + 30 * 22) / 32.0}, Row{"dart", (2 * 576 + 30 * 30) / 32.0},
+        // Before the LLM: every layer sees the 64 kept tokens.
+        Row{"divprune", 64.0}, Row{"cdpruner-llm", 64.0}}) {
     PruneRequest req;
     req.method = r.method;
     req.retain = 64;
@@ -876,17 +851,7 @@ TEST(PrunerBase, RejectsEngineMistakes) {
   HapPruner pruner(*plan, dims, HapPruner::Weighting::kPaqSoftmax);
   const int n = 5 + 144 + 7;
   std::vector<float> q(size_t(n) * 32, 0.1f), k(size_t(n) * 16, 0.1f), lse(size_t(4) * n, 0.f);
-  LayerAttention att;
-  att.n_tokens = n;
-  att.n_heads = 4;
-  att.n_kv_heads = 2;
-  att.head_dim = 8;
-  att.scale = 0.35f;
-  att.q = q.data();
-  att.k = k.data();
-  att.lse = lse.data();
-  att.vis_begin = 5;
-  att.n_vis = 100;  // the plan is for 144
+  LayerAttention att = HandLayer(dims, n, 0.35f, q, k, lse, 5, 100);  // the plan is for 144
   EXPECT_EQ(pruner.AfterLayer(att).status().code(), absl::StatusCode::kInvalidArgument);
   att.n_vis = 144;
   ASSERT_TRUE(pruner.AfterLayer(att).ok());
@@ -939,16 +904,7 @@ TEST(PrunerBase, CompletesStagesDecidedInTheBackendInFinish) {
   const int n = 5 + 12 + 7;
   std::vector<float> q(size_t(n) * 32, 0.1f), k(size_t(n) * 16, 0.1f), lse(size_t(4) * n, 0.f);
   auto run = [&](KeepsInBackend* p, std::vector<int>* counts) -> absl::Status {
-    LayerAttention att;
-    att.n_heads = 4;
-    att.n_kv_heads = 2;
-    att.head_dim = 8;
-    att.scale = 0.35f;
-    att.q = q.data();
-    att.k = k.data();
-    att.lse = lse.data();
-    att.vis_begin = 5;
-    att.n_vis = 12;
+    LayerAttention att = HandLayer(dims, n, 0.35f, q, k, lse, 5, 12);
     BackendKeep slot;
     att.backend_keep = &slot;
     for (int l = 0; l < dims.n_layers; ++l) {

@@ -17,6 +17,17 @@ constexpr int kL = 32, kV = 576;
 struct Direct {
   std::vector<int> sizes, tokens, per_layer;
   double average = 0, flops_paper = 0, flops_full = 0, kv = 0;
+
+  // Sums the average, FLOPs and KV fraction over per_layer, with `text` text tokens per layer.
+  void SumOverLayers(int text) {
+    for (int n : per_layer) {
+      average += n / double(kL);
+      flops_paper += 4 * n * kD * kD + 2.0 * n * n * kD + 3 * n * kD * kF;
+      const double nf = n + text;
+      flops_full += 4 * nf * kD * kD + 2 * nf * nf * kD + 3 * nf * kD * kF;
+      kv += (text + n) / (double(kL) * (text + kV));
+    }
+  }
 };
 
 // Straight from docs/design.md §3: group g has L/m layers plus one for the first L % m groups
@@ -29,13 +40,7 @@ Direct Compute(int m, int text) {
     d.tokens.push_back(nv < 1 ? 1 : static_cast<int>(nv));
     for (int i = 0; i < d.sizes.back(); ++i) d.per_layer.push_back(d.tokens.back());
   }
-  for (int n : d.per_layer) {
-    d.average += n / double(kL);
-    d.flops_paper += 4 * n * kD * kD + 2.0 * n * n * kD + 3 * n * kD * kF;
-    const double nf = n + text;
-    d.flops_full += 4 * nf * kD * kD + 2 * nf * nf * kD + 3 * nf * kD * kF;
-    d.kv += (text + n) / (double(kL) * (text + kV));
-  }
+  d.SumOverLayers(text);
   return d;
 }
 
@@ -243,14 +248,7 @@ TEST(Planner, FlatScheduleKeepsHapGroupsAndAverage) {
       for (int i = 0; i < pyr.groups[g].n_layers; ++i) d.per_layer.push_back(g == 0 ? kV : c);
     }
     EXPECT_EQ(flat->layer_visual_tokens, d.per_layer);
-    const int text = kDefaultTextTokens;
-    for (int n : d.per_layer) {
-      d.average += n / double(kL);
-      d.flops_paper += 4 * n * kD * kD + 2.0 * n * n * kD + 3 * n * kD * kF;
-      const double nf = n + text;
-      d.flops_full += 4 * nf * kD * kD + 2 * nf * nf * kD + 3 * nf * kD * kF;
-      d.kv += (text + n) / (double(kL) * (text + kV));
-    }
+    d.SumOverLayers(kDefaultTextTokens);
     EXPECT_NEAR(flat->average_visual_tokens, d.average, 1e-9);
     EXPECT_NEAR(flat->flops_paper, d.flops_paper, 1e-9 * d.flops_paper);
     EXPECT_NEAR(flat->flops_full, d.flops_full, 1e-9 * d.flops_full);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -23,15 +24,13 @@ namespace hap {
 namespace {
 
 ModelDims Dims(int V) {
-  ModelDims d;
-  d.n_layers = 6;
-  d.d_model = 48;
-  d.d_ffn = 128;
-  d.n_heads = 4;
-  d.n_kv_heads = 2;
-  d.head_dim = 8;
-  d.n_visual_tokens = V;
-  return d;
+  return ModelDims{.n_layers = 6,
+                   .d_model = 48,
+                   .d_ffn = 128,
+                   .n_heads = 4,
+                   .n_kv_heads = 2,
+                   .head_dim = 8,
+                   .n_visual_tokens = V};
 }
 
 // A prompt [prefix][V visual][text] of random embeddings, F32 [n, d]. zero_row ≥ 0: that
@@ -57,6 +56,17 @@ struct Prompt {
   }
   std::vector<float> Text() const { return {rows.begin() + size_t(prefix + V) * d, rows.end()}; }
 };
+
+// A prompt written out by hand: one query-text token, rows F32 [prefix + V + 1, d].
+Prompt HandPrompt(int prefix, int V, int d, std::vector<float> rows) {
+  Prompt p;
+  p.prefix = prefix;
+  p.V = V;
+  p.text = 1;
+  p.d = d;
+  p.rows = std::move(rows);
+  return p;
+}
 
 Prompt RandomPrompt(uint64_t seed, int V, int d, int zero_row = -1) {
   Prompt p;
@@ -175,13 +185,8 @@ TEST(DivPruneMethod, PicksMatchBruteForceMaxMin) {
 
 TEST(DivPruneMethod, FirstPickIsTheTokenFarthestFromItsNearestNeighbour) {
   // Three tight pairs and one loner: the loner is picked first, then one of each pair.
-  Prompt p;
-  p.V = 7;
-  p.d = 3;
-  p.text = 1;
-  p.prefix = 0;
-  p.rows = {1, 0, 0, 1, .05f, 0, 0,  1,  0,  .05f,       1, 0,
-            0, 0, 1, 0, .05f, 1, -1, -1, -1, /*text*/ 1, 1, 1};
+  const Prompt p = HandPrompt(0, 7, 3, {1, 0, 0, 1, .05f, 0, 0,  1,  0,  .05f,       1, 0,
+                                        0, 0, 1, 0, .05f, 1, -1, -1, -1, /*text*/ 1, 1, 1});
   DivPrunePruner pruner(Dims(7), 4);
   ASSERT_TRUE(pruner.Begin(p.Input()).ok());
   ASSERT_EQ(pruner.selection_order().size(), 4u);
@@ -194,12 +199,7 @@ TEST(DivPruneMethod, FirstPickIsTheTokenFarthestFromItsNearestNeighbour) {
 TEST(DivPruneMethod, TiesGoToTheLowerIndex) {
   // e0 = e2 = x, e1 = e3 = y: every token's nearest neighbour is at distance 0 → pick 0; then
   // 1 and 3 tie at distance 1 → 1; then 2 and 3 both sit on a picked token → 2.
-  Prompt p;
-  p.V = 4;
-  p.d = 2;
-  p.text = 1;
-  p.prefix = 1;
-  p.rows = {1, 1, /*visual*/ 1, 0, 0, 1, 1, 0, 0, 1, /*text*/ 1, 1};
+  const Prompt p = HandPrompt(1, 4, 2, {1, 1, /*visual*/ 1, 0, 0, 1, 1, 0, 0, 1, /*text*/ 1, 1});
   DivPrunePruner pruner(Dims(4), 3);
   auto kept = pruner.Begin(p.Input());
   ASSERT_TRUE(kept.ok()) << kept.status();
@@ -272,12 +272,8 @@ TEST(CdPrunerLlmMethod, RelevanceChangesThePicks) {
 
 TEST(CdPrunerLlmMethod, EqualRelevanceIsAPlainDppWithTiesToTheLowerIndex) {
   // Orthonormal visual tokens, a text row at equal angle to all: r = 1, L = I, every gain is 1.
-  Prompt p;
-  p.V = 4;
-  p.d = 4;
-  p.text = 1;
-  p.prefix = 0;
-  p.rows = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, /*text*/ 1, 1, 1, 1};
+  const Prompt p =
+      HandPrompt(0, 4, 4, {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, /*text*/ 1, 1, 1, 1});
   CdPrunerLlmPruner pruner(Dims(4), 3);
   ASSERT_TRUE(pruner.Begin(p.Input()).ok());
   EXPECT_EQ(pruner.relevance(), std::vector<double>(4, 1.0));
@@ -287,13 +283,8 @@ TEST(CdPrunerLlmMethod, EqualRelevanceIsAPlainDppWithTiesToTheLowerIndex) {
 TEST(CdPrunerLlmMethod, BeyondTheRankOfSTheRestGoByRelevance) {
   // Five tokens in a plane (d = 2): after two picks every other token lies in their span (gain
   // 0), so picks 3 and 4 are the most relevant of the rest.
-  Prompt p;
-  p.V = 5;
-  p.d = 2;
-  p.text = 1;
-  p.prefix = 1;
+  Prompt p = HandPrompt(1, 5, 2, {0.3f, 0.7f});  // the prefix; the rest below
   const float pi = 3.14159265f;
-  p.rows = {0.3f, 0.7f};  // prefix
   for (float deg : {10.f, 35.f, 70.f, 100.f, 150.f}) {
     p.rows.push_back(std::cos(deg * pi / 180));
     p.rows.push_back(std::sin(deg * pi / 180));

@@ -44,11 +44,10 @@ chat_template.h) where Python and JavaScript keep insertion order.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
-from reference_run import lines_of, run
+from reference_run import lines_of, node_with, run
 
 TOOL, SOURCE_DIR, WORK_DIR = sys.argv[1:4]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,17 +55,7 @@ REFERENCE = os.path.join(HERE, "hf_reference")
 CONTEXT = 40  # characters shown either side of the first difference
 
 
-def skip(why):
-    print(f"SKIPPED: {why} (tools/install-deps.sh installs it)")
-    sys.exit(77)
-
-
-NODE = shutil.which("node")
-if not NODE:
-    skip("node is not installed (Debian/NodeSource package nodejs)")
-if not os.path.isfile(os.path.join(REFERENCE, "node_modules", "@huggingface", "jinja",
-                                   "package.json")):
-    skip("@huggingface/jinja is not installed (npm ci in tests/text/hf_reference)")
+NODE = node_with(REFERENCE, "jinja")
 
 
 def cpp_string_constant(relpath, name):

@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "runtime/io/config.h"
 #include "runtime/text/chat_prompt.h"
@@ -24,6 +24,8 @@
 #include "runtime/tiny/bytelevel_bpe.h"
 #include "runtime/tiny/tokenizer_json.h"
 #include "runtime/tiny/train_tokenizer.h"
+#include "tests/common/files.h"
+#include "tests/text/streaming.h"
 
 namespace hap {
 namespace {
@@ -34,33 +36,18 @@ constexpr int kVocab = 1000;
 
 std::string SourcePath(const std::string& rel) { return std::string(HAP_SOURCE_DIR) + "/" + rel; }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteAll(const std::string& path, const std::string& data) {
-  std::ofstream(path, std::ios::binary) << data;
-}
-
 std::string TempDir() {
   std::string tmpl = (fs::temp_directory_path() / "hap-hf-tokenizer-test-XXXXXX").string();
   EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
   return tmpl;
 }
 
+// Streams `ids` one at a time and returns the text; `chunks` gets the chunk after each id.
 std::string Stream(const Tokenizer& tok, const std::vector<int32_t>& ids,
                    std::vector<std::string>* chunks = nullptr) {
-  StreamingDetokenizer stream(tok);
-  std::string all;
-  for (int32_t id : ids) {
-    std::string piece = stream.Push(id);
-    if (chunks) chunks->push_back(piece);
-    all += piece;
-  }
-  return all + stream.Flush();
+  const std::vector<std::string> pieces = testing::StreamChunks(tok, ids);
+  if (chunks) chunks->insert(chunks->end(), pieces.begin(), pieces.end() - 1);
+  return absl::StrJoin(pieces, "");
 }
 
 // Texts that stress the conversion: whitespace runs and ends, digits, bytes outside the
@@ -103,7 +90,7 @@ class ConvertedTest : public ::testing::Test {
     ASSERT_TRUE(trained.ok()) << trained;
     auto text = TokenizerJsonFromSentencePiece(model, {{kVocab, "<image>"}, {kVocab + 1, "<pad>"}});
     ASSERT_TRUE(text.ok()) << text.status();
-    WriteAll(dir_ + "/tokenizer.json", *text);
+    testing::WriteFile(dir_ + "/tokenizer.json", *text);
     auto sp = Tokenizer::Load(model);
     ASSERT_TRUE(sp.ok()) << sp.status();
     sp_ = std::move(sp).value().release();
@@ -142,7 +129,7 @@ TEST_F(ConvertedTest, SameSpecialsAndVocabulary) {
 }
 
 TEST_F(ConvertedTest, EveryCorpusLineGivesSentencePieceIdsAndText) {
-  std::istringstream corpus(ReadAll(SourcePath("data/tokenizer/corpus.txt")));
+  std::istringstream corpus(testing::ReadFile(SourcePath("data/tokenizer/corpus.txt")));
   std::vector<std::string> texts = Adversarial();
   for (std::string line; std::getline(corpus, line);) texts.push_back(line);
   ASSERT_GT(texts.size(), 500u);
@@ -226,7 +213,8 @@ TEST(TokenizerJson, DefaultModelFileIsWhatTheWriterWrites) {
   fs::copy_file(model_dir + "/tokenizer.model", dir + "/tokenizer.model");
   const absl::Status written = WriteLlavaTokenizerJson(dir, *config);
   ASSERT_TRUE(written.ok()) << written;
-  EXPECT_TRUE(ReadAll(dir + "/tokenizer.json") == ReadAll(model_dir + "/tokenizer.json"))
+  EXPECT_TRUE(testing::ReadFile(dir + "/tokenizer.json") ==
+              testing::ReadFile(model_dir + "/tokenizer.json"))
       << "models/scenes-llava/tokenizer.json is stale: rewrite it with "
          "`hapctl tokenizer-json --model models/scenes-llava`";
   fs::remove_all(dir);
@@ -333,9 +321,10 @@ class ByteLevelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = TempDir();
-    WriteAll(dir_ + "/tokenizer.json", ByteLevelJson().dump());
-    WriteAll(dir_ + "/tokenizer_config.json",
-             R"({"bos_token": null, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})");
+    testing::WriteFile(dir_ + "/tokenizer.json", ByteLevelJson().dump());
+    testing::WriteFile(
+        dir_ + "/tokenizer_config.json",
+        R"({"bos_token": null, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})");
     auto tok = Tokenizer::LoadFromDirectory(dir_);
     ASSERT_TRUE(tok.ok()) << tok.status();
     tok_ = std::move(tok).value();
@@ -400,8 +389,8 @@ TEST(QwenTokenizer, TrainedFilesEncodeTheChatTemplate) {
   ASSERT_TRUE(bpe.ok()) << bpe.status();
   EXPECT_EQ(bpe->vocab.size(), 256u + 300u);
   const std::string dir = TempDir();
-  WriteAll(dir + "/tokenizer.json", QwenTokenizerJson(*bpe));
-  WriteAll(dir + "/tokenizer_config.json", QwenTokenizerConfigJson(*bpe, 4096));
+  testing::WriteFile(dir + "/tokenizer.json", QwenTokenizerJson(*bpe));
+  testing::WriteFile(dir + "/tokenizer_config.json", QwenTokenizerConfigJson(*bpe, 4096));
   auto tok = Tokenizer::LoadFromDirectory(dir);
   ASSERT_TRUE(tok.ok()) << tok.status();
   const int first_special = 556;
@@ -411,7 +400,7 @@ TEST(QwenTokenizer, TrainedFilesEncodeTheChatTemplate) {
   EXPECT_EQ((*tok)->PieceToId("<|image_pad|>"), first_special + 12);
 
   // Every corpus line round-trips (the corpus is NFC already).
-  std::istringstream corpus(ReadAll(SourcePath("data/tokenizer/corpus.txt")));
+  std::istringstream corpus(testing::ReadFile(SourcePath("data/tokenizer/corpus.txt")));
   for (std::string line; std::getline(corpus, line);) {
     ASSERT_EQ((*tok)->Decode((*tok)->Encode(line)), line);
   }
@@ -463,7 +452,7 @@ TEST(QwenTokenizer, TrainedFilesEncodeTheChatTemplate) {
 // Loads `json` as a directory's tokenizer.json and returns the error message.
 std::string LoadError(const nlohmann::json& json) {
   const std::string dir = TempDir();
-  WriteAll(dir + "/tokenizer.json", json.dump());
+  testing::WriteFile(dir + "/tokenizer.json", json.dump());
   auto tok = Tokenizer::LoadFromDirectory(dir);
   fs::remove_all(dir);
   EXPECT_FALSE(tok.ok());

@@ -1,8 +1,28 @@
 """Running the C++ tools and the npm references for tests/text's reference tests
 (tokenizer_reference.py, chat_template_reference.py): a command's output, or its JSON lines."""
 import json
+import os
+import shutil
 import subprocess
 import sys
+
+
+def skip(why):
+    """Ends the test as skipped (exit 77) for a missing dependency."""
+    print(f"SKIPPED: {why} (tools/install-deps.sh installs it)")
+    sys.exit(77)
+
+
+def node_with(reference_dir, package):
+    """The node binary, when it and @huggingface/`package` under reference_dir are installed;
+    otherwise the test is skipped."""
+    node = shutil.which("node")
+    if not node:
+        skip("node is not installed (Debian/NodeSource package nodejs)")
+    if not os.path.isfile(os.path.join(reference_dir, "node_modules", "@huggingface", package,
+                                       "package.json")):
+        skip(f"@huggingface/{package} is not installed (npm ci in tests/text/hf_reference)")
+    return node
 
 
 def run(cmd):

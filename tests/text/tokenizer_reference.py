@@ -27,10 +27,9 @@ drops a U+FEFF that starts a byte run (see compare_json).
 import json
 import os
 import random
-import shutil
 import sys
 
-from reference_run import lines_of, run
+from reference_run import lines_of, node_with, run
 
 TOOL, SOURCE_DIR, WORK_DIR = sys.argv[1:4]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,17 +40,7 @@ NUM_MERGES = 800
 SHOW = 5  # mismatches printed per check
 
 
-def skip(why):
-    print(f"SKIPPED: {why} (tools/install-deps.sh installs it)")
-    sys.exit(77)
-
-
-NODE = shutil.which("node")
-if not NODE:
-    skip("node is not installed (Debian/NodeSource package nodejs)")
-if not os.path.isfile(os.path.join(REFERENCE, "node_modules", "@huggingface", "tokenizers",
-                                   "package.json")):
-    skip("@huggingface/tokenizers is not installed (npm ci in tests/text/hf_reference)")
+NODE = node_with(REFERENCE, "tokenizers")
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
             "<|vision_end|>", "<|image_pad|>"]

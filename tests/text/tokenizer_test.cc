@@ -6,21 +6,27 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "runtime/text/llava_prompt.h"
 #include "runtime/text/streaming_detokenizer.h"
 #include "runtime/tiny/train_tokenizer.h"
+#include "tests/common/files.h"
+#include "tests/common/utf8.h"
+#include "tests/text/streaming.h"
 
 namespace hap {
 namespace {
 
 namespace fs = std::filesystem;
+using ::hap::testing::IsValidUtf8;
+using ::hap::testing::ReadFile;
+using ::hap::testing::StreamChunks;
+using ::hap::testing::WriteFile;
 
 constexpr int kVocab = 1000;
 constexpr int kImageId = 32000;
@@ -28,17 +34,6 @@ constexpr int kPadId = 32001;
 const char* const kUnderline = "\xE2\x96\x81";
 
 std::string CorpusPath() { return std::string(HAP_SOURCE_DIR) + "/data/tokenizer/corpus.txt"; }
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteAll(const std::string& path, const std::string& data) {
-  std::ofstream(path, std::ios::binary) << data;
-}
 
 // One scratch directory and one trained model shared by every test in this binary.
 class TextTest : public ::testing::Test {
@@ -72,53 +67,16 @@ std::string TextTest::dir_;
 std::string TextTest::model_path_;
 Tokenizer* TextTest::tok_ = nullptr;
 
-// Strict UTF-8 validation (no overlongs, surrogates or code points past U+10FFFF).
-bool IsValidUtf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    int len;
-    uint32_t cp;
-    if (b < 0x80) {
-      ++i;
-      continue;
-    } else if ((b & 0xE0) == 0xC0) {
-      len = 2, cp = b & 0x1F;
-    } else if ((b & 0xF0) == 0xE0) {
-      len = 3, cp = b & 0x0F;
-    } else if ((b & 0xF8) == 0xF0) {
-      len = 4, cp = b & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > s.size()) return false;
-    for (int k = 1; k < len; ++k) {
-      const auto c = static_cast<unsigned char>(s[i + k]);
-      if ((c & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
-}
-
 // Streams `ids` one at a time; checks each chunk is valid UTF-8 and returns the concatenation.
 std::string Stream(const Tokenizer& tok, const std::vector<int32_t>& ids,
                    std::vector<std::string>* chunks = nullptr) {
-  StreamingDetokenizer stream(tok);
-  std::string all;
-  for (int32_t id : ids) {
-    std::string piece = stream.Push(id);
-    EXPECT_TRUE(IsValidUtf8(piece)) << "chunk after id " << id;
-    if (chunks) chunks->push_back(piece);
-    all += piece;
+  const std::vector<std::string> pieces = StreamChunks(tok, ids);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_TRUE(IsValidUtf8(pieces[i])) << "chunk after id " << ids[i];
   }
-  std::string rest = stream.Flush();
-  EXPECT_TRUE(IsValidUtf8(rest));
-  if (chunks) chunks->push_back(rest);
-  return all + rest;
+  EXPECT_TRUE(IsValidUtf8(pieces.back()));
+  if (chunks) chunks->insert(chunks->end(), pieces.begin(), pieces.end());
+  return absl::StrJoin(pieces, "");
 }
 
 std::vector<int32_t> Ids(const Tokenizer& tok, std::initializer_list<const char*> pieces) {
@@ -148,7 +106,7 @@ TEST_F(TextTest, TrainedModelHasLlamaSpecialIds) {
 TEST_F(TextTest, TrainingIsByteReproducible) {
   const std::string again = dir_ + "/again.model";
   ASSERT_TRUE(TrainTokenizer(CorpusPath(), again, kVocab).ok());
-  EXPECT_EQ(ReadAll(again), ReadAll(model_path_));
+  EXPECT_EQ(ReadFile(again), ReadFile(model_path_));
   // No temporary files are left beside the output.
   for (const auto& entry : fs::directory_iterator(dir_)) {
     EXPECT_EQ(entry.path().filename().string().find(".hap-spm"), std::string::npos) << entry.path();
@@ -196,11 +154,11 @@ TEST_F(TextTest, LoadMissingFileNamesIt) {
 
 TEST_F(TextTest, LoadCorruptFilesNamesIt) {
   const std::string garbage = dir_ + "/garbage.model";
-  WriteAll(garbage, "this is not a sentencepiece model \x01\x02\x03\xff\xfe");
+  WriteFile(garbage, "this is not a sentencepiece model \x01\x02\x03\xff\xfe");
   const std::string truncated = dir_ + "/truncated.model";
-  WriteAll(truncated, ReadAll(model_path_).substr(0, 1000));
+  WriteFile(truncated, ReadFile(model_path_).substr(0, 1000));
   const std::string empty = dir_ + "/empty.model";
-  WriteAll(empty, "");
+  WriteFile(empty, "");
   for (const std::string& path : {garbage, truncated, empty, dir_}) {
     auto tok = Tokenizer::Load(path);
     ASSERT_FALSE(tok.ok()) << path;
@@ -295,8 +253,8 @@ TEST(LlavaPromptIds, MatchLlavaOnTheDefaultModel) {
   constexpr int kImage = 512;
   const std::vector<std::pair<std::string, std::vector<int32_t>>> cases = {
       {"USER: <image>\nWhat colour is the circle? ASSISTANT:",
-       {1, 273, 479, 471, 512, 512, 512, 471, 13, 496, 314, 280, 336, 482, 469, 288, 261, 313,
-        488, 275, 479}},
+       {1,   273, 479, 471, 512, 512, 512, 471, 13,  496, 314,
+        280, 336, 482, 469, 288, 261, 313, 488, 275, 479}},
       {"USER: <image>\nHow many red shapes are there? ASSISTANT:",
        {1, 273, 479, 471, 512, 512, 512, 471, 13, 504, 284, 322, 356, 324, 321, 294, 488, 275,
         479}},
@@ -328,8 +286,8 @@ TEST_F(TextTest, LiteralImageTagInQuestionIsText) {
 TEST_F(TextTest, RenderedPromptTokenizesLikeTheTemplate) {
   // A chat template's rendering of one turn gives the same ids as the built-in template.
   auto built = BuildLlavaPrompt(*tok_, "What colour is the car?", kImageId, 16, 4096);
-  auto rendered = TokenizeImagePrompt(*tok_, "USER: <image>\nWhat colour is the car? ASSISTANT:",
-                                      kImageId, 16, 4096);
+  auto rendered = TokenizeImagePrompt(
+      *tok_, "USER: <image>\nWhat colour is the car? ASSISTANT:", kImageId, 16, 4096);
   ASSERT_TRUE(built.ok() && rendered.ok());
   EXPECT_EQ(rendered->ids, built->ids);
   EXPECT_EQ(rendered->vis_begin, built->vis_begin);

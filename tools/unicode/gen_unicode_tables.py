@@ -37,27 +37,26 @@ CATEGORY_INDEX = {name: i for i, name in enumerate(CATEGORIES)}
 HANGUL_FIRST, HANGUL_LAST = 0xAC00, 0xD7A3
 
 
-def category_runs():
-    """[(first, last, category name)] covering 0..MAX_CP."""
+def property_runs(prop):
+    """[(first, last, prop(chr(c)))] covering 0..MAX_CP, one entry per run of equal values."""
     runs = []
-    cats = (unicodedata.category(chr(c)) for c in range(MAX_CP + 1))
+    values = (prop(chr(c)) for c in range(MAX_CP + 1))
     start = 0
-    for cat, group in itertools.groupby(cats):
+    for value, group in itertools.groupby(values):
         n = sum(1 for _ in group)
-        runs.append((start, start + n - 1, cat))
+        runs.append((start, start + n - 1, value))
         start += n
     return runs
+
+
+def category_runs():
+    """[(first, last, category name)] covering 0..MAX_CP."""
+    return property_runs(unicodedata.category)
 
 
 def ccc_runs():
-    runs = []
-    classes = (unicodedata.combining(chr(c)) for c in range(MAX_CP + 1))
-    start = 0
-    for ccc, group in itertools.groupby(classes):
-        n = sum(1 for _ in group)
-        runs.append((start, ccc))
-        start += n
-    return runs
+    """[(first, canonical combining class)]: where each run of equal classes starts."""
+    return [(first, ccc) for first, _, ccc in property_runs(unicodedata.combining)]
 
 
 def simple_fold(c):

@@ -77,16 +77,16 @@ CaseResult PrefillCase(const PrefillShape& s) {
   const std::vector<float> k = RandomFloats(kv_elems, seed + 1);
   const std::vector<float> v = RandomFloats(kv_elems, seed + 2);
 
-  AttentionArgs args;
-  args.n_q = s.n_q;
-  args.n_kv = s.n_kv;
-  args.n_heads = s.n_heads;
-  args.n_kv_heads = s.n_kv_heads;
-  args.head_dim = s.head_dim;
-  args.scale = s.scale != 0.f ? s.scale : 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  args.causal = s.causal;
-  args.causal_offset = s.causal_offset;
-  args.operands = s.operands;
+  AttentionArgs args{
+      .n_q = s.n_q,
+      .n_kv = s.n_kv,
+      .n_heads = s.n_heads,
+      .n_kv_heads = s.n_kv_heads,
+      .head_dim = s.head_dim,
+      .scale = s.scale != 0.f ? s.scale : 1.f / std::sqrt(static_cast<float>(s.head_dim)),
+      .causal = s.causal,
+      .causal_offset = s.causal_offset,
+      .operands = s.operands};
   std::vector<int32_t> bounds = {0};
   for (int len : s.segments) bounds.push_back(bounds.back() + len);
   args.n_segments = static_cast<int>(s.segments.size());

@@ -12,6 +12,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cpu/prune/attention_rows.h"
+#include "kernels/cpu/prune/gather_rows.h"
+#include "kernels/cpu/prune/paq.h"
+#include "kernels/cpu/prune/paq_softmax.h"
+#include "kernels/cpu/prune/token_scores.h"
+#include "kernels/cpu/prune/topk.h"
+#include "kernels/cpu/prune/weighted_sum.h"
 #include "kernels/cuda/gather_rows.h"
 #include "kernels/cuda/paq.h"
 #include "kernels/cuda/paq_softmax.h"
@@ -20,13 +27,6 @@
 #include "kernels/cuda/token_scores.h"
 #include "kernels/cuda/topk.h"
 #include "kernels/cuda/weighted_sum.h"
-#include "kernels/cpu/prune/attention_rows.h"
-#include "kernels/cpu/prune/gather_rows.h"
-#include "kernels/cpu/prune/paq.h"
-#include "kernels/cpu/prune/paq_softmax.h"
-#include "kernels/cpu/prune/token_scores.h"
-#include "kernels/cpu/prune/topk.h"
-#include "kernels/cpu/prune/weighted_sum.h"
 
 namespace hap::cuda::parity {
 namespace {
@@ -147,17 +147,16 @@ CaseResult TextVisualAttentionCase(const AttentionShape& s) {
   std::vector<float> want(n_out);
   std::vector<double> want_h(s.entropy ? int64_t{s.n_heads} * s.n_text : 0);
 
-  TextVisualAttentionArgs a;
-  a.n_text = s.n_text;
-  a.n_vis = s.n_vis;
-  a.n_heads = s.n_heads;
-  a.n_kv_heads = s.n_kv_heads;
-  a.head_dim = s.head_dim;
-  a.q_stride = s.pad ? q_stride : 0;
-  a.k_stride = s.pad ? k_stride : 0;
-  a.lse_stride = s.pad ? lse_stride : 0;
-  a.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  a.renormalize = s.renormalize;
+  TextVisualAttentionArgs a{.n_text = s.n_text,
+                            .n_vis = s.n_vis,
+                            .n_heads = s.n_heads,
+                            .n_kv_heads = s.n_kv_heads,
+                            .head_dim = s.head_dim,
+                            .q_stride = s.pad ? q_stride : 0,
+                            .k_stride = s.pad ? k_stride : 0,
+                            .lse_stride = s.pad ? lse_stride : 0,
+                            .scale = 1.f / std::sqrt(static_cast<float>(s.head_dim)),
+                            .renormalize = s.renormalize};
   TextVisualAttentionArgs ref = a;
   ref.q_text = q.data();
   ref.k_vis = k.data();
@@ -358,9 +357,7 @@ CaseResult PaqSoftmaxCase(int n, PaqValues kind, double temperature) {
   DeviceBuffer dpaq = DeviceBuffer::Of(paq), dw(n * sizeof(float));
   KernelStatus st;
   const double ms = TimedMs(
-      [&] {
-        return PaqSoftmaxWeights(dpaq.as<float>(), n, temperature, dw.as<float>(), nullptr);
-      },
+      [&] { return PaqSoftmaxWeights(dpaq.as<float>(), n, temperature, dw.as<float>(), nullptr); },
       &st);
   c.Status(st);
   c.Output("weights", dw, want, kPaqSoftmaxTol);
@@ -743,9 +740,8 @@ void AddPruneCases(std::vector<Case>& cases) {
                      {"PaqSoftmaxKernel"},
                      [=] { return PaqSoftmaxCase(n, kind, tau); }});
   }
-  for (auto [bad, at, what] : {std::tuple{NAN, 0, "NaN first"},
-                               {INFINITY, 8, "inf last"},
-                               {-INFINITY, 4, "-inf"}}) {
+  for (auto [bad, at, what] :
+       {std::tuple{NAN, 0, "NaN first"}, {INFINITY, 8, "inf last"}, {-INFINITY, 4, "-inf"}}) {
     cases.push_back({std::string("PaqSoftmaxWeights ") + what + " gives NaN weights",
                      {"PaqSoftmaxKernel"},
                      [=] { return PaqSoftmaxRejectsCase(bad, at); }});

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/prune/visionzip_merge.h"
 #include "kernels/cuda/parity/rows.h"
 #include "kernels/cuda/visionzip_merge.h"
-#include "kernels/cpu/prune/visionzip_merge.h"
 
 namespace hap::cuda::parity {
 namespace {
@@ -70,13 +70,12 @@ CaseResult MergeCase(const MergeShape& s) {
     std::fill(row(sources[1]), row(sources[1]) + kw, 0.f);
   }
 
-  VisionZipMergeArgs a;
-  a.n_tokens = s.n_tokens;
-  a.n_heads = s.n_heads;
-  a.head_dim = s.head_dim;
-  a.d_model = s.d_model;
-  a.n_targets = s.n_targets;
-  a.n_sources = s.n_sources;
+  VisionZipMergeArgs a{.n_tokens = s.n_tokens,
+                       .n_heads = s.n_heads,
+                       .head_dim = s.head_dim,
+                       .d_model = s.d_model,
+                       .n_targets = s.n_targets,
+                       .n_sources = s.n_sources};
   std::vector<float> want(int64_t{s.n_targets} * s.d_model);
   std::vector<int> want_count(s.n_targets);
   VisionZipMergeArgs ref = a;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/device.cuh"
@@ -112,6 +113,16 @@ TEST(SimtTest, WarpShufflesAndVotesFollowCudaSemantics) {
   }
 }
 
+// The message of the fault a launch of `kernel` as one block of `threads` threads reports (over
+// an output of one T per thread); a test failure when the launch succeeds.
+template <typename T>
+std::string FaultOf(const char* name, void (*kernel)(T*), int threads) {
+  std::vector<T> out(threads);
+  const KernelStatus s = Launch(name, kernel, dim3(1), dim3(threads), 0, nullptr, out.data());
+  EXPECT_FALSE(s.ok) << name;
+  return s.message;
+}
+
 __global__ void HalfWarpShuffle(int* out) {
   int v = threadIdx.x;
   if (threadIdx.x < 16) v = __shfl_xor_sync(kFullMask, v, 1);
@@ -119,24 +130,16 @@ __global__ void HalfWarpShuffle(int* out) {
 }
 
 TEST(SimtTest, AWarpOpSomeLanesNeverReachIsReportedNotHung) {
-  std::vector<int> out(32);
-  KernelStatus s = Launch("HalfWarpShuffle", HalfWarpShuffle, dim3(1), dim3(32), 0, nullptr,
-                          out.data());
-  ASSERT_FALSE(s.ok);
-  EXPECT_NE(s.message.find("deadlock"), std::string::npos) << s.message;
-  EXPECT_NE(s.message.find("HalfWarpShuffle"), std::string::npos) << s.message;
+  const std::string message = FaultOf("HalfWarpShuffle", HalfWarpShuffle, 32);
+  EXPECT_NE(message.find("deadlock"), std::string::npos) << message;
+  EXPECT_NE(message.find("HalfWarpShuffle"), std::string::npos) << message;
 }
 
-__global__ void MaskWithoutSelf(int* out) {
-  out[threadIdx.x] = __shfl_sync(0x1u, 1, 0);
-}
+__global__ void MaskWithoutSelf(int* out) { out[threadIdx.x] = __shfl_sync(0x1u, 1, 0); }
 
 TEST(SimtTest, ALaneOutsideItsOwnMaskIsAFault) {
-  std::vector<int> out(32);
-  KernelStatus s = Launch("MaskWithoutSelf", MaskWithoutSelf, dim3(1), dim3(32), 0, nullptr,
-                          out.data());
-  ASSERT_FALSE(s.ok);
-  EXPECT_NE(s.message.find("does not contain it"), std::string::npos) << s.message;
+  const std::string message = FaultOf("MaskWithoutSelf", MaskWithoutSelf, 32);
+  EXPECT_NE(message.find("does not contain it"), std::string::npos) << message;
 }
 
 __global__ void PartialWarpFullMask(int* out) {
@@ -144,11 +147,8 @@ __global__ void PartialWarpFullMask(int* out) {
 }
 
 TEST(SimtTest, AFullMaskInAPartialWarpIsAFault) {
-  std::vector<int> out(40);
-  KernelStatus s = Launch("PartialWarpFullMask", PartialWarpFullMask, dim3(1), dim3(40), 0,
-                          nullptr, out.data());
-  ASSERT_FALSE(s.ok);
-  EXPECT_NE(s.message.find("does not have"), std::string::npos) << s.message;
+  const std::string message = FaultOf("PartialWarpFullMask", PartialWarpFullMask, 40);
+  EXPECT_NE(message.find("does not have"), std::string::npos) << message;
 }
 
 __global__ void TooMuchShared(float* out) {
@@ -158,11 +158,8 @@ __global__ void TooMuchShared(float* out) {
 }
 
 TEST(SimtTest, SharedMemoryBeyondTheBlockLimitIsAFault) {
-  std::vector<float> out(32);
-  KernelStatus s = Launch("TooMuchShared", TooMuchShared, dim3(1), dim3(32), 0, nullptr,
-                          out.data());
-  ASSERT_FALSE(s.ok);
-  EXPECT_NE(s.message.find("exceeds the block limit"), std::string::npos) << s.message;
+  const std::string message = FaultOf("TooMuchShared", TooMuchShared, 32);
+  EXPECT_NE(message.find("exceeds the block limit"), std::string::npos) << message;
 }
 
 __global__ void CountAtomically(int* counter, float* fsum) {
@@ -173,9 +170,9 @@ __global__ void CountAtomically(int* counter, float* fsum) {
 TEST(SimtTest, AtomicsFromEveryBlockAddUp) {
   int counter = 0;
   float fsum = 0.f;
-  ASSERT_TRUE(Launch("CountAtomically", CountAtomically, dim3(37), dim3(128), 0, nullptr,
-                     &counter, &fsum)
-                  .ok);
+  ASSERT_TRUE(
+      Launch("CountAtomically", CountAtomically, dim3(37), dim3(128), 0, nullptr, &counter, &fsum)
+          .ok);
   EXPECT_EQ(counter, 37 * 128);
   EXPECT_EQ(fsum, 37 * 128 * 0.5f);
 }
@@ -200,8 +197,7 @@ TEST(SimtTest, InvalidLaunchConfigurationsAreErrors) {
   std::vector<int> out(4096);
   EXPECT_FALSE(Launch("WriteIds", WriteIds, dim3(1), dim3(1025), 0, nullptr, out.data()).ok);
   EXPECT_FALSE(Launch("WriteIds", WriteIds, dim3(0), dim3(32), 0, nullptr, out.data()).ok);
-  EXPECT_FALSE(
-      Launch("WriteIds", WriteIds, dim3(1), dim3(32), 64 * 1024, nullptr, out.data()).ok);
+  EXPECT_FALSE(Launch("WriteIds", WriteIds, dim3(1), dim3(32), 64 * 1024, nullptr, out.data()).ok);
 }
 
 }  // namespace
