@@ -104,7 +104,11 @@ absl::Status Attention(const AttentionArgs& args) {
   const RoundedOperands rounded(args);
   const AttentionArgs& a = rounded.args;
   const bool narrow = a.operands != DType::kF32;
-  const auto [hd, q_stride, kv_stride, group] = LayoutOf(a);
+  // Named copies, not a structured binding: the lambdas below capture them (clang 14 cannot
+  // capture a binding).
+  const HeadLayout layout = LayoutOf(a);
+  const int hd = layout.hd, q_stride = layout.q_stride, kv_stride = layout.kv_stride,
+            group = layout.group;
   // Blocks of up to kRowBlock rows within a segment; a segment alone gives the same blocks.
   const Segments seg(a);
   std::vector<RowBlock> blocks;
@@ -165,7 +169,9 @@ void AttentionReference(const AttentionArgs& args) {
   const RoundedOperands rounded(args);
   const AttentionArgs& a = rounded.args;
   const bool narrow = a.operands != DType::kF32;
-  const auto [hd, q_stride, kv_stride, group] = LayoutOf(a);
+  const HeadLayout layout = LayoutOf(a);
+  const int hd = layout.hd, q_stride = layout.q_stride, kv_stride = layout.kv_stride,
+            group = layout.group;
   const Segments seg(a);
   std::vector<double> s(a.n_kv);
   for (int h = 0; h < a.n_heads; ++h) {
