@@ -156,9 +156,11 @@ class LanguageModel {
       DecodeWorkspace* workspace = nullptr) const;
   // LlamaDecoder::CheckCanDecode (FailedPrecondition too when the language part is not loaded).
   absl::Status CheckCanDecode(const KvStore& cache) const;
-  // Whether decode steps run as captured graphs: ModelOptions::decode_graphs on a backend that
-  // captures (BackendCaps::graphs).
-  bool captures_decode_steps() const { return options_.decode_graphs && backend().caps().graphs; }
+  // Whether decode steps run as captured graphs (LlamaDecoder::captures_decode_steps); false when
+  // the language part is not loaded.
+  bool captures_decode_steps() const {
+    return decoder_ != nullptr && decoder_->captures_decode_steps();
+  }
 
  protected:
   LanguageModel() = default;
@@ -167,8 +169,8 @@ class LanguageModel {
   // Rows of logits F32 [rows, vocab] in the backend's memory, each drawn by its sampler: through
   // SampleRows on a device, by Sample() in place on the CPU backend. Sets *counts.
   absl::StatusOr<std::vector<int32_t>> SampleBackendLogits(const float* logits, int rows, int vocab,
-                                                          const std::vector<Sampler*>& samplers,
-                                                          RowSamplingCounts* counts) const;
+                                                           const std::vector<Sampler*>& samplers,
+                                                           RowSamplingCounts* counts) const;
   // The prefill's output from the decoder's logits: copied to the host without a sampler, the
   // first token drawn where they are with one.
   absl::Status FinishPrefill(const BackendArray<float>& logits, Sampler* sampler,

@@ -184,9 +184,9 @@ class LlamaDecoder {
   // One decode step for b sequences at once: tokens[i] is appended to caches[i] (distinct
   // caches of any lengths and pruning). Every weight is read once for the whole batch; each
   // sequence's logits are exactly those of its own DecodeStep (the matmul is batch-invariant
-  // up to the CPU backend's narrow-kernel rows, and attention runs per sequence). Returns F32 [b, vocab].
-  // Errors from the checks before the first layer (bad batch, cache without prefill, context
-  // full) leave every cache untouched; an error inside a layer leaves the caches unusable.
+  // up to the CPU backend's narrow-kernel rows, and attention runs per sequence). Returns F32 [b,
+  // vocab]. Errors from the checks before the first layer (bad batch, cache without prefill,
+  // context full) leave every cache untouched; an error inside a layer leaves the caches unusable.
   absl::StatusOr<std::vector<float>> DecodeBatch(const std::vector<int32_t>& tokens,
                                                  const std::vector<KvStore*>& caches) const;
   // DecodeBatch with the logits F32 [b, vocab] left in the backend's memory
@@ -207,6 +207,8 @@ class LlamaDecoder {
   absl::Status CheckCanDecode(const KvStore& cache) const;
 
   int n_layers() const { return static_cast<int>(w_.layers.size()); }
+  // Whether decode steps run as captured graphs: decode_graphs on a backend that captures.
+  bool captures_decode_steps() const { return decode_graphs_; }
   int kv_dim() const { return n_kv_heads_ * head_dim_; }
 
  private:
