@@ -108,6 +108,9 @@ struct PrefillOutput {
   RowSamplingCounts sampling;
   PrefillTrace trace;
   int prompt_tokens = 0;  // unpruned prompt length
+  // The prompt left its batched pass because its caller cancelled (PrefillSequence::cancelled):
+  // nothing above is finished.
+  bool cancelled = false;
 };
 
 // An empty PrefillOutput for `decoder`'s prompt of `prompt_tokens` on `backend`: a host cache on
@@ -188,7 +191,8 @@ class LanguageModel {
   // A family's PrefillBatch: `input(prompts[i], &ids, &out, &logits, &seq)` builds each prompt's
   // decoder input into its empty output (an error names the prompt when there are several), then
   // the decoder's one pass over them all (LlamaDecoder::PrefillBatchInto), then each output
-  // finished from its logits with the prompt's `sampler` (may be null; FinishPrefill).
+  // finished from its logits with the prompt's `sampler` (may be null; FinishPrefill), except
+  // those of prompts that left the pass (`cancelled`).
   template <typename Prompt, typename Input>
   absl::StatusOr<std::vector<PrefillOutput>> PrefillBatchOf(const std::vector<Prompt>& prompts,
                                                             const Input& input) const {
@@ -203,9 +207,12 @@ class LanguageModel {
       absl::Status s = input(prompts[i], &ids[i], &outs[i], &logits[i], &seqs[i]);
       if (!s.ok() && b > 1) s = PromptError(i, b, s);
       if (!s.ok()) return s;
+      seqs[i].cancelled = prompts[i].cancelled;
     }
     if (absl::Status s = decoder_->PrefillBatchInto(seqs); !s.ok()) return s;
     for (size_t i = 0; i < b; ++i) {
+      outs[i].cancelled = seqs[i].left_pass;
+      if (outs[i].cancelled) continue;
       if (absl::Status s = FinishPrefill(logits[i], prompts[i].sampler, &outs[i]); !s.ok()) {
         return s;
       }

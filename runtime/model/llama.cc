@@ -56,7 +56,9 @@ struct LlamaDecoder::BackendStage {
 struct LlamaDecoder::PromptRows {
   PrefillSequence* in = nullptr;
   int n = 0, vis_begin = 0, n_vis = 0;
+  int index = 0;  // its place among the pass's prompts, which errors name
   int start = 0;  // its first row in the batch's rows
+  bool leaving = false;  // its caller cancelled: its rows leave at this layer's compaction
   // Position ids on the host, compacted with the rows; −1 for the visual rows of a stage decided
   // in the backend's memory until its kept indices come back.
   std::vector<int32_t> positions;
@@ -701,9 +703,14 @@ absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) 
   auto of_prompt = [b](int i, absl::Status s) {
     return b == 1 || s.ok() ? s : PromptError(i, b, s);
   };
+  // The prompts still in the pass: all of them, until a caller cancels (PrefillSequence::
+  // cancelled) and its prompt leaves.
   std::vector<PromptRows> ps(static_cast<size_t>(b));
+  auto live = [&ps] { return static_cast<int>(ps.size()); };
   bool any_pruner = false;
   for (int i = 0; i < b; ++i) {
+    seqs[i].left_pass = false;
+    ps[i].index = i;
     HAP_RETURN_IF_ERROR(of_prompt(i, BeginPrompt(seqs[i], &ps[i])));
     any_pruner = any_pruner || seqs[i].pruner != nullptr;
   }
@@ -733,7 +740,7 @@ absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) 
   // states and, where given, the rotary positions (zero bits are 0 in both).
   auto zero_padding = [&](int i, float* x_rows, int32_t* rotary_rows) -> absl::Status {
     const PromptRows& p = ps[i];
-    const size_t pad = i + 1 < b ? static_cast<size_t>(ps[i + 1].start - (p.start + p.n)) : 0;
+    const size_t pad = i + 1 < live() ? static_cast<size_t>(ps[i + 1].start - (p.start + p.n)) : 0;
     if (pad == 0) return absl::OkStatus();
     const int64_t first = p.start + p.n;
     HAP_RETURN_IF_ERROR(backend_.Copy(x_rows + first * d_, zero_rows.data(), pad * row_bytes));
@@ -785,13 +792,18 @@ absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) 
   StepValues v;
   StepBindings bindings;
   void* bound[3] = {x.data(), positions_dev.data(), nullptr};
-  bindings.bound = absl::MakeConstSpan(bound, b > 1 ? 3 : 2);
   std::chrono::steady_clock::time_point t0;
-  // The batch's compaction after prompts' stages: each prompt's rows gathered (a stage) or copied
-  // to its new start.
+  // The batch's compaction after prompts' stages: the rows of prompts leaving the pass dropped,
+  // each other prompt's rows gathered (a stage) or copied to its new start.
   auto compact = [&]() -> absl::Status {
-    std::vector<int> old_start(static_cast<size_t>(b)), old_n(static_cast<size_t>(b));
-    for (int i = 0; i < b; ++i) {
+    for (PromptRows& p : ps) p.in->left_pass = p.leaving;
+    ps.erase(std::remove_if(ps.begin(), ps.end(), [](const PromptRows& p) { return p.leaving; }),
+             ps.end());
+    if (ps.empty()) {
+      return absl::CancelledError("prefill cancelled: every prompt left the pass");
+    }
+    std::vector<int> old_start(ps.size()), old_n(ps.size());
+    for (int i = 0; i < live(); ++i) {
       PromptRows& p = ps[i];
       old_start[i] = p.start;
       old_n[i] = p.n;
@@ -804,7 +816,7 @@ absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) 
     const int kept = lay_out();
     HAP_RETURN_IF_ERROR(x_alt.Resize(static_cast<size_t>(kept) * d_));
     HAP_RETURN_IF_ERROR(positions_alt.Resize(static_cast<size_t>(kept) * rope_axes_));
-    for (int i = 0; i < b; ++i) {
+    for (int i = 0; i < live(); ++i) {
       PromptRows& p = ps[i];
       const float* x_src = x.data() + static_cast<int64_t>(old_start[i]) * d_;
       float* x_dst = x_alt.data() + static_cast<int64_t>(p.start) * d_;
@@ -871,10 +883,16 @@ absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) 
     const float* v_rows = plan->At<float>(v.v, bindings);
     const float* lse = any_pruner ? plan->At<float>(v.lse, bindings) : nullptr;
     bool stage = false;
-    for (int i = 0; i < b; ++i) {
-      PromptRows& p = ps[i];
+    for (PromptRows& p : ps) {
       PrefillSequence& in = *p.in;
       const int64_t r0 = p.start;
+      // A prompt whose caller cancelled leaves the pass here, before its cache takes this layer.
+      if (in.cancelled != nullptr && (*in.cancelled)()) {
+        p.leaving = true;
+        stage = true;
+        continue;
+      }
+      const int i = p.index;
       HAP_RETURN_IF_ERROR(
           of_prompt(i, in.cache->Append(backend_, l, k + r0 * kv_dim(), v_rows + r0 * kv_dim(),
                                         p.positions.data(), p.n)));
@@ -959,35 +977,38 @@ absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) 
   };
   for (int first = 0; first < n_layers();) {
     const int last = run_end(first);
-    if (b > 1) {
-      bounds.resize(static_cast<size_t>(b) + 1);
-      for (int i = 0; i < b; ++i) bounds[i] = ps[i].start;
-      bounds[b] = n;
+    const int segments = live() > 1 ? live() : 0;
+    if (segments > 0) {
+      bounds.resize(static_cast<size_t>(segments) + 1);
+      for (int i = 0; i < segments; ++i) bounds[i] = ps[i].start;
+      bounds[segments] = n;
       HAP_RETURN_IF_ERROR(bounds_dev.Assign(bounds.data(), bounds.size()));
       bound[2] = bounds_dev.data();
     }
-    HAP_ASSIGN_OR_RETURN(plan, PlanPrefill(first, last, n, b > 1 ? b : 0, any_pruner, &v));
+    bindings.bound = absl::MakeConstSpan(bound, segments > 0 ? 3 : 2);
+    HAP_ASSIGN_OR_RETURN(plan, PlanPrefill(first, last, n, segments, any_pruner, &v));
     HAP_RETURN_IF_ERROR(workspace.Resize(plan->workspace_bytes()));
     bindings.workspace = workspace.data();
     HAP_ASSIGN_OR_RETURN(const int stopped, plan->Run(bindings));
     first = stopped < 0 ? last + 1 : stopped / 2 + 1;
   }
-  for (int i = 0; i < b; ++i) HAP_RETURN_IF_ERROR(of_prompt(i, FinishPrompt(&ps[i])));
-  if (b == 1) {
+  for (PromptRows& p : ps) HAP_RETURN_IF_ERROR(of_prompt(p.index, FinishPrompt(&p)));
+  const int rows_out = live();
+  if (rows_out == 1) {
     const PromptRows& p = ps[0];
     return LogitsInto(x.data() + static_cast<int64_t>(p.start + p.n - 1) * d_, 1, p.in->logits);
   }
   // Every prompt's last row through the final norm and the LM head at once (its rows are
   // independent), then each prompt's logits row into its own array.
-  std::vector<int> last_rows(static_cast<size_t>(b));
-  for (int i = 0; i < b; ++i) last_rows[i] = ps[i].start + ps[i].n - 1;
+  std::vector<int> last_rows(static_cast<size_t>(rows_out));
+  for (int i = 0; i < rows_out; ++i) last_rows[i] = ps[i].start + ps[i].n - 1;
   BackendArray<float> last(backend_);  // F32 [b, hidden]
-  HAP_RETURN_IF_ERROR(last.Resize(static_cast<size_t>(b) * d_));
+  HAP_RETURN_IF_ERROR(last.Resize(static_cast<size_t>(rows_out) * d_));
   HAP_RETURN_IF_ERROR(
-      backend_.GatherRows(x.data(), n, row_bytes, last_rows.data(), b, last.data()));
+      backend_.GatherRows(x.data(), n, row_bytes, last_rows.data(), rows_out, last.data()));
   BackendArray<float> all(backend_);  // F32 [b, vocab]
-  HAP_RETURN_IF_ERROR(LogitsInto(last.data(), b, &all));
-  for (int i = 0; i < b; ++i) {
+  HAP_RETURN_IF_ERROR(LogitsInto(last.data(), rows_out, &all));
+  for (int i = 0; i < rows_out; ++i) {
     BackendArray<float>* logits = ps[i].in->logits;
     logits->Rebind(backend_);
     HAP_RETURN_IF_ERROR(logits->Resize(static_cast<size_t>(vocab_)));

@@ -125,6 +125,11 @@ struct PrefillSequence {
   PrefillTrace* trace = nullptr;
   BackendArray<float>* logits = nullptr;  // F32 [1, vocab], on the decoder's backend
   const MropePositions* mrope = nullptr;
+  // May be null. Polled after each layer: once it says true, the prompt leaves the pass there
+  // (its rows leave the batch, the others go on), `left_pass` is set, and its cache, trace and
+  // logits are left unfinished.
+  const std::function<bool()>* cancelled = nullptr;
+  bool left_pass = false;  // set by the prefill
 };
 
 // `s` with "prompt i of b: " before its message: an error of one prompt of a batched prefill.
@@ -173,8 +178,10 @@ class LlamaDecoder {
   // (the CPU's BF16 products from 16 rows on, with AVX512-BF16; the emulation's; not OpenBLAS's
   // sgemm nor cuBLAS, which pick their kernels by shape: there to the products' rounding). A
   // pruning stage of one prompt compacts the batch's rows and plans the layers after it again
-  // for them all. Errors are the whole batch's ("prompt i of b: ..."); an error leaves every
-  // cache unusable.
+  // for them all. A prompt whose caller cancels (PrefillSequence::cancelled) leaves the pass
+  // after the layer running when it did, the same way: the others' results do not change. When
+  // every prompt has left, Cancelled. Errors are the whole batch's ("prompt i of b: ..."); an
+  // error leaves every cache unusable.
   absl::Status PrefillBatchInto(std::vector<PrefillSequence>& seqs) const;
 
   // Appends `token` at cache->next_position (rotated at next_position + rope_delta) and returns

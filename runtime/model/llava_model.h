@@ -3,6 +3,7 @@
 // Stages are separate so the services can run them in different processes.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,7 +33,10 @@ struct PrefillPrompt {
   const BackendArray<float>* image_embeds_in_backend = nullptr;
   Pruner* pruner = nullptr;    // may be null
   Sampler* sampler = nullptr;  // may be null
-  int kv_reserve_rows = 0;
+  int kv_reserve_rows =
+      0;  // May be null: polled between layers; once true, the prompt leaves the pass (its output's
+  // `cancelled`).
+  const std::function<bool()>* cancelled = nullptr;
 };
 
 class LlavaModel : public LanguageModel {

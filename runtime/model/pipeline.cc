@@ -236,6 +236,10 @@ struct CheckedJob {
   Sampler sampler_before{SamplingParams{}};
 };
 
+absl::Status LeftItsPass() {
+  return absl::CancelledError("prefill cancelled: the request left its batched pass");
+}
+
 const PromptTokens& TokensOf(const PromptTokens& prompt) { return prompt; }
 const PromptTokens& TokensOf(const QwenPrompt& prompt) { return prompt.tokens; }
 
@@ -281,6 +285,7 @@ std::vector<absl::StatusOr<PrefillResult>> PrefillBatchOf(
     p.pruner = job.prune.method == "none" ? nullptr : checked[k].pruner.get();
     p.sampler = job.sampler;
     p.kv_reserve_rows = job.kv_reserve_rows;
+    if (job.cancelled) p.cancelled = &job.cancelled;
   }
   absl::StatusOr<std::vector<PrefillOutput>> outs = model.PrefillBatch(prompts);
   if (!outs.ok()) {
@@ -293,6 +298,10 @@ std::vector<absl::StatusOr<PrefillResult>> PrefillBatchOf(
         results[c.index] = outs.status();
         continue;
       }
+      if (job.cancelled && job.cancelled()) {
+        results[c.index] = LeftItsPass();
+        continue;
+      }
       if (job.sampler != nullptr) *job.sampler = c.sampler_before;
       results[c.index] =
           RunPrefill(model, *job.prompt, *job.encoded, job.prune, job.sampler, job.kv_reserve_rows);
@@ -302,6 +311,10 @@ std::vector<absl::StatusOr<PrefillResult>> PrefillBatchOf(
   for (size_t k = 0; k < checked.size(); ++k) {
     const CheckedJob<Prompt>& c = checked[k];
     const PrefillJob& job = jobs[c.index];
+    if ((*outs)[k].cancelled) {
+      results[c.index] = LeftItsPass();
+      continue;
+    }
     results[c.index] = ResultOf(std::move((*outs)[k]), c.dims, job.prune.method, job.encoded->n_vis,
                                 *c.pruner, t0);
   }

@@ -2,6 +2,7 @@
 // (all in process, Generate) and the services (each stage in its own process).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -105,11 +106,15 @@ struct PrefillJob {
   PruneRequest prune;
   Sampler* sampler = nullptr;
   int kv_reserve_rows = 0;
+  // May be empty: whether the job's caller has given up. Polled between the pass's layers; once
+  // true, the job leaves the pass (Cancelled) and the others go on without its rows.
+  std::function<bool()> cancelled;
 };
 // Several requests' stage 2 in one pass of the decoder (LlavaModel::PrefillBatch): each job's
 // result is its own RunPrefill's (bit for bit where the backend's products are row-invariant), or
-// its own error. A job whose prompt or budget is refused gets its error and the others go on; if
-// the pass itself fails, each job runs alone (its sampler as it was before the pass), so one
+// its own error. A job whose prompt or budget is refused gets its error and the others go on; a
+// job whose caller cancels leaves the pass after the layer running then (Cancelled); if the pass
+// itself fails, each job not cancelled runs alone (its sampler as it was before the pass), so one
 // request cannot fail the others; a pass cancelled (CancellationRequested: the callers of every
 // job gave up) gives each job that Cancelled. Each result's prefill_ms is the pass's.
 std::vector<absl::StatusOr<PrefillResult>> RunPrefillBatch(const LlavaModel& model,

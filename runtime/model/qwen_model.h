@@ -5,6 +5,7 @@
 // positions) → decode steps continuing the rotary positions.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -38,7 +39,10 @@ struct QwenPrefillPrompt {
   const std::vector<float>* image_embeds = nullptr;  // F32 [prompt->tokens.n_vis, hidden], host
   Pruner* pruner = nullptr;                          // may be null
   Sampler* sampler = nullptr;                        // may be null
-  int kv_reserve_rows = 0;
+  int kv_reserve_rows =
+      0;  // May be null: polled between layers; once true, the prompt leaves the pass (its output's
+  // `cancelled`).
+  const std::function<bool()>* cancelled = nullptr;
 };
 
 class QwenModel : public LanguageModel {

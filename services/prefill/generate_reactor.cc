@@ -204,6 +204,7 @@ absl::Status GenerateReactor::Execute() {
     job.encoded = &encoded;
     job.prune = job_.prune;
     job.sampler = &sampler;
+    job.cancelled = [this] { return cancelled(); };  // leaves the pass between layers
     PrefillBatcher::Pass pass;
     prefill = batcher->Run(
         job, static_cast<int64_t>(tokens.ids.size()), [this] { return cancelled(); }, &pass);

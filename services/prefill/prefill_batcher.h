@@ -41,7 +41,8 @@ class PrefillBatcher {
   };
   // Runs `job`, of `tokens` prompt tokens, in a pass, and returns its result; blocks until then.
   // `cancelled` is polled while the job waits in the queue: a job cancelled there leaves it
-  // (Cancelled) without running; once in a pass it runs with the others.
+  // (Cancelled) without running; once in a pass, the pass drops it between layers where the job
+  // says so (PrefillJob::cancelled).
   absl::StatusOr<PrefillResult> Run(const PrefillJob& job, int64_t tokens,
                                     const std::function<bool()>& cancelled, Pass* pass);
 

@@ -93,8 +93,9 @@ PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry*
         std::chrono::milliseconds(config.peer_refresh_ms));
   }
   if (config.prefill_batch_tokens > 0) {
-    // One pass at a time, at the process's compute gate as a lone prefill would be; it stops
-    // between layers only when every request in it is cancelled.
+    // One pass at a time, at the process's compute gate as a lone prefill would be. A request
+    // cancelled in it leaves it between layers (PrefillJob::cancelled); it stops when every
+    // request in it is cancelled.
     batcher_ = std::make_unique<PrefillBatcher>(
         config.prefill_batch_tokens,
         [this](const std::vector<PrefillJob>& jobs, const std::function<bool()>& all_cancelled) {

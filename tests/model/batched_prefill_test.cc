@@ -7,6 +7,7 @@
 // the rows beside it (OpenBLAS's F32 sgemm picks its kernels by shape). On the emulation the pass
 // makes one attention launch per layer for the whole batch.
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -17,6 +18,7 @@
 #include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/emulation_counts.h"
+#include "runtime/model/cancellation.h"
 #include "runtime/model/pipeline.h"
 #include "runtime/prune/factory.h"
 #include "runtime/tiny/tiny_model.h"
@@ -153,13 +155,7 @@ class BatchedPrefillTest : public ::testing::TestWithParam<Setup> {
 
   // Each case alone, then all in one batch: every prompt's results equal, bit for bit.
   void ExpectBatchEqualsSolo(const std::vector<Case>& cases) {
-    std::vector<Result> solo;
-    for (const Case& c : cases) {
-      Prepared p = Prepare(c);
-      absl::StatusOr<PrefillOutput> out = model_->Prefill(p.tokens, p.embeds, p.pruner.get());
-      ASSERT_TRUE(out.ok()) << c.method << ": " << out.status();
-      solo.push_back(Collect(*out, p.pruner.get()));
-    }
+    const std::vector<Result> solo = Solo(cases);
     std::vector<Prepared> prepared;
     for (const Case& c : cases) prepared.push_back(Prepare(c));
     const std::vector<PrefillPrompt> prompts = PromptsOf(prepared);
@@ -174,26 +170,48 @@ class BatchedPrefillTest : public ::testing::TestWithParam<Setup> {
     bool pruned = false;
     for (size_t i = 0; i < cases.size(); ++i) {
       SCOPED_TRACE(cases[i].method + " " + cases[i].question);
-      const Result batched = Collect((*outs)[i], prepared[i].pruner.get());
-      const Result& alone = solo[i];
-      EXPECT_EQ(batched.stages, alone.stages);
-      pruned = pruned || !alone.stages.empty();
-      EXPECT_EQ(batched.tokens_per_layer, alone.tokens_per_layer);
-      EXPECT_EQ(batched.next_position, alone.next_position);
-      ASSERT_EQ(batched.k.size(), alone.k.size());
-      for (size_t l = 0; l < alone.k.size(); ++l) {
-        EXPECT_EQ(batched.positions[l], alone.positions[l]) << "layer " << l;
-        ASSERT_EQ(batched.k[l].size(), alone.k[l].size()) << "layer " << l;
-        EXPECT_EQ(std::memcmp(batched.k[l].data(), alone.k[l].data(), 4 * alone.k[l].size()), 0)
-            << "K of layer " << l;
-        EXPECT_EQ(std::memcmp(batched.v[l].data(), alone.v[l].data(), 4 * alone.v[l].size()), 0)
-            << "V of layer " << l;
-      }
-      ASSERT_EQ(batched.logits.size(), alone.logits.size());
-      EXPECT_EQ(std::memcmp(batched.logits.data(), alone.logits.data(), 4 * alone.logits.size()),
-                0);
+      ExpectSame(Collect((*outs)[i], prepared[i].pruner.get()), solo[i]);
+      pruned = pruned || !solo[i].stages.empty();
     }
     EXPECT_TRUE(pruned);
+  }
+
+  // Each case alone.
+  std::vector<Result> Solo(const std::vector<Case>& cases) {
+    std::vector<Result> solo;
+    for (const Case& c : cases) {
+      Prepared p = Prepare(c);
+      absl::StatusOr<PrefillOutput> out = model_->Prefill(p.tokens, p.embeds, p.pruner.get());
+      EXPECT_TRUE(out.ok()) << c.method << ": " << out.status();
+      solo.push_back(out.ok() ? Collect(*out, p.pruner.get()) : Result{});
+    }
+    return solo;
+  }
+
+  // A prompt's results in a batch equal its results alone, bit for bit.
+  static void ExpectSame(const Result& batched, const Result& alone) {
+    EXPECT_EQ(batched.stages, alone.stages);
+    EXPECT_EQ(batched.tokens_per_layer, alone.tokens_per_layer);
+    EXPECT_EQ(batched.next_position, alone.next_position);
+    ASSERT_EQ(batched.k.size(), alone.k.size());
+    for (size_t l = 0; l < alone.k.size(); ++l) {
+      EXPECT_EQ(batched.positions[l], alone.positions[l]) << "layer " << l;
+      ASSERT_EQ(batched.k[l].size(), alone.k[l].size()) << "layer " << l;
+      EXPECT_EQ(std::memcmp(batched.k[l].data(), alone.k[l].data(), 4 * alone.k[l].size()), 0)
+          << "K of layer " << l;
+      EXPECT_EQ(std::memcmp(batched.v[l].data(), alone.v[l].data(), 4 * alone.v[l].size()), 0)
+          << "V of layer " << l;
+    }
+    ASSERT_EQ(batched.logits.size(), alone.logits.size());
+    EXPECT_EQ(std::memcmp(batched.logits.data(), alone.logits.data(), 4 * alone.logits.size()), 0);
+  }
+
+  // The rows each layer of a pass over `prompts` processes, as the decoder reports them to the
+  // slice hook (BeforeLayer).
+  absl::StatusOr<std::vector<PrefillOutput>> PassRows(const std::vector<PrefillPrompt>& prompts,
+                                                      std::vector<int64_t>* rows) {
+    ScopedTurnHook hook([rows](int64_t n) { rows->push_back(n); });
+    return model_->PrefillBatch(prompts);
   }
 
   // Prefill attention launches on the emulation: the scalar kernel (F32 operands) or
@@ -258,6 +276,100 @@ TEST_P(BatchedPrefillTest, EachRequestOfABatchGetsItsOwnResultOrError) {
     EXPECT_EQ(results[i]->first_token, alone->first_token);
     EXPECT_EQ(results[i]->stats.layer_visual_tokens, alone->stats.layer_visual_tokens);
     EXPECT_EQ(results[i]->stats.kv_bytes, alone->stats.kv_bytes);
+    EXPECT_EQ(results[i]->stats.prune.kept_original, alone->stats.prune.kept_original);
+  }
+}
+
+// A prompt whose caller cancels leaves the pass after the layer running then: from the next
+// layer on the pass processes the others' rows only (those of a pass without it), the others get
+// what they get alone, and the prompt that left is marked, its output unfinished. When every
+// prompt has left, the pass ends Cancelled.
+TEST_P(BatchedPrefillTest, APromptCancelledInAPassLeavesIt) {
+  const std::vector<Case> cases = FourPrompts();
+  const std::vector<Result> solo = Solo(cases);
+  const int layers = model_->config().text.num_hidden_layers;
+  constexpr int kLeaves = 1;  // the prompt that leaves ("none": its rows stay the same)
+  constexpr int kAfterLayer = 2;
+  int polls = 0;
+  const std::function<bool()> cancelled = [&polls] { return ++polls > kAfterLayer; };
+
+  std::vector<Prepared> prepared;
+  for (const Case& c : cases) prepared.push_back(Prepare(c));
+  std::vector<PrefillPrompt> prompts = PromptsOf(prepared);
+  prompts[kLeaves].cancelled = &cancelled;
+  std::vector<int64_t> rows;
+  absl::StatusOr<std::vector<PrefillOutput>> outs = PassRows(prompts, &rows);
+  ASSERT_TRUE(outs.ok()) << outs.status();
+  EXPECT_EQ(polls, kAfterLayer + 1);  // not polled again once it said so
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].method + " " + cases[i].question);
+    EXPECT_EQ((*outs)[i].cancelled, static_cast<int>(i) == kLeaves);
+    if (static_cast<int>(i) == kLeaves) continue;
+    ExpectSame(Collect((*outs)[i], prepared[i].pruner.get()), solo[i]);
+  }
+
+  // The same pass with all four, and one without the prompt that leaves.
+  std::vector<Prepared> all, others;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    all.push_back(Prepare(cases[i]));
+    if (static_cast<int>(i) != kLeaves) others.push_back(Prepare(cases[i]));
+  }
+  std::vector<int64_t> all_rows, other_rows;
+  ASSERT_TRUE(PassRows(PromptsOf(all), &all_rows).ok());
+  ASSERT_TRUE(PassRows(PromptsOf(others), &other_rows).ok());
+  ASSERT_EQ(rows.size(), static_cast<size_t>(layers));
+  ASSERT_EQ(all_rows.size(), rows.size());
+  ASSERT_EQ(other_rows.size(), rows.size());
+  for (int l = 0; l < layers; ++l) {
+    EXPECT_EQ(rows[l], l <= kAfterLayer ? all_rows[l] : other_rows[l]) << "layer " << l;
+  }
+  EXPECT_LT(rows[kAfterLayer + 1], rows[kAfterLayer]);
+
+  // Every prompt cancelled: the pass ends after the first layer.
+  std::vector<Prepared> quitting;
+  for (const Case& c : cases) quitting.push_back(Prepare(c));
+  const std::function<bool()> now = [] { return true; };
+  std::vector<PrefillPrompt> gone = PromptsOf(quitting);
+  for (PrefillPrompt& p : gone) p.cancelled = &now;
+  rows.clear();
+  outs = PassRows(gone, &rows);
+  EXPECT_EQ(outs.status().code(), absl::StatusCode::kCancelled) << outs.status();
+  EXPECT_EQ(rows.size(), 1u);
+}
+
+// Through RunPrefillBatch, the service's entry: the job whose caller cancels gets Cancelled, the
+// others their own RunPrefill's result.
+TEST_P(BatchedPrefillTest, ARequestCancelledInAPassGetsCancelled) {
+  PruneRequest none;
+  none.method = "none";
+  auto encoded = EncodeImage(*model_, hap::testing::PatternPng(), none);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  const std::vector<Case> cases = FourPrompts();
+  std::vector<PromptText> prompts;
+  for (const Case& c : cases) prompts.emplace_back(c.question);
+  std::vector<Sampler> samplers(cases.size(), Sampler{SamplingParams{}});
+  std::vector<PrefillJob> jobs(cases.size());
+  int polls = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    jobs[i].prompt = &prompts[i];
+    jobs[i].encoded = &*encoded;
+    jobs[i].prune.method = cases[i].method;
+    jobs[i].prune.retain = cases[i].retain;
+    jobs[i].sampler = &samplers[i];
+  }
+  jobs[0].cancelled = [&polls] { return ++polls > 3; };  // HAP's, after layer 3
+  std::vector<absl::StatusOr<PrefillResult>> results = RunPrefillBatch(*model_, jobs);
+  ASSERT_EQ(results.size(), cases.size());
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kCancelled) << results[0].status();
+  for (size_t i = 1; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].method + " " + cases[i].question);
+    Sampler greedy{SamplingParams{}};
+    absl::StatusOr<PrefillResult> alone =
+        RunPrefill(*model_, prompts[i], *encoded, jobs[i].prune, &greedy);
+    ASSERT_TRUE(results[i].ok()) << results[i].status();
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ(results[i]->first_token, alone->first_token);
+    EXPECT_EQ(results[i]->stats.layer_visual_tokens, alone->stats.layer_visual_tokens);
     EXPECT_EQ(results[i]->stats.prune.kept_original, alone->stats.prune.kept_original);
   }
 }
