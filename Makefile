@@ -46,7 +46,7 @@ fuzz: fuzz-build
 .PHONY: build-tsan tsan clean-tsan
 TSAN_UNIT_TESTS = outbox_reactor_test token_auth_test kv_codec_test replica_set_test decode_load_test worker_pool_test \
   health_service_test prefill_cancellation_test model_batching_test base_thread_pool_test \
-  base_compute_gate_test prefill_slices_test \
+  base_compute_gate_test prefill_slices_test prefill_batcher_test \
   telemetry_exporter_test telemetry_metrics_test telemetry_tracer_test openai_chat_api_test
 TSAN_SPACE := $(subst ,, )
 TSAN_UNIT  = ^($(subst $(TSAN_SPACE),|,$(strip $(TSAN_UNIT_TESTS))))$$

@@ -213,6 +213,8 @@ absl::Status GenerateReactor::Execute() {
       t_prefill = pass.start;
       t_prefill_end = pass.end;
       batch_jobs = pass.jobs;
+      turn_yields = pass.yields;
+      turn_wait_ms = pass.yield_wait_ms;
     }
   } else {
     // One prefill at a time uses every core (waiting ones hold no core), in slices: after each

@@ -73,9 +73,9 @@ std::vector<OptionSpec> Specs() {
                    "first come first served)"});
   specs.push_back({"prefill-batch-tokens", "HAP_PREFILL_BATCH_TOKENS", "0",
                    "requests that reach the prefill together run as one batched pass of at "
-                   "most this many prompt tokens (a longer prompt runs alone; pays on a GPU, "
-                   "where one prompt leaves it idle); 0 = off (one prefill at a time, in "
-                   "--prefill-chunk-tokens slices)"});
+                   "most this many prompt tokens (a longer prompt runs alone, in slices of "
+                   "this many tokens' work; pays on a GPU, where one prompt leaves it idle); "
+                   "0 = off (one prefill at a time, in --prefill-chunk-tokens slices)"});
   specs.push_back({"kv-handover", "HAP_KV_HANDOVER", "auto",
                    "with --device cuda, auto: hand the KV cache to a hap-decode on the same GPU "
                    "through CUDA IPC (no copy through the host; a decode that cannot map it gets "

@@ -9,7 +9,6 @@
 #include "base/compute_gate.h"
 #include "base/status_macros.h"
 #include "grpcpp/grpcpp.h"
-#include "runtime/model/cancellation.h"
 #include "runtime/model/pipeline.h"
 #include "services/prefill/generate_reactor.h"
 #include "services/wire/proto_convert.h"
@@ -93,20 +92,25 @@ PrefillService::PrefillService(ServerState* state, WorkerPool* pool, KvRegistry*
         std::chrono::milliseconds(config.peer_refresh_ms));
   }
   if (config.prefill_batch_tokens > 0) {
-    // One pass at a time, at the process's compute gate as a lone prefill would be. A request
-    // cancelled in it leaves it between layers (PrefillJob::cancelled); it stops when every
-    // request in it is cancelled.
-    batcher_ = std::make_unique<PrefillBatcher>(
-        config.prefill_batch_tokens,
-        [this](const std::vector<PrefillJob>& jobs, const std::function<bool()>& all_cancelled) {
-          ComputeGate::Hold compute = ProcessComputeGate().Enter();
-          ScopedCancellation scope(all_cancelled);
-          PrefillMetrics::Get().prefill_passes->Inc();
-          return model()->RunPrefillBatch(jobs);
-        });
+    // Passes take turns at the process's compute gate as lone prefills do; one over the budget
+    // is sliced by layers. A request cancelled in a pass leaves it between layers
+    // (PrefillJob::cancelled); the pass stops when every request in it is cancelled.
+    batcher_ = std::make_unique<PrefillBatcher>(config.prefill_batch_tokens, /*layers=*/0,
+                                                &ProcessComputeGate(),
+                                                [this](const std::vector<PrefillJob>& jobs) {
+                                                  PrefillMetrics::Get().prefill_passes->Inc();
+                                                  return model()->RunPrefillBatch(jobs);
+                                                });
   }
   PrefillMetrics::Get();  // on /metrics from the start
   SampledRowsMetrics::Get();
+}
+
+void PrefillService::SetModel(const VisionLanguageModel* model) {
+  model_ = model;
+  if (batcher_ != nullptr && model != nullptr) {
+    batcher_->set_layers(model->text_config().num_hidden_layers);
+  }
 }
 
 absl::StatusOr<GenerateJob> PrefillService::Check(const hap::v1::GenerateRequest& request) {

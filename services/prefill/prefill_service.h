@@ -86,7 +86,8 @@ class PrefillService final : public hap::v1::Generation::CallbackService {
  public:
   PrefillService(ServerState* state, WorkerPool* pool, KvRegistry* kv, const PrefillConfig& config);
 
-  void SetModel(const VisionLanguageModel* model) { model_ = model; }
+  // Also gives the batcher the decoder's layers, for slicing its passes.
+  void SetModel(const VisionLanguageModel* model);
   // Before serving: every Generate call then needs a bearer token `auth` accepts, and counts
   // against its client's limit. Null = no authentication.
   void SetAuth(TokenAuth* auth) { auth_ = auth; }

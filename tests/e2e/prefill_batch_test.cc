@@ -2,7 +2,8 @@
 // budgets and prompts, are prefilled in shared passes, and each answer equals `hapctl run`'s token
 // for token, with the same visual tokens per layer and KV bytes (a BF16 checkpoint: the CPU's BF16
 // products give a row the same result whatever rows share the pass). The front door counts its
-// passes on /metrics, and holds nothing afterwards.
+// passes on /metrics, and holds nothing afterwards. With a budget below every prompt's length, each
+// prompt runs alone in sliced passes, with the same answers.
 #include <future>
 #include <memory>
 #include <string>
@@ -17,14 +18,16 @@
 namespace hap::e2e {
 namespace {
 
-TEST(PrefillBatchTest, RequestsSentTogetherAnswerAsEachAlone) {
+// Eight requests of different methods sent at once through a prefill batching up to
+// `batch_tokens` prompt tokens a pass: each answer equals `hapctl run`'s.
+void ExpectBatchedAnswersEqualRuns(const std::string& batch_tokens) {
   const std::string model = MakeTinyModel("prefill_batch_tiny8_bf16", 5, "bf16");
   ASSERT_FALSE(model.empty());
   sdk::LocalPipelineOptions o;
   o.model_dir = model;
   o.bin_dir = HAP_BIN_DIR;
   o.echo_output = false;
-  o.prefill_args = {"--prefill-batch-tokens", "100000", "--metrics-port", "0",
+  o.prefill_args = {"--prefill-batch-tokens", batch_tokens, "--metrics-port", "0",
                     "--max-concurrent",       "16"};
   o.encoder_args = o.decode_args = {"--max-concurrent", "16"};
   auto pipeline = sdk::LocalPipeline::Start(o);
@@ -49,6 +52,7 @@ TEST(PrefillBatchTest, RequestsSentTogetherAnswerAsEachAlone) {
   }
   const std::string image = ReadBytes(TestImagePath());
   const double passes_before = ScrapeMetric(*metrics_port, "hap_prefill_passes_total", 0);
+  const double yields_before = ScrapeMetric(*metrics_port, "hap_prefill_yields_total", 0);
   std::vector<std::future<absl::StatusOr<sdk::GenerateResult>>> calls;
   for (const Ask& a : asks) {
     calls.push_back(std::async(std::launch::async, [&address, &image, a] {
@@ -60,7 +64,9 @@ TEST(PrefillBatchTest, RequestsSentTogetherAnswerAsEachAlone) {
   std::vector<absl::StatusOr<sdk::GenerateResult>> got;
   for (auto& c : calls) got.push_back(c.get());
   const double passes = ScrapeMetric(*metrics_port, "hap_prefill_passes_total", 0) - passes_before;
-  std::printf("%zu requests prefilled in %.0f passes\n", asks.size(), passes);
+  const double yields = ScrapeMetric(*metrics_port, "hap_prefill_yields_total", 0) - yields_before;
+  std::printf("%zu requests prefilled in %.0f passes, which handed the compute on %.0f times\n",
+              asks.size(), passes, yields);
   EXPECT_GE(passes, 1);
   EXPECT_LE(passes, static_cast<double>(asks.size()));
   for (size_t i = 0; i < asks.size(); ++i) {
@@ -78,6 +84,16 @@ TEST(PrefillBatchTest, RequestsSentTogetherAnswerAsEachAlone) {
   auto client = sdk::Client::Connect(address);
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_TRUE(Idle(client->get()));
+}
+
+TEST(PrefillBatchTest, RequestsSentTogetherAnswerAsEachAlone) {
+  ExpectBatchedAnswersEqualRuns("100000");
+}
+
+// Every prompt is longer than the budget: each runs alone, in slices of 8 tokens' work that
+// hand the compute to the passes queued behind it, and still answers as it does alone.
+TEST(PrefillBatchTest, PromptsLongerThanTheBudgetRunInSlices) {
+  ExpectBatchedAnswersEqualRuns("8");
 }
 
 }  // namespace
