@@ -35,6 +35,15 @@ class PruningKernels {
                                        int64_t size, float* out) const = 0;
   virtual absl::Status WeightedSumContiguous(const float* maps, const float* weights, int n_maps,
                                              int64_t size, float* out) const = 0;
+  // PaqSoftmaxWeights(paq, n_maps, temperature, weights), then WeightedSumContiguous(maps,
+  // weights, n_maps, size, out): a layer's head weights and its map in one op (one launch on a
+  // GPU). The weights are written too (the explain record reads them).
+  virtual absl::Status PaqSoftmaxSumContiguous(const float* maps, const float* paq, int n_maps,
+                                               double temperature, int64_t size, float* weights,
+                                               float* out) const {
+    const absl::Status s = PaqSoftmaxWeights(paq, n_maps, temperature, weights);
+    return s.ok() ? WeightedSumContiguous(maps, weights, n_maps, size, out) : s;
+  }
   virtual absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
                                    float* scores) const = 0;
   // rows: host.
@@ -49,6 +58,13 @@ class PruningKernels {
   // slot of kept, which the caller finds when it copies kept out.
   virtual absl::Status StableTopKToBackend(const float* scores, int n, int k,
                                            int32_t* kept) const = 0;
+  // TokenScores(map, n_rows, n_vis, scores), then StableTopKToBackend(scores, n_vis, k, kept): a
+  // stage's scores and selection in one op (one launch on a GPU, up to 1024 tokens).
+  virtual absl::Status TokenScoresTopKToBackend(const float* map, int64_t n_rows, int n_vis, int k,
+                                                float* scores, int32_t* kept) const {
+    const absl::Status s = TokenScores(map, n_rows, n_vis, scores);
+    return s.ok() ? StableTopKToBackend(scores, n_vis, k, kept) : s;
+  }
   // VisionZip's contextual rows. args.targets, args.sources and args.merged_count (optional:
   // the explain record's counts, a sync point on a GPU) are host; k, hidden and out are in the
   // backend's memory. VisionZip's CLS attention is TextVisualAttention + WeightedSumContiguous.

@@ -26,6 +26,7 @@
 #include "kernels/cuda/gather_rows.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/graph.h"
+#include "kernels/cuda/hap_scoring.h"
 #include "kernels/cuda/ipc.h"
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/paq.h"
@@ -312,6 +313,27 @@ class CudaPruning final : public PruningKernels {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::WeightedSumContiguous(maps, weights, n_maps, size, out, c->stream()));
   }
+  // One launch where the weights fit the kernel's shared memory; else the two ops.
+  absl::Status PaqSoftmaxSumContiguous(const float* maps, const float* paq, int n_maps,
+                                       double temperature, int64_t size, float* weights,
+                                       float* out) const override {
+    if (n_maps > cuda::kPaqSoftmaxSumMaxMaps) {
+      return PruningKernels::PaqSoftmaxSumContiguous(maps, paq, n_maps, temperature, size, weights,
+                                                     out);
+    }
+    const char* op = "PaqSoftmaxSumContiguous";
+    HAP_RETURN_IF_ERROR(CheckDevice(maps, sizeof(float) * n_maps * size, op, "maps"));
+    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n_maps, op, "paq"));
+    HAP_RETURN_IF_ERROR(CheckDevice(weights, sizeof(float) * n_maps, op, "weights"));
+    HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, op, "out"));
+    if (!std::isfinite(temperature) || !(temperature > 0)) {  // as PaqSoftmaxWeights
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: temperature %g is not a finite positive number", op, temperature));
+    }
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(
+        cuda::PaqSoftmaxSum(maps, paq, n_maps, temperature, size, weights, out, c->stream()));
+  }
   absl::Status TokenScores(const float* map, int64_t n_rows, int n_vis,
                            float* scores) const override {
     HAP_RETURN_IF_ERROR(CheckDevice(map, sizeof(float) * n_rows * n_vis, "TokenScores", "map"));
@@ -349,6 +371,18 @@ class CudaPruning final : public PruningKernels {
     HAP_RETURN_IF_ERROR(CheckDevice(kept, sizeof(int32_t) * k, "StableTopKToBackend", "kept"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::StableTopK(scores, n, k, kept, c->stream()));
+  }
+  absl::Status TokenScoresTopKToBackend(const float* map, int64_t n_rows, int n_vis, int k,
+                                        float* scores, int32_t* kept) const override {
+    if (n_vis > cuda::kTokenScoresTopKMaxTokens || k < 1) {
+      return PruningKernels::TokenScoresTopKToBackend(map, n_rows, n_vis, k, scores, kept);
+    }
+    const char* op = "TokenScoresTopKToBackend";
+    HAP_RETURN_IF_ERROR(CheckDevice(map, sizeof(float) * n_rows * n_vis, op, "map"));
+    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, op, "scores"));
+    HAP_RETURN_IF_ERROR(CheckDevice(kept, sizeof(int32_t) * k, op, "kept"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::TokenScoresTopK(map, n_rows, n_vis, k, scores, kept, c->stream()));
   }
   // The token lists (host) are checked here and uploaded; the counts come back only when the
   // caller asks for them (the explain record).

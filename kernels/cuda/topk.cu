@@ -1,9 +1,9 @@
-#include "kernels/cuda/topk.h"
-
 #include <string>
 
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/select.cuh"
+#include "kernels/cuda/topk.cuh"
+#include "kernels/cuda/topk.h"
 
 namespace hap::cuda {
 namespace {
@@ -53,39 +53,14 @@ __global__ void StableTopKKernel(const float* scores, int n, int k, int* kept) {
   }
 }
 
-// n ≤ kRankMax: thread i owns score i and finds its rank (the scores above it, and the equal
-// ones at lower indices) by comparing it with every score in shared memory; rank < k keeps it,
-// at the position an exclusive scan of the kept flags gives. One pass, no select: a few
-// microseconds where the radix select's seven passes take tens.
-constexpr int kRankMax = 1024;
-
+// n ≤ kRankMax: one pass, no select (BlockStableTopKByRank): a few microseconds where the radix
+// select's seven passes take tens.
 __global__ void StableTopKByRankKernel(const float* scores, int n, int k, int* kept) {
   HAP_SHARED(float, s, kRankMax);
   HAP_SHARED(int, has_nan, 1);
   HAP_SHARED(unsigned long long, scan_scratch, 32);
   const int i = threadIdx.x;
-  if (i == 0) has_nan[0] = 0;
-  __syncthreads();
-  const float x = i < n ? scores[i] : 0.f;
-  if (i < n) {
-    s[i] = x;
-    if (x != x) has_nan[0] = 1;  // every writer stores the same value
-  }
-  __syncthreads();
-  if (has_nan[0] != 0) {  // uniform: every thread leaves here
-    for (int j = i; j < k; j += blockDim.x) kept[j] = -1;
-    return;
-  }
-  int rank = 0;
-  if (i < n) {
-    for (int j = 0; j < n; ++j) {
-      const float y = s[j];
-      rank += (y > x) || (y == x && j < i);  // −0 and +0 are one value, as OrderedKey makes them
-    }
-  }
-  const bool keep = i < n && rank < k;
-  const unsigned long long at = BlockExclusiveScan(keep ? 1ull : 0ull, scan_scratch);
-  if (keep) kept[at] = i;
+  BlockStableTopKByRank(i < n ? scores[i] : 0.f, n, k, s, has_nan, scan_scratch, kept);
 }
 
 }  // namespace

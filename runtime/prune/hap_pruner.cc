@@ -83,19 +83,22 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   float* head_weights = scalars + at.head_weights(slot);  // F32 [H]
   HAP_RETURN_IF_ERROR(
       ops.PaqFromRowEntropies(head_maps_.data(), head_entropy_.data(), H, n_text, n_vis, head_paq));
-  if (weighting_ == Weighting::kUniform) {
-    const std::vector<float> uniform(H, 1.f / H);
-    HAP_RETURN_IF_ERROR(b.CopyToBackend(head_weights, uniform.data(), sizeof(float) * H));
-  } else {
-    HAP_RETURN_IF_ERROR(ops.PaqSoftmaxWeights(head_paq, H, paq_temperature_, head_weights));
-  }
-  // A_l = Σ_h w_h Â_h: F32 [n_text, n_vis], into the group's next buffer.
+  // A_l = Σ_h w_h Â_h: F32 [n_text, n_vis], into the group's next buffer, with the head weights
+  // (PAQ-softmax: one op).
   if (static_cast<int>(group_maps_.size()) <= slot) group_maps_.resize(slot + 1);
   BackendArray<float>& layer_map = group_maps_[slot];
   layer_map.Rebind(b);
   HAP_RETURN_IF_ERROR(layer_map.Resize(map_size));
-  HAP_RETURN_IF_ERROR(
-      ops.WeightedSumContiguous(head_maps_.data(), head_weights, H, map_size, layer_map.data()));
+  if (weighting_ == Weighting::kUniform) {
+    const std::vector<float> uniform(H, 1.f / H);
+    HAP_RETURN_IF_ERROR(b.CopyToBackend(head_weights, uniform.data(), sizeof(float) * H));
+    HAP_RETURN_IF_ERROR(
+        ops.WeightedSumContiguous(head_maps_.data(), head_weights, H, map_size, layer_map.data()));
+  } else {
+    HAP_RETURN_IF_ERROR(ops.PaqSoftmaxSumContiguous(head_maps_.data(), head_paq, H,
+                                                    paq_temperature_, map_size, head_weights,
+                                                    layer_map.data()));
+  }
   HAP_RETURN_IF_ERROR(ops.Paq(layer_map.data(), 1, n_text, n_vis, scalars + at.layer_paq() + slot));
   if (att.layer != pg.last_layer()) {
     AddTime(Since(start));
@@ -125,20 +128,22 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
     group_map = group_map_.data();
   }
   float* token_scores = scalars + at.token_scores();  // F32 [n_vis]
-  HAP_RETURN_IF_ERROR(ops.TokenScores(group_map, n_text, n_vis, token_scores));
   const int keep = std::min(plan_.groups[g + 1].visual_tokens, n_vis);
   if (att.backend_keep != nullptr && !b.caps().host_memory) {
-    // Decided and applied on the device; the indices and the explain record come back in Finish.
+    // Scored, decided and applied on the device; the indices and the explain record come back
+    // in Finish.
     if (kept_.size() < kept_offsets_[g] + keep) {
       return absl::InternalError(absl::StrCat(stats_.method, ": no room for group ", g,
                                               "'s kept indices (the engine took the first "
                                               "group's on the host)"));
     }
     int32_t* kept = kept_.data() + kept_offsets_[g];
-    HAP_RETURN_IF_ERROR(ops.StableTopKToBackend(token_scores, n_vis, keep, kept));
+    HAP_RETURN_IF_ERROR(
+        ops.TokenScoresTopKToBackend(group_map, n_text, n_vis, keep, token_scores, kept));
     pending_.push_back({g, at, HapGroupExplain{}});
     return CommitInBackend(att, kept, keep, Since(start));
   }
+  HAP_RETURN_IF_ERROR(ops.TokenScores(group_map, n_text, n_vis, token_scores));
   std::vector<int> kept(keep);
   // The stage's one wait for the device: the kept indices.
   const absl::Status selected = ops.StableTopK(token_scores, n_vis, keep, kept.data());

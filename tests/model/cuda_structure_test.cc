@@ -452,6 +452,53 @@ TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
   }
 }
 
+// HAP scores a layer in four launches: its text→visual rows with their entropies, the heads'
+// PAQ, the head weights made with the layer's map (PaqSoftmaxSum) and the layer map's PAQ; a stage
+// adds one, its token scores made with its selection (TokenScoresTopK). The kernels those two
+// replace are not launched.
+TEST(CudaStructure, HapScoresALayerInFourLaunchesAndAStageInOne) {
+  const TinyModelOptions o = testing_support::TinyOptions(7, 6, 112, DType::kBF16);
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "hap_scoring");
+  ASSERT_TRUE(model.ok()) << model.status();
+  PruneRequest prune;
+  prune.method = "hap";
+  prune.retain = 16.0;
+  absl::StatusOr<EncodeResult> encoded = EncodeImage(**model, hap::testing::PatternPng(), prune);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  absl::StatusOr<PromptTokens> tokens =
+      (*model)->Tokenize(PromptText{"What is in the picture?"}, encoded->n_vis);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  prune.text_tokens = static_cast<int>(tokens->ids.size()) - tokens->n_vis;
+  absl::StatusOr<std::unique_ptr<Pruner>> hap = MakePruner(prune, DimsOf((*model)->config()));
+  ASSERT_TRUE(hap.ok()) << hap.status();
+  const std::vector<const char*> kernels = {"TextVisualAttentionKernel", "PaqKernel",
+                                            "PaqSoftmaxSumKernel",       "TokenScoresTopKKernel",
+                                            "PaqSoftmaxKernel",          "WeightedSumKernel",
+                                            "TokenScoresKernel",         "StableTopKByRankKernel",
+                                            "StableTopKKernel"};
+  std::vector<int64_t> before;
+  for (const char* k : kernels) before.push_back(cuda::emulation::KernelLaunches(k));
+  Sampler sampler{SamplingParams{}};
+  absl::StatusOr<PrefillOutput> out =
+      (*model)->Prefill(*tokens, encoded->embeds, hap->get(), &sampler);
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<int64_t> n;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    n.push_back(cuda::emulation::KernelLaunches(kernels[i]) - before[i]);
+  }
+  const PruneStats& stats = (*hap)->stats();
+  const int64_t layers = static_cast<int64_t>(stats.hap_layers.size());
+  const int64_t stages = static_cast<int64_t>(stats.hap_groups.size());
+  std::printf("%lld scored layers, %lld stages\n", static_cast<long long>(layers),
+              static_cast<long long>(stages));
+  ASSERT_GE(stages, 2);
+  EXPECT_EQ(n[0], layers);      // text→visual rows
+  EXPECT_EQ(n[1], 2 * layers);  // the heads' PAQ, the layer map's
+  EXPECT_EQ(n[2], layers);
+  EXPECT_EQ(n[3], stages);
+  for (size_t i = 4; i < kernels.size(); ++i) EXPECT_EQ(n[i], 0) << kernels[i];
+}
+
 // After one request has run, the same request again allocates and frees no device memory: the
 // encoder's activations, the prefill's workspace, HAP's maps and scores, the KV cache's layers, a
 // decode step's workspace and logits all come out of the block cache and go back to it.

@@ -20,6 +20,7 @@
 #include "kernels/cpu/prune/topk.h"
 #include "kernels/cpu/prune/weighted_sum.h"
 #include "kernels/cuda/gather_rows.h"
+#include "kernels/cuda/hap_scoring.h"
 #include "kernels/cuda/paq.h"
 #include "kernels/cuda/paq_softmax.h"
 #include "kernels/cuda/parity/rows.h"
@@ -540,6 +541,92 @@ CaseResult TopKNanCase() {
   return c.Result(ms);
 }
 
+// ------------------------------------------------------------------ HAP's fused scoring
+
+// PaqSoftmaxSum against the reference's PaqSoftmaxWeights and WeightedSumContiguous, and bit for
+// bit against the two kernels it replaces. A NaN PAQ (bad_at ≥ 0) gives NaN weights and sums
+// from both.
+CaseResult PaqSoftmaxSumCase(int n_maps, int64_t size, double temperature, int bad_at = -1) {
+  const uint64_t seed = 1600 + n_maps + size;
+  const std::vector<float> maps = RandomFloats(n_maps * size, seed, 0.f, 1.f);
+  std::vector<float> paq = RandomFloats(n_maps, seed + 1, 0.f, 1.f);
+  if (bad_at >= 0) paq[bad_at] = NAN;
+  std::vector<float> weights(n_maps), want(size);
+  Checker c;
+  if (bad_at < 0 &&
+      (!c.Reference(kernels::PaqSoftmaxWeights(paq.data(), n_maps, temperature, weights.data())) ||
+       !c.Reference(kernels::WeightedSumContiguous(maps.data(), weights.data(), n_maps, size,
+                                                   want.data())))) {
+    return c.Result(0);
+  }
+  DeviceBuffer dmaps = DeviceBuffer::Of(maps), dpaq = DeviceBuffer::Of(paq);
+  DeviceBuffer dw(n_maps * sizeof(float)), dout(size * sizeof(float));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return PaqSoftmaxSum(dmaps.as<float>(), dpaq.as<float>(), n_maps, temperature, size,
+                             dw.as<float>(), dout.as<float>(), nullptr);
+      },
+      &st);
+  c.Status(st);
+  // The two kernels it replaces, on the same inputs.
+  DeviceBuffer dw2(n_maps * sizeof(float)), dout2(size * sizeof(float));
+  c.Status(PaqSoftmaxWeights(dpaq.as<float>(), n_maps, temperature, dw2.as<float>(), nullptr));
+  c.Status(WeightedSumContiguous(dmaps.as<float>(), dw2.as<float>(), n_maps, size,
+                                 dout2.as<float>(), nullptr));
+  const std::vector<float> w2 = dw2.Download<float>(), out2 = dout2.Download<float>();
+  c.Exact("weights (the PaqSoftmaxWeights kernel's)", dw, w2.data());
+  c.Exact("out (the WeightedSumContiguous kernel's)", dout, out2.data());
+  if (bad_at < 0) {
+    c.Output("weights", dw, weights, kPaqSoftmaxTol);
+    c.Output("out", dout, want, kF32Tol);
+  } else {
+    for (float x : dout.Download<float>()) {
+      if (!std::isnan(x)) c.Fail("an element is " + std::to_string(x) + ", want NaN throughout");
+    }
+  }
+  c.Unchanged("maps", dmaps, maps.data());
+  c.Unchanged("paq", dpaq, paq.data());
+  return c.Result(ms);
+}
+
+// TokenScoresTopK against the reference's TokenScores and StableTopK, and bit for bit against the
+// two kernels it replaces. ties: the map's entries on a coarse grid, so that scores tie.
+CaseResult TokenScoresTopKCase(int64_t n_rows, int n_vis, int k, bool ties) {
+  std::vector<float> map = RandomFloats(n_rows * n_vis, 1700 + n_rows + n_vis + k, 0.f, 1.f);
+  if (ties) {
+    for (float& x : map) x = std::floor(x * 4.f) / 4.f;
+  }
+  std::vector<float> scores(n_vis);
+  std::vector<int> want(k);
+  Checker c;
+  if (!c.Reference(kernels::TokenScores(map.data(), n_rows, n_vis, scores.data())) ||
+      !c.Reference(kernels::StableTopK(scores.data(), n_vis, k, want.data()))) {
+    return c.Result(0);
+  }
+  DeviceBuffer dmap = DeviceBuffer::Of(map);
+  DeviceBuffer dscores(n_vis * sizeof(float)), dkept(k * sizeof(int));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return TokenScoresTopK(dmap.as<float>(), n_rows, n_vis, k, dscores.as<float>(),
+                               dkept.as<int>(), nullptr);
+      },
+      &st);
+  c.Status(st);
+  DeviceBuffer dscores2(n_vis * sizeof(float)), dkept2(k * sizeof(int));
+  c.Status(TokenScores(dmap.as<float>(), n_rows, n_vis, dscores2.as<float>(), nullptr));
+  c.Status(StableTopK(dscores2.as<float>(), n_vis, k, dkept2.as<int>(), nullptr));
+  const std::vector<float> scores2 = dscores2.Download<float>();
+  const std::vector<int> kept2 = dkept2.Download<int>();
+  c.Exact("scores (the TokenScores kernel's)", dscores, scores2.data());
+  c.Exact("kept (the StableTopK kernel's)", dkept, kept2.data());
+  c.Output("scores", dscores, scores, kF32Tol);
+  OutputKept(c, "kept", dkept, want, scores);
+  c.Unchanged("map", dmap, map.data());
+  return c.Result(ms);
+}
+
 // ------------------------------------------------------------------ Row gathers
 
 CaseResult GatherCase(int64_t n_rows, size_t row_bytes, const std::vector<int>& idx) {
@@ -670,6 +757,14 @@ CaseResult RejectsBadArgumentsCase() {
   expect_error("PaqSoftmaxWeights temperature NaN", PaqSoftmaxWeights(f, 3, NAN, f + 8, nullptr));
   expect_error("PaqSoftmaxWeights temperature inf",
                PaqSoftmaxWeights(f, 3, INFINITY, f + 8, nullptr));
+  expect_error("PaqSoftmaxSum over 1024 maps",
+               PaqSoftmaxSum(f, f, kPaqSoftmaxSumMaxMaps + 1, 1.0, 1, f, f, nullptr));
+  expect_error("PaqSoftmaxSum temperature 0", PaqSoftmaxSum(f, f, 2, 0.0, 4, f + 8, f, nullptr));
+  expect_error("PaqSoftmaxSum null out", PaqSoftmaxSum(f, f, 2, 1.0, 4, f + 8, nullptr, nullptr));
+  expect_error("TokenScoresTopK k > n_vis", TokenScoresTopK(f, 2, 4, 5, f + 8, i, nullptr));
+  expect_error("TokenScoresTopK k 0", TokenScoresTopK(f, 2, 4, 0, f + 8, i, nullptr));
+  expect_error("TokenScoresTopK over 1024 tokens",
+               TokenScoresTopK(f, 1, kTokenScoresTopKMaxTokens + 1, 1, f, i, nullptr));
   return c.Result(0);
 }
 
@@ -755,6 +850,29 @@ void AddPruneCases(std::vector<Case>& cases) {
                          Str(n_maps) + "x" + Str(size),
                      {"WeightedSumKernel"},
                      [=] { return WeightedSumCase(n_maps, size, list); }});
+  }
+
+  for (auto [n_maps, size, tau] : {std::tuple{32, int64_t{32 * 576}, 1.0},
+                                   {28, int64_t{33 * 577}, 0.05},
+                                   {1, int64_t{5}, 1.0},
+                                   {7, int64_t{3 * 9000}, 2.5}}) {
+    cases.push_back({"PaqSoftmaxSum " + Str(n_maps) + "x" + Str(size) +
+                         (tau == 1.0 ? std::string() : " tau " + StrG(tau)),
+                     {"PaqSoftmaxSumKernel"},
+                     [=] { return PaqSoftmaxSumCase(n_maps, size, tau); }});
+  }
+  cases.push_back({"PaqSoftmaxSum NaN PAQ gives NaN throughout", {"PaqSoftmaxSumKernel"}, [] {
+                     return PaqSoftmaxSumCase(9, 33 * 7, 1.0, 4);
+                   }});
+  for (auto [n_rows, n_vis, k, ties] : {std::tuple{int64_t{32}, 576, 32, false},
+                                        {int64_t{33}, 577, 192, true},
+                                        {int64_t{1}, 7, 7, false},
+                                        {int64_t{8 * 33}, 1024, 1, true},
+                                        {int64_t{5}, 31, 30, true}}) {
+    cases.push_back({"TokenScoresTopK " + Str(n_rows) + "x" + Str(n_vis) + " k" + Str(k) +
+                         (ties ? " ties" : ""),
+                     {"TokenScoresTopKKernel"},
+                     [=] { return TokenScoresTopKCase(n_rows, n_vis, k, ties); }});
   }
 
   for (auto [n_rows, n_vis, rows] : {std::tuple{int64_t{33}, 577, std::vector<int>{}},

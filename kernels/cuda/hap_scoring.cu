@@ -1,0 +1,89 @@
+#include "kernels/cuda/hap_scoring.h"
+
+#include <string>
+
+#include "kernels/cuda/device.cuh"
+#include "kernels/cuda/paq_softmax.cuh"
+#include "kernels/cuda/topk.cuh"
+
+namespace hap::cuda {
+namespace {
+
+constexpr int kSumThreads = 256;
+constexpr unsigned kMaxSumBlocks = 2048;  // grid-stride beyond, as WeightedSumKernel
+constexpr int kRowGroups = 8;             // TokenScoresKernel's partial sums of every 8th row
+
+// One element per thread (grid-stride), as WeightedSumKernel, after the block made the weights.
+__global__ void PaqSoftmaxSumKernel(const float* maps, const float* paq, int n_maps,
+                                    double temperature, int64_t size, float* weights, float* out) {
+  HAP_SHARED(double, e, kPaqSoftmaxStored);
+  HAP_SHARED(double, at, 3);
+  HAP_SHARED(float, w, kPaqSoftmaxStored);
+  BlockPaqSoftmax(paq, n_maps, temperature, e, at, w);
+  __syncthreads();
+  if (blockIdx.x == 0) {
+    for (int c = threadIdx.x; c < n_maps; c += blockDim.x) weights[c] = w[c];
+  }
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < size;
+       i += stride) {
+    double acc = 0.0;
+    for (int c = 0; c < n_maps; ++c) acc += static_cast<double>(w[c]) * maps[c * size + i];
+    out[i] = static_cast<float>(acc);
+  }
+}
+
+// One block, thread i the score of column i: the 8 partial sums of TokenScoresKernel (rows
+// g, g + 8, …) made one after the other and added in the same order, then its rank.
+__global__ void TokenScoresTopKKernel(const float* map, int64_t n_rows, int n_vis, int k,
+                                      float* scores, int* kept) {
+  HAP_SHARED(float, s, kRankMax);
+  HAP_SHARED(int, has_nan, 1);
+  HAP_SHARED(unsigned long long, scan_scratch, 32);
+  const int i = threadIdx.x;
+  float x = 0.f;
+  if (i < n_vis) {
+    double sum = 0.0;
+    for (int g = 0; g < kRowGroups; ++g) {
+      double acc = 0.0;
+      for (int64_t r = g; r < n_rows; r += kRowGroups) acc += map[r * n_vis + i];
+      sum += acc;
+    }
+    x = static_cast<float>(sum / n_rows);
+    scores[i] = x;
+  }
+  BlockStableTopKByRank(x, n_vis, k, s, has_nan, scan_scratch, kept);
+}
+
+}  // namespace
+
+KernelStatus PaqSoftmaxSum(const float* maps, const float* paq, int n_maps, double temperature,
+                           int64_t size, float* weights, float* out, Stream stream) {
+  if (maps == nullptr || paq == nullptr || weights == nullptr || out == nullptr || n_maps <= 0 ||
+      size <= 0 || n_maps > kPaqSoftmaxSumMaxMaps) {
+    return KernelStatus::Error("PaqSoftmaxSum: null pointer, non-positive size or n_maps " +
+                               std::to_string(n_maps) + " over " +
+                               std::to_string(kPaqSoftmaxSumMaxMaps));
+  }
+  if (!(temperature > 0) || !(temperature < INFINITY)) {
+    return KernelStatus::Error("PaqSoftmaxSum: temperature is not a finite positive number");
+  }
+  const unsigned blocks =
+      CeilDiv(size, kSumThreads) < kMaxSumBlocks ? CeilDiv(size, kSumThreads) : kMaxSumBlocks;
+  return Launch("PaqSoftmaxSumKernel", PaqSoftmaxSumKernel, dim3(blocks), dim3(kSumThreads), 0,
+                stream, maps, paq, n_maps, temperature, size, weights, out);
+}
+
+KernelStatus TokenScoresTopK(const float* map, int64_t n_rows, int n_vis, int k, float* scores,
+                             int* kept, Stream stream) {
+  if (map == nullptr || scores == nullptr || kept == nullptr || n_rows <= 0 || n_vis <= 0 ||
+      n_vis > kTokenScoresTopKMaxTokens || k < 1 || k > n_vis) {
+    return KernelStatus::Error("TokenScoresTopK: bad arguments (n_rows=" + std::to_string(n_rows) +
+                               " n_vis=" + std::to_string(n_vis) + " k=" + std::to_string(k) + ")");
+  }
+  return Launch("TokenScoresTopKKernel", TokenScoresTopKKernel, dim3(1),
+                dim3(static_cast<int>(CeilDiv(n_vis, 32)) * 32), 0, stream, map, n_rows, n_vis, k,
+                scores, kept);
+}
+
+}  // namespace hap::cuda

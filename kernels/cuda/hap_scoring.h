@@ -1,0 +1,39 @@
+// HAP's scoring steps fused on the GPU (runtime/prune/hap_pruner.cc): a scored layer's head
+// weights made with its map, and a stage's token scores made with its selection, each in one
+// launch instead of two, with the arithmetic of the kernels they replace (paq_softmax.h,
+// weighted_sum.h, token_scores.h, topk.h), so the results are theirs bit for bit.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/device_types.h"
+#include "kernels/cuda/kernel_status.h"
+
+namespace hap::cuda {
+
+// The most maps PaqSoftmaxSum takes (heads or layers: a few dozen in practice).
+constexpr int kPaqSoftmaxSumMaxMaps = 1024;
+// The most tokens TokenScoresTopK takes: one block, a thread per token.
+constexpr int kTokenScoresTopKMaxTokens = 1024;
+
+// weights = PaqSoftmaxWeights(paq, n_maps, temperature) and out[e] = Σ_c weights[c]·maps[c][e]:
+// every block of the sum makes the weights in shared memory (thread 0's F64 sums over the n_maps
+// values, the exponentials spread over its threads) and the first writes them out too.
+//   maps: F32 [n_maps, size]   paq: F32 [n_maps]   weights: F32 [n_maps]   out: F32 [size]
+//   (device; out aliases nothing). A non-finite PAQ makes every weight and element NaN.
+// Errors: null pointers, non-positive sizes, n_maps > kPaqSoftmaxSumMaxMaps, a temperature that
+// is not finite and > 0.
+KernelStatus PaqSoftmaxSum(const float* maps, const float* paq, int n_maps, double temperature,
+                           int64_t size, float* weights, float* out, Stream stream);
+
+// scores[i] = (1/n_rows) Σ_j map[j, i] (TokenScores' sums, in its order) and kept = the stable
+// top-k of the scores (StableTopK's, in the backend's memory): one block, thread i making score
+// i and then ranking it.
+//   map: F32 [n_rows, n_vis]   scores: F32 [n_vis]   kept: I32 [k], ascending (device)
+// A NaN score writes −1 to every slot of kept, as StableTopK does.
+// Errors: null pointers, n_rows ≤ 0, n_vis outside [1, kTokenScoresTopKMaxTokens], k outside
+// [1, n_vis].
+KernelStatus TokenScoresTopK(const float* map, int64_t n_rows, int n_vis, int k, float* scores,
+                             int* kept, Stream stream);
+
+}  // namespace hap::cuda
