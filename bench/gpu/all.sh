@@ -1,8 +1,9 @@
 #!/bin/bash
 # Every GPU check in one command, within a time limit (bench/gpu/README.md): the parity table
 # (hapctl selftest), compute-sanitizer memcheck on a whole HAP request, run.sh (gpu_bench and
-# transformers), then serving.sh: the three services at 1, 8 and 32 streams, and again with the KV
-# cache sent as rows instead of handed over through CUDA IPC. Each part gets what is left of the
+# transformers), then serving.sh: the three services at 1, 8 and 32 streams, at 8 and 32 with the
+# prefill's passes batched (--prefill-batch-tokens 4096), and at 8 and 32 with the KV cache sent
+# as rows instead of handed over through CUDA IPC. Each part gets what is left of the
 # limit up to its own share, and one that runs out is stopped and marked so; summary.txt lists
 # each part's exit status and seconds. The GPU's name, the driver and the date head device.txt.
 #   bench/gpu/all.sh [--build DIR] [--out DIR] [--seconds N] [--checkpoint DIR]
@@ -74,6 +75,9 @@ part run 240 "$HERE/run.sh" --build "$BUILD" --template "$TEMPLATE" --checkpoint
   --out "$OUT" --requests 10
 part serving 180 "$HERE/serving.sh" --build "$BUILD" --checkpoint "$CHECKPOINT" --out "$OUT" \
   --streams 1,8,32
+# The prefill batching the requests that arrive together (about six 608-token prompts a pass).
+part serving_batch 90 "$HERE/serving.sh" --build "$BUILD" --checkpoint "$CHECKPOINT" \
+  --out "$OUT" --streams 8,32 --prefill-batch-tokens 4096
 part serving_stream 90 "$HERE/serving.sh" --build "$BUILD" --checkpoint "$CHECKPOINT" \
   --out "$OUT" --streams 8,32 --kv-handover stream
 cat "$SUMMARY"
