@@ -214,6 +214,55 @@ class BatchedPrefillTest : public ::testing::TestWithParam<Setup> {
     return model_->PrefillBatch(prompts);
   }
 
+  // One request per case for RunPrefillBatch, on the pattern image (null if it cannot be
+  // encoded).
+  struct Requests {
+    EncodeResult encoded;
+    std::vector<Case> cases;
+    std::vector<PromptText> prompts;
+    std::vector<Sampler> samplers;
+    std::vector<PrefillJob> jobs;
+  };
+  std::unique_ptr<Requests> RequestsOf(const std::vector<Case>& cases) {
+    PruneRequest none;
+    none.method = "none";
+    absl::StatusOr<EncodeResult> encoded = EncodeImage(*model_, hap::testing::PatternPng(), none);
+    EXPECT_TRUE(encoded.ok()) << encoded.status();
+    if (!encoded.ok()) return nullptr;
+    auto r = std::make_unique<Requests>();
+    r->encoded = std::move(*encoded);
+    r->cases = cases;
+    for (const Case& c : cases) r->prompts.emplace_back(c.question);
+    r->samplers.assign(cases.size(), Sampler{SamplingParams{}});
+    r->jobs.resize(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      r->jobs[i].prompt = &r->prompts[i];
+      r->jobs[i].encoded = &r->encoded;
+      r->jobs[i].prune.method = cases[i].method;
+      r->jobs[i].prune.retain = cases[i].retain;
+      r->jobs[i].sampler = &r->samplers[i];
+    }
+    return r;
+  }
+
+  // Request i's result in a batch is its RunPrefill's alone: the same first token, visual tokens
+  // per layer, KV bytes and kept tokens, or the same error.
+  void ExpectAsAlone(const Requests& r, size_t i, const absl::StatusOr<PrefillResult>& got) {
+    SCOPED_TRACE(r.cases[i].method + " " + r.cases[i].question);
+    Sampler greedy{SamplingParams{}};
+    absl::StatusOr<PrefillResult> alone =
+        RunPrefill(*model_, r.prompts[i], r.encoded, r.jobs[i].prune, &greedy);
+    if (!alone.ok()) {
+      EXPECT_EQ(got.status(), alone.status());
+      return;
+    }
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->first_token, alone->first_token);
+    EXPECT_EQ(got->stats.layer_visual_tokens, alone->stats.layer_visual_tokens);
+    EXPECT_EQ(got->stats.kv_bytes, alone->stats.kv_bytes);
+    EXPECT_EQ(got->stats.prune.kept_original, alone->stats.prune.kept_original);
+  }
+
   // Prefill attention launches on the emulation: the scalar kernel (F32 operands) or
   // FlashAttention (BF16).
   static int64_t Attentions() {
@@ -242,42 +291,14 @@ TEST_P(BatchedPrefillTest, OnePromptIsAPrefill) {
 // RunPrefillBatch, the service's entry: each job's result is its RunPrefill's, and a job whose
 // budget is refused gets its own error while the others run.
 TEST_P(BatchedPrefillTest, EachRequestOfABatchGetsItsOwnResultOrError) {
-  PruneRequest none;
-  none.method = "none";
-  auto encoded = EncodeImage(*model_, hap::testing::PatternPng(), none);
-  ASSERT_TRUE(encoded.ok()) << encoded.status();
   std::vector<Case> cases = FourPrompts();
   cases.insert(cases.begin() + 1, Case{"hap", 1.0, "How many shapes?"});  // below HAP's minimum
-  std::vector<PromptText> prompts;
-  for (const Case& c : cases) prompts.emplace_back(c.question);
-  std::vector<Sampler> samplers(cases.size(), Sampler{SamplingParams{}});
-  std::vector<PrefillJob> jobs(cases.size());
-  for (size_t i = 0; i < cases.size(); ++i) {
-    jobs[i].prompt = &prompts[i];
-    jobs[i].encoded = &*encoded;
-    jobs[i].prune.method = cases[i].method;
-    jobs[i].prune.retain = cases[i].retain;
-    jobs[i].sampler = &samplers[i];
-  }
-  std::vector<absl::StatusOr<PrefillResult>> results = RunPrefillBatch(*model_, jobs);
+  std::unique_ptr<Requests> r = RequestsOf(cases);
+  ASSERT_NE(r, nullptr);
+  std::vector<absl::StatusOr<PrefillResult>> results = RunPrefillBatch(*model_, r->jobs);
   ASSERT_EQ(results.size(), cases.size());
-  for (size_t i = 0; i < cases.size(); ++i) {
-    SCOPED_TRACE(cases[i].method + " " + cases[i].question);
-    Sampler greedy{SamplingParams{}};
-    absl::StatusOr<PrefillResult> alone =
-        RunPrefill(*model_, prompts[i], *encoded, jobs[i].prune, &greedy);
-    if (i == 1) {
-      ASSERT_FALSE(results[i].ok());
-      EXPECT_EQ(results[i].status(), alone.status());
-      continue;
-    }
-    ASSERT_TRUE(results[i].ok()) << results[i].status();
-    ASSERT_TRUE(alone.ok()) << alone.status();
-    EXPECT_EQ(results[i]->first_token, alone->first_token);
-    EXPECT_EQ(results[i]->stats.layer_visual_tokens, alone->stats.layer_visual_tokens);
-    EXPECT_EQ(results[i]->stats.kv_bytes, alone->stats.kv_bytes);
-    EXPECT_EQ(results[i]->stats.prune.kept_original, alone->stats.prune.kept_original);
-  }
+  EXPECT_FALSE(results[1].ok());
+  for (size_t i = 0; i < cases.size(); ++i) ExpectAsAlone(*r, i, results[i]);
 }
 
 // A prompt whose caller cancels leaves the pass after the layer running then: from the next
@@ -340,38 +361,15 @@ TEST_P(BatchedPrefillTest, APromptCancelledInAPassLeavesIt) {
 // Through RunPrefillBatch, the service's entry: the job whose caller cancels gets Cancelled, the
 // others their own RunPrefill's result.
 TEST_P(BatchedPrefillTest, ARequestCancelledInAPassGetsCancelled) {
-  PruneRequest none;
-  none.method = "none";
-  auto encoded = EncodeImage(*model_, hap::testing::PatternPng(), none);
-  ASSERT_TRUE(encoded.ok()) << encoded.status();
   const std::vector<Case> cases = FourPrompts();
-  std::vector<PromptText> prompts;
-  for (const Case& c : cases) prompts.emplace_back(c.question);
-  std::vector<Sampler> samplers(cases.size(), Sampler{SamplingParams{}});
-  std::vector<PrefillJob> jobs(cases.size());
+  std::unique_ptr<Requests> r = RequestsOf(cases);
+  ASSERT_NE(r, nullptr);
   int polls = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    jobs[i].prompt = &prompts[i];
-    jobs[i].encoded = &*encoded;
-    jobs[i].prune.method = cases[i].method;
-    jobs[i].prune.retain = cases[i].retain;
-    jobs[i].sampler = &samplers[i];
-  }
-  jobs[0].cancelled = [&polls] { return ++polls > 3; };  // HAP's, after layer 3
-  std::vector<absl::StatusOr<PrefillResult>> results = RunPrefillBatch(*model_, jobs);
+  r->jobs[0].cancelled = [&polls] { return ++polls > 3; };  // HAP's, after layer 3
+  std::vector<absl::StatusOr<PrefillResult>> results = RunPrefillBatch(*model_, r->jobs);
   ASSERT_EQ(results.size(), cases.size());
   EXPECT_EQ(results[0].status().code(), absl::StatusCode::kCancelled) << results[0].status();
-  for (size_t i = 1; i < cases.size(); ++i) {
-    SCOPED_TRACE(cases[i].method + " " + cases[i].question);
-    Sampler greedy{SamplingParams{}};
-    absl::StatusOr<PrefillResult> alone =
-        RunPrefill(*model_, prompts[i], *encoded, jobs[i].prune, &greedy);
-    ASSERT_TRUE(results[i].ok()) << results[i].status();
-    ASSERT_TRUE(alone.ok()) << alone.status();
-    EXPECT_EQ(results[i]->first_token, alone->first_token);
-    EXPECT_EQ(results[i]->stats.layer_visual_tokens, alone->stats.layer_visual_tokens);
-    EXPECT_EQ(results[i]->stats.prune.kept_original, alone->stats.prune.kept_original);
-  }
+  for (size_t i = 1; i < cases.size(); ++i) ExpectAsAlone(*r, i, results[i]);
 }
 
 TEST_P(BatchedPrefillTest, ABadPromptIsNamed) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/decode_attention.h"
@@ -394,6 +395,25 @@ class CopiesUntilFinish final : public Pruner {
   Pruner* inner_;
 };
 
+// The pattern image's question with a HAP pruner keeping `retain` visual tokens.
+struct HapPrompt {
+  EncodeResult encoded;
+  PromptTokens tokens;
+  std::unique_ptr<Pruner> hap;
+};
+absl::StatusOr<HapPrompt> HapPromptFor(const LlavaModel& model, double retain) {
+  PruneRequest prune;
+  prune.method = "hap";
+  prune.retain = retain;
+  HapPrompt p;
+  HAP_ASSIGN_OR_RETURN(p.encoded, EncodeImage(model, hap::testing::PatternPng(), prune));
+  HAP_ASSIGN_OR_RETURN(p.tokens,
+                       model.Tokenize(PromptText{"What is in the picture?"}, p.encoded.n_vis));
+  prune.text_tokens = static_cast<int>(p.tokens.ids.size()) - p.tokens.n_vis;
+  HAP_ASSIGN_OR_RETURN(p.hap, MakePruner(prune, DimsOf(model.config())));
+  return p;
+}
+
 // A HAP prefill waits for the device nowhere between its start and its end: every stage's top-k,
 // the compaction of the hidden states and position ids and the KV rows stay on the device (the
 // planner fixed each stage's count), and what the host reports — the kept indices, the positions
@@ -405,25 +425,16 @@ TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
   ASSERT_TRUE(model.ok()) << model.status();
   for (double retain : {32.0, 16.0}) {
     SCOPED_TRACE("retain " + std::to_string(retain));
-    PruneRequest prune;
-    prune.method = "hap";
-    prune.retain = retain;
-    absl::StatusOr<EncodeResult> encoded = EncodeImage(**model, hap::testing::PatternPng(), prune);
-    ASSERT_TRUE(encoded.ok()) << encoded.status();
-    absl::StatusOr<PromptTokens> tokens =
-        (*model)->Tokenize(PromptText{"What is in the picture?"}, encoded->n_vis);
-    ASSERT_TRUE(tokens.ok()) << tokens.status();
-    prune.text_tokens = static_cast<int>(tokens->ids.size()) - tokens->n_vis;
-    absl::StatusOr<std::unique_ptr<Pruner>> hap = MakePruner(prune, DimsOf((*model)->config()));
-    ASSERT_TRUE(hap.ok()) << hap.status();
-    CopiesUntilFinish pruner(hap->get());
+    absl::StatusOr<HapPrompt> p = HapPromptFor(**model, retain);
+    ASSERT_TRUE(p.ok()) << p.status();
+    CopiesUntilFinish pruner(p->hap.get());
     Sampler sampler{SamplingParams{}};
     const int64_t start = cuda::emulation::DeviceToHostCopies();
     absl::StatusOr<PrefillOutput> out =
-        (*model)->Prefill(*tokens, encoded->embeds, &pruner, &sampler);
+        (*model)->Prefill(p->tokens, p->encoded.embeds, &pruner, &sampler);
     ASSERT_TRUE(out.ok()) << out.status();
     const int64_t end = cuda::emulation::DeviceToHostCopies();
-    const PruneStats& stats = (*hap)->stats();
+    const PruneStats& stats = p->hap->stats();
     const int stages = static_cast<int>(stats.stages.size());
     std::printf("retain %.0f: %d stages, %d layers\n", retain, stages, pruner.layers);
     EXPECT_GE(stages, retain == 16.0 ? 5 : 1);
@@ -442,9 +453,9 @@ TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
     ASSERT_TRUE(
         kv.ReadRows(o.layers - 1, 0, kv.len(o.layers - 1), k.data(), v.data(), positions.data())
             .ok());
-    const int vis_begin = tokens->vis_begin;
-    ASSERT_EQ(static_cast<int>(positions.size()), static_cast<int>(tokens->ids.size()) -
-                                                      tokens->n_vis +
+    const int vis_begin = p->tokens.vis_begin;
+    ASSERT_EQ(static_cast<int>(positions.size()), static_cast<int>(p->tokens.ids.size()) -
+                                                      p->tokens.n_vis +
                                                       static_cast<int>(stats.kept_original.size()));
     for (size_t r = 0; r < stats.kept_original.size(); ++r) {
       EXPECT_EQ(positions[vis_begin + r], vis_begin + stats.kept_original[r]) << r;
@@ -460,17 +471,8 @@ TEST(CudaStructure, HapScoresALayerInFourLaunchesAndAStageInOne) {
   const TinyModelOptions o = testing_support::TinyOptions(7, 6, 112, DType::kBF16);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "hap_scoring");
   ASSERT_TRUE(model.ok()) << model.status();
-  PruneRequest prune;
-  prune.method = "hap";
-  prune.retain = 16.0;
-  absl::StatusOr<EncodeResult> encoded = EncodeImage(**model, hap::testing::PatternPng(), prune);
-  ASSERT_TRUE(encoded.ok()) << encoded.status();
-  absl::StatusOr<PromptTokens> tokens =
-      (*model)->Tokenize(PromptText{"What is in the picture?"}, encoded->n_vis);
-  ASSERT_TRUE(tokens.ok()) << tokens.status();
-  prune.text_tokens = static_cast<int>(tokens->ids.size()) - tokens->n_vis;
-  absl::StatusOr<std::unique_ptr<Pruner>> hap = MakePruner(prune, DimsOf((*model)->config()));
-  ASSERT_TRUE(hap.ok()) << hap.status();
+  absl::StatusOr<HapPrompt> p = HapPromptFor(**model, 16.0);
+  ASSERT_TRUE(p.ok()) << p.status();
   const std::vector<const char*> kernels = {"TextVisualAttentionKernel", "PaqKernel",
                                             "PaqSoftmaxSumKernel",       "TokenScoresTopKKernel",
                                             "PaqSoftmaxKernel",          "WeightedSumKernel",
@@ -480,13 +482,13 @@ TEST(CudaStructure, HapScoresALayerInFourLaunchesAndAStageInOne) {
   for (const char* k : kernels) before.push_back(cuda::emulation::KernelLaunches(k));
   Sampler sampler{SamplingParams{}};
   absl::StatusOr<PrefillOutput> out =
-      (*model)->Prefill(*tokens, encoded->embeds, hap->get(), &sampler);
+      (*model)->Prefill(p->tokens, p->encoded.embeds, p->hap.get(), &sampler);
   ASSERT_TRUE(out.ok()) << out.status();
   std::vector<int64_t> n;
   for (size_t i = 0; i < kernels.size(); ++i) {
     n.push_back(cuda::emulation::KernelLaunches(kernels[i]) - before[i]);
   }
-  const PruneStats& stats = (*hap)->stats();
+  const PruneStats& stats = p->hap->stats();
   const int64_t layers = static_cast<int64_t>(stats.hap_layers.size());
   const int64_t stages = static_cast<int64_t>(stats.hap_groups.size());
   std::printf("%lld scored layers, %lld stages\n", static_cast<long long>(layers),
