@@ -993,22 +993,22 @@ absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) 
     first = stopped < 0 ? last + 1 : stopped / 2 + 1;
   }
   for (PromptRows& p : ps) HAP_RETURN_IF_ERROR(of_prompt(p.index, FinishPrompt(&p)));
-  const int rows_out = live();
-  if (rows_out == 1) {
+  const int prompts_left = live();
+  if (prompts_left == 1) {
     const PromptRows& p = ps[0];
     return LogitsInto(x.data() + static_cast<int64_t>(p.start + p.n - 1) * d_, 1, p.in->logits);
   }
   // Every prompt's last row through the final norm and the LM head at once (its rows are
   // independent), then each prompt's logits row into its own array.
-  std::vector<int> last_rows(static_cast<size_t>(rows_out));
-  for (int i = 0; i < rows_out; ++i) last_rows[i] = ps[i].start + ps[i].n - 1;
+  std::vector<int> last_rows(static_cast<size_t>(prompts_left));
+  for (int i = 0; i < prompts_left; ++i) last_rows[i] = ps[i].start + ps[i].n - 1;
   BackendArray<float> last(backend_);  // F32 [b, hidden]
-  HAP_RETURN_IF_ERROR(last.Resize(static_cast<size_t>(rows_out) * d_));
+  HAP_RETURN_IF_ERROR(last.Resize(static_cast<size_t>(prompts_left) * d_));
   HAP_RETURN_IF_ERROR(
-      backend_.GatherRows(x.data(), n, row_bytes, last_rows.data(), rows_out, last.data()));
+      backend_.GatherRows(x.data(), n, row_bytes, last_rows.data(), prompts_left, last.data()));
   BackendArray<float> all(backend_);  // F32 [b, vocab]
-  HAP_RETURN_IF_ERROR(LogitsInto(last.data(), rows_out, &all));
-  for (int i = 0; i < rows_out; ++i) {
+  HAP_RETURN_IF_ERROR(LogitsInto(last.data(), prompts_left, &all));
+  for (int i = 0; i < prompts_left; ++i) {
     BackendArray<float>* logits = ps[i].in->logits;
     logits->Rebind(backend_);
     HAP_RETURN_IF_ERROR(logits->Resize(static_cast<size_t>(vocab_)));
