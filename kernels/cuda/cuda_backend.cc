@@ -252,6 +252,13 @@ class CudaGraph final : public BackendGraph {
   uint64_t generation_;
 };
 
+// A PAQ-softmax temperature must be finite and > 0, as on the CPU backend.
+absl::Status CheckTemperature(const char* op, double temperature) {
+  if (std::isfinite(temperature) && temperature > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: temperature %g is not a finite positive number", op, temperature));
+}
+
 class CudaPruning final : public PruningKernels {
  public:
   absl::Status TextVisualAttention(const TextVisualAttentionArgs& a) const override {
@@ -284,10 +291,7 @@ class CudaPruning final : public PruningKernels {
                                  float* weights) const override {
     HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n, "PaqSoftmaxWeights", "paq"));
     HAP_RETURN_IF_ERROR(CheckDevice(weights, sizeof(float) * n, "PaqSoftmaxWeights", "weights"));
-    if (!std::isfinite(temperature) || !(temperature > 0)) {  // as the CPU backend
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "PaqSoftmaxWeights: temperature %g is not a finite positive number", temperature));
-    }
+    HAP_RETURN_IF_ERROR(CheckTemperature("PaqSoftmaxWeights", temperature));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::PaqSoftmaxWeights(paq, n, temperature, weights, c->stream()));
   }
@@ -326,10 +330,7 @@ class CudaPruning final : public PruningKernels {
     HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n_maps, op, "paq"));
     HAP_RETURN_IF_ERROR(CheckDevice(weights, sizeof(float) * n_maps, op, "weights"));
     HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, op, "out"));
-    if (!std::isfinite(temperature) || !(temperature > 0)) {  // as PaqSoftmaxWeights
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: temperature %g is not a finite positive number", op, temperature));
-    }
+    HAP_RETURN_IF_ERROR(CheckTemperature(op, temperature));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(
         cuda::PaqSoftmaxSum(maps, paq, n_maps, temperature, size, weights, out, c->stream()));

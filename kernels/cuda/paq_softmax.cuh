@@ -32,8 +32,8 @@ __device__ __forceinline__ void BlockPaqSoftmax(const float* paq, int n, double 
     // s_c = (PAQ_c − mean) / τ, as the reference (τ = 1 divides exactly).
     double mx = -1e300;
     for (int c = 0; c < n; ++c) {
-      mx = fmax(mx,
-                ((c < kPaqSoftmaxStored ? e[c] : static_cast<double>(paq[c])) - mean) / temperature);
+      mx = fmax(
+          mx, ((c < kPaqSoftmaxStored ? e[c] : static_cast<double>(paq[c])) - mean) / temperature);
     }
     at[0] = finite ? mean : NAN;
     at[1] = mx;
@@ -59,9 +59,8 @@ __device__ __forceinline__ void BlockPaqSoftmax(const float* paq, int n, double 
   __syncthreads();
   const double sum = at[2];
   for (int c = t; c < n; c += blockDim.x) {
-    const double x = c < kPaqSoftmaxStored
-                         ? e[c]
-                         : exp((static_cast<double>(paq[c]) - mean) / temperature - mx);
+    const double x =
+        c < kPaqSoftmaxStored ? e[c] : exp((static_cast<double>(paq[c]) - mean) / temperature - mx);
     weights[c] = static_cast<float>(x / sum);
   }
 }

@@ -16,10 +16,8 @@ constexpr int kRankMax = 1024;
 // exclusive scan of the kept flags gives. Every thread calls it (it has barriers). A NaN score
 // writes −1 to every slot of kept. s: kRankMax shared floats, has_nan: 1 shared int,
 // scan_scratch: as BlockExclusiveScan's.
-__device__ __forceinline__ void BlockStableTopKByRank(float x, int n, int k, float* s,
-                                                      int* has_nan,
-                                                      unsigned long long* scan_scratch,
-                                                      int* kept) {
+__device__ __forceinline__ void BlockStableTopKByRank(float x, int n, int k, float* s, int* has_nan,
+                                                      unsigned long long* scan_scratch, int* kept) {
   const int i = threadIdx.x;
   if (i == 0) has_nan[0] = 0;
   __syncthreads();

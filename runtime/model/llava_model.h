@@ -33,8 +33,8 @@ struct PrefillPrompt {
   const BackendArray<float>* image_embeds_in_backend = nullptr;
   Pruner* pruner = nullptr;    // may be null
   Sampler* sampler = nullptr;  // may be null
-  int kv_reserve_rows =
-      0;  // May be null: polled between layers; once true, the prompt leaves the pass (its output's
+  int kv_reserve_rows = 0;
+  // May be null: polled between layers; once true, the prompt leaves the pass (its output's
   // `cancelled`).
   const std::function<bool()>* cancelled = nullptr;
 };

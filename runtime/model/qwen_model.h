@@ -39,8 +39,8 @@ struct QwenPrefillPrompt {
   const std::vector<float>* image_embeds = nullptr;  // F32 [prompt->tokens.n_vis, hidden], host
   Pruner* pruner = nullptr;                          // may be null
   Sampler* sampler = nullptr;                        // may be null
-  int kv_reserve_rows =
-      0;  // May be null: polled between layers; once true, the prompt leaves the pass (its output's
+  int kv_reserve_rows = 0;
+  // May be null: polled between layers; once true, the prompt leaves the pass (its output's
   // `cancelled`).
   const std::function<bool()>* cancelled = nullptr;
 };
