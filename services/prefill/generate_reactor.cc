@@ -204,10 +204,9 @@ absl::Status GenerateReactor::Execute() {
     job.encoded = &encoded;
     job.prune = job_.prune;
     job.sampler = &sampler;
-    job.cancelled = [this] { return cancelled(); };  // leaves the pass between layers
+    job.cancelled = [this] { return cancelled(); };  // leaves the queue, or the pass
     PrefillBatcher::Pass pass;
-    prefill = batcher->Run(
-        job, static_cast<int64_t>(tokens.ids.size()), [this] { return cancelled(); }, &pass);
+    prefill = batcher->Run(job, static_cast<int64_t>(tokens.ids.size()), &pass);
     HAP_RETURN_IF_ERROR(CheckCancelled("while waiting to prefill"));
     if (pass.jobs > 0) {
       t_prefill = pass.start;

@@ -31,12 +31,10 @@ PrefillBatcher::~PrefillBatcher() {
 }
 
 absl::StatusOr<PrefillResult> PrefillBatcher::Run(const PrefillJob& job, int64_t tokens,
-                                                  const std::function<bool()>& cancelled,
                                                   Pass* pass) {
   Entry entry;
   entry.job = &job;
   entry.tokens = tokens;
-  entry.cancelled = &cancelled;
   std::unique_lock<std::mutex> lock(mu_);
   queue_.push_back(&entry);
   cv_.notify_all();  // the gathering thread
@@ -49,7 +47,7 @@ absl::StatusOr<PrefillResult> PrefillBatcher::Run(const PrefillJob& job, int64_t
       continue;
     }
     cv_.wait_for(lock, kCancelPoll);
-    if (!entry.taken && !entry.done && cancelled()) {
+    if (!entry.taken && !entry.done && entry.cancelled()) {
       queue_.erase(std::find(queue_.begin(), queue_.end(), &entry));
       return absl::CancelledError("cancelled while queued to prefill");
     }
@@ -100,8 +98,7 @@ void PrefillBatcher::RunPass(Taken taken) {
   std::vector<absl::StatusOr<PrefillResult>> results;
   {
     ScopedCancellation cancellation([&batch] {
-      return std::all_of(batch.begin(), batch.end(),
-                         [](const Entry* e) { return (*e->cancelled)(); });
+      return std::all_of(batch.begin(), batch.end(), [](const Entry* e) { return e->cancelled(); });
     });
     // A pass within the budget keeps the turn to its end; one over it is sliced.
     std::optional<TurnBudget> turns;

@@ -56,11 +56,10 @@ class PrefillBatcher {
     double yield_wait_ms = 0;  // and the time it waited for them
   };
   // Runs `job`, of `tokens` prompt tokens, in a pass, and returns its result; blocks until then.
-  // `cancelled` is polled while the job waits in the queue: a job cancelled there leaves it
-  // (Cancelled) without running; once in a pass, the pass drops it between layers where the job
-  // says so (PrefillJob::cancelled).
-  absl::StatusOr<PrefillResult> Run(const PrefillJob& job, int64_t tokens,
-                                    const std::function<bool()>& cancelled, Pass* pass);
+  // Its PrefillJob::cancelled (may be empty) is polled while it waits in the queue: a job
+  // cancelled there leaves it (Cancelled) without running; once in a pass, the pass drops it
+  // between layers.
+  absl::StatusOr<PrefillResult> Run(const PrefillJob& job, int64_t tokens, Pass* pass);
 
   // The decoder's layers, once its model is loaded (a service's batcher is made before).
   void set_layers(int layers) { layers_ = layers; }
@@ -80,12 +79,12 @@ class PrefillBatcher {
   struct Entry {
     const PrefillJob* job = nullptr;
     int64_t tokens = 0;
-    const std::function<bool()>* cancelled = nullptr;
     bool taken = false;  // in a pass
     bool done = false;
     std::unique_ptr<Taken> to_run;  // set on the first job of a pass, for its thread to run
     absl::StatusOr<PrefillResult> result;
     Pass pass;
+    bool cancelled() const { return job->cancelled && job->cancelled(); }
   };
   // The gathering thread: takes the turn while jobs are queued, then the queue's front jobs that
   // fit the budget.

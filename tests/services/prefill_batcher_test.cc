@@ -58,11 +58,9 @@ std::future<std::pair<int, absl::StatusCode>> Submit(PrefillBatcher* b, int id, 
   return std::async(std::launch::async, [=] {
     PrefillJob job;
     job.kv_reserve_rows = id;
-    const std::function<bool()> is_cancelled = [cancelled] {
-      return cancelled != nullptr && cancelled->load();
-    };
+    job.cancelled = [cancelled] { return cancelled != nullptr && cancelled->load(); };
     PrefillBatcher::Pass pass;
-    absl::StatusOr<PrefillResult> r = b->Run(job, tokens, is_cancelled, &pass);
+    absl::StatusOr<PrefillResult> r = b->Run(job, tokens, &pass);
     if (!r.ok()) return std::make_pair(-1, r.status().code());
     EXPECT_GE(pass.jobs, 1);
     return std::make_pair(r->first_token, absl::StatusCode::kOk);
@@ -183,10 +181,9 @@ struct LayeredPass {
 std::future<PrefillBatcher::Pass> SubmitLayered(PrefillBatcher* b, int id) {
   return std::async(std::launch::async, [=] {
     PrefillJob job;
-    job.kv_reserve_rows = id;
-    const std::function<bool()> never = [] { return false; };
+    job.kv_reserve_rows = id;  // never cancelled: no PrefillJob::cancelled
     PrefillBatcher::Pass pass;
-    absl::StatusOr<PrefillResult> r = b->Run(job, 100 * id + 50, never, &pass);
+    absl::StatusOr<PrefillResult> r = b->Run(job, 100 * id + 50, &pass);
     EXPECT_TRUE(r.ok()) << r.status();
     if (r.ok()) {
       EXPECT_EQ(r->first_token, id);
