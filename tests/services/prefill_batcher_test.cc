@@ -21,8 +21,26 @@
 namespace hap::svc {
 namespace {
 
-// A pass that blocks while `hold` is set, records each pass's job ids (carried in
-// kv_reserve_rows) and answers each job with its id as the first token.
+// The job ids of a pass (carried in kv_reserve_rows).
+std::vector<int> IdsOf(const std::vector<PrefillJob>& jobs) {
+  std::vector<int> ids;
+  for (const PrefillJob& j : jobs) ids.push_back(j.kv_reserve_rows);
+  return ids;
+}
+
+// A result per job: its id as the first token.
+std::vector<absl::StatusOr<PrefillResult>> AnswerWithIds(const std::vector<int>& ids) {
+  std::vector<absl::StatusOr<PrefillResult>> out;
+  for (int id : ids) {
+    PrefillResult r;
+    r.first_token = id;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// A pass that blocks while `hold` is set, records each pass's job ids and answers each job with
+// its id.
 struct FakePass {
   std::mutex mu;
   std::vector<std::vector<int>> passes;
@@ -33,20 +51,13 @@ struct FakePass {
     return [this](const std::vector<PrefillJob>& jobs) {
       ++running;
       while (hold) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      std::vector<absl::StatusOr<PrefillResult>> out;
-      std::vector<int> ids;
-      for (const PrefillJob& j : jobs) {
-        ids.push_back(j.kv_reserve_rows);
-        PrefillResult r;
-        r.first_token = j.kv_reserve_rows;
-        out.push_back(std::move(r));
-      }
+      const std::vector<int> ids = IdsOf(jobs);
       {
         std::lock_guard<std::mutex> lock(mu);
         passes.push_back(ids);
       }
       --running;
-      return out;
+      return AnswerWithIds(ids);
     };
   }
 };
@@ -145,12 +156,9 @@ struct LayeredPass {
 
   PrefillBatcher::PassFn Fn() {
     return [this](const std::vector<PrefillJob>& jobs) {
+      const std::vector<int> ids = IdsOf(jobs);
       int64_t rows = 0;
-      std::vector<int> ids;
-      for (const PrefillJob& j : jobs) {
-        ids.push_back(j.kv_reserve_rows);
-        rows += 100 * j.kv_reserve_rows + 50;  // the tokens Submit gives each id below
-      }
+      for (int id : ids) rows += 100 * id + 50;  // the tokens SubmitLayered gives each id
       {
         std::lock_guard<std::mutex> lock(mu);
         passes.push_back(ids);
@@ -166,13 +174,7 @@ struct LayeredPass {
           while (!resume()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
       }
-      std::vector<absl::StatusOr<PrefillResult>> out;
-      for (int id : ids) {
-        PrefillResult r;
-        r.first_token = id;
-        out.push_back(std::move(r));
-      }
-      return out;
+      return AnswerWithIds(ids);
     };
   }
 };
