@@ -39,6 +39,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/op_profile.h"
+#include "kernels/cuda/rope.h"
 #include "nlohmann/json.hpp"
 #include "runtime/device/device_backend.h"
 #include "runtime/image/png_encode.h"
@@ -220,6 +221,36 @@ std::vector<OpRow> OpTable(const Backend& b, int n_text) {
     add(part, name + ", BF16 operands", shape, gflop, [&] { return b.Attention(narrow); });
     AddAttentionPaths(b, part, shape, narrow, gflop, &rows);
   };
+  // What a prefill layer runs instead of Rope (of q and k) and FlashAttention: FlashAttention
+  // rotating q and k as it loads them (FlashAttentionRope), which also writes the rotated q and
+  // k and v's copy out.
+  auto add_flash_rope = [&](const std::string& part, const std::string& shape,
+                            const AttentionArgs& narrow, const int32_t* positions, double gflop) {
+    constexpr int kTablePositions = 4096;
+    const int64_t elems = int64_t{narrow.n_q} * narrow.n_heads * narrow.head_dim;
+    const int64_t table = int64_t{kTablePositions} * (narrow.head_dim / 2);
+    cuda::FlashRopeArgs rope;
+    rope.positions = positions;
+    rope.cos_table = a.F32(table);
+    rope.sin_table = a.F32(table);
+    rope.table_positions = kTablePositions;
+    rope.theta = 10000.f;
+    const cuda::KernelStatus made =
+        cuda::RopeTable(const_cast<float*>(rope.cos_table), const_cast<float*>(rope.sin_table),
+                        kTablePositions, narrow.head_dim, rope.theta, nullptr);
+    if (!made.ok) Die("rope table", absl::InternalError(made.message));
+    const auto [q_out, k_out, v_out] = a.F32s<3>(elems);
+    rope.q_out = q_out;
+    rope.k_out = k_out;
+    rope.v_out = v_out;
+    rows.push_back({part, "Attention BF16, FlashAttention + RoPE on load", shape,
+                    TimeKernelEntry("flash rope",
+                                    [&] {
+                                      return cuda::FlashAttentionRope(
+                                          narrow, rope, cuda::ElemType::kBF16, nullptr);
+                                    }),
+                    gflop});
+  };
   // Decoder layer: 576 visual + text rows (unpruned), then 32 visual + text rows (a layer after
   // HAP kept 32), hidden 4096, 32 heads of 128, FFN 11008.
   for (const int n : {576 + n_text, 32 + n_text}) {
@@ -240,9 +271,12 @@ std::vector<OpRow> OpTable(const Backend& b, int n_text) {
     add(part, "Linear down", rows_s + "x11008 · 4096x11008", 2e-9 * n * d * f,
         [&] { return b.Linear(gate, wd, nullptr, y, n, LinearRows::kOneSequence); });
     add(part, "Rope", rows_s + "x32x128", 0, [&] { return b.Rope(q, pos, n, heads, hd, 10000.f); });
-    add_attention(part, "Attention causal", rows_s + "x32x128",
-                  SelfAttention(q, k, v, out, lse, n, heads, hd, /*causal=*/true),
-                  2e-9 * 2 * heads * hd * n * (n + 1.0) / 2);
+    const double attention_gflop = 2e-9 * 2 * heads * hd * n * (n + 1.0) / 2;
+    const AttentionArgs causal = SelfAttention(q, k, v, out, lse, n, heads, hd, /*causal=*/true);
+    add_attention(part, "Attention causal", rows_s + "x32x128", causal, attention_gflop);
+    AttentionArgs narrow = causal;
+    narrow.operands = DType::kBF16;
+    add_flash_rope(part, rows_s + "x32x128", narrow, pos, attention_gflop);
     add(part, "SiluMul", rows_s + "x11008", 0, [&] { return b.SiluMul(gate, up, int64_t{n} * f); });
     add(part, "Add", rows_s + "x4096", 0, [&] { return b.Add(y, x, int64_t{n} * d); });
   }

@@ -8,6 +8,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/rope.cuh"
 
 // Fully unrolled loops over a thread's output elements keep acc[] in registers on the GPU (nvcc
 // otherwise leaves it in local memory). GCC would warn on the unknown pragma.
@@ -375,19 +376,91 @@ __device__ __forceinline__ Floats4 LoadFour(const float* src, int64_t stride, in
   return *reinterpret_cast<const Floats4*>(src + key * stride + c);
 }
 
+// cos and sin of pair i at `position` (FlashRopeArgs): the table's entry, or outside the table
+// computed as Rope computes it.
+__device__ __forceinline__ void RopeAt(const FlashRopeArgs& rope, int position, int i, int head_dim,
+                                       float* cs, float* sn) {
+  if (position >= 0 && position < rope.table_positions) {
+    const int64_t at = static_cast<int64_t>(position) * (head_dim / 2) + i;
+    *cs = rope.cos_table[at];
+    *sn = rope.sin_table[at];
+  } else {
+    RopeCosSin(position, i, head_dim, rope.theta, cs, sn);
+  }
+}
+
+// Pairs (c + u, c + u + half) for u < 4 of a head at `position`, a = elements [c, c + 4) and
+// b = [c + half, c + half + 4), rotated in place.
+__device__ __forceinline__ void RotateFour(const FlashRopeArgs& rope, int position, int c,
+                                           int head_dim, Floats4& a, Floats4& b) {
+  float* x = &a.x;
+  float* y = &b.x;
+  HAP_UNROLL
+  for (int u = 0; u < 4; ++u) {
+    float cs, sn;
+    RopeAt(rope, position, c + u, head_dim, &cs, &sn);
+    const float first = RotatedFirst(x[u], y[u], cs, sn);
+    y[u] = RotatedSecond(x[u], y[u], cs, sn);
+    x[u] = first;
+  }
+}
+
+__device__ __forceinline__ void StoreRounded(uint16_t* dst, const Floats4& v, bool bf16) {
+  *reinterpret_cast<Halves4*>(dst) = bf16 ? Halves4{PackHalves(F32ToBf16(v.x), F32ToBf16(v.y)),
+                                                    PackHalves(F32ToBf16(v.z), F32ToBf16(v.w))}
+                                          : Halves4{PackHalves(F32ToF16(v.x), F32ToF16(v.y)),
+                                                    PackHalves(F32ToF16(v.z), F32ToF16(v.w))};
+}
+
 // Keys [key0, key0 + kFlashKeys) of one head of k (F32, rows `stride` apart, `src` at the head's
 // first element), rounded into `dst` [kFlashKeys, D + kFlashPad]: a score fragment's B register
 // is then two consecutive elements of one key. All loads of a thread are issued back to back.
-template <bool kBf16, int kSteps>
-__device__ void LoadKeyTile(const float* src, int64_t stride, int key0, int n_kv, uint16_t* dst) {
-  constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad, kQuads = kFlashKeys * kDim / 4;
-  HAP_UNROLL
-  for (int i = threadIdx.x; i < kQuads; i += kFlashThreads) {
-    const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
-    const Floats4 v = LoadFour(src, stride, key0 + r, n_kv, c);
-    *reinterpret_cast<Halves4*>(dst + r * kRow + c) =
-        Halves4{PackHalves(RoundHalf<kBf16>(v.x), RoundHalf<kBf16>(v.y)),
-                PackHalves(RoundHalf<kBf16>(v.z), RoundHalf<kBf16>(v.w))};
+// kRope: each key rotated first at its position (a thread loads both halves of its pairs).
+template <bool kBf16, int kSteps, bool kRope>
+__device__ void LoadKeyTile(const float* src, int64_t stride, int key0, int n_kv, uint16_t* dst,
+                            const FlashRopeArgs& rope) {
+  constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad;
+  if constexpr (kRope) {
+    constexpr int kHalf = kDim / 2, kQuads = kFlashKeys * kHalf / 4;
+    HAP_UNROLL
+    for (int i = threadIdx.x; i < kQuads; i += kFlashThreads) {
+      const int r = i / (kHalf / 4), c = (i % (kHalf / 4)) * 4, key = key0 + r;
+      Floats4 a = LoadFour(src, stride, key, n_kv, c);
+      Floats4 b = LoadFour(src, stride, key, n_kv, c + kHalf);
+      RotateFour(rope, key < n_kv ? rope.positions[key] : 0, c, kDim, a, b);
+      StoreRounded(dst + r * kRow + c, a, kBf16);
+      StoreRounded(dst + r * kRow + c + kHalf, b, kBf16);
+    }
+  } else {
+    constexpr int kQuads = kFlashKeys * kDim / 4;
+    HAP_UNROLL
+    for (int i = threadIdx.x; i < kQuads; i += kFlashThreads) {
+      const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
+      StoreRounded(dst + r * kRow + c, LoadFour(src, stride, key0 + r, n_kv, c), kBf16);
+    }
+  }
+}
+
+// kRope: the keys of the block's own rows [row0, row0 + kFlashRows) of one kv head, k rotated
+// and v as it is, into rope.k_out and rope.v_out (F32, the same layout as k and v).
+template <int kSteps>
+__device__ void StoreOwnKeys(const AttentionArgs& a, const FlashRopeArgs& rope, int kv_head,
+                             int row0) {
+  constexpr int kDim = kSteps * 16, kHalf = kDim / 2;
+  const int64_t stride = int64_t{a.n_kv_heads} * kDim, head = int64_t{kv_head} * kDim;
+  const int rows = min(kFlashRows, a.n_kv - row0);
+  for (int i = threadIdx.x; i < rows * (kHalf / 4); i += kFlashThreads) {
+    const int r = i / (kHalf / 4), c = (i % (kHalf / 4)) * 4, key = row0 + r;
+    Floats4 x = LoadFour(a.k + head, stride, key, a.n_kv, c);
+    Floats4 y = LoadFour(a.k + head, stride, key, a.n_kv, c + kHalf);
+    RotateFour(rope, rope.positions[key], c, kDim, x, y);
+    *reinterpret_cast<Floats4*>(rope.k_out + key * stride + head + c) = x;
+    *reinterpret_cast<Floats4*>(rope.k_out + key * stride + head + c + kHalf) = y;
+  }
+  for (int i = threadIdx.x; i < rows * (kDim / 4); i += kFlashThreads) {
+    const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4, key = row0 + r;
+    *reinterpret_cast<Floats4*>(rope.v_out + key * stride + head + c) =
+        LoadFour(a.v + head, stride, key, a.n_kv, c);
   }
 }
 
@@ -451,10 +524,15 @@ __device__ void ScoreTile(const AttentionArgs& a, const uint32_t (&qa)[kSteps][4
 // second recomputes the scores, rounds p = exp(s − max) / Σ to the operand type — the normalised
 // probabilities the reference rounds — and accumulates p·v in F32. q, k and v are rounded as they
 // are loaded (no rounded copies in memory); the scores never leave registers.
-template <bool kBf16, int kSteps>
+//
+// kRope (FlashAttentionRope): q and k are rotated at their rows' positions as they are loaded;
+// the block writes its q rows rotated to rope.q_out, and a block of a kv group's first head the
+// keys of its rows to k_out and v_out (StoreOwnKeys).
+template <bool kBf16, int kSteps, bool kRope>
 __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionArgs a,
                                                                       uint16_t* out_rounded,
-                                                                      bool rounded_bf16) {
+                                                                      bool rounded_bf16,
+                                                                      FlashRopeArgs rope) {
   constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad;
   // The key tile [kFlashKeys, kRow] of 16-bit elements and the value tile [kFlashKeys / 2, kRow]
   // of key-pair words (LoadValueTile), 16-byte aligned for the vector stores.
@@ -473,7 +551,14 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   const float* k_head = a.k + kv_head * kDim;
   const float* v_head = a.v + kv_head * kDim;
 
-  // The warp's q rows as A fragments, rounded (rows past n_q are 0).
+  if constexpr (kRope) {
+    if (h % (a.n_heads / a.n_kv_heads) == 0) {
+      StoreOwnKeys<kSteps>(a, rope, kv_head, static_cast<int>(blockIdx.x) * kFlashRows);
+    }
+  }
+
+  // The warp's q rows as A fragments, rounded (rows past n_q are 0); kRope: rotated first, and
+  // written rotated to q_out (the fragments cover each of the rows' elements once).
   uint32_t qa[kSteps][4];
   HAP_UNROLL
   for (int st = 0; st < kSteps; ++st) {
@@ -482,7 +567,21 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
       const int row = rows[r & 1], col = st * 16 + 2 * t + (r >= 2 ? 8 : 0);
       uint16_t lo = 0, hi = 0;
       if (row < a.n_q) {
-        const float* e = a.q + row * q_stride + h * kDim + col;
+        const int64_t at = row * q_stride + h * kDim;
+        float e[2] = {a.q[at + col], a.q[at + col + 1]};
+        if constexpr (kRope) {
+          constexpr int kHalf = kDim / 2;
+          const int position = rope.positions[row];
+          HAP_UNROLL
+          for (int u = 0; u < 2; ++u) {
+            const int d = col + u, i = d < kHalf ? d : d - kHalf;
+            float cs, sn;
+            RopeAt(rope, position, i, kDim, &cs, &sn);
+            e[u] = d < kHalf ? RotatedFirst(a.q[at + d], a.q[at + d + kHalf], cs, sn)
+                             : RotatedSecond(a.q[at + d - kHalf], a.q[at + d], cs, sn);
+            rope.q_out[at + d] = e[u];
+          }
+        }
         lo = RoundHalf<kBf16>(e[0]);
         hi = RoundHalf<kBf16>(e[1]);
       }
@@ -506,7 +605,7 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   float s[8][4];
   for (int tile = tile0; tile < tiles; ++tile) {
     __syncthreads();
-    LoadKeyTile<kBf16, kSteps>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks);
+    LoadKeyTile<kBf16, kSteps, kRope>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks, rope);
     __syncthreads();
     ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, key_lo, key_hi, s);
     HAP_UNROLL
@@ -541,7 +640,7 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   for (int dt = 0; dt < 2 * kSteps; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
   for (int tile = tile0; tile < tiles; ++tile) {
     __syncthreads();
-    LoadKeyTile<kBf16, kSteps>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks);
+    LoadKeyTile<kBf16, kSteps, kRope>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks, rope);
     LoadValueTile<kBf16, kSteps>(v_head, kv_stride, tile * kFlashKeys, a.n_kv, vs);
     __syncthreads();
     ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, key_lo, key_hi, s);
@@ -588,15 +687,15 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   }
 }
 
-template <bool kBf16>
+template <bool kBf16, bool kRope>
 KernelStatus LaunchFlash(const AttentionArgs& a, uint16_t* out_rounded, bool rounded_bf16,
-                         Stream stream) {
+                         const FlashRopeArgs& rope, Stream stream) {
   const dim3 grid(CeilDiv(a.n_q, kFlashRows), a.n_heads), block(kFlashThreads);
   switch (a.head_dim / 16) {
-#define HAP_FLASH_CASE(steps)                                                                 \
-  case steps:                                                                                 \
-    return Launch("FlashAttentionKernel", FlashAttentionKernel<kBf16, steps>, grid, block, 0, \
-                  stream, a, out_rounded, rounded_bf16);
+#define HAP_FLASH_CASE(steps)                                                                     \
+  case steps:                                                                                     \
+    return Launch("FlashAttentionKernel", FlashAttentionKernel<kBf16, steps, kRope>, grid, block, \
+                  0, stream, a, out_rounded, rounded_bf16, rope);
     HAP_FLASH_CASE(1)
     HAP_FLASH_CASE(2)
     HAP_FLASH_CASE(3)
@@ -636,8 +735,49 @@ KernelStatus FlashAttention(const AttentionArgs& a, ElemType type, Stream stream
   if (a.n_q == 0) return KernelStatus::Ok();
   auto* rounded = static_cast<uint16_t*>(out_rounded);
   const bool bf16 = rounded_type == ElemType::kBF16;
-  return type == ElemType::kBF16 ? LaunchFlash<true>(a, rounded, bf16, stream)
-                                 : LaunchFlash<false>(a, rounded, bf16, stream);
+  const FlashRopeArgs none;
+  return type == ElemType::kBF16 ? LaunchFlash<true, false>(a, rounded, bf16, none, stream)
+                                 : LaunchFlash<false, false>(a, rounded, bf16, none, stream);
+}
+
+KernelStatus FlashAttentionRope(const AttentionArgs& a, const FlashRopeArgs& rope, ElemType type,
+                                Stream stream, void* out_rounded, ElemType rounded_type) {
+  KernelStatus st = CheckArgs(a);
+  if (!st.ok) return st;
+  if (type == ElemType::kF32 || (out_rounded != nullptr && rounded_type == ElemType::kF32)) {
+    return KernelStatus::Error(
+        "FlashAttentionRope: the operands and rounded out must be BF16 or F16");
+  }
+  if (!FlashAttentionSupports(a)) {
+    return KernelStatus::Error("FlashAttentionRope: head_dim " + std::to_string(a.head_dim) +
+                               " is not a multiple of 16 up to " +
+                               std::to_string(kFlashMaxHeadDim) +
+                               ", or k or v is not 16-byte aligned");
+  }
+  if (a.n_kv != a.n_q || a.causal_offset != 0) {
+    return KernelStatus::Error("FlashAttentionRope: needs n_kv == n_q (" + std::to_string(a.n_kv) +
+                               " and " + std::to_string(a.n_q) + ") and causal_offset 0");
+  }
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (rope.positions == nullptr || rope.q_out == nullptr || rope.k_out == nullptr ||
+      rope.v_out == nullptr || !aligned(rope.k_out) || !aligned(rope.v_out)) {
+    return KernelStatus::Error(
+        "FlashAttentionRope: no positions, or a missing output (k_out and v_out 16-byte aligned)");
+  }
+  if (rope.q_out == a.q || rope.k_out == a.k || rope.v_out == a.v) {
+    return KernelStatus::Error("FlashAttentionRope: an output is its own input");
+  }
+  if (rope.table_positions < 0 ||
+      (rope.table_positions > 0 && (rope.cos_table == nullptr || rope.sin_table == nullptr))) {
+    return KernelStatus::Error("FlashAttentionRope: a table of " +
+                               std::to_string(rope.table_positions) +
+                               " positions without its cos and sin");
+  }
+  if (a.n_q == 0) return KernelStatus::Ok();
+  auto* rounded = static_cast<uint16_t*>(out_rounded);
+  const bool bf16 = rounded_type == ElemType::kBF16;
+  return type == ElemType::kBF16 ? LaunchFlash<true, true>(a, rounded, bf16, rope, stream)
+                                 : LaunchFlash<false, true>(a, rounded, bf16, rope, stream);
 }
 
 KernelStatus Attention(const AttentionArgs& a, Stream stream) {

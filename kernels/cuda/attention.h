@@ -64,4 +64,32 @@ bool FlashAttentionSupports(const AttentionArgs& args);
 KernelStatus FlashAttention(const AttentionArgs& args, ElemType type, Stream stream,
                             void* out_rounded = nullptr, ElemType rounded_type = ElemType::kBF16);
 
+// RoPE applied by FlashAttention as it loads q and k (FlashAttentionRope), at each row's position
+// (one axis; row r of q and key r of k share positions[r]).
+struct FlashRopeArgs {
+  const int32_t* positions = nullptr;  // I32 [n_q]
+  // RopeTable's cos and sin, F32 [table_positions, head_dim / 2]; a position outside
+  // [0, table_positions) has its angle computed in F64 as Rope does (none with 0).
+  const float* cos_table = nullptr;
+  const float* sin_table = nullptr;
+  int table_positions = 0;
+  float theta = 0.f;
+  // Where the rotated q and k and a copy of v go (F32, shaped as args.q, k and v; none of them
+  // args.q, k or v): what Rope leaves in q and k, for the KV cache and the pruners.
+  float* q_out = nullptr;
+  float* k_out = nullptr;
+  float* v_out = nullptr;
+};
+
+// FlashAttention of q and k rotated as Rope rotates them (RopePair of q and k, then
+// FlashAttention: the same bits in out, out_rounded and lse), in one launch; it also writes the
+// rotated q and k and a copy of v to rope's q_out, k_out and v_out, which is what RopePair would
+// have left in q, k and v. args.q, k and v are read only, never written (a block writes the key
+// rows of its own query rows; other blocks still read them unrotated). Needs n_kv == n_q and
+// causal_offset 0 (a prefill's rows attending to each other), as well as what FlashAttention
+// needs; errors as FlashAttention's, and for a missing or aliased output, positions or table.
+KernelStatus FlashAttentionRope(const AttentionArgs& args, const FlashRopeArgs& rope, ElemType type,
+                                Stream stream, void* out_rounded = nullptr,
+                                ElemType rounded_type = ElemType::kBF16);
+
 }  // namespace hap::cuda

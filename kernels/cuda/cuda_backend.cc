@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <variant>
@@ -220,6 +222,47 @@ absl::Status DeviceToHost(void* dst, const void* src, size_t bytes) {
   if (cuda::Capturing()) return NotWhileCapturing("a copy to the host (a wait for the device)");
   HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
   return ToStatus(cuda::Copy(dst, src, bytes, cuda::CopyKind::kDeviceToHost, c->stream()));
+}
+
+// RoPE's cos/sin table for θ and head_dim (cuda::RopeTable) covering positions [0, positions) at
+// least: made on first use (an allocation and one wait for the device, so that every thread's
+// stream may read it at once), grown by doubling when a step has more rows than it covers, and
+// kept for the process (a step on another thread may still read an outgrown one). Positions
+// past it have their angles computed where they are needed (FlashRopeArgs).
+struct RopeTableView {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  int positions = 0;
+};
+absl::StatusOr<RopeTableView> RopeTableFor(float theta, int head_dim, int positions) {
+  // Covers LLaMA's 4096 positions from the first step on.
+  constexpr int kMinRopeTablePositions = 4096;
+  static std::mutex mu;
+  static auto* tables = new std::map<std::pair<uint32_t, int>, RopeTableView>();
+  static auto* outgrown = new std::vector<RopeTableView>();
+  std::lock_guard<std::mutex> lock(mu);
+  uint32_t theta_bits;
+  std::memcpy(&theta_bits, &theta, sizeof(theta_bits));
+  RopeTableView& table = (*tables)[{theta_bits, head_dim}];
+  if (table.positions >= positions) return table;
+  if (cuda::Capturing()) return NotWhileCapturing("making RoPE's cos/sin table (an allocation)");
+  int grown = std::max(kMinRopeTablePositions, table.positions);
+  while (grown < positions) grown *= 2;
+  const size_t bytes = sizeof(float) * grown * static_cast<size_t>(head_dim / 2);
+  void* cos = nullptr;
+  void* sin = nullptr;
+  HAP_CUDA_RETURN_IF_ERROR(cuda::DeviceAlloc(&cos, bytes));
+  if (const KernelStatus st = cuda::DeviceAlloc(&sin, bytes); !st.ok) {
+    cuda::DeviceFree(cos);
+    return ToStatus(st);
+  }
+  HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+  HAP_CUDA_RETURN_IF_ERROR(cuda::RopeTable(static_cast<float*>(cos), static_cast<float*>(sin),
+                                           grown, head_dim, theta, c->stream()));
+  HAP_CUDA_RETURN_IF_ERROR(cuda::Synchronize(c->stream()));
+  if (table.positions > 0) outgrown->push_back(table);
+  table = {static_cast<const float*>(cos), static_cast<const float*>(sin), grown};
+  return table;
 }
 
 // A captured graph (Backend::Capture), replayed on the stream of the thread that captured it:
@@ -449,7 +492,11 @@ class CudaPruning final : public PruningKernels {
 //    after it: 7 products per LLaMA layer become 4, a CLIP layer's 6 become 4;
 //  - a layer's two RoPEs (q and k, at the same positions) are one launch (RopePair);
 //  - such a product followed by the residual add of its output adds itself to the sum as cuBLAS
-//    writes it (beta 1), when nothing reads its own output value afterwards.
+//    writes it (beta 1), when nothing reads its own output value afterwards;
+//  - a RoPE pair of q and k that a FlashAttention of the prefill's rows over each other reads
+//    next goes into that attention (FlashAttentionRope): the products of q, k and v write into
+//    the plan's workspace instead, and the attention rotates q and k as it loads them and leaves
+//    the rotated q and k and a copy of v in their values, for the KV cache and the pruners.
 // The same F32 rows, the same rounding and the same products as the op-by-op step (a batched
 // product may sum in another order on a GPU, where cuBLAS picks its kernels by shape).
 class CudaStep final : public PlannedStep {
@@ -578,6 +625,9 @@ class CudaStep final : public PlannedStep {
       fused_[j].accumulate_into = add->y;
       fused_[j + 1].kind = Fused::kSkip;
     }
+    for (size_t i = 0; i + 2 < ops.size(); ++i) {
+      if (fused_[i].kind == Fused::kRopePair) FuseRopeIntoAttention(i);
+    }
   }
 
  private:
@@ -593,7 +643,7 @@ class CudaStep final : public PlannedStep {
       kBatchMember,       // run by the kProductOfRounded before it
       kRopePair,          // this Rope and the next one in one launch
       kAddWithBias,       // a residual add that adds the product before it's bias too
-      kSkip,              // the second Rope of a pair
+      kSkip,  // the second Rope of a pair; both, when the attention after them rotates q and k
     } kind = kNone;
     DType type = DType::kF32;  // the narrow type of the rounded rows
     size_t offset = 0;         // where they are in the workspace
@@ -607,7 +657,83 @@ class CudaStep final : public PlannedStep {
     // kProductOfRounded: its bias is left to the op after it, which names the product here.
     bool bias_to_next = false;
     int bias_from = -1;
+    // kProductOfRounded, kBatchMember: the product's output goes to the plan's workspace at
+    // this offset instead of to its value (the q, k or v FlashAttentionRope reads), or -1.
+    int64_t y_at = -1;
+    // An Attention that rotates q and k itself (FlashAttentionRope): the index of the RoPE pair
+    // it took over, and where the products left q, k and v in the workspace.
+    int rope_from = -1;
+    size_t q_at = 0, k_at = 0, v_at = 0;
   };
+
+  // The RoPE pair ops[i], ops[i + 1] (q and k) goes into the Attention ops[i + 2] when that is a
+  // FlashAttention of the same rows over each other (n_kv = n_q, no causal offset) reading the
+  // pair's q and k, and q, k and v were each written by a product from rounded rows (kept out of
+  // the residual stream) that nothing but the pair and the attention reads. Those products then
+  // write into three slots of the workspace, one apart in op order (a batched product's members
+  // stay one stride apart), and the attention writes q, k and v.
+  void FuseRopeIntoAttention(size_t i) {
+    const std::vector<StepOp>& ops = desc().ops();
+    const auto& rq = std::get<step_op::Rope>(ops[i]);
+    const auto& rk = std::get<step_op::Rope>(ops[i + 1]);
+    const auto* att = std::get_if<step_op::Attention>(&ops[i + 2]);
+    if (att == nullptr ||
+        (fused_[i + 2].kind != Fused::kNone && fused_[i + 2].kind != Fused::kAttentionRounded)) {
+      return;
+    }
+    const AttentionArgs& shape = att->shape;
+    if (att->q != rq.x || att->k != rk.x || att->v == rq.x || att->v == rk.x ||
+        shape.operands == DType::kF32 || !cuda::FlashAttentionSupports(shape) ||
+        shape.n_q != rq.rows || shape.n_kv != shape.n_q || shape.causal_offset != 0 ||
+        rq.n_heads != shape.n_heads || rk.n_heads != shape.n_kv_heads ||
+        rq.head_dim != shape.head_dim) {
+      return;
+    }
+    std::vector<size_t> producers;  // of q, k and v
+    for (StepValueId value : {att->q, att->k, att->v}) {
+      size_t j = i;
+      while (j > 0 && !MayWrite(ops[j - 1], value)) --j;
+      if (j == 0) return;
+      --j;
+      const auto* product = std::get_if<step_op::Linear>(&ops[j]);
+      const Fused& f = fused_[j];
+      if (product == nullptr || product->y != value ||
+          (f.kind != Fused::kProductOfRounded && f.kind != Fused::kBatchMember) ||
+          f.accumulate_into != kNoStepValue || f.bias_to_next) {
+        return;
+      }
+      for (size_t t = j + 1; t < i; ++t) {
+        if (MayRead(ops[t], value)) return;
+      }
+      producers.push_back(j);
+    }
+    // A batch is redirected whole or not at all.
+    for (size_t j : producers) {
+      size_t lead = j;
+      while (fused_[lead].kind == Fused::kBatchMember) --lead;
+      for (int m = 0; m < fused_[lead].batch; ++m) {
+        if (std::find(producers.begin(), producers.end(), lead + m) == producers.end()) return;
+      }
+    }
+    int64_t slot = 0;  // floats, a multiple of 64 (slots 256 bytes apart)
+    for (size_t j : producers) {
+      const auto& product = std::get<step_op::Linear>(ops[j]);
+      slot = std::max(slot, int64_t{product.m} * product.w.shape[0]);
+    }
+    slot = (slot + 63) / 64 * 64;
+    const size_t base = ReserveWorkspace(sizeof(float) * slot * 3);
+    std::vector<size_t> in_order = producers;
+    std::sort(in_order.begin(), in_order.end());
+    for (size_t n = 0; n < in_order.size(); ++n) {
+      fused_[in_order[n]].y_at = static_cast<int64_t>(base + sizeof(float) * slot * n);
+    }
+    Fused& a = fused_[i + 2];
+    a.rope_from = static_cast<int>(i);
+    a.q_at = static_cast<size_t>(fused_[producers[0]].y_at);
+    a.k_at = static_cast<size_t>(fused_[producers[1]].y_at);
+    a.v_at = static_cast<size_t>(fused_[producers[2]].y_at);
+    fused_[i].kind = Fused::kSkip;
+  }
 
   // Whether value v is written again (or the step ends) from ops[from] on before anything reads
   // it: what it holds then is never read.
@@ -657,12 +783,13 @@ class CudaStep final : public PlannedStep {
   absl::Status RunOp(size_t index, const std::vector<void*>& p, void* workspace) const override {
     const Fused& f = fused_[index];
     const StepOp& op = desc().ops()[index];
-    if (f.kind == Fused::kNone) return RunStepOp(backend_, op, p);
+    if (f.kind == Fused::kNone && f.rope_from < 0) return RunStepOp(backend_, op, p);
     // A batch's first product ran its members; a pair's first Rope, the second.
     if (f.kind == Fused::kBatchMember || f.kind == Fused::kSkip) return absl::OkStatus();
     void* rounded = static_cast<char*>(workspace) + f.offset;
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     auto f32 = [&](StepValueId v) { return static_cast<float*>(p[v]); };
+    if (f.rope_from >= 0) return RunAttentionWithRope(f, op, p, workspace, rounded, c);
     if (f.kind == Fused::kRopePair) {
       const auto& o = std::get<step_op::Rope>(op);
       const auto& o2 = std::get<step_op::Rope>(desc().ops()[index + 1]);
@@ -737,13 +864,19 @@ class CudaStep final : public PlannedStep {
     const int k = static_cast<int>(o.w.shape[1]);
     // The batch's outputs: one product when they too lie a constant stride apart (the step's
     // scratch values of one size do), else one product each.
+    // Where product index + b writes: its value, or its workspace slot (y_at).
+    auto y_of = [&](int b) {
+      const int64_t at = fused_[index + b].y_at;
+      return at >= 0 ? reinterpret_cast<float*>(static_cast<char*>(workspace) + at)
+                     : f32(std::get<step_op::Linear>(desc().ops()[index + b]).y);
+    };
     bool batched = f.batch > 1;
     int64_t y_stride = 0;
     for (int b = 0; b < f.batch; ++b) {
       const auto& ob = std::get<step_op::Linear>(desc().ops()[index + b]);
-      const auto* yb = static_cast<const float*>(p[ob.y]);
+      const float* yb = y_of(b);
       HAP_RETURN_IF_ERROR(CheckProduct(ob.w, ob.bias, yb, ob.m));
-      const int64_t d = yb - static_cast<const float*>(p[o.y]);
+      const int64_t d = yb - y_of(0);
       if (b == 1) y_stride = d;
       if (b > 0) batched = batched && d == y_stride * b && y_stride >= int64_t{o.m} * n;
     }
@@ -754,9 +887,9 @@ class CudaStep final : public PlannedStep {
           c->gemm().LinearRoundedAccumulate(rounded, o.w.data, ElemOf(f.type), sum, o.m, n, k));
     }
     if (batched) {
-      HAP_RETURN_IF_ERROR(ToStatus(c->gemm().BatchedProduct(
-          ElemOf(f.type), /*b_transposed=*/true, o.m, n, k, 1.f, rounded, k, 0, o.w.data, k,
-          f.w_stride, static_cast<float*>(p[o.y]), n, y_stride, f.batch)));
+      HAP_RETURN_IF_ERROR(ToStatus(
+          c->gemm().BatchedProduct(ElemOf(f.type), /*b_transposed=*/true, o.m, n, k, 1.f, rounded,
+                                   k, 0, o.w.data, k, f.w_stride, y_of(0), n, y_stride, f.batch)));
       if (o.bias == nullptr) return absl::OkStatus();
       // The members' biases in one launch, up to kMaxBiasBatch at a time.
       for (int b0 = 0; b0 < f.batch; b0 += cuda::kMaxBiasBatch) {
@@ -764,7 +897,7 @@ class CudaStep final : public PlannedStep {
         const int count = std::min(cuda::kMaxBiasBatch, f.batch - b0);
         for (int b = 0; b < count; ++b) {
           const auto& ob = std::get<step_op::Linear>(desc().ops()[index + b0 + b]);
-          biases.y[b] = static_cast<float*>(p[ob.y]);
+          biases.y[b] = y_of(b0 + b);
           biases.bias[b] = ob.bias;
         }
         HAP_RETURN_IF_ERROR(ToStatus(cuda::AddBiases(biases, count, o.m, n, c->stream())));
@@ -773,11 +906,46 @@ class CudaStep final : public PlannedStep {
     }
     for (int b = 0; b < f.batch; ++b) {
       const auto& ob = std::get<step_op::Linear>(desc().ops()[index + b]);
-      HAP_RETURN_IF_ERROR(ToStatus(c->gemm().LinearRounded(
-          rounded, ob.w.data, ElemOf(f.type), f.bias_to_next ? nullptr : ob.bias,
-          static_cast<float*>(p[ob.y]), ob.m, n, k)));
+      HAP_RETURN_IF_ERROR(ToStatus(c->gemm().LinearRounded(rounded, ob.w.data, ElemOf(f.type),
+                                                           f.bias_to_next ? nullptr : ob.bias,
+                                                           y_of(b), ob.m, n, k)));
     }
     return absl::OkStatus();
+  }
+
+  // An Attention that took over the RoPE pair before it (FuseRopeIntoAttention): q, k and v
+  // from the workspace, the rotated q and k and v's copy into their values.
+  absl::Status RunAttentionWithRope(const Fused& f, const StepOp& op, const std::vector<void*>& p,
+                                    void* workspace, void* rounded, ThreadContext* c) const {
+    const auto& att = std::get<step_op::Attention>(op);
+    const auto& rq = std::get<step_op::Rope>(desc().ops()[f.rope_from]);
+    AttentionArgs a = BoundAttention(att, p);
+    cuda::FlashRopeArgs rope;
+    rope.q_out = static_cast<float*>(p[att.q]);
+    rope.k_out = static_cast<float*>(p[att.k]);
+    rope.v_out = static_cast<float*>(p[att.v]);
+    auto* w = static_cast<char*>(workspace);
+    a.q = reinterpret_cast<const float*>(w + f.q_at);
+    a.k = reinterpret_cast<const float*>(w + f.k_at);
+    a.v = reinterpret_cast<const float*>(w + f.v_at);
+    HAP_RETURN_IF_ERROR(CheckAttention(a));
+    const size_t q_bytes = sizeof(float) * a.n_q * a.n_heads * a.head_dim;
+    const size_t kv_bytes = sizeof(float) * a.n_kv * a.n_kv_heads * a.head_dim;
+    HAP_RETURN_IF_ERROR(CheckDevice(rope.q_out, q_bytes, "Attention", "q"));
+    HAP_RETURN_IF_ERROR(CheckDevice(rope.k_out, kv_bytes, "Attention", "k"));
+    HAP_RETURN_IF_ERROR(CheckDevice(rope.v_out, kv_bytes, "Attention", "v"));
+    rope.positions = static_cast<const int32_t*>(p[rq.positions]);
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(rope.positions, sizeof(int32_t) * rq.rows, "Rope", "positions"));
+    HAP_ASSIGN_OR_RETURN(const RopeTableView table, RopeTableFor(rq.theta, rq.head_dim, rq.rows));
+    rope.cos_table = table.cos;
+    rope.sin_table = table.sin;
+    rope.table_positions = table.positions;
+    rope.theta = rq.theta;
+    const bool with_rounded = f.kind == Fused::kAttentionRounded;
+    return ToStatus(cuda::FlashAttentionRope(
+        a, rope, ElemOf(a.operands), c->stream(), with_rounded ? rounded : nullptr,
+        with_rounded ? ElemOf(f.type) : cuda::ElemType::kBF16));
   }
 
   const Backend& backend_;

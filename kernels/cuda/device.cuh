@@ -102,6 +102,10 @@ inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+// The host compiler targets x86-64 without FMA: it never fuses these.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline void sincosf(float x, float* s, float* c) {
   *s = std::sin(x);
   *c = std::cos(x);

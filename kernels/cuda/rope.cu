@@ -1,6 +1,6 @@
-#include "kernels/cuda/rope.h"
-
 #include "kernels/cuda/device.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/rope.h"
 
 namespace hap::cuda {
 namespace {
@@ -24,8 +24,8 @@ __device__ __forceinline__ void RotatePair(float* v, int i, int half, const floa
                                            const float* sin_table) {
   const float cs = cos_table[i], sn = sin_table[i];
   const float a = v[i], b = v[i + half];
-  v[i] = a * cs - b * sn;
-  v[i + half] = b * cs + a * sn;
+  v[i] = RotatedFirst(a, b, cs, sn);
+  v[i + half] = RotatedSecond(a, b, cs, sn);
 }
 
 // Block per row. The row's angles are the same for every head: the first half of the threads
@@ -40,8 +40,7 @@ __global__ void RopeKernel(float* x, int n_heads, float* x2, int n_heads2, const
   const int half = head_dim / 2;
   const double position = positions[blockIdx.x];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double inv_freq = 1.0 / pow(static_cast<double>(theta), (2.0 * i) / head_dim);
-    StoreAngle(position * inv_freq, i, cos_table, sin_table);
+    RopeCosSin(position, i, head_dim, theta, &cos_table[i], &sin_table[i]);
   }
   __syncthreads();
   float* row = x + static_cast<int64_t>(blockIdx.x) * n_heads * head_dim;
@@ -79,7 +78,31 @@ __global__ void RopeAxesKernel(float* x, const int32_t* positions, int axes, int
   }
 }
 
+// Thread per entry [p, i] of the tables (rows of head_dim / 2): cos and sin of pair i at p.
+__global__ void RopeTableKernel(float* cos_table, float* sin_table, int64_t entries, int head_dim,
+                                float theta) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= entries) return;
+  const int half = head_dim / 2;
+  RopeCosSin(static_cast<double>(e / half), static_cast<int>(e % half), head_dim, theta,
+             &cos_table[e], &sin_table[e]);
+}
+
 }  // namespace
+
+KernelStatus RopeTable(float* cos_table, float* sin_table, int positions, int head_dim, float theta,
+                       Stream stream) {
+  if (head_dim <= 0 || head_dim % 2 != 0 || positions < 0 || cos_table == nullptr ||
+      sin_table == nullptr) {
+    return KernelStatus::Error("RopeTable: positions=" + std::to_string(positions) +
+                               " head_dim=" + std::to_string(head_dim) +
+                               " (head_dim must be even), or a null table");
+  }
+  if (positions == 0) return KernelStatus::Ok();
+  const int64_t entries = int64_t{positions} * (head_dim / 2);
+  return Launch("RopeTableKernel", RopeTableKernel, dim3(CeilDiv(entries, kThreads)),
+                dim3(kThreads), 0, stream, cos_table, sin_table, entries, head_dim, theta);
+}
 
 KernelStatus RopeAxes(const RopeAxesArgs& a, Stream stream) {
   if (const char* error = a.Error(); *error != 0) return KernelStatus::Error(error);

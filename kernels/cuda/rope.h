@@ -19,6 +19,11 @@ KernelStatus Rope(float* x, const int32_t* positions, int rows, int n_heads, int
 // two Rope calls. Errors as Rope's, and for a null, empty or identical x2.
 KernelStatus RopePair(float* x, int n_heads, float* x2, int n_heads2, const int32_t* positions,
                       int rows, int head_dim, float theta, Stream stream);
+// cos_table and sin_table F32 [positions, head_dim / 2] (device): entry [p, i] the cos and sin
+// of pair i's angle at position p, exactly the values Rope rotates by at p. FlashAttention's RoPE
+// on load (attention.h FlashRopeArgs) reads them rather than computing each angle in F64.
+KernelStatus RopeTable(float* cos_table, float* sin_table, int positions, int head_dim, float theta,
+                       Stream stream);
 // op_args.h RopeAxesArgs (device pointers): bit for bit kernels/cpu/rope.h RopeAxes, each pair's
 // angle from its section's axis in F64.
 KernelStatus RopeAxes(const RopeAxesArgs& args, Stream stream);

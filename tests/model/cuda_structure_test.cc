@@ -8,6 +8,7 @@
 #include <bit>
 #include <future>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "base/status_macros.h"
@@ -16,6 +17,7 @@
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/emulation_counts.h"
+#include "kernels/step.h"
 #include "runtime/engine/decode_engine.h"
 #include "runtime/engine/kv_block_pool.h"
 #include "runtime/model/pipeline.h"
@@ -23,6 +25,7 @@
 #include "runtime/tiny/tiny_model.h"
 #include "tests/common/pattern_png.h"
 #include "tests/common/tiny_checkpoint.h"
+#include "tests/kernels/backends.h"
 
 namespace hap {
 namespace {
@@ -50,7 +53,8 @@ struct Counts {
 };
 
 // What an unpruned prefill and the first decode step after it enqueue on a `layers`-layer
-// checkpoint of `dtype` weights.
+// checkpoint of `dtype` weights, after a first prefill (what a process does once, such as making
+// RoPE's table, is not a layer's).
 Counts Count(int layers, DType dtype) {
   const TinyModelOptions o = testing_support::TinyOptions(5, layers, 56, dtype);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model =
@@ -63,6 +67,7 @@ Counts Count(int layers, DType dtype) {
   EXPECT_TRUE(encoded.ok()) << encoded.status();
   if (!encoded.ok()) return {};
   Sampler sampler{SamplingParams{}};
+  EXPECT_TRUE(RunPrefill(**model, "What is in the picture?", *encoded, none, &sampler, 4).ok());
   Counts counts;
   int64_t before = Enqueued();
   absl::StatusOr<PrefillResult> prefill =
@@ -82,20 +87,21 @@ Counts Count(int layers, DType dtype) {
 // that also writes the down product's input rounded = 8, and the attention: rounding before each
 // of 7 products, two RoPEs and two residual adds took 24. In the prefill, with BF16 operands
 // (ModelOptions::attention_dtype unset on a BF16 checkpoint, on a backend whose caps say
-// narrow_attention), the attention is one FlashAttention kernel, which rounds q, k and v as it
-// loads them and writes the o product's input rounded too, and the o and down products add
-// themselves to the residual stream as they are written (no Add launches): 9. In a decode step
+// narrow_attention), the attention is one FlashAttention kernel, which rotates q and k itself
+// (FlashAttentionRope: the RoPE launch goes), rounds q, k and v as it loads them and writes the
+// o product's input rounded too, and the o and down products add themselves to the residual
+// stream as they are written (no Add launches): 8. In a decode step RoPE keeps its launch, and
 // the attention is one kernel over the cache, whose output the o product rounds itself (2
-// launches) and then leaves to an Add: 11.
+// launches) and then leaves to an Add: 12.
 TEST(CudaStructure, LaunchesPerDecoderLayerOnBf16Weights) {
   const Counts two = Count(2, DType::kBF16), four = Count(4, DType::kBF16);
-  EXPECT_EQ((four.prefill - two.prefill) / 2, 8 + 1);
+  EXPECT_EQ((four.prefill - two.prefill) / 2, 8);
   EXPECT_EQ((four.prefill - two.prefill) % 2, 0);
-  // The decode step's layer: the 8, the new K and V rows stored at their cache slots (one launch
-  // for the batch: StoreKvRows), the attention over the cache (one slice: the cache holds fewer
-  // than kDecodeRowsPerSplit rows, so no combine launch), the o product's input rounding and the
-  // residual Add.
-  EXPECT_EQ((four.decode_step - two.decode_step) / 2, 8 + 4);
+  // The decode step's layer: the prefill's 7 that are not its attention, RoPE, the new K and V
+  // rows stored at their cache slots (one launch for the batch: StoreKvRows), the attention over
+  // the cache (one slice: the cache holds fewer than kDecodeRowsPerSplit rows, so no combine
+  // launch), the o product's input rounding and the residual Add.
+  EXPECT_EQ((four.decode_step - two.decode_step) / 2, 7 + 1 + 4);
 }
 
 // F32 weights multiply in F32: no rounding, so 2 norms, 7 products, RoPE on q and k in one
@@ -104,6 +110,144 @@ TEST(CudaStructure, LaunchesPerDecoderLayerOnF32Weights) {
   const Counts two = Count(2, DType::kF32), four = Count(4, DType::kF32);
   EXPECT_EQ((four.prefill - two.prefill) / 2, 14);
   EXPECT_EQ((four.decode_step - two.decode_step) / 2, 15);
+}
+
+// A prefill layer's q and k rotation goes into its FlashAttention (FlashAttentionRope): the
+// backend's plan of RMSNorm, the q, k and v products, the RoPE pair, the attention, a Call that
+// reads q, k, v and the log-sum-exp (as the KV cache and the pruners do) and the o product with
+// its residual add gives the op-by-op plan's values bit for bit, launching no RopeKernel. Query
+// heads that share kv heads and not (k and v, or q, k and v, one batched product); positions with
+// gaps, inside RoPE's table and past it (angles in F64).
+TEST(CudaStructure, ARopePairGoesIntoTheFlashAttentionAfterIt) {
+  const Backend& b = **GetCudaBackend();
+  constexpr int kRows = 130, kD = 64, kHd = 16, kHeads = kD / kHd, kQDim = kHeads * kHd;
+  for (int kv_heads : {2, 4}) {
+    const int kv_dim = kv_heads * kHd;
+    SCOPED_TRACE("kv heads " + std::to_string(kv_heads));
+    // q, k and v back to back in one BF16 buffer, as PlacedWeights places a layer's; then o.
+    const std::vector<float> qkv =
+        testing_support::Random(static_cast<size_t>(kQDim + 2 * kv_dim) * kD, 5, 0.2f);
+    const std::vector<float> o = testing_support::Random(size_t{kD} * kQDim, 6, 0.2f);
+    std::vector<uint16_t> qkv16(qkv.size()), o16(o.size());
+    ConvertFromF32(DType::kBF16, qkv.data(), qkv16.data(), qkv.size());
+    ConvertFromF32(DType::kBF16, o.data(), o16.data(), o.size());
+    BackendBuffer qkv_storage, o_storage;
+    absl::StatusOr<TensorView> wqkv = b.PlaceWeight(
+        TensorView(qkv16.data(), DType::kBF16, Device::kCpu, {kQDim + 2 * kv_dim, kD}),
+        &qkv_storage);
+    absl::StatusOr<TensorView> wo =
+        b.PlaceWeight(TensorView(o16.data(), DType::kBF16, Device::kCpu, {kD, kQDim}), &o_storage);
+    ASSERT_TRUE(wqkv.ok() && wo.ok());
+    const auto* base = static_cast<const uint16_t*>(wqkv->data);
+    const TensorView wq(base, DType::kBF16, Device::kCuda, {kQDim, kD});
+    const TensorView wk(base + kQDim * kD, DType::kBF16, Device::kCuda, {kv_dim, kD});
+    const TensorView wv(base + (kQDim + kv_dim) * kD, DType::kBF16, Device::kCuda, {kv_dim, kD});
+    BackendArray<float> norm(b);
+    const std::vector<float> norm_host = testing_support::Random(kD, 7, 0.5f);
+    ASSERT_TRUE(norm.Assign(norm_host.data(), norm_host.size()).ok());
+
+    StepDesc desc("prefill layer");
+    const StepValueId x = desc.Bound("x", StepElem::kF32, int64_t{kRows} * kD);
+    const StepValueId pos = desc.Bound("positions", StepElem::kI32, kRows);
+    const StepValueId h = desc.Scratch("h", StepElem::kF32, int64_t{kRows} * kD);
+    const StepValueId q = desc.Scratch("q", StepElem::kF32, int64_t{kRows} * kQDim);
+    const StepValueId k = desc.Scratch("k", StepElem::kF32, int64_t{kRows} * kv_dim);
+    const StepValueId v = desc.Scratch("v", StepElem::kF32, int64_t{kRows} * kv_dim);
+    const StepValueId attn = desc.Scratch("attn", StepElem::kF32, int64_t{kRows} * kQDim);
+    const StepValueId lse = desc.Scratch("lse", StepElem::kF32, int64_t{kHeads} * kRows);
+    const LinearRows rows = LinearRows::kOneSequence;
+    desc.Add(step_op::RmsNorm{x, h, norm.data(), kRows, kD, 1e-5f});
+    desc.Add(step_op::Linear{h, q, wq, nullptr, kRows, rows});
+    desc.Add(step_op::Linear{h, k, wk, nullptr, kRows, rows});
+    desc.Add(step_op::Linear{h, v, wv, nullptr, kRows, rows});
+    desc.Add(step_op::Rope{q, pos, kRows, kHeads, kHd, 1e4f});
+    desc.Add(step_op::Rope{k, pos, kRows, kv_heads, kHd, 1e4f});
+    step_op::Attention att{q, k, v, attn, lse, {}};
+    att.shape.n_q = att.shape.n_kv = kRows;
+    att.shape.n_heads = kHeads;
+    att.shape.n_kv_heads = kv_heads;
+    att.shape.head_dim = kHd;
+    att.shape.scale = 0.25f;
+    att.shape.causal = true;
+    att.shape.operands = DType::kBF16;
+    desc.Add(att);
+    desc.Add(step_op::Call{1, /*listed=*/true, {q, k, v, lse}});
+    desc.Add(step_op::Linear{attn, h, *wo, nullptr, kRows, rows});
+    desc.Add(step_op::Add{x, h, int64_t{kRows} * kD});
+
+    // The same step with a Call between the RoPE pair and the attention, which keeps them apart:
+    // RopePair, then FlashAttention, with every other fusion as in `desc`.
+    StepDesc apart("prefill layer, RoPE apart");
+    for (const StepValue& value : desc.values()) {
+      if (value.bound) {
+        apart.Bound(value.name, value.elem, value.elems);
+      } else {
+        apart.Scratch(value.name, value.elem, value.elems);
+      }
+    }
+    for (size_t i = 0; i < desc.ops().size(); ++i) {
+      if (std::holds_alternative<step_op::Attention>(desc.ops()[i])) {
+        apart.Add(step_op::Call{2, /*listed=*/true, {}});
+      }
+      apart.Add(desc.ops()[i]);
+    }
+
+    const std::vector<float> x0 = testing_support::Random(size_t{kRows} * kD, 8);
+    for (int first : {0, 5000}) {
+      SCOPED_TRACE("positions from " + std::to_string(first));
+      std::vector<int32_t> positions(kRows);
+      for (int r = 0; r < kRows; ++r) positions[r] = first + r * 2 + r % 3;
+      std::vector<float> seen[2][5];  // [apart, fused][q, k, v, lse, x]
+      int64_t ropes[2], flash[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        absl::StatusOr<std::unique_ptr<PlannedStep>> plan = b.Plan(fused == 1 ? desc : apart);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        BackendArray<float> dx(b);
+        BackendArray<int32_t> dpos(b);
+        BackendArray<uint8_t> workspace(b);
+        ASSERT_TRUE(dx.Assign(x0.data(), x0.size()).ok());
+        ASSERT_TRUE(dpos.Assign(positions.data(), positions.size()).ok());
+        ASSERT_TRUE(workspace.Resize((*plan)->workspace_bytes()).ok());
+        void* bound[2] = {dx.data(), dpos.data()};
+        StepBindings bindings;
+        bindings.bound = bound;
+        bindings.workspace = workspace.data();
+        auto read = [&](StepValueId id, size_t n) {
+          std::vector<float> host(n);
+          EXPECT_TRUE(
+              b.CopyToHost(host.data(), (*plan)->At<float>(id, bindings), n * sizeof(float)).ok());
+          return host;
+        };
+        const StepCallFn call = [&](int id) -> absl::StatusOr<StepControl> {
+          if (id != 1) return StepControl::kContinue;
+          seen[fused][0] = read(q, size_t{kRows} * kQDim);
+          seen[fused][1] = read(k, size_t{kRows} * kv_dim);
+          seen[fused][2] = read(v, size_t{kRows} * kv_dim);
+          seen[fused][3] = read(lse, size_t{kHeads} * kRows);
+          return StepControl::kContinue;
+        };
+        bindings.call = &call;
+        const int64_t rope_launches = cuda::emulation::KernelLaunches("RopeKernel");
+        const int64_t flash_launches = cuda::emulation::KernelLaunches("FlashAttentionKernel");
+        absl::StatusOr<int> ran = (*plan)->Run(bindings);
+        ASSERT_TRUE(ran.ok()) << ran.status();
+        ropes[fused] = cuda::emulation::KernelLaunches("RopeKernel") - rope_launches;
+        flash[fused] = cuda::emulation::KernelLaunches("FlashAttentionKernel") - flash_launches;
+        seen[fused][4].resize(x0.size());
+        ASSERT_TRUE(dx.CopyTo(seen[fused][4].data()).ok());
+      }
+      const char* names[5] = {"q", "k", "v", "lse", "x"};
+      for (int i = 0; i < 5; ++i) {
+        ASSERT_FALSE(seen[0][i].empty()) << names[i];
+        EXPECT_EQ(seen[1][i], seen[0][i]) << names[i];
+      }
+      // Apart: RopePair, then FlashAttention. Together: FlashAttentionRope alone.
+      EXPECT_EQ(ropes[0], 1);
+      EXPECT_EQ(ropes[1], 0);
+      EXPECT_EQ(flash[0], 1);
+      EXPECT_EQ(flash[1], 1);
+    }
+  }
 }
 
 // A decode step copies to the device once, however many layers and sequences it has: the token

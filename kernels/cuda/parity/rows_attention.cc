@@ -23,10 +23,12 @@
 #include "base/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/decode_attention.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/parity/rows.h"
+#include "kernels/cuda/rope.h"
 
 namespace hap::cuda::parity {
 namespace {
@@ -138,6 +140,142 @@ CaseResult PrefillCase(const PrefillShape& s) {
   c.Status(st);
   c.Output("out", dout, want_out, s.operands == DType::kF32 ? kF32Tol : kNarrowOutTol);
   if (s.lse) c.Output("lse", dlse, want_lse, kF32Tol);
+  c.Unchanged("q", dq, q.data());
+  c.Unchanged("k", dk, k.data());
+  c.Unchanged("v", dv, v.data());
+  return c.Result(ms);
+}
+
+struct FlashRopeShape {
+  int n, n_heads, n_kv_heads, head_dim;
+  bool causal;
+  // RopeTable covers positions [0, table_positions); rows past it take the F64 path.
+  int table_positions;
+  DType operands = DType::kBF16;
+  std::vector<int> segments = {};  // lengths (summing to n): each restarts its positions at 0
+};
+
+std::string FlashRopeName(const FlashRopeShape& s) {
+  std::string name = "FlashAttentionRope " + std::to_string(s.n) + " rows h" +
+                     std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv_heads) + " d" +
+                     std::to_string(s.head_dim) + (s.causal ? " causal " : " full ") +
+                     std::string(DTypeName(s.operands)) + ", table of " +
+                     std::to_string(s.table_positions);
+  if (!s.segments.empty()) {
+    name += ", segments";
+    for (int len : s.segments) name += " " + std::to_string(len);
+  }
+  return name;
+}
+
+// FlashAttentionRope against what it stands for, RopePair and then FlashAttention (out, its
+// rounded copy, lse, the rotated q and k and v's copy: byte for byte), and against the CPU's
+// Rope and attention reference. Positions ascend with gaps, as a pruned prompt's do, past the
+// table where it is short.
+CaseResult FlashRopeCase(const FlashRopeShape& s) {
+  const int64_t q_elems = int64_t{s.n} * s.n_heads * s.head_dim;
+  const int64_t kv_elems = int64_t{s.n} * s.n_kv_heads * s.head_dim;
+  const uint64_t seed = 2000 + s.n * 13 + s.head_dim;
+  const std::vector<float> q = RandomFloats(q_elems, seed, -2.f, 2.f);
+  const std::vector<float> k = RandomFloats(kv_elems, seed + 1, -2.f, 2.f);
+  const std::vector<float> v = RandomFloats(kv_elems, seed + 2);
+  std::vector<int32_t> bounds = {0};
+  for (int len : s.segments) bounds.push_back(bounds.back() + len);
+  if (s.segments.empty()) bounds.push_back(s.n);
+  std::vector<int32_t> pos(s.n);
+  for (size_t g = 0; g + 1 < bounds.size(); ++g) {
+    for (int r = bounds[g]; r < bounds[g + 1]; ++r) {
+      const int i = r - bounds[g];
+      pos[r] = 1 + i * 3 + (i % 2);
+    }
+  }
+  const float theta = 1e4f;
+  const ElemType type = s.operands == DType::kBF16 ? ElemType::kBF16 : ElemType::kF16;
+  AttentionArgs args{.n_q = s.n,
+                     .n_kv = s.n,
+                     .n_heads = s.n_heads,
+                     .n_kv_heads = s.n_kv_heads,
+                     .head_dim = s.head_dim,
+                     .scale = 1.f / std::sqrt(static_cast<float>(s.head_dim)),
+                     .causal = s.causal,
+                     .operands = s.operands};
+  args.n_segments = static_cast<int>(s.segments.size());
+  Checker c;
+
+  // The CPU: q and k rotated, then the attention of the narrow operands.
+  std::vector<float> cq = q, ck = k;
+  if (!c.Reference(cpu::Rope(cq.data(), pos.data(), s.n, s.n_heads, s.head_dim, theta)) ||
+      !c.Reference(cpu::Rope(ck.data(), pos.data(), s.n, s.n_kv_heads, s.head_dim, theta))) {
+    return c.Result(0);
+  }
+  std::vector<float> want_out(q_elems), want_lse(int64_t{s.n_heads} * s.n);
+  AttentionArgs ref = args;
+  ref.q = cq.data();
+  ref.k = ck.data();
+  ref.v = v.data();
+  ref.out = want_out.data();
+  ref.lse = want_lse.data();
+  ref.segment_bounds = args.n_segments > 0 ? bounds.data() : nullptr;
+  cpu::AttentionReference(ref);
+
+  const DeviceBuffer dpos = DeviceBuffer::Of(pos), dbounds = DeviceBuffer::Of(bounds);
+  args.segment_bounds = args.n_segments > 0 ? dbounds.as<int32_t>() : nullptr;
+  // Two launches: RopePair in place, then FlashAttention.
+  DeviceBuffer rq = DeviceBuffer::Of(q), rk = DeviceBuffer::Of(k), rv = DeviceBuffer::Of(v);
+  DeviceBuffer r_out(q_elems * sizeof(float)), r_lse(want_lse.size() * sizeof(float));
+  DeviceBuffer r_rounded(q_elems * sizeof(uint16_t));
+  c.Status(RopePair(rq.as<float>(), s.n_heads, rk.as<float>(), s.n_kv_heads, dpos.as<int32_t>(),
+                    s.n, s.head_dim, theta, nullptr));
+  AttentionArgs two = args;
+  two.q = rq.as<float>();
+  two.k = rk.as<float>();
+  two.v = rv.as<float>();
+  two.out = r_out.as<float>();
+  two.lse = r_lse.as<float>();
+  c.Status(FlashAttention(two, type, nullptr, r_rounded.data(), ElemType::kBF16));
+
+  // One.
+  const std::vector<float> unwritten_q(q_elems, NAN), unwritten_kv(kv_elems, NAN);
+  DeviceBuffer dq = DeviceBuffer::Of(q), dk = DeviceBuffer::Of(k), dv = DeviceBuffer::Of(v);
+  DeviceBuffer q_out = DeviceBuffer::Of(unwritten_q), k_out = DeviceBuffer::Of(unwritten_kv),
+               v_out = DeviceBuffer::Of(unwritten_kv);
+  DeviceBuffer dout(q_elems * sizeof(float)), dlse(want_lse.size() * sizeof(float));
+  DeviceBuffer rounded(q_elems * sizeof(uint16_t));
+  const size_t table_bytes =
+      std::max<size_t>(1, sizeof(float) * s.table_positions * (s.head_dim / 2));
+  DeviceBuffer cos_table(table_bytes), sin_table(table_bytes);
+  c.Status(RopeTable(cos_table.as<float>(), sin_table.as<float>(), s.table_positions, s.head_dim,
+                     theta, nullptr));
+  FlashRopeArgs rope;
+  rope.positions = dpos.as<int32_t>();
+  rope.cos_table = cos_table.as<float>();
+  rope.sin_table = sin_table.as<float>();
+  rope.table_positions = s.table_positions;
+  rope.theta = theta;
+  rope.q_out = q_out.as<float>();
+  rope.k_out = k_out.as<float>();
+  rope.v_out = v_out.as<float>();
+  AttentionArgs one = args;
+  one.q = dq.as<float>();
+  one.k = dk.as<float>();
+  one.v = dv.as<float>();
+  one.out = dout.as<float>();
+  one.lse = dlse.as<float>();
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] { return FlashAttentionRope(one, rope, type, nullptr, rounded.data(), ElemType::kBF16); },
+      &st);
+  c.Status(st);
+  c.Output("out as RopePair + FlashAttention", dout, r_out.Download<float>(), {0, 0});
+  c.Output("lse as RopePair + FlashAttention", dlse, r_lse.Download<float>(), {0, 0});
+  c.Exact("the rounded out", rounded, r_rounded.Download<uint16_t>().data());
+  c.Output("q_out as RopePair", q_out, rq.Download<float>(), {0, 0});
+  c.Output("k_out as RopePair", k_out, rk.Download<float>(), {0, 0});
+  c.Output("v_out", v_out, v, {0, 0});
+  c.Output("out", dout, want_out, kNarrowOutTol);
+  c.Output("lse", dlse, want_lse, kF32Tol);
+  c.Output("q_out", q_out, cq, kF32Tol);
+  c.Output("k_out", k_out, ck, kF32Tol);
   c.Unchanged("q", dq, q.data());
   c.Unchanged("k", dk, k.data());
   c.Unchanged("v", dv, v.data());
@@ -426,6 +564,33 @@ CaseResult ArgumentChecks() {
     expect_error("NarrowAttention without a workspace",
                  NarrowAttention(good, ElemType::kBF16, *gemm, nullptr));
   }
+  AttentionArgs square = good;
+  square.head_dim = 16;
+  square.n_kv = square.n_q;
+  square.causal_offset = 0;
+  FlashRopeArgs rope;
+  rope.positions = reinterpret_cast<const int32_t*>(p + 1024);
+  rope.q_out = rope.k_out = rope.v_out = p + 2048;
+  expect_error("FlashAttentionRope with n_kv != n_q",
+               FlashAttentionRope(good, rope, ElemType::kBF16, nullptr));
+  FlashRopeArgs bad = rope;
+  bad.k_out = nullptr;
+  expect_error("FlashAttentionRope without k_out",
+               FlashAttentionRope(square, bad, ElemType::kBF16, nullptr));
+  bad = rope;
+  bad.positions = nullptr;
+  expect_error("FlashAttentionRope without positions",
+               FlashAttentionRope(square, bad, ElemType::kBF16, nullptr));
+  bad = rope;
+  bad.v_out = p;
+  expect_error("FlashAttentionRope writing v_out over v",
+               FlashAttentionRope(square, bad, ElemType::kBF16, nullptr));
+  bad = rope;
+  bad.table_positions = 8;
+  expect_error("FlashAttentionRope with a table of 8 positions and no cos/sin",
+               FlashAttentionRope(square, bad, ElemType::kBF16, nullptr));
+  expect_error("FlashAttentionRope with F32 operands",
+               FlashAttentionRope(square, rope, ElemType::kF32, nullptr));
 
   DecodeAttentionArgs d;
   d.q = p;
@@ -542,6 +707,22 @@ void AddAttentionCases(std::vector<Case>& cases) {
     s.operands = DType::kBF16;
     s.flash = true;
     cases.push_back({PrefillName(s), {"FlashAttentionKernel"}, [=] { return PrefillCase(s); }});
+  }
+
+  // FlashAttentionRope: RoPE on load. A short table (positions past it computed in F64), GQA,
+  // segments whose positions restart, F16, LLaMA's head of 128.
+  FlashRopeShape flash_rope[] = {
+      {130, 4, 2, 64, true, 4096},
+      {130, 4, 2, 64, true, 200},  // rows from 67 on past the table
+      {70, 2, 1, 48, true, 0},     // no table: every angle in F64
+      {65, 4, 4, 32, false, 4096},
+      {40, 2, 2, 128, true, 4096, DType::kF16},
+      {150, 2, 1, 64, true, 4096, DType::kBF16, {10, 70, 0, 70}},
+  };
+  for (const FlashRopeShape& s : flash_rope) {
+    cases.push_back({FlashRopeName(s),
+                     {"FlashAttentionKernel", "RopeTableKernel", "RopeKernel"},
+                     [=] { return FlashRopeCase(s); }});
   }
 
   // Blocks of 16 rows, the last one partial.

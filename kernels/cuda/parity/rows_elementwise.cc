@@ -108,6 +108,52 @@ CaseResult RopePairCase(int rows, int n_heads, int n_kv_heads, int head_dim) {
   return c.Result(ms);
 }
 
+// RopeTable's entries are the cos and sin Rope rotates by: Rope of pairs (1, 0) leaves exactly
+// (cos, sin) in them, here for every position of the table; and they are the CPU's within F32.
+CaseResult RopeTableCase(int positions, int head_dim, float theta) {
+  const int half = head_dim / 2;
+  std::vector<float> unit(static_cast<size_t>(positions) * head_dim, 0.f);
+  std::vector<int32_t> pos(positions);
+  for (int p = 0; p < positions; ++p) {
+    pos[p] = p;
+    for (int i = 0; i < half; ++i) unit[static_cast<size_t>(p) * head_dim + i] = 1.f;
+  }
+  std::vector<float> want = unit;
+  Checker c;
+  if (!c.Reference(cpu::Rope(want.data(), pos.data(), positions, 1, head_dim, theta))) {
+    return c.Result(0);
+  }
+  DeviceBuffer rotated = DeviceBuffer::Of(unit), dpos = DeviceBuffer::Of(pos);
+  c.Status(Rope(rotated.as<float>(), dpos.as<int32_t>(), positions, 1, head_dim, theta, nullptr));
+  DeviceBuffer cos_table(sizeof(float) * positions * half), sin_table(cos_table.bytes());
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return RopeTable(cos_table.as<float>(), sin_table.as<float>(), positions, head_dim, theta,
+                         nullptr);
+      },
+      &st);
+  c.Status(st);
+  // The table laid out as the rotated pairs: cos where x[i] was, sin where x[i + half] was.
+  const std::vector<float> cs = cos_table.Download<float>(), sn = sin_table.Download<float>();
+  std::vector<float> table(unit.size());
+  for (int p = 0; p < positions; ++p) {
+    for (int i = 0; i < half; ++i) {
+      table[static_cast<size_t>(p) * head_dim + i] = cs[static_cast<size_t>(p) * half + i];
+      table[static_cast<size_t>(p) * head_dim + half + i] = sn[static_cast<size_t>(p) * half + i];
+    }
+  }
+  const DeviceBuffer got = DeviceBuffer::Of(table);
+  c.Output("table as Rope's cos/sin", got, rotated.Download<float>(), {0, 0});
+  c.Output("table", got, want, kF32Tol);
+  if (RopeTable(cos_table.as<float>(), sin_table.as<float>(), positions, head_dim + 1, theta,
+                nullptr)
+          .ok) {
+    c.Fail("an odd head_dim was accepted");
+  }
+  return c.Result(ms);
+}
+
 // An elementwise op that also writes its results rounded (SiluMulRounded, or QuickGeluRounded
 // when !silu): the F32 results exactly the plain op's (SiluMul, quick_gelu), the copy exactly the
 // host's rounding of them.
@@ -299,6 +345,14 @@ void AddElementwiseCases(std::vector<Case>& cases) {
                      {"RopeKernel"},
                      [rows = rows, heads = heads, kv_heads = kv_heads, hd = hd] {
                        return RopePairCase(rows, heads, kv_heads, hd);
+                     }});
+  }
+  for (auto [positions, hd, theta] : {std::tuple{4096, 128, 1e4f}, {300, 16, 1e6f}}) {
+    cases.push_back({"RopeTable " + std::to_string(positions) + " positions x " +
+                         std::to_string(hd) + " theta " + std::to_string(static_cast<int>(theta)),
+                     {"RopeTableKernel", "RopeKernel"},
+                     [positions = positions, hd = hd, theta = theta] {
+                       return RopeTableCase(positions, hd, theta);
                      }});
   }
   for (auto [n, narrow] :
