@@ -65,6 +65,14 @@ class PruningKernels {
     const absl::Status s = TokenScores(map, n_rows, n_vis, scores);
     return s.ok() ? StableTopKToBackend(scores, n_vis, k, kept) : s;
   }
+  // Paq(map, 1, n_rows, n_vis, paq), then TokenScoresTopKToBackend(map, n_rows, n_vis, k, scores,
+  // kept): a stage whose map is a single layer's makes that map's PAQ with its scores and
+  // selection (one launch on a GPU, up to 1024 tokens). paq: one value, in the backend's memory.
+  virtual absl::Status PaqTokenScoresTopKToBackend(const float* map, int n_rows, int n_vis, int k,
+                                                   float* paq, float* scores, int32_t* kept) const {
+    const absl::Status s = Paq(map, 1, n_rows, n_vis, paq);
+    return s.ok() ? TokenScoresTopKToBackend(map, n_rows, n_vis, k, scores, kept) : s;
+  }
   // VisionZip's contextual rows. args.targets, args.sources and args.merged_count (optional:
   // the explain record's counts, a sync point on a GPU) are host; k, hidden and out are in the
   // backend's memory. VisionZip's CLS attention is TextVisualAttention + WeightedSumContiguous.

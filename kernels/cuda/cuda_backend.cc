@@ -428,6 +428,20 @@ class CudaPruning final : public PruningKernels {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::TokenScoresTopK(map, n_rows, n_vis, k, scores, kept, c->stream()));
   }
+  absl::Status PaqTokenScoresTopKToBackend(const float* map, int n_rows, int n_vis, int k,
+                                           float* paq, float* scores,
+                                           int32_t* kept) const override {
+    if (n_vis > cuda::kTokenScoresTopKMaxTokens || k < 1) {
+      return PruningKernels::PaqTokenScoresTopKToBackend(map, n_rows, n_vis, k, paq, scores, kept);
+    }
+    const char* op = "PaqTokenScoresTopKToBackend";
+    HAP_RETURN_IF_ERROR(CheckDevice(map, sizeof(float) * n_rows * n_vis, op, "map"));
+    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float), op, "paq"));
+    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, op, "scores"));
+    HAP_RETURN_IF_ERROR(CheckDevice(kept, sizeof(int32_t) * k, op, "kept"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::TokenScoresTopK(map, n_rows, n_vis, k, scores, kept, c->stream(), paq));
+  }
   // The token lists (host) are checked here and uploaded; the counts come back only when the
   // caller asks for them (the explain record).
   absl::Status VisionZipMerge(const VisionZipMergeArgs& a) const override {

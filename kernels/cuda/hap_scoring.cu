@@ -1,8 +1,9 @@
-#include "kernels/cuda/hap_scoring.h"
-
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/device.cuh"
+#include "kernels/cuda/hap_scoring.h"
+#include "kernels/cuda/paq.cuh"
 #include "kernels/cuda/paq_softmax.cuh"
 #include "kernels/cuda/topk.cuh"
 
@@ -34,12 +35,18 @@ __global__ void PaqSoftmaxSumKernel(const float* maps, const float* paq, int n_m
 }
 
 // One block, thread i the score of column i: the 8 partial sums of TokenScoresKernel (rows
-// g, g + 8, …) made one after the other and added in the same order, then its rank.
+// g, g + 8, …) made one after the other and added in the same order, then its rank. With
+// map_paq, first the map's PAQ (BlockPaq, as PaqKernel makes it).
 __global__ void TokenScoresTopKKernel(const float* map, int64_t n_rows, int n_vis, int k,
-                                      float* scores, int* kept) {
+                                      float* scores, int* kept, float* map_paq) {
   HAP_SHARED(float, s, kRankMax);
   HAP_SHARED(int, has_nan, 1);
   HAP_SHARED(unsigned long long, scan_scratch, 32);
+  HAP_SHARED(double, paq_scratch, 32);
+  HAP_SHARED(int, paq_bad, 1);
+  if (map_paq != nullptr) {  // uniform: every thread or none
+    BlockPaq(map, nullptr, static_cast<int>(n_rows), n_vis, map_paq, paq_scratch, paq_bad);
+  }
   const int i = threadIdx.x;
   float x = 0.f;
   if (i < n_vis) {
@@ -75,15 +82,18 @@ KernelStatus PaqSoftmaxSum(const float* maps, const float* paq, int n_maps, doub
 }
 
 KernelStatus TokenScoresTopK(const float* map, int64_t n_rows, int n_vis, int k, float* scores,
-                             int* kept, Stream stream) {
+                             int* kept, Stream stream, float* map_paq) {
   if (map == nullptr || scores == nullptr || kept == nullptr || n_rows <= 0 || n_vis <= 0 ||
-      n_vis > kTokenScoresTopKMaxTokens || k < 1 || k > n_vis) {
+      n_vis > kTokenScoresTopKMaxTokens || k < 1 || k > n_vis ||
+      (map_paq != nullptr && n_rows > INT32_MAX)) {
     return KernelStatus::Error("TokenScoresTopK: bad arguments (n_rows=" + std::to_string(n_rows) +
                                " n_vis=" + std::to_string(n_vis) + " k=" + std::to_string(k) + ")");
   }
-  return Launch("TokenScoresTopKKernel", TokenScoresTopKKernel, dim3(1),
-                dim3(static_cast<int>(CeilDiv(n_vis, 32)) * 32), 0, stream, map, n_rows, n_vis, k,
-                scores, kept);
+  // A thread per token; with the PAQ, at least the threads PaqKernel has.
+  int threads = static_cast<int>(CeilDiv(n_vis, 32)) * 32;
+  if (map_paq != nullptr && threads < kPaqColumnThreads) threads = kPaqColumnThreads;
+  return Launch("TokenScoresTopKKernel", TokenScoresTopKKernel, dim3(1), dim3(threads), 0, stream,
+                map, n_rows, n_vis, k, scores, kept, map_paq);
 }
 
 }  // namespace hap::cuda

@@ -1,7 +1,8 @@
 // HAP's scoring steps fused on the GPU (runtime/prune/hap_pruner.cc): a scored layer's head
-// weights made with its map, and a stage's token scores made with its selection, each in one
-// launch instead of two, with the arithmetic of the kernels they replace (paq_softmax.h,
-// weighted_sum.h, token_scores.h, topk.h), so the results are theirs bit for bit.
+// weights made with its map, and a stage's token scores made with its selection (and the map's
+// PAQ when the stage's map is one layer's), each in one launch instead of two or three, with the
+// arithmetic of the kernels they replace (paq_softmax.h, weighted_sum.h, token_scores.h, topk.h,
+// paq.h), so the results are theirs bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -30,10 +31,12 @@ KernelStatus PaqSoftmaxSum(const float* maps, const float* paq, int n_maps, doub
 // top-k of the scores (StableTopK's, in the backend's memory): one block, thread i making score
 // i and then ranking it.
 //   map: F32 [n_rows, n_vis]   scores: F32 [n_vis]   kept: I32 [k], ascending (device)
-// A NaN score writes −1 to every slot of kept, as StableTopK does.
+// A NaN score writes −1 to every slot of kept, as StableTopK does. With map_paq (device, one
+// value), the block first writes the map's PAQ there, as Paq(map, 1, n_rows, n_vis) writes it,
+// bit for bit: a stage's map that is one layer's needs no launch of its own for it.
 // Errors: null pointers, n_rows ≤ 0, n_vis outside [1, kTokenScoresTopKMaxTokens], k outside
 // [1, n_vis].
 KernelStatus TokenScoresTopK(const float* map, int64_t n_rows, int n_vis, int k, float* scores,
-                             int* kept, Stream stream);
+                             int* kept, Stream stream, float* map_paq = nullptr);
 
 }  // namespace hap::cuda

@@ -99,7 +99,14 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
                                                     paq_temperature_, map_size, head_weights,
                                                     layer_map.data()));
   }
-  HAP_RETURN_IF_ERROR(ops.Paq(layer_map.data(), 1, n_text, n_vis, scalars + at.layer_paq() + slot));
+  // A group of this one layer, whose stage is decided in the backend's memory, makes the layer
+  // map's PAQ with its scores and selection (one launch on a GPU).
+  const bool device_stage = att.backend_keep != nullptr && !b.caps().host_memory;
+  const bool paq_at_stage = device_stage && pg.n_layers == 1;
+  float* layer_paq = scalars + at.layer_paq() + slot;
+  if (!paq_at_stage) {
+    HAP_RETURN_IF_ERROR(ops.Paq(layer_map.data(), 1, n_text, n_vis, layer_paq));
+  }
   if (att.layer != pg.last_layer()) {
     AddTime(Since(start));
     return std::optional<std::vector<int>>();
@@ -129,7 +136,7 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   }
   float* token_scores = scalars + at.token_scores();  // F32 [n_vis]
   const int keep = std::min(plan_.groups[g + 1].visual_tokens, n_vis);
-  if (att.backend_keep != nullptr && !b.caps().host_memory) {
+  if (device_stage) {
     // Scored, decided and applied on the device; the indices and the explain record come back
     // in Finish.
     if (kept_.size() < kept_offsets_[g] + keep) {
@@ -139,7 +146,10 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
     }
     int32_t* kept = kept_.data() + kept_offsets_[g];
     HAP_RETURN_IF_ERROR(
-        ops.TokenScoresTopKToBackend(group_map, n_text, n_vis, keep, token_scores, kept));
+        paq_at_stage
+            ? ops.PaqTokenScoresTopKToBackend(group_map, n_text, n_vis, keep, layer_paq,
+                                              token_scores, kept)
+            : ops.TokenScoresTopKToBackend(group_map, n_text, n_vis, keep, token_scores, kept));
     pending_.push_back({g, at, HapGroupExplain{}});
     return CommitInBackend(att, kept, keep, Since(start));
   }

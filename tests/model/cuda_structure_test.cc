@@ -609,40 +609,58 @@ TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
 
 // HAP scores a layer in four launches: its text→visual rows with their entropies, the heads'
 // PAQ, the head weights made with the layer's map (PaqSoftmaxSum) and the layer map's PAQ; a stage
-// adds one, its token scores made with its selection (TokenScoresTopK). The kernels those two
-// replace are not launched.
+// adds one, its token scores made with its selection (TokenScoresTopK), which also makes the
+// layer map's PAQ when the group is that one layer. The kernels those replace are not launched.
+// Retaining 16 of 64 tokens over 6 layers takes groups of one layer; 32, larger ones.
 TEST(CudaStructure, HapScoresALayerInFourLaunchesAndAStageInOne) {
   const TinyModelOptions o = testing_support::TinyOptions(7, 6, 112, DType::kBF16);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "hap_scoring");
   ASSERT_TRUE(model.ok()) << model.status();
-  absl::StatusOr<HapPrompt> p = HapPromptFor(**model, 16.0);
-  ASSERT_TRUE(p.ok()) << p.status();
-  const std::vector<const char*> kernels = {"TextVisualAttentionKernel", "PaqKernel",
-                                            "PaqSoftmaxSumKernel",       "TokenScoresTopKKernel",
-                                            "PaqSoftmaxKernel",          "WeightedSumKernel",
-                                            "TokenScoresKernel",         "StableTopKByRankKernel",
-                                            "StableTopKKernel"};
-  std::vector<int64_t> before;
-  for (const char* k : kernels) before.push_back(cuda::emulation::KernelLaunches(k));
-  Sampler sampler{SamplingParams{}};
-  absl::StatusOr<PrefillOutput> out =
-      (*model)->Prefill(p->tokens, p->encoded.embeds, p->hap.get(), &sampler);
-  ASSERT_TRUE(out.ok()) << out.status();
-  std::vector<int64_t> n;
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    n.push_back(cuda::emulation::KernelLaunches(kernels[i]) - before[i]);
+  for (double retain : {16.0, 32.0}) {
+    SCOPED_TRACE("retain " + std::to_string(retain));
+    absl::StatusOr<HapPrompt> p = HapPromptFor(**model, retain);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const std::vector<const char*> kernels = {"TextVisualAttentionKernel", "PaqKernel",
+                                              "PaqSoftmaxSumKernel",       "TokenScoresTopKKernel",
+                                              "PaqSoftmaxKernel",          "WeightedSumKernel",
+                                              "TokenScoresKernel",         "StableTopKByRankKernel",
+                                              "StableTopKKernel"};
+    std::vector<int64_t> before;
+    for (const char* k : kernels) before.push_back(cuda::emulation::KernelLaunches(k));
+    Sampler sampler{SamplingParams{}};
+    absl::StatusOr<PrefillOutput> out =
+        (*model)->Prefill(p->tokens, p->encoded.embeds, p->hap.get(), &sampler);
+    ASSERT_TRUE(out.ok()) << out.status();
+    std::vector<int64_t> n;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      n.push_back(cuda::emulation::KernelLaunches(kernels[i]) - before[i]);
+    }
+    const PruneStats& stats = p->hap->stats();
+    const int64_t layers = static_cast<int64_t>(stats.hap_layers.size());
+    const int64_t stages = static_cast<int64_t>(stats.hap_groups.size());
+    int64_t single = 0, multi_layer_stages = 0;
+    for (const HapGroupExplain& g : stats.hap_groups) {
+      single += g.n_layers == 1;
+      multi_layer_stages += g.n_layers > 1;
+    }
+    std::printf("retain %.0f: %lld scored layers, %lld stages, %lld of one layer\n", retain,
+                static_cast<long long>(layers), static_cast<long long>(stages),
+                static_cast<long long>(single));
+    ASSERT_GE(stages, 2);
+    EXPECT_EQ(n[0], layers);               // text→visual rows
+    EXPECT_EQ(n[1], 2 * layers - single);  // the heads' PAQ, the layer map's (not at a stage)
+    EXPECT_EQ(n[2], layers);
+    EXPECT_EQ(n[3], stages);
+    // Groups of several layers weigh their maps with PaqSoftmaxWeights and WeightedSumMaps.
+    EXPECT_EQ(n[4], multi_layer_stages);
+    EXPECT_EQ(n[5], multi_layer_stages);
+    for (size_t i = 6; i < kernels.size(); ++i) EXPECT_EQ(n[i], 0) << kernels[i];
+    if (retain == 16.0) {
+      EXPECT_EQ(single, stages);
+    } else {
+      EXPECT_GT(multi_layer_stages, 0);
+    }
   }
-  const PruneStats& stats = p->hap->stats();
-  const int64_t layers = static_cast<int64_t>(stats.hap_layers.size());
-  const int64_t stages = static_cast<int64_t>(stats.hap_groups.size());
-  std::printf("%lld scored layers, %lld stages\n", static_cast<long long>(layers),
-              static_cast<long long>(stages));
-  ASSERT_GE(stages, 2);
-  EXPECT_EQ(n[0], layers);      // text→visual rows
-  EXPECT_EQ(n[1], 2 * layers);  // the heads' PAQ, the layer map's
-  EXPECT_EQ(n[2], layers);
-  EXPECT_EQ(n[3], stages);
-  for (size_t i = 4; i < kernels.size(); ++i) EXPECT_EQ(n[i], 0) << kernels[i];
 }
 
 // After one request has run, the same request again allocates and frees no device memory: the

@@ -627,6 +627,48 @@ CaseResult TokenScoresTopKCase(int64_t n_rows, int n_vis, int k, bool ties) {
   return c.Result(ms);
 }
 
+// TokenScoresTopK that also makes the map's PAQ (a stage whose map is one layer's): the PAQ bit
+// for bit the Paq kernel's and within F32 of the reference's, the scores and selection as
+// without it. A map of valid rows (MakeMaps), and one with a row off 1 (NaN, as Paq gives).
+CaseResult TokenScoresTopKPaqCase(int n_text, int n_vis, int k, bool bad_row) {
+  absl::StatusOr<Maps> maps = MakeMaps(1, n_text, n_vis, 1900 + n_text + n_vis);
+  Checker c;
+  if (!c.Reference(maps.status())) return c.Result(0);
+  std::vector<float>& map = maps->a;
+  if (bad_row) {
+    for (int i = 0; i < n_vis; ++i) map[int64_t{n_text - 1} * n_vis + i] *= 0.5f;
+  }
+  float want_paq = NAN;
+  if (!bad_row && !c.Reference(kernels::PaqReference(map.data(), 1, n_text, n_vis, &want_paq))) {
+    return c.Result(0);
+  }
+  DeviceBuffer dmap = DeviceBuffer::Of(map);
+  DeviceBuffer dscores(n_vis * sizeof(float)), dkept(k * sizeof(int)), dpaq(sizeof(float));
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return TokenScoresTopK(dmap.as<float>(), n_text, n_vis, k, dscores.as<float>(),
+                               dkept.as<int>(), nullptr, dpaq.as<float>());
+      },
+      &st);
+  c.Status(st);
+  DeviceBuffer dscores2(n_vis * sizeof(float)), dkept2(k * sizeof(int)), dpaq2(sizeof(float));
+  c.Status(TokenScoresTopK(dmap.as<float>(), n_text, n_vis, k, dscores2.as<float>(),
+                           dkept2.as<int>(), nullptr));
+  c.Status(Paq(dmap.as<float>(), 1, n_text, n_vis, dpaq2.as<float>(), nullptr));
+  c.Exact("paq (the Paq kernel's)", dpaq, dpaq2.Download<float>().data());
+  c.Exact("scores (without the PAQ)", dscores, dscores2.Download<float>().data());
+  c.Exact("kept (without the PAQ)", dkept, dkept2.Download<int>().data());
+  const float got_paq = dpaq.Download<float>()[0];
+  if (bad_row) {
+    if (!std::isnan(got_paq)) c.Fail("a row summing to 1/2 gave a PAQ of " + StrG(got_paq));
+  } else {
+    c.Output("paq", dpaq, {want_paq}, kF32Tol);
+  }
+  c.Unchanged("map", dmap, map.data());
+  return c.Result(ms);
+}
+
 // ------------------------------------------------------------------ Row gathers
 
 CaseResult GatherCase(int64_t n_rows, size_t row_bytes, const std::vector<int>& idx) {
@@ -873,6 +915,17 @@ void AddPruneCases(std::vector<Case>& cases) {
                          (ties ? " ties" : ""),
                      {"TokenScoresTopKKernel"},
                      [=] { return TokenScoresTopKCase(n_rows, n_vis, k, ties); }});
+  }
+
+  // With the map's PAQ: fewer tokens than PaqKernel has threads, more, a whole 1024, a bad row.
+  for (auto [n_text, n_vis, k, bad_row] : {std::tuple{16, 64, 32, false},
+                                           {32, 576, 32, false},
+                                           {7, 1024, 512, false},
+                                           {5, 300, 10, true}}) {
+    cases.push_back({"TokenScoresTopK with the PAQ " + Str(n_text) + "x" + Str(n_vis) + " k" +
+                         Str(k) + (bad_row ? " bad row" : ""),
+                     {"TokenScoresTopKKernel", "PaqKernel"},
+                     [=] { return TokenScoresTopKPaqCase(n_text, n_vis, k, bad_row); }});
   }
 
   for (auto [n_rows, n_vis, rows] : {std::tuple{int64_t{33}, 577, std::vector<int>{}},
