@@ -376,6 +376,13 @@ __device__ __forceinline__ Floats4 LoadFour(const float* src, int64_t stride, in
   return *reinterpret_cast<const Floats4*>(src + key * stride + c);
 }
 
+// RopeCosSin out of line: the rare path of RopeAt, kept out of the loops that call it (its F64
+// power and sine would otherwise be inlined at every one of them).
+__device__ HAP_NOINLINE void RopeCosSinOutOfLine(int position, int i, int head_dim, float theta,
+                                                 float* cs, float* sn) {
+  RopeCosSin(position, i, head_dim, theta, cs, sn);
+}
+
 // cos and sin of pair i at `position` (FlashRopeArgs): the table's entry, or outside the table
 // computed as Rope computes it.
 __device__ __forceinline__ void RopeAt(const FlashRopeArgs& rope, int position, int i, int head_dim,
@@ -385,7 +392,7 @@ __device__ __forceinline__ void RopeAt(const FlashRopeArgs& rope, int position, 
     *cs = rope.cos_table[at];
     *sn = rope.sin_table[at];
   } else {
-    RopeCosSin(position, i, head_dim, rope.theta, cs, sn);
+    RopeCosSinOutOfLine(position, i, head_dim, rope.theta, cs, sn);
   }
 }
 

@@ -3,9 +3,10 @@
 // variables and intrinsics the kernels use onto the SIMT emulation (kernels/cuda/simt), so the
 // parity tests execute the very source a GPU runs.
 //
-// Two spellings differ from plain CUDA, because the emulation cannot express them otherwise:
+// Three spellings differ from plain CUDA, because the emulation cannot express them otherwise:
 //   HAP_SHARED(type, name, count)   for  __shared__ type name[count];
 //   HAP_DYNAMIC_SHARED(type, name)  for  extern __shared__ type name[];
+//   HAP_NOINLINE                    for  __noinline__ (a name the host's own headers use);
 // and kernels are launched through hap::cuda::Launch rather than <<<...>>>.
 #pragma once
 
@@ -23,6 +24,7 @@
 
 #include <cuda_runtime.h>
 
+#define HAP_NOINLINE __noinline__
 #define HAP_SHARED(type, name, count) __shared__ type name[count]
 #define HAP_DYNAMIC_SHARED(type, name)                          \
   extern __shared__ __align__(16) unsigned char hap_dynamic_smem_[]; \
@@ -43,6 +45,7 @@ using dim3 = ::hap::simt::dim3;
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define HAP_NOINLINE __attribute__((noinline))
 #define __launch_bounds__(...)
 #define threadIdx (::hap::simt::Current().thread_idx)
 #define blockIdx (::hap::simt::Current().block_idx)
