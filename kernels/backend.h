@@ -148,6 +148,13 @@ class Backend {
   // dst = src converted to `dtype` (F32: a copy; BF16/F16: rounded to nearest even), n values,
   // both in the backend's memory: how KV rows enter a BF16 block pool.
   virtual absl::Status StoreF32As(DType dtype, const float* src, void* dst, int64_t n) const = 0;
+  // StoreF32As of a into a_dst and of b into b_dst (n values each): a prefill layer's K and V
+  // rows into its cache, one launch on a GPU where they are rounded.
+  virtual absl::Status StoreF32PairAs(DType dtype, const float* a, void* a_dst, const float* b,
+                                      void* b_dst, int64_t n) const {
+    const absl::Status s = StoreF32As(dtype, a, a_dst, n);
+    return s.ok() ? StoreF32As(dtype, b, b_dst, n) : s;
+  }
 
   // --- Ops on token ids ---
   // out[r, :] = table[ids[r], :] widened to F32; table [vocab, d] as stored; ids in the
@@ -200,6 +207,18 @@ class Backend {
   virtual absl::Status GatherKeptRows(const void* src, int n_tokens, size_t row_bytes,
                                       int vis_begin, int n_vis, const int32_t* kept, int n_kept,
                                       void* dst) const = 0;
+  // GatherKeptRows of two arrays with the same rows and kept list (the hidden states and the
+  // position ids after a stage), each row of its own width: one launch on a GPU.
+  virtual absl::Status GatherKeptRowsPair(const void* a_src, size_t a_row_bytes, void* a_dst,
+                                          const void* b_src, size_t b_row_bytes, void* b_dst,
+                                          int n_tokens, int vis_begin, int n_vis,
+                                          const int32_t* kept, int n_kept) const {
+    const absl::Status s =
+        GatherKeptRows(a_src, n_tokens, a_row_bytes, vis_begin, n_vis, kept, n_kept, a_dst);
+    return s.ok()
+               ? GatherKeptRows(b_src, n_tokens, b_row_bytes, vis_begin, n_vis, kept, n_kept, b_dst)
+               : s;
+  }
 
   // --- Pruning ops: scoring and selection of visual tokens (kernels/pruning_kernels.h) ---
   virtual const PruningKernels& pruning() const = 0;

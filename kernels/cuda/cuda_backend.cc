@@ -1108,6 +1108,17 @@ class CudaBackendImpl final : public Backend {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::RoundF32To(ElemOf(dtype), src, dst, n, c->stream()));
   }
+  // F32: two copies (the copy engine's); rounded: one launch for both.
+  absl::Status StoreF32PairAs(DType dtype, const float* a, void* a_dst, const float* b, void* b_dst,
+                              int64_t n) const override {
+    if (dtype == DType::kF32) return Backend::StoreF32PairAs(dtype, a, a_dst, b, b_dst, n);
+    for (auto [src, dst] : {std::pair<const float*, void*>{a, a_dst}, {b, b_dst}}) {
+      HAP_RETURN_IF_ERROR(CheckDevice(src, sizeof(float) * n, "StoreF32PairAs", "src"));
+      HAP_RETURN_IF_ERROR(CheckDevice(dst, DTypeSize(dtype) * n, "StoreF32PairAs", "dst"));
+    }
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::RoundF32PairTo(ElemOf(dtype), a, a_dst, b, b_dst, n, c->stream()));
+  }
 
   absl::Status Embedding(const TensorView& table, const int32_t* ids, int n,
                          float* out) const override {
@@ -1329,6 +1340,29 @@ class CudaBackendImpl final : public Backend {
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::GatherKeptRows(src, n_tokens, row_bytes, vis_begin, n_vis, kept, n_kept,
                                          dst, c->stream()));
+  }
+
+  absl::Status GatherKeptRowsPair(const void* a_src, size_t a_row_bytes, void* a_dst,
+                                  const void* b_src, size_t b_row_bytes, void* b_dst, int n_tokens,
+                                  int vis_begin, int n_vis, const int32_t* kept,
+                                  int n_kept) const override {
+    if (n_tokens < 0 || n_kept < 0 || n_kept > n_vis) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "GatherKeptRowsPair: %d of %d visual rows kept in %d", n_kept, n_vis, n_tokens));
+    }
+    const int64_t n_out = int64_t{n_tokens} - n_vis + n_kept;
+    const char* op = "GatherKeptRowsPair";
+    for (auto [src, dst, row_bytes] :
+         {std::tuple<const void*, void*, size_t>{a_src, a_dst, a_row_bytes},
+          {b_src, b_dst, b_row_bytes}}) {
+      HAP_RETURN_IF_ERROR(CheckDevice(src, row_bytes * n_tokens, op, "src"));
+      HAP_RETURN_IF_ERROR(CheckDevice(dst, row_bytes * n_out, op, "dst"));
+    }
+    HAP_RETURN_IF_ERROR(CheckDevice(kept, sizeof(int32_t) * n_kept, op, "kept"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    return ToStatus(cuda::GatherKeptRowsPair(a_src, a_row_bytes, a_dst, b_src, b_row_bytes, b_dst,
+                                             n_tokens, vis_begin, n_vis, kept, n_kept,
+                                             c->stream()));
   }
 
   // Greedy decoding: one id per row comes back (the step's one sync), not the row.

@@ -38,4 +38,12 @@ KernelStatus GatherRows(const void* src, size_t row_bytes, const int* idx, int64
 KernelStatus GatherKeptRows(const void* src, int n_tokens, size_t row_bytes, int vis_begin,
                             int n_vis, const int* kept, int n_kept, void* dst, Stream stream);
 
+// GatherKeptRows of two arrays with the same rows (a prefill's hidden states and position ids,
+// each row of its own width) in one launch, each in its own widest unit: the same bytes as the
+// two calls. Errors as GatherKeptRows' for either array, and rows of 0 bytes.
+KernelStatus GatherKeptRowsPair(const void* a_src, size_t a_row_bytes, void* a_dst,
+                                const void* b_src, size_t b_row_bytes, void* b_dst, int n_tokens,
+                                int vis_begin, int n_vis, const int* kept, int n_kept,
+                                Stream stream);
+
 }  // namespace hap::cuda

@@ -236,10 +236,9 @@ absl::Status PagedKv::Append(const Backend& backend, int layer, const float* k, 
     const int64_t off = static_cast<int64_t>(row) * kv_dim * static_cast<int64_t>(elem);
     const int64_t values = static_cast<int64_t>(rows) * kv_dim;
     const int64_t first = static_cast<int64_t>(r) * kv_dim;
-    HAP_RETURN_IF_ERROR(
-        backend.StoreF32As(dtype, k + first, static_cast<uint8_t*>(l.k[b]) + off, values));
-    HAP_RETURN_IF_ERROR(
-        backend.StoreF32As(dtype, v + first, static_cast<uint8_t*>(l.v[b]) + off, values));
+    HAP_RETURN_IF_ERROR(backend.StoreF32PairAs(dtype, k + first,
+                                               static_cast<uint8_t*>(l.k[b]) + off, v + first,
+                                               static_cast<uint8_t*>(l.v[b]) + off, values));
     r += rows;
     l.len += rows;
     pool_->CountRows(rows);

@@ -273,8 +273,7 @@ absl::Status DeviceKv::Append(const Backend& backend, int layer, const float* k,
     HAP_RETURN_IF_ERROR(backend.Copy(dk, k, sizeof(float) * values));
     HAP_RETURN_IF_ERROR(backend.Copy(dv, v, sizeof(float) * values));
   } else {
-    HAP_RETURN_IF_ERROR(backend.StoreF32As(dtype_, k, dk, values));
-    HAP_RETURN_IF_ERROR(backend.StoreF32As(dtype_, v, dv, values));
+    HAP_RETURN_IF_ERROR(backend.StoreF32PairAs(dtype_, k, dk, v, dv, values));
   }
   std::vector<int32_t>& layer_positions = layers_[layer].positions;
   layer_positions.insert(layer_positions.end(), positions, positions + n);

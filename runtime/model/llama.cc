@@ -832,10 +832,9 @@ absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) 
         p.n_vis = p.n - (old_n[i] - p.n_vis);
       } else if (p.keep.kept != nullptr) {
         const int count = p.keep.count;
-        HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(x_src, old_n[i], row_bytes, p.vis_begin,
-                                                    p.n_vis, p.keep.kept, count, x_dst));
-        HAP_RETURN_IF_ERROR(backend_.GatherKeptRows(r_src, old_n[i], rotary_bytes, p.vis_begin,
-                                                    p.n_vis, p.keep.kept, count, r_dst));
+        HAP_RETURN_IF_ERROR(backend_.GatherKeptRowsPair(x_src, row_bytes, x_dst, r_src,
+                                                        rotary_bytes, r_dst, old_n[i], p.vis_begin,
+                                                        p.n_vis, p.keep.kept, count));
         p.positions.erase(p.positions.begin() + p.vis_begin + count,
                           p.positions.begin() + p.vis_begin + p.n_vis);
         std::fill(p.positions.begin() + p.vis_begin, p.positions.begin() + p.vis_begin + count, -1);

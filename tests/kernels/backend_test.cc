@@ -329,6 +329,49 @@ TEST_P(BackendTest, StoreF32AsRoundsLikeTheHostConversion) {
   }
 }
 
+// Two arrays at once (a layer's K and V): each as StoreF32As stores it, neither into the other's.
+TEST_P(BackendTest, StoreF32PairAsStoresEachAsStoreF32As) {
+  const std::vector<float> a = Random(1001, 15, 3.f), b_host = Random(1001, 16, 300.f);
+  On<float> d_a(b(), a), d_b(b(), b_host);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    On<uint8_t> a_out(b(), a.size() * DTypeSize(dtype)), b_out(b(), a.size() * DTypeSize(dtype));
+    ASSERT_TRUE(b().StoreF32PairAs(dtype, d_a.p(), a_out.p(), d_b.p(), b_out.p(),
+                                   static_cast<int64_t>(a.size()))
+                    .ok());
+    std::vector<uint8_t> want_a(a.size() * DTypeSize(dtype)), want_b(want_a.size());
+    ConvertFromF32(dtype, a.data(), want_a.data(), a.size());
+    ConvertFromF32(dtype, b_host.data(), want_b.data(), b_host.size());
+    EXPECT_EQ(a_out.Host(), want_a) << DTypeName(dtype);
+    EXPECT_EQ(b_out.Host(), want_b) << DTypeName(dtype);
+  }
+}
+
+// The hidden states and positions after a stage in one op: each as GatherKeptRows gathers it.
+TEST_P(BackendTest, GatherKeptRowsPairGathersEachAsGatherKeptRows) {
+  const int n_tokens = 9, vis_begin = 2, n_vis = 5, d = 3;
+  const std::vector<float> x = Random(n_tokens * d, 17);
+  std::vector<int32_t> pos(n_tokens);
+  for (int r = 0; r < n_tokens; ++r) pos[r] = 10 * r;
+  On<float> d_x(b(), x);
+  On<int32_t> d_pos(b(), pos), d_kept(b(), std::vector<int32_t>{1, 4});
+  const int n_out = n_tokens - n_vis + 2;
+  On<float> x_out(b(), n_out * d), x_want(b(), n_out * d);
+  On<int32_t> pos_out(b(), n_out), pos_want(b(), n_out);
+  ASSERT_TRUE(b().GatherKeptRowsPair(d_x.p(), sizeof(float) * d, x_out.p(), d_pos.p(),
+                                     sizeof(int32_t), pos_out.p(), n_tokens, vis_begin, n_vis,
+                                     d_kept.p(), 2)
+                  .ok());
+  ASSERT_TRUE(b().GatherKeptRows(d_x.p(), n_tokens, sizeof(float) * d, vis_begin, n_vis, d_kept.p(),
+                                 2, x_want.p())
+                  .ok());
+  ASSERT_TRUE(b().GatherKeptRows(d_pos.p(), n_tokens, sizeof(int32_t), vis_begin, n_vis, d_kept.p(),
+                                 2, pos_want.p())
+                  .ok());
+  EXPECT_EQ(x_out.Host(), x_want.Host());
+  EXPECT_EQ(pos_out.Host(), pos_want.Host());
+  EXPECT_EQ(pos_out.Host(), (std::vector<int32_t>{0, 10, 30, 60, 70, 80}));
+}
+
 TEST_P(BackendTest, GatherRowsInPlaceAndOutOfRange) {
   On<int32_t> d_rows(b(), std::vector<int32_t>{10, 11, 12, 13, 14, 15});
   const int idx[] = {0, 2, 5};

@@ -53,12 +53,15 @@ struct Counts {
 };
 
 // What an unpruned prefill and the first decode step after it enqueue on a `layers`-layer
-// checkpoint of `dtype` weights, after a first prefill (what a process does once, such as making
-// RoPE's table, is not a layer's).
-Counts Count(int layers, DType dtype) {
+// checkpoint of `dtype` weights with a KV cache of `kv_dtype`, after a first prefill (what a
+// process does once, such as making RoPE's table, is not a layer's).
+Counts Count(int layers, DType dtype, DType kv_dtype = DType::kF32) {
   const TinyModelOptions o = testing_support::TinyOptions(5, layers, 56, dtype);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model =
-      LoadOnCuda(o, std::to_string(layers) + "_" + std::string(DTypeName(dtype)));
+      LoadOnCuda(o,
+                 std::to_string(layers) + "_" + std::string(DTypeName(dtype)) + "_kv_" +
+                     std::string(DTypeName(kv_dtype)),
+                 kv_dtype);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return {};
   PruneRequest none;
@@ -102,6 +105,14 @@ TEST(CudaStructure, LaunchesPerDecoderLayerOnBf16Weights) {
   // the cache (one slice: the cache holds fewer than kDecodeRowsPerSplit rows, so no combine
   // launch), the o product's input rounding and the residual Add.
   EXPECT_EQ((four.decode_step - two.decode_step) / 2, 7 + 1 + 4);
+
+  // Into a BF16 cache (what the services keep on a GPU) a prefill layer's K and V rows are rounded
+  // as they are stored, both in one launch (Backend::StoreF32PairAs; an F32 cache copies them);
+  // a decode step's StoreKvRows rounds its rows already.
+  const Counts two16 = Count(2, DType::kBF16, DType::kBF16);
+  const Counts four16 = Count(4, DType::kBF16, DType::kBF16);
+  EXPECT_EQ((four16.prefill - two16.prefill) / 2, 8 + 1);
+  EXPECT_EQ((four16.decode_step - two16.decode_step) / 2, 7 + 1 + 4);
 }
 
 // F32 weights multiply in F32: no rounding, so 2 norms, 7 products, RoPE on q and k in one
@@ -610,7 +621,8 @@ TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
 // HAP scores a layer in four launches: its text→visual rows with their entropies, the heads'
 // PAQ, the head weights made with the layer's map (PaqSoftmaxSum) and the layer map's PAQ; a stage
 // adds one, its token scores made with its selection (TokenScoresTopK), which also makes the
-// layer map's PAQ when the group is that one layer. The kernels those replace are not launched.
+// layer map's PAQ when the group is that one layer, and its compaction one more (the hidden
+// states and positions together, GatherKeptRowsPair). The kernels those replace are not launched.
 // Retaining 16 of 64 tokens over 6 layers takes groups of one layer; 32, larger ones.
 TEST(CudaStructure, HapScoresALayerInFourLaunchesAndAStageInOne) {
   const TinyModelOptions o = testing_support::TinyOptions(7, 6, 112, DType::kBF16);
@@ -620,11 +632,11 @@ TEST(CudaStructure, HapScoresALayerInFourLaunchesAndAStageInOne) {
     SCOPED_TRACE("retain " + std::to_string(retain));
     absl::StatusOr<HapPrompt> p = HapPromptFor(**model, retain);
     ASSERT_TRUE(p.ok()) << p.status();
-    const std::vector<const char*> kernels = {"TextVisualAttentionKernel", "PaqKernel",
-                                              "PaqSoftmaxSumKernel",       "TokenScoresTopKKernel",
-                                              "PaqSoftmaxKernel",          "WeightedSumKernel",
-                                              "TokenScoresKernel",         "StableTopKByRankKernel",
-                                              "StableTopKKernel"};
+    const std::vector<const char*> kernels = {
+        "TextVisualAttentionKernel", "PaqKernel",           "PaqSoftmaxSumKernel",
+        "TokenScoresTopKKernel",     "PaqSoftmaxKernel",    "WeightedSumKernel",
+        "GatherKeptRowsPairKernel",  "TokenScoresKernel",   "StableTopKByRankKernel",
+        "StableTopKKernel",          "GatherKeptRowsKernel"};
     std::vector<int64_t> before;
     for (const char* k : kernels) before.push_back(cuda::emulation::KernelLaunches(k));
     Sampler sampler{SamplingParams{}};
@@ -654,7 +666,9 @@ TEST(CudaStructure, HapScoresALayerInFourLaunchesAndAStageInOne) {
     // Groups of several layers weigh their maps with PaqSoftmaxWeights and WeightedSumMaps.
     EXPECT_EQ(n[4], multi_layer_stages);
     EXPECT_EQ(n[5], multi_layer_stages);
-    for (size_t i = 6; i < kernels.size(); ++i) EXPECT_EQ(n[i], 0) << kernels[i];
+    // The compaction after each stage: the hidden states and positions in one launch.
+    EXPECT_EQ(n[6], stages);
+    for (size_t i = 7; i < kernels.size(); ++i) EXPECT_EQ(n[i], 0) << kernels[i];
     if (retain == 16.0) {
       EXPECT_EQ(single, stages);
     } else {

@@ -45,6 +45,40 @@ CaseResult RoundCase(DType dtype) {
   return c.Result(ms);
 }
 
+// RoundF32PairTo: both arrays exactly as the host rounds them (and so as RoundF32To does), each
+// into its own output, of different contents so that a swap shows.
+CaseResult RoundPairCase(DType dtype, int64_t n) {
+  std::vector<float> a = RandomFloats(n, 73, -3.f, 3.f), b = RandomFloats(n, 74, -300.f, 300.f);
+  a[0] = std::numeric_limits<float>::quiet_NaN();
+  b[n - 1] = -0.f;
+  std::vector<uint16_t> want_a(n), want_b(n);
+  ConvertFromF32(dtype, a.data(), want_a.data(), n);
+  ConvertFromF32(dtype, b.data(), want_b.data(), n);
+  DeviceBuffer da = DeviceBuffer::Of(a), db = DeviceBuffer::Of(b);
+  DeviceBuffer a_out(n * sizeof(uint16_t)), b_out(n * sizeof(uint16_t));
+  Checker c;
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return RoundF32PairTo(ElemOf(dtype), da.as<float>(), a_out.data(), db.as<float>(),
+                              b_out.data(), n, nullptr);
+      },
+      &st);
+  c.Status(st);
+  c.Exact("a rounded", a_out, want_a.data());
+  c.Exact("b rounded", b_out, want_b.data());
+  c.Guards("a rounded", a_out);
+  c.Guards("b rounded", b_out);
+  c.Unchanged("a", da, a.data());
+  c.Unchanged("b", db, b.data());
+  if (RoundF32PairTo(ElemType::kF32, da.as<float>(), a_out.data(), db.as<float>(), b_out.data(), n,
+                     nullptr)
+          .ok) {
+    c.Fail("an F32 target was accepted");
+  }
+  return c.Result(ms);
+}
+
 // n rows of K and V (kv_dim values each) into a cache area at addresses out of order, with rows
 // of the area left unwritten between them: what StoreKvRows writes where, and nothing else.
 CaseResult StoreRowsCase(DType dtype, int n, int kv_dim) {
@@ -129,6 +163,14 @@ void AddGemmCases(std::vector<Case>& cases) {
                    [] { return RoundCase(DType::kBF16); }});
   cases.push_back({"RoundF32To F16 5016 values", {"RoundToF16Kernel"},
                    [] { return RoundCase(DType::kF16); }});
+  // A prefill layer's K and V rows (37 rows of 4096) into a BF16 cache; an odd count in F16.
+  for (auto [dtype, n] :
+       {std::pair{DType::kBF16, int64_t{37} * 4096}, {DType::kF16, int64_t{999}}}) {
+    cases.push_back({"RoundF32PairTo " + std::string(DTypeName(dtype)) + " 2 x " +
+                         std::to_string(n) + " values",
+                     {"RoundPairKernel"},
+                     [dtype = dtype, n = n] { return RoundPairCase(dtype, n); }});
+  }
   for (auto [dtype, n, kv_dim] :
        {std::tuple{DType::kF32, 1, 128}, {DType::kBF16, 1, 1024}, {DType::kBF16, 33, 100}}) {
     cases.push_back({std::string("StoreKvRows ") + std::string(DTypeName(dtype)) + " " +

@@ -750,6 +750,54 @@ CaseResult GatherKeptCase(int n_tokens, size_t row_bytes, int vis_begin, int n_v
   return c.Result(ms);
 }
 
+// GatherKeptRowsPair: two arrays of the same rows, each row of its own width (hidden states of
+// 256 bytes, positions of 4; an odd width in bytes), in one launch: each the bytes GatherKeptRows
+// gives it alone (and so the reference's).
+CaseResult GatherKeptPairCase(int n_tokens, size_t a_row_bytes, size_t b_row_bytes, int vis_begin,
+                              int n_vis, const std::vector<int>& kept) {
+  const int n_kept = static_cast<int>(kept.size());
+  const int n_out = n_tokens - n_vis + n_kept;
+  Checker c;
+  std::vector<unsigned char> host[2];
+  std::vector<unsigned char> want[2];
+  const size_t row_bytes[2] = {a_row_bytes, b_row_bytes};
+  for (int j = 0; j < 2; ++j) {
+    host[j].resize(static_cast<size_t>(n_tokens) * row_bytes[j]);
+    const std::vector<float> noise =
+        RandomFloats(static_cast<int64_t>(host[j].size()), 91 + j + row_bytes[j]);
+    for (size_t b = 0; b < host[j].size(); ++b) {
+      host[j][b] = static_cast<unsigned char>(noise[b] * 1000.f);
+    }
+    want[j].resize(static_cast<size_t>(n_out) * row_bytes[j]);
+    if (!c.Reference(kernels::GatherKeptRows(host[j].data(), n_tokens, row_bytes[j], vis_begin,
+                                             n_vis, kept.data(), n_kept, want[j].data()))) {
+      return c.Result(0);
+    }
+  }
+  DeviceBuffer da = DeviceBuffer::Of(host[0]), db = DeviceBuffer::Of(host[1]);
+  DeviceBuffer dkept = DeviceBuffer::Of(kept);
+  DeviceBuffer a_out(want[0].size()), b_out(want[1].size());
+  KernelStatus st;
+  const double ms = TimedMs(
+      [&] {
+        return GatherKeptRowsPair(da.data(), a_row_bytes, a_out.data(), db.data(), b_row_bytes,
+                                  b_out.data(), n_tokens, vis_begin, n_vis, dkept.as<int>(), n_kept,
+                                  nullptr);
+      },
+      &st);
+  c.Status(st);
+  OutputBytes(c, "a", a_out, want[0].data());
+  OutputBytes(c, "b", b_out, want[1].data());
+  c.Unchanged("a src", da, host[0].data());
+  c.Unchanged("b src", db, host[1].data());
+  if (GatherKeptRowsPair(da.data(), a_row_bytes, a_out.data(), db.data(), b_row_bytes, db.data(),
+                         n_tokens, vis_begin, n_vis, dkept.as<int>(), n_kept, nullptr)
+          .ok) {
+    c.Fail("an in-place compaction of b was accepted");
+  }
+  return c.Result(ms);
+}
+
 // The entry points' argument checks: each call below must fail before it launches anything.
 CaseResult RejectsBadArgumentsCase() {
   DeviceBuffer buf(4096);
@@ -992,6 +1040,17 @@ void AddPruneCases(std::vector<Case>& cases) {
                          (!kept.empty() && kept[0] < 0 ? " (-1)" : ""),
                      {"GatherKeptRowsKernel"},
                      [=] { return GatherKeptCase(n_tokens, row_bytes, vis_begin, n_vis, kept); }});
+  }
+  for (auto [n_tokens, a_bytes, b_bytes, vis_begin, n_vis, kept] :
+       {std::tuple{610, size_t{256}, size_t{4}, 5, 576, Range(1, 576, 18)},
+        {70, size_t{6}, size_t{12}, 6, 64, Range(3, 64, 5)},
+        {40, size_t{4}, size_t{256}, 0, 30, std::vector<int>{}}}) {
+    cases.push_back(
+        {"GatherKeptRowsPair " + Str(n_tokens) + " rows of " + Str(a_bytes) + "B and " +
+             Str(b_bytes) + "B vis " + Str(vis_begin) + "+" + Str(n_vis) + " kept " +
+             Str(kept.size()),
+         {"GatherKeptRowsPairKernel"},
+         [=] { return GatherKeptPairCase(n_tokens, a_bytes, b_bytes, vis_begin, n_vis, kept); }});
   }
 }
 
