@@ -726,41 +726,51 @@ bool FlashAttentionSupports(const AttentionArgs& a) {
   return a.head_dim % 16 == 0 && a.head_dim >= 16 && a.head_dim <= kFlashMaxHeadDim && aligned;
 }
 
-KernelStatus FlashAttention(const AttentionArgs& a, ElemType type, Stream stream, void* out_rounded,
-                            ElemType rounded_type) {
+namespace {
+
+// What FlashAttention and FlashAttentionRope both need of their arguments (`op` names the caller
+// in the error).
+KernelStatus CheckFlash(const char* op, const AttentionArgs& a, ElemType type,
+                        const void* out_rounded, ElemType rounded_type) {
   KernelStatus st = CheckArgs(a);
   if (!st.ok) return st;
   if (type == ElemType::kF32 || (out_rounded != nullptr && rounded_type == ElemType::kF32)) {
-    return KernelStatus::Error("FlashAttention: the operands and rounded out must be BF16 or F16");
+    return KernelStatus::Error(std::string(op) +
+                               ": the operands and rounded out must be BF16 or F16");
   }
   if (!FlashAttentionSupports(a)) {
-    return KernelStatus::Error("FlashAttention: head_dim " + std::to_string(a.head_dim) +
+    return KernelStatus::Error(std::string(op) + ": head_dim " + std::to_string(a.head_dim) +
                                " is not a multiple of 16 up to " +
                                std::to_string(kFlashMaxHeadDim) +
                                ", or k or v is not 16-byte aligned");
   }
+  return KernelStatus::Ok();
+}
+
+// The launch of FlashAttentionKernel<…, kRope> for checked arguments.
+template <bool kRope>
+KernelStatus RunFlash(const AttentionArgs& a, const FlashRopeArgs& rope, ElemType type,
+                      void* out_rounded, ElemType rounded_type, Stream stream) {
   if (a.n_q == 0) return KernelStatus::Ok();
   auto* rounded = static_cast<uint16_t*>(out_rounded);
   const bool bf16 = rounded_type == ElemType::kBF16;
-  const FlashRopeArgs none;
-  return type == ElemType::kBF16 ? LaunchFlash<true, false>(a, rounded, bf16, none, stream)
-                                 : LaunchFlash<false, false>(a, rounded, bf16, none, stream);
+  return type == ElemType::kBF16 ? LaunchFlash<true, kRope>(a, rounded, bf16, rope, stream)
+                                 : LaunchFlash<false, kRope>(a, rounded, bf16, rope, stream);
+}
+
+}  // namespace
+
+KernelStatus FlashAttention(const AttentionArgs& a, ElemType type, Stream stream, void* out_rounded,
+                            ElemType rounded_type) {
+  const KernelStatus st = CheckFlash("FlashAttention", a, type, out_rounded, rounded_type);
+  if (!st.ok) return st;
+  return RunFlash<false>(a, FlashRopeArgs{}, type, out_rounded, rounded_type, stream);
 }
 
 KernelStatus FlashAttentionRope(const AttentionArgs& a, const FlashRopeArgs& rope, ElemType type,
                                 Stream stream, void* out_rounded, ElemType rounded_type) {
-  KernelStatus st = CheckArgs(a);
+  const KernelStatus st = CheckFlash("FlashAttentionRope", a, type, out_rounded, rounded_type);
   if (!st.ok) return st;
-  if (type == ElemType::kF32 || (out_rounded != nullptr && rounded_type == ElemType::kF32)) {
-    return KernelStatus::Error(
-        "FlashAttentionRope: the operands and rounded out must be BF16 or F16");
-  }
-  if (!FlashAttentionSupports(a)) {
-    return KernelStatus::Error("FlashAttentionRope: head_dim " + std::to_string(a.head_dim) +
-                               " is not a multiple of 16 up to " +
-                               std::to_string(kFlashMaxHeadDim) +
-                               ", or k or v is not 16-byte aligned");
-  }
   if (a.n_kv != a.n_q || a.causal_offset != 0) {
     return KernelStatus::Error("FlashAttentionRope: needs n_kv == n_q (" + std::to_string(a.n_kv) +
                                " and " + std::to_string(a.n_q) + ") and causal_offset 0");
@@ -780,11 +790,7 @@ KernelStatus FlashAttentionRope(const AttentionArgs& a, const FlashRopeArgs& rop
                                std::to_string(rope.table_positions) +
                                " positions without its cos and sin");
   }
-  if (a.n_q == 0) return KernelStatus::Ok();
-  auto* rounded = static_cast<uint16_t*>(out_rounded);
-  const bool bf16 = rounded_type == ElemType::kBF16;
-  return type == ElemType::kBF16 ? LaunchFlash<true, true>(a, rounded, bf16, rope, stream)
-                                 : LaunchFlash<false, true>(a, rounded, bf16, rope, stream);
+  return RunFlash<true>(a, rope, type, out_rounded, rounded_type, stream);
 }
 
 KernelStatus Attention(const AttentionArgs& a, Stream stream) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -966,6 +967,29 @@ class CudaStep final : public PlannedStep {
   std::vector<Fused> fused_;
 };
 
+// One array a GatherKeptRows compacts: src [n_tokens rows], dst [the rows kept].
+struct KeptRowsArray {
+  const void* src;
+  const void* dst;
+  size_t row_bytes;
+};
+
+// What GatherKeptRows and GatherKeptRowsPair check on the host: the counts, and each array and
+// the kept list in device memory.
+absl::Status CheckKeptRows(const char* op, std::initializer_list<KeptRowsArray> arrays,
+                           int n_tokens, int n_vis, const int32_t* kept, int n_kept) {
+  if (n_tokens < 0 || n_kept < 0 || n_kept > n_vis) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %d of %d visual rows kept in %d", op, n_kept, n_vis, n_tokens));
+  }
+  const int64_t n_out = int64_t{n_tokens} - n_vis + n_kept;
+  for (const KeptRowsArray& a : arrays) {
+    HAP_RETURN_IF_ERROR(CheckDevice(a.src, a.row_bytes * n_tokens, op, "src"));
+    HAP_RETURN_IF_ERROR(CheckDevice(a.dst, a.row_bytes * n_out, op, "dst"));
+  }
+  return CheckDevice(kept, sizeof(int32_t) * n_kept, op, "kept");
+}
+
 class CudaBackendImpl final : public Backend {
  public:
   Device device() const override { return Device::kCuda; }
@@ -1329,14 +1353,8 @@ class CudaBackendImpl final : public Backend {
   absl::Status GatherKeptRows(const void* src, int n_tokens, size_t row_bytes, int vis_begin,
                               int n_vis, const int32_t* kept, int n_kept,
                               void* dst) const override {
-    if (n_tokens < 0 || n_kept < 0 || n_kept > n_vis) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "GatherKeptRows: %d of %d visual rows kept in %d", n_kept, n_vis, n_tokens));
-    }
-    const int64_t n_out = int64_t{n_tokens} - n_vis + n_kept;
-    HAP_RETURN_IF_ERROR(CheckDevice(src, row_bytes * n_tokens, "GatherKeptRows", "src"));
-    HAP_RETURN_IF_ERROR(CheckDevice(dst, row_bytes * n_out, "GatherKeptRows", "dst"));
-    HAP_RETURN_IF_ERROR(CheckDevice(kept, sizeof(int32_t) * n_kept, "GatherKeptRows", "kept"));
+    HAP_RETURN_IF_ERROR(
+        CheckKeptRows("GatherKeptRows", {{src, dst, row_bytes}}, n_tokens, n_vis, kept, n_kept));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::GatherKeptRows(src, n_tokens, row_bytes, vis_begin, n_vis, kept, n_kept,
                                          dst, c->stream()));
@@ -1346,19 +1364,9 @@ class CudaBackendImpl final : public Backend {
                                   const void* b_src, size_t b_row_bytes, void* b_dst, int n_tokens,
                                   int vis_begin, int n_vis, const int32_t* kept,
                                   int n_kept) const override {
-    if (n_tokens < 0 || n_kept < 0 || n_kept > n_vis) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "GatherKeptRowsPair: %d of %d visual rows kept in %d", n_kept, n_vis, n_tokens));
-    }
-    const int64_t n_out = int64_t{n_tokens} - n_vis + n_kept;
-    const char* op = "GatherKeptRowsPair";
-    for (auto [src, dst, row_bytes] :
-         {std::tuple<const void*, void*, size_t>{a_src, a_dst, a_row_bytes},
-          {b_src, b_dst, b_row_bytes}}) {
-      HAP_RETURN_IF_ERROR(CheckDevice(src, row_bytes * n_tokens, op, "src"));
-      HAP_RETURN_IF_ERROR(CheckDevice(dst, row_bytes * n_out, op, "dst"));
-    }
-    HAP_RETURN_IF_ERROR(CheckDevice(kept, sizeof(int32_t) * n_kept, op, "kept"));
+    HAP_RETURN_IF_ERROR(CheckKeptRows("GatherKeptRowsPair",
+                                      {{a_src, a_dst, a_row_bytes}, {b_src, b_dst, b_row_bytes}},
+                                      n_tokens, n_vis, kept, n_kept));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::GatherKeptRowsPair(a_src, a_row_bytes, a_dst, b_src, b_row_bytes, b_dst,
                                              n_tokens, vis_begin, n_vis, kept, n_kept,
