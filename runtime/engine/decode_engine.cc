@@ -189,7 +189,7 @@ absl::StatusOr<double> WarmUpDecode(const LanguageModel& model, int batch, DType
 }
 
 DecodeEngine::DecodeEngine(const LanguageModel& model, const DecodeEngineOptions& options)
-    : model_(model), options_(options), thread_([this] { Loop(); }) {}
+    : model_(model), options_(options), pool_(options.pool), thread_([this] { Loop(); }) {}
 
 DecodeEngine::~DecodeEngine() {
   {
@@ -236,8 +236,10 @@ void DecodeEngine::Retire(Sequence& seq, absl::StatusOr<DecodeResult> result) {
 
 bool DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
   std::vector<DecodeJob> taken;
+  KvBlockPool* pool;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    pool = pool_;
     while (!waiting_.empty() &&
            (stopping || static_cast<int>(active.size() + taken.size()) < options_.max_batch)) {
       taken.push_back(std::move(waiting_.front()));
@@ -257,13 +259,12 @@ bool DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
     } else if (!deferred.empty()) {
       deferred.push_back(std::move(seq.job));
       continue;
-    } else if (options_.pool != nullptr && !stopping) {
+    } else if (pool != nullptr && !stopping) {
       const int reserve = std::max(seq.job.stop.max_new_tokens, 0);
       absl::StatusOr<std::unique_ptr<PagedKv>> paged =
-          PagedKv::FromCache(options_.pool, seq.job.cache, reserve);
+          PagedKv::FromCache(pool, seq.job.cache, reserve);
       if (!paged.ok() && absl::IsResourceExhausted(paged.status()) &&
-          PagedKv::BlocksFor(*options_.pool, seq.job.cache, reserve) <=
-              options_.pool->stats().blocks_total) {
+          PagedKv::BlocksFor(*pool, seq.job.cache, reserve) <= pool->stats().blocks_total) {
         // Not now: this job waits, first in line, for blocks to come back.
         deferred.push_back(std::move(seq.job));
         continue;
@@ -288,21 +289,38 @@ bool DecodeEngine::Admit(std::vector<Sequence>& active, bool stopping) {
 
 absl::StatusOr<DecodeWarmUp> DecodeEngine::WarmUp(int max_context) {
   if (!model_.captures_decode_steps()) return DecodeWarmUp{};
-  const DType kv_dtype =
-      options_.pool != nullptr ? options_.pool->dtype() : model_.options().kv_dtype;
-  const int span_rows = options_.pool != nullptr ? options_.pool->block_rows() : 0;
+  const KvBlockPool* pool = this->pool();
+  const DType kv_dtype = pool != nullptr     ? pool->dtype()
+                         : options_.kv_dtype ? *options_.kv_dtype
+                                             : model_.options().kv_dtype;
+  const int span_rows = pool != nullptr ? pool->block_rows() : options_.kv_block_rows;
   if (max_context <= 0) max_context = model_.text_config().max_position_embeddings;
   std::promise<absl::StatusOr<DecodeWarmUp>> result;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (task_) return absl::FailedPreconditionError("DecodeEngine::WarmUp: one is running");
     task_ = [&](DecodeWorkspace* ws) {
-      result.set_value(
-          WarmUpSteps(model_, options_.max_batch, kv_dtype, span_rows, max_context, ws));
+      const int64_t before = model_.backend().DeviceBytesInUse();
+      absl::StatusOr<DecodeWarmUp> report =
+          WarmUpSteps(model_, options_.max_batch, kv_dtype, span_rows, max_context, ws);
+      if (report.ok()) {
+        report->device_bytes = std::max<int64_t>(model_.backend().DeviceBytesInUse() - before, 0);
+      }
+      result.set_value(std::move(report));
     };
   }
   cv_.notify_all();
   return result.get_future().get();
+}
+
+void DecodeEngine::SetPool(KvBlockPool* pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pool_ = pool;
+}
+
+KvBlockPool* DecodeEngine::pool() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pool_;
 }
 
 void DecodeEngine::Loop() {

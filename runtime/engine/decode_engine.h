@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/status/statusor.h"
@@ -35,6 +36,11 @@ struct DecodeEngineOptions {
   // (RowSamplingCounts: ids, candidates or rows back from a device; in place on the CPU
   // backend). hap-decode counts them in hap_sampled_rows_total. May be empty.
   std::function<void(const RowSamplingCounts&)> on_sampled = nullptr;
+  // Without a pool at construction: the dtype and block rows of the pool SetPool attaches once
+  // the warm-up has said what a step holds, so that WarmUp's steps run over caches of that
+  // shape. Unset: ModelOptions::kv_dtype, one span a layer.
+  std::optional<DType> kv_dtype;
+  int kv_block_rows = 0;
 };
 
 // One sequence handed to the engine after its prefill.
@@ -67,8 +73,9 @@ struct DecodeEngineStats {
 };
 
 // One decode step of `batch` sequences over fresh caches in the model's backend's memory
-// (DeviceKv of `kv_dtype`, one row each after the step): what a service runs before it serves,
-// so that its first request costs what later ones do (kernel modules loaded, product handles
+// (DeviceKv of `kv_dtype`, one row each after the step): what a service runs before it serves
+// where decode steps are not captured (DecodeEngine::WarmUp otherwise), so that its first request
+// costs what later ones do (kernel modules loaded, product handles
 // made, the step planned), and so that it knows what a step at that batch holds. Returns the
 // step's wall time in ms and, in *workspace_bytes, the backend's DeviceBytesInUse() with the
 // step's workspace still held less what it held before (the attention's slice results of long
@@ -83,6 +90,11 @@ struct DecodeWarmUp {
   int batch = 0;               // the largest batch size a step was captured at
   int context = 0;             // the longest context, in rows
   double ms = 0;               // wall time, all steps
+  // What the backend holds on the device after the warm-up beyond what it held before: the
+  // engine's step workspace at the largest shape, which it keeps (hap-decode sizes its KV pool
+  // within --gpu-memory by it). The attention's slice results of contexts past the warm-up's
+  // come on top.
+  int64_t device_bytes = 0;
 };
 
 class DecodeEngine {
@@ -105,12 +117,15 @@ class DecodeEngine {
   // at most kMaxDecodeGraphs shapes (the largest batch sizes beyond that capture when first met).
   // Call it before the first Submit; returns when done.
   absl::StatusOr<DecodeWarmUp> WarmUp(int max_context = 0);
+  // Attaches the pool of an engine made without one (its shape as options.kv_dtype and
+  // kv_block_rows said), after WarmUp and before the first Submit.
+  void SetPool(KvBlockPool* pool);
 
   int waiting() const;
   int running() const;
   DecodeEngineStats stats() const;
   // The engine's KV block pool (null without one).
-  KvBlockPool* pool() const { return options_.pool; }
+  KvBlockPool* pool() const;
 
  private:
   struct Sequence {
@@ -132,6 +147,7 @@ class DecodeEngine {
   const LanguageModel& model_;
   const DecodeEngineOptions options_;
   mutable std::mutex mu_;
+  KvBlockPool* pool_;  // options.pool, or SetPool's; guarded by mu_
   std::condition_variable cv_;
   std::deque<DecodeJob> waiting_;  // guarded by mu_
   int running_ = 0;                // admitted and not yet retired; guarded by mu_

@@ -96,11 +96,33 @@ int Serve(ServiceHost& host, const Options& options, const CommonOptions& common
   // One engine thread batches the decode steps of every call; at most --max-concurrent
   // sequences share a step (admission already keeps the rest waiting).
   const TextConfig& text = model->text_config();
-  // The warm-up step, at the largest batch: what later steps cost, and (with a budget) what a
-  // step holds on the device.
   const int64_t weights = model->backend().DeviceBytesInUse();
+  DecodeEngineOptions engine_options;
+  engine_options.max_batch = common.max_concurrent;
+  engine_options.kv_dtype = kv_dtype;
+  engine_options.kv_block_rows = static_cast<int>(*block_rows);
+  engine_options.on_sampled = [](const RowSamplingCounts& counts) {
+    SampledRowsMetrics::Get().Count(counts);
+  };
+  // The pool is attached once its size is known: the warm-up says what a step holds. It is
+  // declared first so that it outlives the engine, whose sequences hold its blocks.
+  std::unique_ptr<KvBlockPool> kv_pool;
+  auto engine = std::make_unique<DecodeEngine>(*model, engine_options);
   int64_t workspace = 0;
-  if (common.warm_up || gpu_budget > 0) {
+  if (common.warm_up && model->captures_decode_steps()) {
+    // Each batch size's step captured now, on the engine's thread, rather than on first use,
+    // the largest first: what it holds is the step's workspace.
+    absl::StatusOr<DecodeWarmUp> captured = engine->WarmUp();
+    if (!captured.ok()) return host.Fail(Annotate(captured.status(), "warm-up captures"));
+    workspace = captured->device_bytes;
+    std::fprintf(stderr,
+                 "%s: warm-up captured %lld decode steps as graphs (batch sizes up to %d, "
+                 "contexts up to %d rows) in %.1f ms; the steps hold %.1f MiB\n",
+                 host.name().c_str(), static_cast<long long>(captured->graph_captures),
+                 captured->batch, captured->context, captured->ms, workspace / 1048576.0);
+  } else if (common.warm_up || gpu_budget > 0) {
+    // One step at the largest batch: what later steps cost, and (with a budget) what a step
+    // holds on the device.
     absl::StatusOr<double> warm = WarmUpDecode(*model, common.max_concurrent, kv_dtype, &workspace);
     if (!warm.ok()) return host.Fail(Annotate(warm.status(), "warm-up request"));
     std::fprintf(stderr, "%s: warm-up request (a decode step of %d sequences) in %.1f ms\n",
@@ -123,16 +145,17 @@ int Serve(ServiceHost& host, const Options& options, const CommonOptions& common
         "the workspace and the CUDA runtime leave.",
         [gpu_budget] { return static_cast<double>(gpu_budget); });
   }
-  auto kv_pool =
+  absl::StatusOr<std::unique_ptr<KvBlockPool>> created =
       KvBlockPool::Create(static_cast<int>(*block_rows), text.num_key_value_heads * text.head_dim,
                           kv_dtype, kv_pool_bytes, &model->backend());
-  if (!kv_pool.ok()) return host.Fail(kv_pool.status());
+  if (!created.ok()) return host.Fail(created.status());
+  kv_pool = *std::move(created);
   std::fprintf(stderr, "%s: KV pool of %lld blocks x %d rows (%s, %.1f MiB)\n", host.name().c_str(),
-               static_cast<long long>((*kv_pool)->stats().blocks_total),
-               static_cast<int>(*block_rows), kv_dtype_name.c_str(), kv_pool_bytes / 1048576.0);
-  host.state().AttachKvPool(kv_pool->get());
+               static_cast<long long>(kv_pool->stats().blocks_total), static_cast<int>(*block_rows),
+               kv_dtype_name.c_str(), kv_pool_bytes / 1048576.0);
+  host.state().AttachKvPool(kv_pool.get());
   {
-    const KvBlockPool* pool_ptr = kv_pool->get();
+    const KvBlockPool* pool_ptr = kv_pool.get();
     telemetry::Registry& r = telemetry::Registry::Default();
     r.AddCallbackGauge("hap_kv_pool_blocks", "KV blocks the pool can hand out (its capacity).",
                        [pool_ptr] { return static_cast<double>(pool_ptr->stats().blocks_total); });
@@ -153,25 +176,7 @@ int Serve(ServiceHost& host, const Options& options, const CommonOptions& common
         "hap_kv_pool_block_bytes", "Bytes of one KV block (K and V of its rows).",
         [pool_ptr] { return static_cast<double>(pool_ptr->stats().bytes_per_block); });
   }
-  DecodeEngineOptions engine_options;
-  engine_options.max_batch = common.max_concurrent;
-  engine_options.pool = kv_pool->get();
-  engine_options.on_sampled = [](const RowSamplingCounts& counts) {
-    SampledRowsMetrics::Get().Count(counts);
-  };
-  auto engine = std::make_unique<DecodeEngine>(*model, engine_options);
-  if (common.warm_up) {
-    // Each batch size's step captured now, on the engine's thread, rather than on first use.
-    absl::StatusOr<DecodeWarmUp> captured = engine->WarmUp();
-    if (!captured.ok()) return host.Fail(Annotate(captured.status(), "warm-up captures"));
-    if (captured->steps > 0) {
-      std::fprintf(stderr,
-                   "%s: warm-up captured %lld decode steps as graphs (batch sizes up to %d, "
-                   "contexts up to %d rows) in %.1f ms\n",
-                   host.name().c_str(), static_cast<long long>(captured->graph_captures),
-                   captured->batch, captured->context, captured->ms);
-    }
-  }
+  engine->SetPool(kv_pool.get());
   {
     const DecodeEngine* e = engine.get();
     telemetry::Registry& r = telemetry::Registry::Default();

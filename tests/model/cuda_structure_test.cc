@@ -413,7 +413,9 @@ TEST(CudaStructure, ACapturedDecodeStepEqualsTheStepRunOpByOp) {
 // The decode engine's warm-up (hap-decode runs it before it serves) captures a step for each
 // batch size and row bound, over caches shaped as the pool's: the steps of the answers that follow
 // replay those graphs and capture none, and the answers are those of an engine without a warm-up
-// (which captures as it serves).
+// (which captures as it serves). hap-decode warms its engine before it makes the pool, whose size
+// within --gpu-memory depends on what the steps hold: that engine is made without a pool, told
+// the pool's shape, and given the pool after its warm-up.
 TEST(CudaStructure, AWarmedDecodeEngineCapturesNoStepWhileItServes) {
   const TinyModelOptions o = testing_support::TinyOptions(13, 4, 112, DType::kBF16);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "engine_warm_up", DType::kBF16);
@@ -436,7 +438,12 @@ TEST(CudaStructure, AWarmedDecodeEngineCapturesNoStepWhileItServes) {
     ASSERT_TRUE(pool.ok()) << pool.status();
     DecodeEngineOptions options;
     options.max_batch = 3;
-    options.pool = pool->get();
+    if (warmed == 1) {
+      options.kv_dtype = DType::kBF16;
+      options.kv_block_rows = 16;
+    } else {
+      options.pool = pool->get();
+    }
     std::vector<DecodeJob> jobs;
     for (const Request& r : requests) {
       PruneRequest prune;
@@ -463,9 +470,17 @@ TEST(CudaStructure, AWarmedDecodeEngineCapturesNoStepWhileItServes) {
     {
       DecodeEngine engine(**model, options);
       if (warmed == 1) {
+        const int64_t held = (*model)->backend().DeviceBytesInUse();
         absl::StatusOr<DecodeWarmUp> w = engine.WarmUp(256);
         ASSERT_TRUE(w.ok()) << w.status();
         warm = *w;
+        // The engine keeps its steps' workspace: at least the logits and hidden states of the
+        // largest batch, which is what the device holds more than before.
+        EXPECT_GE(warm.device_bytes, int64_t{4} * (text.vocab_size + text.hidden_size) * 4);
+        EXPECT_EQ(warm.device_bytes, (*model)->backend().DeviceBytesInUse() - held);
+        EXPECT_EQ(engine.pool(), nullptr);
+        engine.SetPool(pool->get());
+        EXPECT_EQ(engine.pool(), pool->get());
       }
       for (size_t i = 0; i < jobs.size(); ++i) {
         jobs[i].done = [&done, i](absl::StatusOr<DecodeResult> r) {
@@ -480,6 +495,7 @@ TEST(CudaStructure, AWarmedDecodeEngineCapturesNoStepWhileItServes) {
       }
       stats[warmed] = engine.stats();
     }
+    EXPECT_GT((*pool)->stats().blocks_peak, 0) << "the sequences decoded in the pool's blocks";
   }
   // Batch sizes 4 (three sequences and a padding row), 2 and 1, at row bounds 256, 128 and 64.
   EXPECT_EQ(warm.steps, 9);
