@@ -190,10 +190,26 @@ void AddAttentionPaths(const Backend& b, const std::string& part, const std::str
       b.Allocate(std::max<size_t>(1, cuda::NarrowAttentionWorkspaceBytes(narrow)));
   if (!ws.ok()) Die("workspace", ws.status());
   rows->push_back(
-      {part, "Attention BF16, FlashAttention", shape,
+      {part,
+       absl::StrCat("Attention BF16, FlashAttention (", cuda::FlashKeyGroups(narrow), " key group",
+                    cuda::FlashKeyGroups(narrow) == 1 ? ")" : "s)"),
+       shape,
        TimeKernelEntry(
            "flash", [&] { return cuda::FlashAttention(narrow, cuda::ElemType::kBF16, nullptr); }),
        gflop});
+  // The other number of key groups, for the choice by shape (FlashKeyGroups) to be checked.
+  const int other = cuda::FlashKeyGroups(narrow) == 1 ? 2 : 1;
+  rows->push_back({part,
+                   absl::StrCat("Attention BF16, FlashAttention, ", other, " key group",
+                                other == 1 ? "" : "s", " (not chosen)"),
+                   shape,
+                   TimeKernelEntry("flash, other key groups",
+                                   [&] {
+                                     return cuda::FlashAttention(narrow, cuda::ElemType::kBF16,
+                                                                 nullptr, nullptr,
+                                                                 cuda::ElemType::kBF16, other);
+                                   }),
+                   gflop});
   rows->push_back(
       {part, "Attention BF16, cuBLAS + softmax", shape,
        TimeKernelEntry(

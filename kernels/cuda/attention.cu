@@ -423,14 +423,14 @@ __device__ __forceinline__ void StoreRounded(uint16_t* dst, const Floats4& v, bo
 // first element), rounded into `dst` [kFlashKeys, D + kFlashPad]: a score fragment's B register
 // is then two consecutive elements of one key. All loads of a thread are issued back to back.
 // kRope: each key rotated first at its position (a thread loads both halves of its pairs).
-template <bool kBf16, int kSteps, bool kRope>
+template <bool kBf16, int kSteps, bool kRope, int kThreadsUsed>
 __device__ void LoadKeyTile(const float* src, int64_t stride, int key0, int n_kv, uint16_t* dst,
                             const FlashRopeArgs& rope) {
   constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad;
   if constexpr (kRope) {
     constexpr int kHalf = kDim / 2, kQuads = kFlashKeys * kHalf / 4;
     HAP_UNROLL
-    for (int i = threadIdx.x; i < kQuads; i += kFlashThreads) {
+    for (int i = threadIdx.x; i < kQuads; i += kThreadsUsed) {
       const int r = i / (kHalf / 4), c = (i % (kHalf / 4)) * 4, key = key0 + r;
       Floats4 a = LoadFour(src, stride, key, n_kv, c);
       Floats4 b = LoadFour(src, stride, key, n_kv, c + kHalf);
@@ -441,7 +441,7 @@ __device__ void LoadKeyTile(const float* src, int64_t stride, int key0, int n_kv
   } else {
     constexpr int kQuads = kFlashKeys * kDim / 4;
     HAP_UNROLL
-    for (int i = threadIdx.x; i < kQuads; i += kFlashThreads) {
+    for (int i = threadIdx.x; i < kQuads; i += kThreadsUsed) {
       const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
       StoreRounded(dst + r * kRow + c, LoadFour(src, stride, key0 + r, n_kv, c), kBf16);
     }
@@ -450,13 +450,13 @@ __device__ void LoadKeyTile(const float* src, int64_t stride, int key0, int n_kv
 
 // kRope: the keys of the block's own rows [row0, row0 + kFlashRows) of one kv head, k rotated
 // and v as it is, into rope.k_out and rope.v_out (F32, the same layout as k and v).
-template <int kSteps>
+template <int kSteps, int kThreadsUsed>
 __device__ void StoreOwnKeys(const AttentionArgs& a, const FlashRopeArgs& rope, int kv_head,
                              int row0) {
   constexpr int kDim = kSteps * 16, kHalf = kDim / 2;
   const int64_t stride = int64_t{a.n_kv_heads} * kDim, head = int64_t{kv_head} * kDim;
   const int rows = min(kFlashRows, a.n_kv - row0);
-  for (int i = threadIdx.x; i < rows * (kHalf / 4); i += kFlashThreads) {
+  for (int i = threadIdx.x; i < rows * (kHalf / 4); i += kThreadsUsed) {
     const int r = i / (kHalf / 4), c = (i % (kHalf / 4)) * 4, key = row0 + r;
     Floats4 x = LoadFour(a.k + head, stride, key, a.n_kv, c);
     Floats4 y = LoadFour(a.k + head, stride, key, a.n_kv, c + kHalf);
@@ -464,7 +464,7 @@ __device__ void StoreOwnKeys(const AttentionArgs& a, const FlashRopeArgs& rope, 
     *reinterpret_cast<Floats4*>(rope.k_out + key * stride + head + c) = x;
     *reinterpret_cast<Floats4*>(rope.k_out + key * stride + head + c + kHalf) = y;
   }
-  for (int i = threadIdx.x; i < rows * (kDim / 4); i += kFlashThreads) {
+  for (int i = threadIdx.x; i < rows * (kDim / 4); i += kThreadsUsed) {
     const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4, key = row0 + r;
     *reinterpret_cast<Floats4*>(rope.v_out + key * stride + head + c) =
         LoadFour(a.v + head, stride, key, a.n_kv, c);
@@ -474,11 +474,11 @@ __device__ void StoreOwnKeys(const AttentionArgs& a, const FlashRopeArgs& rope, 
 // The same keys of v, rounded into `dst` as words of two keys: word [j][d] holds v[2j][d] (low)
 // and v[2j + 1][d] (high), rows of D + kFlashPad words. A p·v fragment's B register (two
 // consecutive keys of one element) is then one word, read without bank conflicts.
-template <bool kBf16, int kSteps>
+template <bool kBf16, int kSteps, int kThreadsUsed>
 __device__ void LoadValueTile(const float* src, int64_t stride, int key0, int n_kv, uint32_t* dst) {
   constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad, kUnits = kFlashKeys / 2 * kDim / 4;
   HAP_UNROLL
-  for (int i = threadIdx.x; i < kUnits; i += kFlashThreads) {
+  for (int i = threadIdx.x; i < kUnits; i += kThreadsUsed) {
     const int j = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
     const Floats4 a = LoadFour(src, stride, key0 + 2 * j, n_kv, c);
     const Floats4 b = LoadFour(src, stride, key0 + 2 * j + 1, n_kv, c);
@@ -490,23 +490,24 @@ __device__ void LoadValueTile(const float* src, int64_t stride, int key0, int n_
   }
 }
 
-// s = scale · q·kᵀ of the warp's 16 rows against the tile's 64 keys (8 fragments of 8 keys),
-// −inf where the row does not see the key (outside its segment's [key_lo, key_hi), which ends at
-// n_kv without segments, or after it when causal).
-template <bool kBf16, int kSteps>
+// s = scale · q·kᵀ of the warp's 16 rows against kTiles fragments of 8 keys from key0 (`ks` at
+// key0's row of the tile: all 64 keys of it, or the share of the warp's key group), −inf where the
+// row does not see the key (outside its segment's [key_lo, key_hi), which ends at n_kv without
+// segments, or after it when causal).
+template <bool kBf16, int kSteps, int kTiles>
 __device__ void ScoreTile(const AttentionArgs& a, const uint32_t (&qa)[kSteps][4],
                           const uint16_t* ks, int key0, const int (&rows)[2],
-                          const int (&key_lo)[2], const int (&key_hi)[2], float (&s)[8][4]) {
+                          const int (&key_lo)[2], const int (&key_hi)[2], float (&s)[kTiles][4]) {
   constexpr int kRow = kSteps * 16 + kFlashPad;
   const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   HAP_UNROLL
-  for (int nt = 0; nt < 8; ++nt) {
+  for (int nt = 0; nt < kTiles; ++nt) {
     s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
   }
   HAP_UNROLL
   for (int st = 0; st < kSteps; ++st) {
     HAP_UNROLL
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < kTiles; ++nt) {
       // B[d][key] = k[key][d]: two consecutive d of one key per register.
       const uint16_t* kr = ks + (nt * 8 + g) * kRow + st * 16 + 2 * t;
       const uint32_t b[2] = {*reinterpret_cast<const uint32_t*>(kr),
@@ -515,7 +516,7 @@ __device__ void ScoreTile(const AttentionArgs& a, const uint32_t (&qa)[kSteps][4
     }
   }
   HAP_UNROLL
-  for (int nt = 0; nt < 8; ++nt) {
+  for (int nt = 0; nt < kTiles; ++nt) {
     HAP_UNROLL
     for (int i = 0; i < 4; ++i) {
       const int key = key0 + nt * 8 + 2 * t + (i & 1), row = rows[i >> 1];
@@ -526,46 +527,64 @@ __device__ void ScoreTile(const AttentionArgs& a, const uint32_t (&qa)[kSteps][4
   }
 }
 
-// Block (x = tile of 64 query rows, y = head), 4 warps of 16 rows. Two passes over the keys the
-// tile sees, on tensor cores (Mma16816): the first finds each row's max and Σ exp (online), the
-// second recomputes the scores, rounds p = exp(s − max) / Σ to the operand type — the normalised
-// probabilities the reference rounds — and accumulates p·v in F32. q, k and v are rounded as they
-// are loaded (no rounded copies in memory); the scores never leave registers.
+// Block (x = tile of 64 query rows, y = head): kGroups key groups of 4 warps, warp w taking rows
+// 16·(w % 4) of the tile against key group w / 4, the (w / 4)-th of kGroups equal shares of every
+// key tile. Two passes over the keys the tile sees, on tensor cores (Mma16816): the first finds
+// each row's max and Σ exp (online), the second recomputes the scores, rounds p = exp(s − max) / Σ
+// to the operand type — the normalised probabilities the reference rounds — and accumulates p·v
+// in F32. q, k and v are rounded as they are loaded (no rounded copies in memory); the scores
+// never leave registers. With kGroups > 1 the groups' maxima and sums are joined between the
+// passes (each group's sum scaled to the row's max, added in group order), and their p·v after
+// the second, group by group from the last, in the tiles' shared memory; group 0 writes the rows.
+// More groups: more warps for the same rows (a short prompt or a pruned layer gives few blocks),
+// each with fewer scores in registers.
 //
 // kRope (FlashAttentionRope): q and k are rotated at their rows' positions as they are loaded;
 // the block writes its q rows rotated to rope.q_out, and a block of a kv group's first head the
 // keys of its rows to k_out and v_out (StoreOwnKeys).
-template <bool kBf16, int kSteps, bool kRope>
-__global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionArgs a,
-                                                                      uint16_t* out_rounded,
-                                                                      bool rounded_bf16,
-                                                                      FlashRopeArgs rope) {
+template <bool kBf16, int kSteps, bool kRope, int kGroups>
+__global__ __launch_bounds__(kFlashThreads* kGroups) void FlashAttentionKernel(
+    AttentionArgs a, uint16_t* out_rounded, bool rounded_bf16, FlashRopeArgs rope) {
   constexpr int kDim = kSteps * 16, kRow = kDim + kFlashPad;
-  // The key tile [kFlashKeys, kRow] of 16-bit elements and the value tile [kFlashKeys / 2, kRow]
-  // of key-pair words (LoadValueTile), 16-byte aligned for the vector stores.
-  HAP_SHARED(Floats4, k_units, kFlashKeys * kRow * 2 / 16);
-  HAP_SHARED(Floats4, v_units, kFlashKeys / 2 * kRow * 4 / 16);
-  uint16_t* ks = reinterpret_cast<uint16_t*>(k_units);
-  uint32_t* vs = reinterpret_cast<uint32_t*>(v_units);
+  constexpr int kBlockThreads = kFlashThreads * kGroups;
+  constexpr int kTiles = 8 / kGroups;   // score fragments of 8 keys per warp and key tile
+  constexpr int kChunks = 4 / kGroups;  // p·v steps of 16 keys per warp and key tile
+  constexpr int kKeyUnits = kFlashKeys * kRow * 2 / 16,
+                kValueUnits = kFlashKeys / 2 * kRow * 4 / 16;
+  static_assert(kGroups == 1 || kGroups == 2 || kGroups == 4);
+  // The key tile [kFlashKeys, kRow] of 16-bit elements, then the value tile [kFlashKeys / 2, kRow]
+  // of key-pair words (LoadValueTile), 16-byte aligned for the vector stores. With kGroups > 1
+  // the same memory then joins the groups' p·v: F32 [kFlashRows, kDim] fits in it.
+  HAP_SHARED(Floats4, units, kKeyUnits + kValueUnits);
+  static_assert((kKeyUnits + kValueUnits) * 16 >= kFlashRows * kDim * 4);
+  HAP_SHARED(float, group_max, kGroups* kFlashRows);
+  HAP_SHARED(float, group_sum, kGroups* kFlashRows);
+  uint16_t* ks = reinterpret_cast<uint16_t*>(units);
+  uint32_t* vs = reinterpret_cast<uint32_t*>(units + kKeyUnits);
   const int h = blockIdx.y, kv_head = h / (a.n_heads / a.n_kv_heads);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x / 32 % 4, group = threadIdx.x / kFlashThreads;
+  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int row0 = blockIdx.x * kFlashRows + warp * 16;
   const int rows[2] = {row0 + g, row0 + g + 8};
+  const int local[2] = {warp * 16 + g, warp * 16 + g + 8};  // the rows within the tile
   int key_lo[2], key_hi[2];  // the keys each of the lane's rows may see (SegmentKeys)
   SegmentKeys(a, rows[0], &key_lo[0], &key_hi[0]);
   SegmentKeys(a, rows[1], &key_lo[1], &key_hi[1]);
   const int64_t q_stride = int64_t{a.n_heads} * kDim, kv_stride = int64_t{a.n_kv_heads} * kDim;
   const float* k_head = a.k + kv_head * kDim;
   const float* v_head = a.v + kv_head * kDim;
+  // The warp's share of a key tile: its first key's offset in the tile.
+  const int group_key = group * (kFlashKeys / kGroups);
 
   if constexpr (kRope) {
     if (h % (a.n_heads / a.n_kv_heads) == 0) {
-      StoreOwnKeys<kSteps>(a, rope, kv_head, static_cast<int>(blockIdx.x) * kFlashRows);
+      StoreOwnKeys<kSteps, kBlockThreads>(a, rope, kv_head,
+                                          static_cast<int>(blockIdx.x) * kFlashRows);
     }
   }
 
   // The warp's q rows as A fragments, rounded (rows past n_q are 0); kRope: rotated first, and
-  // written rotated to q_out (the fragments cover each of the rows' elements once).
+  // written rotated to q_out by group 0 (the fragments cover each of the rows' elements once).
   uint32_t qa[kSteps][4];
   HAP_UNROLL
   for (int st = 0; st < kSteps; ++st) {
@@ -586,7 +605,7 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
             RopeAt(rope, position, i, kDim, &cs, &sn);
             e[u] = d < kHalf ? RotatedFirst(a.q[at + d], a.q[at + d + kHalf], cs, sn)
                              : RotatedSecond(a.q[at + d - kHalf], a.q[at + d], cs, sn);
-            rope.q_out[at + d] = e[u];
+            if (group == 0) rope.q_out[at + d] = e[u];
           }
         }
         lo = RoundHalf<kBf16>(e[0]);
@@ -606,40 +625,69 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   const int tile0 = first_key / kFlashKeys;
   const int tiles = (limit + kFlashKeys - 1) / kFlashKeys;
 
-  // Pass 1: each row's max and Σ exp(s − max); a lane sums its own columns, the row's four lanes
-  // are added at the end.
+  // Pass 1: each row's max and Σ exp(s − max) over the group's keys; a lane sums its own columns,
+  // the row's four lanes are added at the end.
   float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};
-  float s[8][4];
+  float s[kTiles][4];
   for (int tile = tile0; tile < tiles; ++tile) {
     __syncthreads();
-    LoadKeyTile<kBf16, kSteps, kRope>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks, rope);
+    LoadKeyTile<kBf16, kSteps, kRope, kBlockThreads>(k_head, kv_stride, tile * kFlashKeys, a.n_kv,
+                                                     ks, rope);
     __syncthreads();
-    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, key_lo, key_hi, s);
+    ScoreTile<kBf16, kSteps, kTiles>(a, qa, ks + group_key * kRow, tile * kFlashKeys + group_key,
+                                     rows, key_lo, key_hi, s);
     HAP_UNROLL
     for (int r = 0; r < 2; ++r) {
       float m = -INFINITY;
       HAP_UNROLL
-      for (int nt = 0; nt < 8; ++nt) m = fmaxf(m, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      for (int nt = 0; nt < kTiles; ++nt) m = fmaxf(m, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       const float m_new = fmaxf(mx[r], m);
       if (m_new == -INFINITY) continue;  // nothing seen yet (every row sees a key in the end)
       float add = 0.f;
       HAP_UNROLL
-      for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < kTiles; ++nt) {
         add += expf(s[nt][2 * r] - m_new) + expf(s[nt][2 * r + 1] - m_new);
       }
       sum[r] = sum[r] * expf(mx[r] - m_new) + add;
       mx[r] = m_new;
     }
   }
-  float inv[2];
   HAP_UNROLL
   for (int r = 0; r < 2; ++r) {
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
-    inv[r] = 1.f / sum[r];
   }
+  if constexpr (kGroups > 1) {
+    // The row's max over the groups, and their sums scaled to it, in group order (a group that
+    // saw none of the row's keys adds nothing).
+    if (t == 0) {
+      HAP_UNROLL
+      for (int r = 0; r < 2; ++r) {
+        group_max[group * kFlashRows + local[r]] = mx[r];
+        group_sum[group * kFlashRows + local[r]] = sum[r];
+      }
+    }
+    __syncthreads();
+    HAP_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      float m = -INFINITY;
+      HAP_UNROLL
+      for (int q = 0; q < kGroups; ++q) m = fmaxf(m, group_max[q * kFlashRows + local[r]]);
+      float total = 0.f;
+      HAP_UNROLL
+      for (int q = 0; q < kGroups; ++q) {
+        const float mq = group_max[q * kFlashRows + local[r]];
+        if (mq != -INFINITY) total += group_sum[q * kFlashRows + local[r]] * expf(mq - m);
+      }
+      mx[r] = m;
+      sum[r] = total;
+    }
+  }
+  float inv[2];
+  HAP_UNROLL
+  for (int r = 0; r < 2; ++r) inv[r] = 1.f / sum[r];
 
   // Pass 2: p rounded, out += p·v over 2·kSteps fragments of 8 output columns.
   float o[2 * kSteps][4];
@@ -647,12 +695,14 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
   for (int dt = 0; dt < 2 * kSteps; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
   for (int tile = tile0; tile < tiles; ++tile) {
     __syncthreads();
-    LoadKeyTile<kBf16, kSteps, kRope>(k_head, kv_stride, tile * kFlashKeys, a.n_kv, ks, rope);
-    LoadValueTile<kBf16, kSteps>(v_head, kv_stride, tile * kFlashKeys, a.n_kv, vs);
+    LoadKeyTile<kBf16, kSteps, kRope, kBlockThreads>(k_head, kv_stride, tile * kFlashKeys, a.n_kv,
+                                                     ks, rope);
+    LoadValueTile<kBf16, kSteps, kBlockThreads>(v_head, kv_stride, tile * kFlashKeys, a.n_kv, vs);
     __syncthreads();
-    ScoreTile<kBf16, kSteps>(a, qa, ks, tile * kFlashKeys, rows, key_lo, key_hi, s);
+    ScoreTile<kBf16, kSteps, kTiles>(a, qa, ks + group_key * kRow, tile * kFlashKeys + group_key,
+                                     rows, key_lo, key_hi, s);
     HAP_UNROLL
-    for (int c = 0; c < 4; ++c) {  // 16 keys at a time: score fragments 2c and 2c + 1
+    for (int c = 0; c < kChunks; ++c) {  // 16 keys at a time: score fragments 2c and 2c + 1
       uint16_t p[2][4];
       HAP_UNROLL
       for (int half = 0; half < 2; ++half) {
@@ -666,13 +716,40 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
       const uint32_t pa[4] = {PackHalves(p[0][0], p[0][1]), PackHalves(p[0][2], p[0][3]),
                               PackHalves(p[1][0], p[1][1]), PackHalves(p[1][2], p[1][3])};
       // B[key][d] = v[key][d]: keys 2t, 2t + 1 (and 2t + 8, 2t + 9) of the chunk at d, one word.
-      const uint32_t* vr = vs + (c * 8 + t) * kRow + g;
+      const uint32_t* vr = vs + ((group * kChunks + c) * 8 + t) * kRow + g;
       HAP_UNROLL
       for (int dt = 0; dt < 2 * kSteps; ++dt) {
         const uint32_t b[2] = {vr[dt * 8], vr[4 * kRow + dt * 8]};
         Mma16816<kBf16>(o[dt], pa, b);
       }
     }
+  }
+  if constexpr (kGroups > 1) {
+    // Group q − 1 adds group q's p·v, from the last group down: group 0 holds the sum.
+    float* joined = reinterpret_cast<float*>(units);  // F32 [kFlashRows, kDim]
+    for (int q = kGroups - 1; q > 0; --q) {
+      __syncthreads();
+      if (group == q) {
+        HAP_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          HAP_UNROLL
+          for (int dt = 0; dt < 2 * kSteps; ++dt) {
+            joined[local[i >> 1] * kDim + dt * 8 + 2 * t + (i & 1)] = o[dt][i];
+          }
+        }
+      }
+      __syncthreads();
+      if (group == q - 1) {
+        HAP_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          HAP_UNROLL
+          for (int dt = 0; dt < 2 * kSteps; ++dt) {
+            o[dt][i] += joined[local[i >> 1] * kDim + dt * 8 + 2 * t + (i & 1)];
+          }
+        }
+      }
+    }
+    if (group != 0) return;
   }
   HAP_UNROLL
   for (int i = 0; i < 4; ++i) {
@@ -696,21 +773,29 @@ __global__ __launch_bounds__(kFlashThreads) void FlashAttentionKernel(AttentionA
 
 template <bool kBf16, bool kRope>
 KernelStatus LaunchFlash(const AttentionArgs& a, uint16_t* out_rounded, bool rounded_bf16,
-                         const FlashRopeArgs& rope, Stream stream) {
-  const dim3 grid(CeilDiv(a.n_q, kFlashRows), a.n_heads), block(kFlashThreads);
-  switch (a.head_dim / 16) {
-#define HAP_FLASH_CASE(steps)                                                                     \
-  case steps:                                                                                     \
-    return Launch("FlashAttentionKernel", FlashAttentionKernel<kBf16, steps, kRope>, grid, block, \
-                  0, stream, a, out_rounded, rounded_bf16, rope);
-    HAP_FLASH_CASE(1)
-    HAP_FLASH_CASE(2)
-    HAP_FLASH_CASE(3)
-    HAP_FLASH_CASE(4)
-    HAP_FLASH_CASE(5)
-    HAP_FLASH_CASE(6)
-    HAP_FLASH_CASE(7)
-    HAP_FLASH_CASE(8)
+                         const FlashRopeArgs& rope, int key_groups, Stream stream) {
+  const dim3 grid(CeilDiv(a.n_q, kFlashRows), a.n_heads), block(kFlashThreads * key_groups);
+  switch (a.head_dim / 16 * 2 + (key_groups == 2 ? 1 : 0)) {
+#define HAP_FLASH_CASE(steps, groups)                                                        \
+  case steps * 2 + (groups == 2 ? 1 : 0):                                                \
+    return Launch("FlashAttentionKernel", FlashAttentionKernel<kBf16, steps, kRope, groups>, \
+                  grid, block, 0, stream, a, out_rounded, rounded_bf16, rope);
+    HAP_FLASH_CASE(1, 1)
+    HAP_FLASH_CASE(1, 2)
+    HAP_FLASH_CASE(2, 1)
+    HAP_FLASH_CASE(2, 2)
+    HAP_FLASH_CASE(3, 1)
+    HAP_FLASH_CASE(3, 2)
+    HAP_FLASH_CASE(4, 1)
+    HAP_FLASH_CASE(4, 2)
+    HAP_FLASH_CASE(5, 1)
+    HAP_FLASH_CASE(5, 2)
+    HAP_FLASH_CASE(6, 1)
+    HAP_FLASH_CASE(6, 2)
+    HAP_FLASH_CASE(7, 1)
+    HAP_FLASH_CASE(7, 2)
+    HAP_FLASH_CASE(8, 1)
+    HAP_FLASH_CASE(8, 2)
 #undef HAP_FLASH_CASE
     default:
       return KernelStatus::Error("FlashAttention: head_dim " + std::to_string(a.head_dim));
@@ -731,9 +816,13 @@ namespace {
 // What FlashAttention and FlashAttentionRope both need of their arguments (`op` names the caller
 // in the error).
 KernelStatus CheckFlash(const char* op, const AttentionArgs& a, ElemType type,
-                        const void* out_rounded, ElemType rounded_type) {
+                        const void* out_rounded, ElemType rounded_type, int key_groups) {
   KernelStatus st = CheckArgs(a);
   if (!st.ok) return st;
+  if (key_groups < 0 || key_groups > 2) {
+    return KernelStatus::Error(std::string(op) + ": key_groups " + std::to_string(key_groups) +
+                               " is not 0 (by the shape), 1 or 2");
+  }
   if (type == ElemType::kF32 || (out_rounded != nullptr && rounded_type == ElemType::kF32)) {
     return KernelStatus::Error(std::string(op) +
                                ": the operands and rounded out must be BF16 or F16");
@@ -747,29 +836,39 @@ KernelStatus CheckFlash(const char* op, const AttentionArgs& a, ElemType type,
   return KernelStatus::Ok();
 }
 
-// The launch of FlashAttentionKernel<…, kRope> for checked arguments.
+// The launch of FlashAttentionKernel<…, kRope, …> for checked arguments.
 template <bool kRope>
 KernelStatus RunFlash(const AttentionArgs& a, const FlashRopeArgs& rope, ElemType type,
-                      void* out_rounded, ElemType rounded_type, Stream stream) {
+                      void* out_rounded, ElemType rounded_type, int key_groups, Stream stream) {
   if (a.n_q == 0) return KernelStatus::Ok();
   auto* rounded = static_cast<uint16_t*>(out_rounded);
   const bool bf16 = rounded_type == ElemType::kBF16;
-  return type == ElemType::kBF16 ? LaunchFlash<true, kRope>(a, rounded, bf16, rope, stream)
-                                 : LaunchFlash<false, kRope>(a, rounded, bf16, rope, stream);
+  const int groups = key_groups == 0 ? FlashKeyGroups(a) : key_groups;
+  return type == ElemType::kBF16
+             ? LaunchFlash<true, kRope>(a, rounded, bf16, rope, groups, stream)
+             : LaunchFlash<false, kRope>(a, rounded, bf16, rope, groups, stream);
 }
 
 }  // namespace
 
+int FlashKeyGroups(const AttentionArgs& a) {
+  const int64_t blocks = CeilDiv(a.n_q, kFlashRows) * static_cast<int64_t>(a.n_heads);
+  return blocks <= (a.head_dim <= 64 ? kFlashSplitBlocksSmallHead : kFlashSplitBlocks) ? 2 : 1;
+}
+
 KernelStatus FlashAttention(const AttentionArgs& a, ElemType type, Stream stream, void* out_rounded,
-                            ElemType rounded_type) {
-  const KernelStatus st = CheckFlash("FlashAttention", a, type, out_rounded, rounded_type);
+                            ElemType rounded_type, int key_groups) {
+  const KernelStatus st =
+      CheckFlash("FlashAttention", a, type, out_rounded, rounded_type, key_groups);
   if (!st.ok) return st;
-  return RunFlash<false>(a, FlashRopeArgs{}, type, out_rounded, rounded_type, stream);
+  return RunFlash<false>(a, FlashRopeArgs{}, type, out_rounded, rounded_type, key_groups, stream);
 }
 
 KernelStatus FlashAttentionRope(const AttentionArgs& a, const FlashRopeArgs& rope, ElemType type,
-                                Stream stream, void* out_rounded, ElemType rounded_type) {
-  const KernelStatus st = CheckFlash("FlashAttentionRope", a, type, out_rounded, rounded_type);
+                                Stream stream, void* out_rounded, ElemType rounded_type,
+                                int key_groups) {
+  const KernelStatus st =
+      CheckFlash("FlashAttentionRope", a, type, out_rounded, rounded_type, key_groups);
   if (!st.ok) return st;
   if (a.n_kv != a.n_q || a.causal_offset != 0) {
     return KernelStatus::Error("FlashAttentionRope: needs n_kv == n_q (" + std::to_string(a.n_kv) +
@@ -790,7 +889,7 @@ KernelStatus FlashAttentionRope(const AttentionArgs& a, const FlashRopeArgs& rop
                                std::to_string(rope.table_positions) +
                                " positions without its cos and sin");
   }
-  return RunFlash<true>(a, rope, type, out_rounded, rounded_type, stream);
+  return RunFlash<true>(a, rope, type, out_rounded, rounded_type, key_groups, stream);
 }
 
 KernelStatus Attention(const AttentionArgs& a, Stream stream) {

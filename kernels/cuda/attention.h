@@ -59,10 +59,25 @@ KernelStatus NarrowAttention(const AttentionArgs& args, ElemType type, Gemm& gem
 // Arguments as Attention's, with the same errors, and an error for another head_dim. With
 // out_rounded (device, [n_q, n_heads·head_dim]) the output is also written rounded to
 // rounded_type (BF16 or F16): the o product's input on narrow weights, with no launch to round it.
+//
+// key_groups: 1, each of a block's 4 warps takes its 16 rows against every key; 2, a block has 8
+// warps and each pair of them splits every key tile between them, joining their maxima, sums and
+// p·v in shared memory (the same arithmetic, summed in another order: the outputs agree to F32
+// rounding). Twice the warps for the same rows, for shapes that give a GPU few blocks. 0 chooses
+// by the shape (FlashKeyGroups).
 inline constexpr int kFlashMaxHeadDim = 128;
 bool FlashAttentionSupports(const AttentionArgs& args);
 KernelStatus FlashAttention(const AttentionArgs& args, ElemType type, Stream stream,
-                            void* out_rounded = nullptr, ElemType rounded_type = ElemType::kBF16);
+                            void* out_rounded = nullptr, ElemType rounded_type = ElemType::kBF16,
+                            int key_groups = 0);
+// The key groups FlashAttention takes for key_groups 0: 2 where the grid (a block per 64 query
+// rows and head) has at most kFlashSplitBlocks blocks (kFlashSplitBlocksSmallHead at head_dim ≤
+// 64, whose smaller blocks fit twice on a multiprocessor), else 1. Those are one wave of the
+// larger blocks on a GPU of about 130 multiprocessors (H100, H200): the prefill of the layers
+// HAP has pruned, and the vision tower's 577 rows of 16 heads.
+inline constexpr int kFlashSplitBlocks = 128;
+inline constexpr int kFlashSplitBlocksSmallHead = 256;
+int FlashKeyGroups(const AttentionArgs& args);
 
 // RoPE applied by FlashAttention as it loads q and k (FlashAttentionRope), at each row's position
 // (one axis; row r of q and key r of k share positions[r]).
@@ -90,6 +105,6 @@ struct FlashRopeArgs {
 // needs; errors as FlashAttention's, and for a missing or aliased output, positions or table.
 KernelStatus FlashAttentionRope(const AttentionArgs& args, const FlashRopeArgs& rope, ElemType type,
                                 Stream stream, void* out_rounded = nullptr,
-                                ElemType rounded_type = ElemType::kBF16);
+                                ElemType rounded_type = ElemType::kBF16, int key_groups = 0);
 
 }  // namespace hap::cuda

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/decode_attention.h"
@@ -46,6 +47,7 @@ struct PrefillShape {
   int64_t chunk_bytes = 0;
   bool flash = false;  // narrow operands through FlashAttention rather than NarrowAttention
   std::vector<int> segments = {};  // lengths of the segments (summing to n_q = n_kv), or none
+  int key_groups = 0;              // FlashAttention's (0: by the shape)
 };
 
 inline constexpr Tolerance kNarrowOutTol{4e-3, 1e-2};
@@ -64,6 +66,7 @@ std::string PrefillName(const PrefillShape& s) {
   }
   if (s.chunk_bytes != 0) name += " chunks of " + std::to_string(s.chunk_bytes) + " B";
   if (s.flash) name += " flash";
+  if (s.key_groups != 0) name += absl::StrCat(", key groups ", s.key_groups);
   if (!s.segments.empty()) {
     name += " segments";
     for (int len : s.segments) name += " " + std::to_string(len);
@@ -123,7 +126,10 @@ CaseResult PrefillCase(const PrefillShape& s) {
     const ElemType type = s.operands == DType::kBF16 ? ElemType::kBF16 : ElemType::kF16;
     DeviceBuffer rounded(want_out.size() * sizeof(uint16_t));
     ms = TimedMs(
-        [&] { return FlashAttention(args, type, nullptr, rounded.data(), ElemType::kBF16); }, &st);
+        [&] {
+          return FlashAttention(args, type, nullptr, rounded.data(), ElemType::kBF16, s.key_groups);
+        },
+        &st);
     const std::vector<float> got = dout.Download<float>();
     std::vector<uint16_t> want_rounded(got.size());
     ConvertFromF32(DType::kBF16, got.data(), want_rounded.data(), got.size());
@@ -153,6 +159,7 @@ struct FlashRopeShape {
   int table_positions;
   DType operands = DType::kBF16;
   std::vector<int> segments = {};  // lengths (summing to n): each restarts its positions at 0
+  int key_groups = 0;              // both launches' (0: by the shape)
 };
 
 std::string FlashRopeName(const FlashRopeShape& s) {
@@ -165,6 +172,7 @@ std::string FlashRopeName(const FlashRopeShape& s) {
     name += ", segments";
     for (int len : s.segments) name += " " + std::to_string(len);
   }
+  if (s.key_groups != 0) name += absl::StrCat(", key groups ", s.key_groups);
   return name;
 }
 
@@ -232,7 +240,7 @@ CaseResult FlashRopeCase(const FlashRopeShape& s) {
   two.v = rv.as<float>();
   two.out = r_out.as<float>();
   two.lse = r_lse.as<float>();
-  c.Status(FlashAttention(two, type, nullptr, r_rounded.data(), ElemType::kBF16));
+  c.Status(FlashAttention(two, type, nullptr, r_rounded.data(), ElemType::kBF16, s.key_groups));
 
   // One.
   const std::vector<float> unwritten_q(q_elems, NAN), unwritten_kv(kv_elems, NAN);
@@ -263,7 +271,10 @@ CaseResult FlashRopeCase(const FlashRopeShape& s) {
   one.lse = dlse.as<float>();
   KernelStatus st;
   const double ms = TimedMs(
-      [&] { return FlashAttentionRope(one, rope, type, nullptr, rounded.data(), ElemType::kBF16); },
+      [&] {
+        return FlashAttentionRope(one, rope, type, nullptr, rounded.data(), ElemType::kBF16,
+                                  s.key_groups);
+      },
       &st);
   c.Status(st);
   c.Output("out as RopePair + FlashAttention", dout, r_out.Download<float>(), {0, 0});
@@ -561,6 +572,8 @@ CaseResult ArgumentChecks() {
     odd.head_dim = 24;
     expect_error("FlashAttention with head_dim 24", FlashAttention(odd, ElemType::kBF16, nullptr));
     expect_error("FlashAttention with F32 operands", FlashAttention(good, ElemType::kF32, nullptr));
+    expect_error("FlashAttention with 3 key groups",
+                 FlashAttention(good, ElemType::kBF16, nullptr, nullptr, ElemType::kBF16, 3));
     expect_error("NarrowAttention without a workspace",
                  NarrowAttention(good, ElemType::kBF16, *gemm, nullptr));
   }
@@ -688,10 +701,14 @@ void AddAttentionCases(std::vector<Case>& cases) {
       {70, 70, 2, 1, 48, true, 0, true},             // 3 k-steps per key, 2 heads on one kv head
       {40, 40, 2, 2, 128, true, 0, true},            // LLaMA's head_dim, F16
   };
+  // Each with one key group and with two (these shapes, of few blocks, choose two).
   for (PrefillShape& s : flash) {
     s.operands = &s == &flash[5] ? DType::kF16 : DType::kBF16;
     s.flash = true;
-    cases.push_back({PrefillName(s), {"FlashAttentionKernel"}, [=] { return PrefillCase(s); }});
+    for (int groups : {1, 2}) {
+      s.key_groups = groups;
+      cases.push_back({PrefillName(s), {"FlashAttentionKernel"}, [=] { return PrefillCase(s); }});
+    }
   }
   // Segments: Qwen2.5-VL's vision windows (64 patches each, one tile), then windows of other
   // lengths whose row and key tiles straddle them, an empty one, causal within each.
@@ -704,6 +721,17 @@ void AddAttentionCases(std::vector<Case>& cases) {
   flash_segmented[1].segments = {10, 70, 0, 70};
   flash_segmented[2].segments = {100, 1, 29};
   for (PrefillShape& s : flash_segmented) {
+    s.operands = DType::kBF16;
+    s.flash = true;
+    for (int groups : {1, 2}) {
+      s.key_groups = groups;
+      cases.push_back({PrefillName(s), {"FlashAttentionKernel"}, [=] { return PrefillCase(s); }});
+    }
+  }
+  // By the shape: 5 blocks of 64 rows over 60 heads of 16 (300 blocks) is more than a wave, one
+  // group (the shapes above give few blocks, two).
+  {
+    PrefillShape s{64 * 5 - 3, 64 * 5 - 3, 60, 4, 16, true, 0, true};
     s.operands = DType::kBF16;
     s.flash = true;
     cases.push_back({PrefillName(s), {"FlashAttentionKernel"}, [=] { return PrefillCase(s); }});
@@ -723,6 +751,16 @@ void AddAttentionCases(std::vector<Case>& cases) {
     cases.push_back({FlashRopeName(s),
                      {"FlashAttentionKernel", "RopeTableKernel", "RopeKernel"},
                      [=] { return FlashRopeCase(s); }});
+  }
+  // The same with each number of key groups named (the shapes above choose two).
+  for (int groups : {1, 2}) {
+    for (int i : {0, 4, 5}) {
+      FlashRopeShape s = flash_rope[i];
+      s.key_groups = groups;
+      cases.push_back({FlashRopeName(s),
+                       {"FlashAttentionKernel", "RopeTableKernel", "RopeKernel"},
+                       [=] { return FlashRopeCase(s); }});
+    }
   }
 
   // Blocks of 16 rows, the last one partial.
