@@ -1,7 +1,8 @@
 #!/bin/bash
 # Every GPU check in one command, within a time limit (bench/gpu/README.md): the parity table
 # (hapctl selftest), compute-sanitizer memcheck on a whole HAP request, run.sh (gpu_bench and
-# transformers), then serving.sh: the three services at 1, 8 and 32 streams, at 8 and 32 with the
+# transformers), serving.sh at 1, 8 and 32 streams, kernel_times.sh (each kernel's device time in
+# an encode and two prefills, from Nsight Compute), then serving.sh at 8 and 32 with the
 # prefill's passes batched (--prefill-batch-tokens 4096), and at 8 and 32 with the KV cache sent
 # as rows instead of handed over through CUDA IPC. Each part gets what is left of the
 # limit up to its own share, and one that runs out is stopped and marked so; summary.txt lists
@@ -75,6 +76,8 @@ part run 240 "$HERE/run.sh" --build "$BUILD" --template "$TEMPLATE" --checkpoint
   --out "$OUT" --requests 10
 part serving 180 "$HERE/serving.sh" --build "$BUILD" --checkpoint "$CHECKPOINT" --out "$OUT" \
   --streams 1,8,32
+# Each kernel's device time in one encode, one unpruned and one HAP-32 prefill (Nsight Compute).
+part kernels 100 "$HERE/kernel_times.sh" --build "$BUILD" --checkpoint "$CHECKPOINT" --out "$OUT"
 # The prefill batching the requests that arrive together (about six 608-token prompts a pass).
 part serving_batch 90 "$HERE/serving.sh" --build "$BUILD" --checkpoint "$CHECKPOINT" \
   --out "$OUT" --streams 8,32 --prefill-batch-tokens 4096

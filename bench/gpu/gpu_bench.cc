@@ -15,6 +15,7 @@
 //   gpu_bench --model DIR [--image FILE] [--prompt TEXT] [--retain 192,128,64,32]
 //             [--method hap] [--requests N] [--warmup N] [--kv-dtype f32|bf16]
 //             [--decode-batches 1,8,32] [--decode-steps N] [--json OUT]
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/dtype.h"
 #include "base/flags.h"
@@ -339,13 +341,19 @@ struct Args {
   std::vector<int> decode_batches = {1, 8, 32};
   int decode_steps = 32;
   std::vector<int> prefill_batches = {1, 4, 8};
+  // Set: only `warmup` requests of this configuration, then one encode ("encode") or one prefill
+  // ("none", or the visual tokens of 576 --method keeps) between cudaProfilerStart and
+  // cudaProfilerStop, for a profiler that records that window alone (ncu --profile-from-start
+  // off: bench/gpu/kernel_times.sh).
+  std::string profile_window;
 };
 
 absl::Status ParseArgs(int argc, char** argv, Args* a) {
   HAP_ASSIGN_OR_RETURN(Flags f, Flags::Parse(argc, argv,
                                              {"model", "image", "prompt", "method", "json",
                                               "requests", "warmup", "kv-dtype", "decode-steps",
-                                              "decode-batches", "prefill-batches", "retain"},
+                                              "decode-batches", "prefill-batches", "retain",
+                                              "profile-window"},
                                              {}));
   a->model = f.GetOr("model", a->model);
   a->image = f.GetOr("image", a->image);
@@ -363,11 +371,22 @@ absl::Status ParseArgs(int argc, char** argv, Args* a) {
   HAP_ASSIGN_OR_RETURN(a->decode_batches, f.PositiveInts("decode-batches", a->decode_batches));
   HAP_ASSIGN_OR_RETURN(a->prefill_batches, f.PositiveInts("prefill-batches", a->prefill_batches));
   HAP_ASSIGN_OR_RETURN(a->retain, f.PositiveNumbers("retain", a->retain));
+  a->profile_window = f.GetOr("profile-window", a->profile_window);
+  if (!a->profile_window.empty() && a->profile_window != "encode" &&
+      a->profile_window != "none") {
+    double kept = 0;
+    if (!absl::SimpleAtod(a->profile_window, &kept) || !(kept > 0) || kept > 576) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--profile-window ", a->profile_window,
+                       ": expected encode, none, or the visual tokens of 576 kept (1 to 576)"));
+    }
+  }
   if (a->model.empty()) {
     return absl::InvalidArgumentError(
         "usage: gpu_bench --model DIR [--image FILE] [--retain 192,128,64,32] [--method hap] "
         "[--requests N] [--warmup N] [--kv-dtype f32|bf16] [--decode-batches 1,8,32] "
-        "[--decode-steps N] [--prefill-batches 1,4,8] [--json OUT]");
+        "[--decode-steps N] [--prefill-batches 1,4,8] [--profile-window encode|none|KEPT] "
+        "[--json OUT]");
   }
   return absl::OkStatus();
 }
@@ -542,8 +561,9 @@ PrefillBatchTimes TimePrefillBatch(const LlavaModel& model, const Backend& b,
 // PAQ-softmax, weighted sums, token scores, top-k).
 bool IsPruningKernel(const std::string& name) {
   for (const char* k :
-       {"TextVisualAttentionKernel", "PaqKernel", "PaqSoftmaxKernel", "WeightedSumKernel",
-        "TokenScoresKernel", "StableTopKKernel", "StableTopKByRankKernel"}) {
+       {"TextVisualAttentionKernel", "PaqKernel", "PaqSoftmaxKernel", "PaqSoftmaxSumKernel",
+        "WeightedSumKernel", "TokenScoresKernel", "TokenScoresTopKKernel", "StableTopKKernel",
+        "StableTopKByRankKernel"}) {
     if (name == k) return true;
   }
   return false;
@@ -611,6 +631,47 @@ Json ProfileRequest(const LlavaModel& model, const Backend& b, const std::string
   return j;
 }
 
+// --profile-window: `warmup` requests of the configuration, then the window's encode or prefill
+// alone between cudaProfilerStart and cudaProfilerStop, each side of it synchronised.
+int ProfileWindow(const LlavaModel& model, const Backend& b, const std::string& image,
+                  const PromptText& prompt, const Args& a) {
+  PruneRequest prune;
+  prune.method = "none";
+  if (a.profile_window != "encode" && a.profile_window != "none") {
+    double kept = 0;
+    if (!absl::SimpleAtod(a.profile_window, &kept)) Die("--profile-window", absl::InternalError(""));
+    prune.method = a.method;
+    prune.retain = kept * model.config().num_visual_tokens() / 576.0;
+  }
+  const bool encode = a.profile_window == "encode";
+  for (int round = 0; round <= a.warmup; ++round) {
+    absl::StatusOr<EncodeResult> e = EncodeImage(model, image, prune, /*keep_in_backend=*/true);
+    if (!e.ok()) Die("encode", e.status());
+    Check(b.Synchronize(), "sync");
+    const bool profiled = round == a.warmup;
+    if (profiled && cudaProfilerStart() != cudaSuccess) {
+      Die("cudaProfilerStart", absl::InternalError("failed"));
+    }
+    const auto t0 = Clock::now();
+    if (encode) {
+      e = EncodeImage(model, image, prune, /*keep_in_backend=*/true);
+      if (!e.ok()) Die("encode", e.status());
+    } else {
+      Sampler greedy{SamplingParams{}};
+      absl::StatusOr<PrefillResult> p = RunPrefill(model, prompt, *e, prune, &greedy);
+      if (!p.ok()) Die("prefill", p.status());
+    }
+    Check(b.Synchronize(), "sync");
+    if (!profiled) continue;
+    const double ms = MsSince(t0);
+    if (cudaProfilerStop() != cudaSuccess) Die("cudaProfilerStop", absl::InternalError("failed"));
+    std::printf("profiled window: one %s of %s, %.2f ms of wall time (under the profiler)\n",
+                encode ? "encode" : "prefill",
+                encode ? "the image" : (prune.method + " " + a.profile_window).c_str(), ms);
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Args a;
   if (absl::Status parsed = ParseArgs(argc, argv, &a); !parsed.ok()) {
@@ -660,6 +721,7 @@ int Main(int argc, char** argv) {
     image = ss.str();
   }
   const PromptText prompt(a.prompt);
+  if (!a.profile_window.empty()) return ProfileWindow(**model, b, image, prompt, a);
 
   // Whole requests first (the op table's random arrays would otherwise share the device).
   std::vector<RequestTimes> configs(1);
