@@ -39,7 +39,7 @@ struct DecodeEngineOptions {
   // Without a pool at construction: the dtype and block rows of the pool SetPool attaches once
   // the warm-up has said what a step holds, so that WarmUp's steps run over caches of that
   // shape. Unset: ModelOptions::kv_dtype, one span a layer.
-  std::optional<DType> kv_dtype;
+  std::optional<DType> kv_dtype = std::nullopt;
   int kv_block_rows = 0;
 };
 

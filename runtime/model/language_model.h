@@ -164,6 +164,11 @@ class LanguageModel {
   bool captures_decode_steps() const {
     return decoder_ != nullptr && decoder_->captures_decode_steps();
   }
+  // Prefill runs planned so far rather than found among the kept plans
+  // (LlamaDecoder::prefill_plans_made; 0 when the language part is not loaded).
+  int64_t prefill_plans_made() const {
+    return decoder_ != nullptr ? decoder_->prefill_plans_made() : 0;
+  }
 
  protected:
   LanguageModel() = default;

@@ -219,10 +219,17 @@ void LlamaDecoder::DescribeLayer(StepDesc& desc, const StepValues& v, int l, int
   desc.Add(step_op::Add{v.x, v.h, n_hidden});
 }
 
-absl::StatusOr<std::unique_ptr<PlannedStep>> LlamaDecoder::PlanPrefill(int first, int last, int n,
-                                                                       int n_segments,
-                                                                       bool with_lse,
-                                                                       StepValues* values) const {
+absl::StatusOr<std::shared_ptr<const PlannedStep>> LlamaDecoder::PlanPrefill(
+    int first, int last, int n, int n_segments, bool with_lse, StepValues* values) const {
+  const PrefillPlanKey key = {first, last, n, n_segments, with_lse ? 1 : 0};
+  {
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    auto it = prefill_plans_.find(key);
+    if (it != prefill_plans_.end()) {
+      *values = it->second.second;
+      return it->second.first;
+    }
+  }
   StepDesc desc(n_segments > 0 ? absl::StrFormat("prefill of %d prompts, layers %d-%d, %d rows",
                                                  n_segments, first, last, n)
                                : absl::StrFormat("prefill, layers %d-%d, %d rows", first, last, n));
@@ -236,7 +243,23 @@ absl::StatusOr<std::unique_ptr<PlannedStep>> LlamaDecoder::PlanPrefill(int first
     if (with_lse) after.push_back(values->lse);
     desc.Add(step_op::Call{2 * l + 1, /*listed=*/true, std::move(after)});
   }
-  return backend_.Plan(std::move(desc));
+  HAP_ASSIGN_OR_RETURN(std::unique_ptr<PlannedStep> planned, backend_.Plan(std::move(desc)));
+  std::shared_ptr<const PlannedStep> plan = std::move(planned);
+  std::lock_guard<std::mutex> lock(plans_mu_);
+  ++prefill_plans_made_;
+  if (prefill_plans_.emplace(key, std::make_pair(plan, *values)).second) {
+    prefill_plan_order_.push_back(key);
+    if (prefill_plan_order_.size() > kMaxKeptPrefillPlans) {
+      prefill_plans_.erase(prefill_plan_order_.front());
+      prefill_plan_order_.pop_front();
+    }
+  }
+  return plan;
+}
+
+int64_t LlamaDecoder::prefill_plans_made() const {
+  std::lock_guard<std::mutex> lock(plans_mu_);
+  return prefill_plans_made_;
 }
 
 absl::StatusOr<std::shared_ptr<const PlannedStep>> LlamaDecoder::DecodePlan(
@@ -788,7 +811,7 @@ absl::Status LlamaDecoder::PrefillBatchInto(std::vector<PrefillSequence>& seqs) 
   // One workspace for every plan of this prefill: the first is the largest (pruning only
   // removes rows), so it is allocated once.
   BackendArray<uint8_t> workspace(backend_);
-  std::unique_ptr<PlannedStep> plan;
+  std::shared_ptr<const PlannedStep> plan;
   StepValues v;
   StepBindings bindings;
   void* bound[3] = {x.data(), positions_dev.data(), nullptr};

@@ -3,7 +3,9 @@
 // single-token decode steps over a per-layer KV cache.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -217,6 +219,8 @@ class LlamaDecoder {
   // Whether decode steps run as captured graphs: decode_graphs on a backend that captures.
   bool captures_decode_steps() const { return decode_graphs_; }
   int kv_dim() const { return n_kv_heads_ * head_dim_; }
+  // How many prefill runs were planned rather than found among the kept plans (PlanPrefill).
+  int64_t prefill_plans_made() const;
 
  private:
   // The values of a planned step over n rows (kernels/step.h, docs/design.md §6): the hidden
@@ -253,10 +257,13 @@ class LlamaDecoder {
   absl::Status FinishPrompt(PromptRows* p) const;
   // Layers [first, last] of a prefill over n rows in n_segments runs (0: one prompt), with a
   // Call before each layer (id 2l) and after it (id 2l + 1): planned up to the pruners' next
-  // scheduled stage, and again after every pruning stage, for the rows it leaves.
-  absl::StatusOr<std::unique_ptr<PlannedStep>> PlanPrefill(int first, int last, int n,
-                                                           int n_segments, bool with_lse,
-                                                           StepValues* values) const;
+  // scheduled stage, and again after every pruning stage, for the rows it leaves. Plans are kept
+  // by their shape (up to kMaxKeptPrefillPlans, the oldest dropped first): a prompt of a length
+  // seen before, pruned by the same schedule, plans none of its runs again (HAP at 32 of 576
+  // plans a run per layer).
+  absl::StatusOr<std::shared_ptr<const PlannedStep>> PlanPrefill(int first, int last, int n,
+                                                                 int n_segments, bool with_lse,
+                                                                 StepValues* values) const;
   // A whole decode step of b sequences, the final norm and LM head included, with a Call (id l)
   // at each layer's attention. Planned once per batch size and kept.
   absl::StatusOr<std::shared_ptr<const PlannedStep>> DecodePlan(int b, StepValues* values) const;
@@ -294,6 +301,13 @@ class LlamaDecoder {
   static constexpr int kMaxKeptDecodePlans = 64;
   mutable std::mutex plans_mu_;
   mutable std::map<int, std::pair<std::shared_ptr<const PlannedStep>, StepValues>> decode_plans_;
+  // Prefill plans by (first, last, n, n_segments, with_lse), and their keys oldest first.
+  static constexpr size_t kMaxKeptPrefillPlans = 128;
+  using PrefillPlanKey = std::array<int, 5>;
+  mutable std::map<PrefillPlanKey, std::pair<std::shared_ptr<const PlannedStep>, StepValues>>
+      prefill_plans_;
+  mutable std::deque<PrefillPlanKey> prefill_plan_order_;
+  mutable int64_t prefill_plans_made_ = 0;  // guarded by plans_mu_
 };
 
 }  // namespace hap

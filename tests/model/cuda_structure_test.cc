@@ -585,6 +585,42 @@ absl::StatusOr<HapPrompt> HapPromptFor(const LlavaModel& model, double retain) {
   return p;
 }
 
+// A prefill plans each run of layers once per shape: HAP at 16 of the visual tokens stops after
+// every layer of a 6-layer model, so its first prefill plans a run per stage, and the same prompt
+// again plans none, with the same kept tokens, cache and first token.
+TEST(CudaStructure, APrefillOfAShapeSeenBeforePlansNoRunAgain) {
+  const TinyModelOptions o = testing_support::TinyOptions(7, 6, 112, DType::kBF16);
+  absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "hap_plans");
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<int> kept[2];
+  int32_t first_token[2] = {-1, -1};
+  std::vector<int32_t> positions[2];
+  int64_t planned[2];
+  for (int round = 0; round < 2; ++round) {
+    absl::StatusOr<HapPrompt> p = HapPromptFor(**model, 16.0);
+    ASSERT_TRUE(p.ok()) << p.status();
+    Sampler sampler{SamplingParams{}};
+    const int64_t before = (*model)->prefill_plans_made();
+    absl::StatusOr<PrefillOutput> out =
+        (*model)->Prefill(p->tokens, p->encoded.embeds, p->hap.get(), &sampler);
+    ASSERT_TRUE(out.ok()) << out.status();
+    planned[round] = (*model)->prefill_plans_made() - before;
+    kept[round] = p->hap->stats().kept_original;
+    first_token[round] = out->first_token;
+    const KvStore& kv = out->kv();
+    positions[round].resize(kv.len(o.layers - 1));
+    std::vector<uint16_t> k(positions[round].size() * 256), v(k.size());
+    ASSERT_TRUE(kv.ReadRows(o.layers - 1, 0, kv.len(o.layers - 1), k.data(), v.data(),
+                            positions[round].data())
+                    .ok());
+  }
+  EXPECT_GE(planned[0], 5) << "a run per stage";
+  EXPECT_EQ(planned[1], 0);
+  EXPECT_EQ(kept[1], kept[0]);
+  EXPECT_EQ(first_token[1], first_token[0]);
+  EXPECT_EQ(positions[1], positions[0]);
+}
+
 // A HAP prefill waits for the device nowhere between its start and its end: every stage's top-k,
 // the compaction of the hidden states and position ids and the KV rows stay on the device (the
 // planner fixed each stage's count), and what the host reports — the kept indices, the positions
