@@ -25,6 +25,21 @@ class PruningKernels {
                            float* paq) const = 0;
   virtual absl::Status PaqFromRowEntropies(const float* maps, const double* row_entropy, int n_maps,
                                            int n_text, int n_vis, float* paq) const = 0;
+  // TextVisualAttention(args) of renormalised rows with their entropies, then
+  // PaqFromRowEntropies(args.out, args.row_entropy, args.n_heads, args.n_text, args.n_vis, paq):
+  // a layer's head maps and each head's PAQ in one op (one launch on a GPU). InvalidArgument
+  // without renormalize or row_entropy.
+  virtual absl::Status TextVisualAttentionPaq(const TextVisualAttentionArgs& args,
+                                              float* paq) const {
+    if (!args.renormalize || args.row_entropy == nullptr) {
+      return absl::InvalidArgumentError(
+          "TextVisualAttentionPaq: needs renormalised rows and their entropies");
+    }
+    const absl::Status s = TextVisualAttention(args);
+    return s.ok() ? PaqFromRowEntropies(args.out, args.row_entropy, args.n_heads, args.n_text,
+                                        args.n_vis, paq)
+                  : s;
+  }
   // n is heads or layers; temperature τ > 0 and finite divides the centred PAQs (1 = the paper's
   // PAQ-softmax, bit for bit; InvalidArgument otherwise, on every backend). A non-finite PAQ:
   // InvalidArgument on the CPU backend, NaN weights on a device backend (see Paq).

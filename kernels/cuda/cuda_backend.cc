@@ -140,6 +140,7 @@ class ThreadContext {
  public:
   ~ThreadContext() {
     gemm_.reset();
+    if (head_counters_ != nullptr) cuda::DeviceFree(head_counters_);
     if (scratch_ != nullptr) cuda::DeviceFree(scratch_);
     if (stream_ != nullptr) cuda::DestroyStream(stream_);
   }
@@ -192,6 +193,23 @@ class ThreadContext {
   uint64_t scratch_generation() const {
     return scratch_generation_ + (gemm_ != nullptr ? gemm_->scratch_generation() : 0);
   }
+  // kMaxCountedHeads counters for TextVisualAttentionPaq on this thread's stream, made zero on
+  // first use (each call leaves them zero).
+  static constexpr int kMaxCountedHeads = 1024;
+  absl::StatusOr<unsigned*> HeadCounters() {
+    if (head_counters_ != nullptr) return head_counters_;
+    if (cuda::Capturing()) return NotWhileCapturing("making the heads' counters (an allocation)");
+    constexpr size_t kBytes = sizeof(unsigned) * kMaxCountedHeads;
+    void* counters = nullptr;
+    HAP_CUDA_RETURN_IF_ERROR(cuda::DeviceAlloc(&counters, kBytes));
+    const cuda::KernelStatus zeroed = cuda::Fill(counters, 0, kBytes, stream_);
+    if (!zeroed.ok) {
+      cuda::DeviceFree(counters);
+      return ToStatus(zeroed);
+    }
+    head_counters_ = static_cast<unsigned*>(counters);
+    return head_counters_;
+  }
   // Reserve + Take / Upload for the ops that need a single scratch array.
   absl::StatusOr<void*> ReserveAndTake(size_t bytes) {
     HAP_RETURN_IF_ERROR(Reserve(Padded(bytes)));
@@ -206,6 +224,7 @@ class ThreadContext {
   bool ready_ = false;
   cuda::Stream stream_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;
+  unsigned* head_counters_ = nullptr;  // HeadCounters()
   void* scratch_ = nullptr;
   uint64_t scratch_generation_ = 0;  // how many times scratch_ was (re)allocated
   size_t scratch_bytes_ = 0;
@@ -310,6 +329,21 @@ class CudaPruning final : public PruningKernels {
                                     "TextVisualAttention", "out"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::TextVisualAttention(a, c->stream()));
+  }
+  // One launch: the last of a head's blocks makes its PAQ (cuda::TextVisualAttentionPaq).
+  absl::Status TextVisualAttentionPaq(const TextVisualAttentionArgs& a, float* paq) const override {
+    if (a.n_heads > ThreadContext::kMaxCountedHeads || !a.renormalize || a.row_entropy == nullptr) {
+      return PruningKernels::TextVisualAttentionPaq(a, paq);
+    }
+    HAP_RETURN_IF_ERROR(CheckDevice(a.out, sizeof(float) * a.n_heads * a.n_text * a.n_vis,
+                                    "TextVisualAttentionPaq", "out"));
+    HAP_RETURN_IF_ERROR(CheckDevice(a.row_entropy, sizeof(double) * a.n_heads * a.n_text,
+                                    "TextVisualAttentionPaq", "row_entropy"));
+    HAP_RETURN_IF_ERROR(
+        CheckDevice(paq, sizeof(float) * a.n_heads, "TextVisualAttentionPaq", "paq"));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_ASSIGN_OR_RETURN(unsigned* counters, c->HeadCounters());
+    return ToStatus(cuda::TextVisualAttentionPaq(a, paq, counters, c->stream()));
   }
   // The PAQ values stay on the device: a map that is not a distribution gets NaN there
   // (kernels/cuda/paq.h), which the caller finds when it copies the values out.

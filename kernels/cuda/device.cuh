@@ -101,6 +101,11 @@ T atomicCAS(T* addr, T expected, T desired) {
   return ::hap::simt::AtomicCas(addr, expected, desired);
 }
 
+// A load through L2 only (the GPU's L1 is not coherent between blocks): a plain load here.
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
+}
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }

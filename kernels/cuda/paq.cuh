@@ -15,10 +15,22 @@ namespace hap::cuda {
 // nothing of their own, so a larger block gives the same bits.
 constexpr int kPaqColumnThreads = 256;
 
+// A load of what BlockPaq reads: kThroughL2 bypasses the L1 cache, for a map other blocks of the
+// same launch wrote (the last block of a head in TextVisualAttentionPaq).
+template <bool kThroughL2, typename T>
+__device__ __forceinline__ T PaqLoad(const T* p) {
+  if constexpr (kThroughL2) {
+    return __ldcg(p);
+  } else {
+    return *p;
+  }
+}
+
 // paq[0] = the PAQ of map a F32 [n_text, n_vis] (row_entropy null: the definition; else the
 // map's F64 [n_text] row entropies, PaqFromRowEntropies), written by thread 0. Every thread
 // calls it (it has barriers); blockDim.x a multiple of 32 and at least kPaqColumnThreads.
 // scratch: 32 shared doubles, bad: 1 shared int.
+template <bool kThroughL2 = false>
 __device__ __forceinline__ void BlockPaq(const float* a, const double* row_entropy, int n_text,
                                          int n_vis, float* paq, double* scratch, int* bad) {
   constexpr double kRowSumTolerance = 1e-3;  // kernels::kPaqRowSumTolerance
@@ -32,7 +44,7 @@ __device__ __forceinline__ void BlockPaq(const float* a, const double* row_entro
   for (int i = first; i < n_vis; i += kPaqColumnThreads) {
     double pv = 0.0;
     for (int j = 0; j < n_text; ++j) {
-      const float x = a[static_cast<int64_t>(j) * n_vis + i];
+      const float x = PaqLoad<kThroughL2>(a + static_cast<int64_t>(j) * n_vis + i);
       my_bad |= !(x >= 0.f && x < INFINITY);  // also NaN; −0 passes as in the reference
       pv += pt * x;
     }
@@ -41,7 +53,7 @@ __device__ __forceinline__ void BlockPaq(const float* a, const double* row_entro
     hv -= pv * ln_pv;
     if (row_entropy != nullptr) continue;
     for (int j = 0; j < n_text; ++j) {
-      const float x = a[static_cast<int64_t>(j) * n_vis + i];
+      const float x = PaqLoad<kThroughL2>(a + static_cast<int64_t>(j) * n_vis + i);
       if (x > 0.f) mi += pt * x * (log(static_cast<double>(x)) - ln_pv);
     }
   }
@@ -51,7 +63,7 @@ __device__ __forceinline__ void BlockPaq(const float* a, const double* row_entro
   for (int j = threadIdx.x / 32; j < n_text; j += blockDim.x / 32) {
     const float* row = a + static_cast<int64_t>(j) * n_vis;
     double s = 0.0;
-    for (int i = lane; i < n_vis; i += 32) s += row[i];
+    for (int i = lane; i < n_vis; i += 32) s += PaqLoad<kThroughL2>(row + i);
     s = WarpSumF64(s);
     my_bad |= !(fabs(s - 1.0) <= kRowSumTolerance);
   }
@@ -67,7 +79,7 @@ __device__ __forceinline__ void BlockPaq(const float* a, const double* row_entro
   if (row_entropy != nullptr) {
     double h_rows = 0.0;  // Σ_j H(row j), in the reference's order
     for (int j = 0; j < n_text; ++j) {
-      const double h = row_entropy[j];
+      const double h = PaqLoad<kThroughL2>(row_entropy + j);
       ok &= fabs(h) < INFINITY;
       h_rows += h;
     }

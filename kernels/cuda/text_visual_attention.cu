@@ -1,10 +1,10 @@
-#include "kernels/cuda/text_visual_attention.h"
-
 #include <cmath>
 #include <string>
 
 #include "kernels/cuda/device.cuh"
+#include "kernels/cuda/paq.cuh"
 #include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/text_visual_attention.h"
 
 namespace hap::cuda {
 namespace {
@@ -28,6 +28,8 @@ struct RowsParams {
   int64_t lse_stride;
   float scale;
   int renormalize;
+  float* paq;           // F32 [n_heads], or null: each head's PAQ (TextVisualAttentionPaq)
+  unsigned* head_done;  // with paq: [n_heads] counts of the head's blocks done, 0 between calls
 };
 
 __device__ __forceinline__ double WarpSumF64(double v) {
@@ -35,9 +37,11 @@ __device__ __forceinline__ double WarpSumF64(double v) {
   return v;
 }
 
-// grid (ceil(n_text / rows), n_heads), block 32·rows threads (rows ≤ 8: one warp per text row).
-// Dynamic shared memory: F32 [32, head_dim + 1] key tile (padded so that lanes reading their
-// own key's column d hit distinct banks) and F32 [rows, head_dim] query rows.
+// grid (ceil(n_text / rows), n_heads), block 32·rows threads (rows ≤ 8: one warp per text row;
+// with paq, 8). Dynamic shared memory: F32 [32, head_dim + 1] key tile (padded so that lanes
+// reading their own key's column d hit distinct banks) and F32 [rows, head_dim] query rows.
+// With paq, the last of a head's blocks to finish makes that head's PAQ from its map and row
+// entropies (BlockPaq, as PaqKernel makes it), reading what the other blocks wrote through L2.
 __global__ void TextVisualAttentionKernel(RowsParams p) {
   HAP_DYNAMIC_SHARED(float, smem);
   const int hd = p.head_dim;
@@ -84,30 +88,50 @@ __global__ void TextVisualAttentionKernel(RowsParams p) {
       }
     }
   }
-  if (!row_ok || !p.renormalize) return;
+  if (row_ok && p.renormalize) {
+    // Softmax over the row's visual logits; lane l owns columns l, l + 32, … in every pass.
+    const float mx = WarpMax(lane_max);
+    double z = 0.0, zy = 0.0;  // Σ e^y and Σ e^y·y, y = x − max
+    for (int i = lane; i < p.n_vis; i += 32) {
+      const float y = out[i] - mx;
+      const float e = expf(y);
+      out[i] = e;
+      z += e;
+      zy += static_cast<double>(e) * y;
+    }
+    z = WarpSumF64(z);
+    zy = WarpSumF64(zy);
+    const float inv = static_cast<float>(1.0 / z);  // z ≥ 1: the max term is e^0
+    for (int i = lane; i < p.n_vis; i += 32) out[i] *= inv;
+    if (p.entropy != nullptr && lane == 0) {
+      p.entropy[static_cast<int64_t>(h) * p.n_text + j] = log(z) - zy / z;
+    }
+  }
+  if (p.paq == nullptr) return;  // uniform
 
-  // Softmax over the row's visual logits; lane l owns columns l, l + 32, … in every pass.
-  const float mx = WarpMax(lane_max);
-  double z = 0.0, zy = 0.0;  // Σ e^y and Σ e^y·y, y = x − max
-  for (int i = lane; i < p.n_vis; i += 32) {
-    const float y = out[i] - mx;
-    const float e = expf(y);
-    out[i] = e;
-    z += e;
-    zy += static_cast<double>(e) * y;
-  }
-  z = WarpSumF64(z);
-  zy = WarpSumF64(zy);
-  const float inv = static_cast<float>(1.0 / z);  // z ≥ 1: the max term is e^0
-  for (int i = lane; i < p.n_vis; i += 32) out[i] *= inv;
-  if (p.entropy != nullptr && lane == 0) {
-    p.entropy[static_cast<int64_t>(h) * p.n_text + j] = log(z) - zy / z;
-  }
+  // The head's PAQ, by its last block: this block's rows are seen device-wide before it counts.
+  HAP_SHARED(double, paq_scratch, 32);
+  HAP_SHARED(int, paq_bad, 1);
+  HAP_SHARED(int, last, 1);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last[0] = atomicAdd(p.head_done + h, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last[0]) return;  // uniform
+  __threadfence();
+  const int64_t map = static_cast<int64_t>(h) * p.n_text;
+  BlockPaq</*kThroughL2=*/true>(p.out + map * p.n_vis, p.entropy + map, p.n_text, p.n_vis,
+                                p.paq + h, paq_scratch, paq_bad);
+  if (threadIdx.x == 0) p.head_done[h] = 0;  // ready for the next call
 }
 
 }  // namespace
 
-KernelStatus TextVisualAttention(const TextVisualAttentionArgs& a, Stream stream) {
+namespace {
+
+// TextVisualAttention's checks and launch; with paq, each head's PAQ too.
+KernelStatus LaunchRows(const TextVisualAttentionArgs& a, float* paq, unsigned* head_done,
+                        Stream stream) {
   if (a.q_text == nullptr || a.k_vis == nullptr || a.out == nullptr ||
       (!a.renormalize && a.lse == nullptr)) {
     return KernelStatus::Error("TextVisualAttention: null pointer argument");
@@ -137,6 +161,8 @@ KernelStatus TextVisualAttention(const TextVisualAttentionArgs& a, Stream stream
   p.lse_stride = a.lse_stride ? a.lse_stride : a.n_text;
   p.scale = a.scale;
   p.renormalize = a.renormalize ? 1 : 0;
+  p.paq = paq;
+  p.head_done = head_done;
   if (p.q_stride < int64_t{a.n_heads} * a.head_dim ||
       p.k_stride < int64_t{a.n_kv_heads} * a.head_dim || p.lse_stride < a.n_text) {
     return KernelStatus::Error("TextVisualAttention: a stride is smaller than its row");
@@ -147,10 +173,28 @@ KernelStatus TextVisualAttention(const TextVisualAttentionArgs& a, Stream stream
   if (a.row_entropy != nullptr && !a.renormalize) {
     return KernelStatus::Error("TextVisualAttention: row entropies need renormalize");
   }
-  const int rows = a.n_text < kMaxRowsPerBlock ? a.n_text : kMaxRowsPerBlock;
+  // BlockPaq takes kPaqColumnThreads threads: with paq, every block has 8 warps.
+  static_assert(32 * kMaxRowsPerBlock == kPaqColumnThreads);
+  const int rows = a.n_text < kMaxRowsPerBlock && paq == nullptr ? a.n_text : kMaxRowsPerBlock;
   const size_t smem = sizeof(float) * (kKeysPerTile * (a.head_dim + 1) + rows * a.head_dim);
   return Launch("TextVisualAttentionKernel", TextVisualAttentionKernel,
                 dim3(CeilDiv(a.n_text, rows), a.n_heads), dim3(32 * rows), smem, stream, p);
+}
+
+}  // namespace
+
+KernelStatus TextVisualAttention(const TextVisualAttentionArgs& a, Stream stream) {
+  return LaunchRows(a, nullptr, nullptr, stream);
+}
+
+KernelStatus TextVisualAttentionPaq(const TextVisualAttentionArgs& a, float* paq,
+                                    unsigned* head_done, Stream stream) {
+  if (paq == nullptr || head_done == nullptr || a.row_entropy == nullptr || !a.renormalize) {
+    return KernelStatus::Error(
+        "TextVisualAttentionPaq: needs renormalised rows with their entropies, the PAQ output "
+        "and the heads' counters");
+  }
+  return LaunchRows(a, paq, head_done, stream);
 }
 
 }  // namespace hap::cuda

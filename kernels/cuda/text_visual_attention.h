@@ -22,6 +22,15 @@ namespace hap::cuda {
 // Work: n_heads·n_text·n_vis·head_dim multiply-adds; K is read ceil(n_text / 8) times per head.
 KernelStatus TextVisualAttention(const TextVisualAttentionArgs& args, Stream stream);
 
+// TextVisualAttention of renormalised rows with their entropies (args.row_entropy), then the
+// PAQ of each head's map from them (PaqFromRowEntropies of args.out: F32 paq[n_heads], NaN for a
+// map that fails its checks), in one launch: the last of a head's blocks to finish (counted in
+// head_done[h] with an atomic add) makes that head's PAQ, reading the other blocks' rows through
+// L2, and sets the count back to 0. head_done: n_heads device counters, 0 before the call and
+// after it; a stream's calls may share them, calls on streams that can overlap may not.
+KernelStatus TextVisualAttentionPaq(const TextVisualAttentionArgs& args, float* paq,
+                                    unsigned* head_done, Stream stream);
+
 inline constexpr int kTextVisualAttentionMaxHeadDim = 256;
 
 }  // namespace hap::cuda

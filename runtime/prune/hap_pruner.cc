@@ -76,13 +76,12 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   float* scalars = scalars_.data() + scalar_offsets_[g];
 
   // Â_h for every head: F32 [H, n_text, n_vis], rows renormalised over the visual tokens, and
-  // the entropy of each row, which gives PAQ(Â_h) without a logarithm per element.
-  HAP_RETURN_IF_ERROR(RowsAttention(att, TextBegin(att), n_text, /*renormalize=*/true,
-                                    &head_maps_, &head_entropy_));
+  // the entropy of each row, which gives PAQ(Â_h) without a logarithm per element: the maps and
+  // the heads' PAQs in one op (one launch on a GPU).
   float* head_paq = scalars + at.head_paq(slot);          // F32 [H]
   float* head_weights = scalars + at.head_weights(slot);  // F32 [H]
-  HAP_RETURN_IF_ERROR(
-      ops.PaqFromRowEntropies(head_maps_.data(), head_entropy_.data(), H, n_text, n_vis, head_paq));
+  HAP_RETURN_IF_ERROR(RowsAttention(att, TextBegin(att), n_text, /*renormalize=*/true, &head_maps_,
+                                    &head_entropy_, head_paq));
   // A_l = Σ_h w_h Â_h: F32 [n_text, n_vis], into the group's next buffer, with the head weights
   // (PAQ-softmax: one op).
   if (static_cast<int>(group_maps_.size()) <= slot) group_maps_.resize(slot + 1);

@@ -219,7 +219,7 @@ TextVisualAttentionArgs TextVisualRowsOf(const LayerAttention& att, int row0, in
 
 absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int n_rows,
                                        bool renormalize, BackendArray<float>* out,
-                                       BackendArray<double>* row_entropy) const {
+                                       BackendArray<double>* row_entropy, float* head_paq) const {
   if (att.q == nullptr || att.k == nullptr || (!renormalize && att.lse == nullptr)) {
     return absl::InvalidArgumentError(
         absl::StrCat(stats_.method, ": layer ", att.layer, " passed no Q/K/LSE"));
@@ -238,6 +238,7 @@ absl::Status PrunerBase::RowsAttention(const LayerAttention& att, int row0, int 
     HAP_RETURN_IF_ERROR(row_entropy->Resize(static_cast<size_t>(att.n_heads) * n_rows));
     a.row_entropy = row_entropy->data();
   }
+  if (head_paq != nullptr) return att.backend->pruning().TextVisualAttentionPaq(a, head_paq);
   return att.backend->pruning().TextVisualAttention(a);
 }
 

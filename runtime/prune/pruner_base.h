@@ -64,9 +64,11 @@ class PrunerBase : public Pruner {
   // Attention of rows [row0, row0 + n_rows) of the current sequence on the visual tokens
   // present. out: F32 [n_heads, n_rows, n_vis] (resized; its buffer is reused across calls).
   // row_entropy (renormalize only, optional): F64 [n_heads, n_rows], each row's entropy.
+  // head_paq (with row_entropy, optional): F32 [n_heads] in the backend's memory, each head's
+  // PAQ, made with the rows (PruningKernels::TextVisualAttentionPaq).
   absl::Status RowsAttention(const LayerAttention& att, int row0, int n_rows, bool renormalize,
-                             BackendArray<float>* out,
-                             BackendArray<double>* row_entropy = nullptr) const;
+                             BackendArray<float>* out, BackendArray<double>* row_entropy = nullptr,
+                             float* head_paq = nullptr) const;
 
   // Records time spent scoring/selecting in a layer that did not prune.
   void AddTime(double us) { stats_.score_select_us += us; }

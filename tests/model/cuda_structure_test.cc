@@ -670,13 +670,14 @@ TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
   }
 }
 
-// HAP scores a layer in four launches: its text→visual rows with their entropies, the heads'
-// PAQ, the head weights made with the layer's map (PaqSoftmaxSum) and the layer map's PAQ; a stage
-// adds one, its token scores made with its selection (TokenScoresTopK), which also makes the
-// layer map's PAQ when the group is that one layer, and its compaction one more (the hidden
-// states and positions together, GatherKeptRowsPair). The kernels those replace are not launched.
-// Retaining 16 of 64 tokens over 6 layers takes groups of one layer; 32, larger ones.
-TEST(CudaStructure, HapScoresALayerInFourLaunchesAndAStageInOne) {
+// HAP scores a layer in three launches: its text→visual rows with their entropies and the heads'
+// PAQ (TextVisualAttentionPaq), the head weights made with the layer's map (PaqSoftmaxSum) and the
+// layer map's PAQ; a stage adds one, its token scores made with its selection (TokenScoresTopK),
+// which also makes the layer map's PAQ when the group is that one layer, and its compaction one
+// more (the hidden states and positions together, GatherKeptRowsPair). The kernels those replace
+// are not launched. Retaining 16 of 64 tokens over 6 layers takes groups of one layer (two
+// launches a layer and two a stage); 32, larger ones.
+TEST(CudaStructure, HapScoresALayerInThreeLaunchesAndAStageInOne) {
   const TinyModelOptions o = testing_support::TinyOptions(7, 6, 112, DType::kBF16);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "hap_scoring");
   ASSERT_TRUE(model.ok()) << model.status();
@@ -712,7 +713,7 @@ TEST(CudaStructure, HapScoresALayerInFourLaunchesAndAStageInOne) {
                 static_cast<long long>(single));
     ASSERT_GE(stages, 2);
     EXPECT_EQ(n[0], layers);               // text→visual rows
-    EXPECT_EQ(n[1], 2 * layers - single);  // the heads' PAQ, the layer map's (not at a stage)
+    EXPECT_EQ(n[1], layers - single);      // the layer map's PAQ (not at a stage)
     EXPECT_EQ(n[2], layers);
     EXPECT_EQ(n[3], stages);
     // Groups of several layers weigh their maps with PaqSoftmaxWeights and WeightedSumMaps.

@@ -186,6 +186,84 @@ CaseResult TextVisualAttentionCase(const AttentionShape& s) {
   return Finish(c, extra, ms);
 }
 
+// TextVisualAttentionPaq: the rows and their entropies as TextVisualAttention's, and each head's
+// PAQ byte for byte as PaqFromRowEntropies makes it from them on the device, and against the
+// reference's. Called twice: the heads' counters are back at 0 after each call, so the second
+// gives the same bits.
+CaseResult TextVisualAttentionPaqCase(const AttentionShape& s) {
+  const uint64_t seed = 900 + s.n_text * 7 + s.n_vis + s.head_dim;
+  const int64_t q_stride = int64_t{s.n_heads} * s.head_dim + s.pad;
+  const int64_t k_stride = int64_t{s.n_kv_heads} * s.head_dim + s.pad;
+  const std::vector<float> q = RandomFloats(s.n_text * q_stride, seed, -3.f, 3.f);
+  const std::vector<float> k = RandomFloats(s.n_vis * k_stride, seed + 1);
+  const int64_t n_out = int64_t{s.n_heads} * s.n_text * s.n_vis;
+  std::vector<float> want(n_out), want_paq(s.n_heads);
+  std::vector<double> want_h(int64_t{s.n_heads} * s.n_text);
+  TextVisualAttentionArgs a{.n_text = s.n_text,
+                            .n_vis = s.n_vis,
+                            .n_heads = s.n_heads,
+                            .n_kv_heads = s.n_kv_heads,
+                            .head_dim = s.head_dim,
+                            .q_stride = s.pad ? q_stride : 0,
+                            .k_stride = s.pad ? k_stride : 0,
+                            .scale = 1.f / std::sqrt(static_cast<float>(s.head_dim)),
+                            .renormalize = true};
+  TextVisualAttentionArgs ref = a;
+  ref.q_text = q.data();
+  ref.k_vis = k.data();
+  ref.out = want.data();
+  ref.row_entropy = want_h.data();
+  Checker c;
+  Extra extra;
+  if (!c.Reference(kernels::TextVisualAttentionReference(ref)) ||
+      !c.Reference(kernels::PaqFromRowEntropies(want.data(), want_h.data(), s.n_heads, s.n_text,
+                                                s.n_vis, want_paq.data()))) {
+    return c.Result(0);
+  }
+  DeviceBuffer dq = DeviceBuffer::Of(q), dk = DeviceBuffer::Of(k);
+  DeviceBuffer dout(n_out * sizeof(float)), dh(want_h.size() * sizeof(double));
+  DeviceBuffer dpaq(s.n_heads * sizeof(float));
+  DeviceBuffer counters = DeviceBuffer::Of(std::vector<unsigned>(s.n_heads, 0u));
+  a.q_text = dq.as<float>();
+  a.k_vis = dk.as<float>();
+  a.out = dout.as<float>();
+  a.row_entropy = dh.as<double>();
+  // The two launches it stands for, on the device.
+  DeviceBuffer two_out(n_out * sizeof(float)), two_h(want_h.size() * sizeof(double));
+  DeviceBuffer two_paq(s.n_heads * sizeof(float));
+  TextVisualAttentionArgs two = a;
+  two.out = two_out.as<float>();
+  two.row_entropy = two_h.as<double>();
+  c.Status(TextVisualAttention(two, nullptr));
+  c.Status(PaqFromRowEntropies(two.out, two.row_entropy, s.n_heads, s.n_text, s.n_vis,
+                               two_paq.as<float>(), nullptr));
+  const std::vector<float> two_paq_host = two_paq.Download<float>();
+  double first_ms = 0;
+  for (int call = 0; call < 2; ++call) {
+    KernelStatus st;
+    const double ms = TimedMs(
+        [&] {
+          return TextVisualAttentionPaq(a, dpaq.as<float>(), counters.as<unsigned>(), nullptr);
+        },
+        &st);
+    c.Status(st);
+    if (call == 0) first_ms = ms;
+    const std::string when = call == 0 ? "" : ", called again";
+    c.Exact("out as TextVisualAttention" + when, dout, two_out.Download<float>().data());
+    c.Exact("row_entropy as TextVisualAttention" + when, dh, two_h.Download<double>().data());
+    c.Exact("paq as PaqFromRowEntropies" + when, dpaq, two_paq_host.data());
+    if (counters.Download<unsigned>() != std::vector<unsigned>(s.n_heads, 0u)) {
+      c.Fail("a head's counter is not back at 0" + when);
+    }
+  }
+  c.Output("out", dout, want, kF32Tol);
+  OutputF64(c, extra, "row_entropy", dh, want_h, kEntropyTol);
+  c.Output("paq", dpaq, want_paq, kF32Tol);
+  c.Unchanged("q_text", dq, q.data());
+  c.Unchanged("k_vis", dk, k.data());
+  return Finish(c, extra, first_ms);
+}
+
 // ------------------------------------------------------------------ PAQ
 
 // Row-stochastic maps F32 [n_maps, n_text, n_vis] and their row entropies F64 [n_maps, n_text]:
@@ -883,6 +961,19 @@ void AddPruneCases(std::vector<Case>& cases) {
     cases.push_back({AttentionName(s), {"TextVisualAttentionKernel"}, [=] {
                        return TextVisualAttentionCase(s);
                      }});
+  }
+
+  // The heads' PAQ made by each head's last block: one row per block and one text row (a block
+  // per head), 8 heads on 2 kv heads in strided views, 32 heads at LLaVA's shapes after HAP kept
+  // 64, a single visual token, head_dim 256.
+  for (const AttentionShape& s : {AttentionShape{1, 7, 4, 4, 10, true, true, 0},
+                                  AttentionShape{33, 576, 8, 2, 64, true, true, 3},
+                                  AttentionShape{32, 64, 32, 32, 128, true, true, 0},
+                                  AttentionShape{5, 1, 4, 2, 10, true, true, 0},
+                                  AttentionShape{9, 65, 4, 1, 256, true, true, 0}}) {
+    cases.push_back({"TextVisualAttentionPaq" + AttentionName(s).substr(19),
+                     {"TextVisualAttentionKernel", "PaqKernel"},
+                     [=] { return TextVisualAttentionPaqCase(s); }});
   }
 
   cases.push_back(
