@@ -88,6 +88,18 @@ class PruningKernels {
     const absl::Status s = Paq(map, 1, n_rows, n_vis, paq);
     return s.ok() ? TokenScoresTopKToBackend(map, n_rows, n_vis, k, scores, kept) : s;
   }
+  // PaqSoftmaxSumContiguous(maps, paq, n_maps, temperature, n_text·n_vis, weights, out), then
+  // PaqTokenScoresTopKToBackend(out, n_text, n_vis, k, map_paq, scores, kept): a group of one
+  // layer made, weighed and decided at once (one launch on a GPU, up to 1024 tokens).
+  virtual absl::Status PaqSoftmaxSumScoresTopKToBackend(const float* maps, const float* paq,
+                                                        int n_maps, double temperature, int n_text,
+                                                        int n_vis, int k, float* weights,
+                                                        float* out, float* map_paq, float* scores,
+                                                        int32_t* kept) const {
+    const absl::Status s = PaqSoftmaxSumContiguous(maps, paq, n_maps, temperature,
+                                                   int64_t{n_text} * n_vis, weights, out);
+    return s.ok() ? PaqTokenScoresTopKToBackend(out, n_text, n_vis, k, map_paq, scores, kept) : s;
+  }
   // VisionZip's contextual rows. args.targets, args.sources and args.merged_count (optional:
   // the explain record's counts, a sync point on a GPU) are host; k, hidden and out are in the
   // backend's memory. VisionZip's CLS attention is TextVisualAttention + WeightedSumContiguous.

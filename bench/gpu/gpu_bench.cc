@@ -562,8 +562,8 @@ PrefillBatchTimes TimePrefillBatch(const LlavaModel& model, const Backend& b,
 bool IsPruningKernel(const std::string& name) {
   for (const char* k :
        {"TextVisualAttentionKernel", "PaqKernel", "PaqSoftmaxKernel", "PaqSoftmaxSumKernel",
-        "WeightedSumKernel", "TokenScoresKernel", "TokenScoresTopKKernel", "StableTopKKernel",
-        "StableTopKByRankKernel"}) {
+        "PaqSoftmaxSumScoresTopKKernel", "WeightedSumKernel", "TokenScoresKernel",
+        "TokenScoresTopKKernel", "StableTopKKernel", "StableTopKByRankKernel"}) {
     if (name == k) return true;
   }
   return false;

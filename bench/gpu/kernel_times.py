@@ -11,6 +11,7 @@ import sys
 # The pruning methods' scoring and selection kernels (gpu_bench's IsPruningKernel).
 PRUNING_KERNELS = {
     "TextVisualAttentionKernel", "PaqKernel", "PaqSoftmaxKernel", "PaqSoftmaxSumKernel",
+    "PaqSoftmaxSumScoresTopKKernel",
     "WeightedSumKernel", "TokenScoresKernel", "TokenScoresTopKKernel", "StableTopKKernel",
     "StableTopKByRankKernel"}
 

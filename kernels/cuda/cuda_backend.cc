@@ -193,8 +193,9 @@ class ThreadContext {
   uint64_t scratch_generation() const {
     return scratch_generation_ + (gemm_ != nullptr ? gemm_->scratch_generation() : 0);
   }
-  // kMaxCountedHeads counters for TextVisualAttentionPaq on this thread's stream, made zero on
-  // first use (each call leaves them zero).
+  // kMaxCountedHeads counters for the ops whose last block finishes the op
+  // (TextVisualAttentionPaq, PaqSoftmaxSumScoresTopKToBackend) on this thread's stream, made zero
+  // on first use; each call leaves them zero, so the ops of one stream share them.
   static constexpr int kMaxCountedHeads = 1024;
   absl::StatusOr<unsigned*> HeadCounters() {
     if (head_counters_ != nullptr) return head_counters_;
@@ -476,6 +477,45 @@ class CudaPruning final : public PruningKernels {
     HAP_RETURN_IF_ERROR(CheckDevice(kept, sizeof(int32_t) * k, op, "kept"));
     HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
     return ToStatus(cuda::TokenScoresTopK(map, n_rows, n_vis, k, scores, kept, c->stream(), paq));
+  }
+  // One launch: the last block of the weighted sum scores and selects (cuda::
+  // PaqSoftmaxSumScoresTopK), counted in the thread's first head counter.
+  absl::Status PaqSoftmaxSumScoresTopKToBackend(const float* maps, const float* paq, int n_maps,
+                                                double temperature, int n_text, int n_vis, int k,
+                                                float* weights, float* out, float* map_paq,
+                                                float* scores, int32_t* kept) const override {
+    if (n_vis > cuda::kTokenScoresTopKMaxTokens || n_maps > cuda::kPaqSoftmaxSumMaxMaps || k < 1 ||
+        n_text <= 0 || n_vis <= 0) {
+      return PruningKernels::PaqSoftmaxSumScoresTopKToBackend(
+          maps, paq, n_maps, temperature, n_text, n_vis, k, weights, out, map_paq, scores, kept);
+    }
+    const char* op = "PaqSoftmaxSumScoresTopKToBackend";
+    const int64_t size = int64_t{n_text} * n_vis;
+    HAP_RETURN_IF_ERROR(CheckDevice(maps, sizeof(float) * n_maps * size, op, "maps"));
+    HAP_RETURN_IF_ERROR(CheckDevice(paq, sizeof(float) * n_maps, op, "paq"));
+    HAP_RETURN_IF_ERROR(CheckDevice(weights, sizeof(float) * n_maps, op, "weights"));
+    HAP_RETURN_IF_ERROR(CheckDevice(out, sizeof(float) * size, op, "out"));
+    HAP_RETURN_IF_ERROR(CheckDevice(map_paq, sizeof(float), op, "map_paq"));
+    HAP_RETURN_IF_ERROR(CheckDevice(scores, sizeof(float) * n_vis, op, "scores"));
+    HAP_RETURN_IF_ERROR(CheckDevice(kept, sizeof(int32_t) * k, op, "kept"));
+    HAP_RETURN_IF_ERROR(CheckTemperature(op, temperature));
+    HAP_ASSIGN_OR_RETURN(ThreadContext * c, Context());
+    HAP_ASSIGN_OR_RETURN(unsigned* counters, c->HeadCounters());
+    cuda::SumScoresArgs a;
+    a.maps = maps;
+    a.paq = paq;
+    a.n_maps = n_maps;
+    a.temperature = temperature;
+    a.n_text = n_text;
+    a.n_vis = n_vis;
+    a.k = k;
+    a.weights = weights;
+    a.out = out;
+    a.map_paq = map_paq;
+    a.scores = scores;
+    a.kept = kept;
+    a.done = counters;
+    return ToStatus(cuda::PaqSoftmaxSumScoresTopK(a, c->stream()));
   }
   // The token lists (host) are checked here and uploaded; the counts come back only when the
   // caller asks for them (the explain record).

@@ -14,9 +14,11 @@ constexpr int kSumThreads = 256;
 constexpr unsigned kMaxSumBlocks = 2048;  // grid-stride beyond, as WeightedSumKernel
 constexpr int kRowGroups = 8;             // TokenScoresKernel's partial sums of every 8th row
 
-// One element per thread (grid-stride), as WeightedSumKernel, after the block made the weights.
-__global__ void PaqSoftmaxSumKernel(const float* maps, const float* paq, int n_maps,
-                                    double temperature, int64_t size, float* weights, float* out) {
+// The weights (every block makes them; the first writes them out), then one element per thread
+// (grid-stride), as WeightedSumKernel.
+__device__ __forceinline__ void BlockPaqSoftmaxSum(const float* maps, const float* paq, int n_maps,
+                                                   double temperature, int64_t size, float* weights,
+                                                   float* out) {
   HAP_SHARED(double, e, kPaqSoftmaxStored);
   HAP_SHARED(double, at, 3);
   HAP_SHARED(float, w, kPaqSoftmaxStored);
@@ -34,18 +36,27 @@ __global__ void PaqSoftmaxSumKernel(const float* maps, const float* paq, int n_m
   }
 }
 
-// One block, thread i the score of column i: the 8 partial sums of TokenScoresKernel (rows
-// g, g + 8, …) made one after the other and added in the same order, then its rank. With
-// map_paq, first the map's PAQ (BlockPaq, as PaqKernel makes it).
-__global__ void TokenScoresTopKKernel(const float* map, int64_t n_rows, int n_vis, int k,
-                                      float* scores, int* kept, float* map_paq) {
+__global__ void PaqSoftmaxSumKernel(const float* maps, const float* paq, int n_maps,
+                                    double temperature, int64_t size, float* weights, float* out) {
+  BlockPaqSoftmaxSum(maps, paq, n_maps, temperature, size, weights, out);
+}
+
+// Thread i the score of column i: the 8 partial sums of TokenScoresKernel (rows g, g + 8, …)
+// made one after the other and added in the same order, then its rank. With map_paq, first the
+// map's PAQ (BlockPaq, as PaqKernel makes it). kThroughL2: the map is read through L2 (other
+// blocks of the launch wrote it).
+template <bool kThroughL2>
+__device__ __forceinline__ void BlockTokenScoresTopK(const float* map, int64_t n_rows, int n_vis,
+                                                     int k, float* scores, int* kept,
+                                                     float* map_paq) {
   HAP_SHARED(float, s, kRankMax);
   HAP_SHARED(int, has_nan, 1);
   HAP_SHARED(unsigned long long, scan_scratch, 32);
   HAP_SHARED(double, paq_scratch, 32);
   HAP_SHARED(int, paq_bad, 1);
   if (map_paq != nullptr) {  // uniform: every thread or none
-    BlockPaq(map, nullptr, static_cast<int>(n_rows), n_vis, map_paq, paq_scratch, paq_bad);
+    BlockPaq<kThroughL2>(map, nullptr, static_cast<int>(n_rows), n_vis, map_paq, paq_scratch,
+                         paq_bad);
   }
   const int i = threadIdx.x;
   float x = 0.f;
@@ -53,13 +64,38 @@ __global__ void TokenScoresTopKKernel(const float* map, int64_t n_rows, int n_vi
     double sum = 0.0;
     for (int g = 0; g < kRowGroups; ++g) {
       double acc = 0.0;
-      for (int64_t r = g; r < n_rows; r += kRowGroups) acc += map[r * n_vis + i];
+      for (int64_t r = g; r < n_rows; r += kRowGroups) {
+        acc += PaqLoad<kThroughL2>(map + r * n_vis + i);
+      }
       sum += acc;
     }
     x = static_cast<float>(sum / n_rows);
     scores[i] = x;
   }
   BlockStableTopKByRank(x, n_vis, k, s, has_nan, scan_scratch, kept);
+}
+
+// One block.
+__global__ void TokenScoresTopKKernel(const float* map, int64_t n_rows, int n_vis, int k,
+                                      float* scores, int* kept, float* map_paq) {
+  BlockTokenScoresTopK<false>(map, n_rows, n_vis, k, scores, kept, map_paq);
+}
+
+// PaqSoftmaxSumKernel's blocks, then, in the last of them to finish (counted in *done, which it
+// resets), TokenScoresTopKKernel's body over the map they summed.
+__global__ void PaqSoftmaxSumScoresTopKKernel(SumScoresArgs a) {
+  HAP_SHARED(int, last, 1);
+  BlockPaqSoftmaxSum(a.maps, a.paq, a.n_maps, a.temperature, int64_t{a.n_text} * a.n_vis, a.weights,
+                     a.out);
+  __threadfence();  // this block's elements, seen device-wide before it counts
+  __syncthreads();
+  if (threadIdx.x == 0) last[0] = atomicAdd(a.done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last[0]) return;  // uniform
+  __threadfence();
+  BlockTokenScoresTopK</*kThroughL2=*/true>(a.out, a.n_text, a.n_vis, a.k, a.scores, a.kept,
+                                            a.map_paq);
+  if (threadIdx.x == 0) *a.done = 0;  // ready for the next call
 }
 
 }  // namespace
@@ -79,6 +115,32 @@ KernelStatus PaqSoftmaxSum(const float* maps, const float* paq, int n_maps, doub
       CeilDiv(size, kSumThreads) < kMaxSumBlocks ? CeilDiv(size, kSumThreads) : kMaxSumBlocks;
   return Launch("PaqSoftmaxSumKernel", PaqSoftmaxSumKernel, dim3(blocks), dim3(kSumThreads), 0,
                 stream, maps, paq, n_maps, temperature, size, weights, out);
+}
+
+KernelStatus PaqSoftmaxSumScoresTopK(const SumScoresArgs& a, Stream stream) {
+  if (a.maps == nullptr || a.paq == nullptr || a.weights == nullptr || a.out == nullptr ||
+      a.map_paq == nullptr || a.scores == nullptr || a.kept == nullptr || a.done == nullptr ||
+      a.n_maps <= 0 || a.n_maps > kPaqSoftmaxSumMaxMaps || a.n_text <= 0 || a.n_vis <= 0 ||
+      a.n_vis > kTokenScoresTopKMaxTokens || a.k < 1 || a.k > a.n_vis) {
+    return KernelStatus::Error(
+        "PaqSoftmaxSumScoresTopK: bad arguments (n_maps=" + std::to_string(a.n_maps) +
+        " n_text=" + std::to_string(a.n_text) + " n_vis=" + std::to_string(a.n_vis) +
+        " k=" + std::to_string(a.k) + ")");
+  }
+  if (!(a.temperature > 0) || !(a.temperature < INFINITY)) {
+    return KernelStatus::Error(
+        "PaqSoftmaxSumScoresTopK: temperature is not a finite positive number");
+  }
+  // A thread per token for the last block's body, and at least the threads of PaqSoftmaxSum's
+  // and PaqKernel's blocks (which give the same bits with more).
+  int threads = static_cast<int>(CeilDiv(a.n_vis, 32)) * 32;
+  if (threads < kSumThreads) threads = kSumThreads;
+  if (threads < kPaqColumnThreads) threads = kPaqColumnThreads;
+  const int64_t size = int64_t{a.n_text} * a.n_vis;
+  const unsigned blocks =
+      CeilDiv(size, threads) < kMaxSumBlocks ? CeilDiv(size, threads) : kMaxSumBlocks;
+  return Launch("PaqSoftmaxSumScoresTopKKernel", PaqSoftmaxSumScoresTopKKernel, dim3(blocks),
+                dim3(threads), 0, stream, a);
 }
 
 KernelStatus TokenScoresTopK(const float* map, int64_t n_rows, int n_vis, int k, float* scores,

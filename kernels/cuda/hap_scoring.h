@@ -39,4 +39,28 @@ KernelStatus PaqSoftmaxSum(const float* maps, const float* paq, int n_maps, doub
 KernelStatus TokenScoresTopK(const float* map, int64_t n_rows, int n_vis, int k, float* scores,
                              int* kept, Stream stream, float* map_paq = nullptr);
 
+// PaqSoftmaxSum(maps, paq, n_maps, temperature, n_text·n_vis, weights, out), then
+// TokenScoresTopK(out, n_text, n_vis, k, scores, kept, map_paq), in one launch: a stage whose map
+// is one layer's, made and scored at once. The last of the sum's blocks to finish (counted in
+// *done with an atomic add, which it sets back to 0) runs the second's body over the summed map,
+// reading it through L2; the results are the two kernels' bit for bit. done: one device counter,
+// 0 before the call and after it; a stream's calls may share it, calls on streams that can
+// overlap may not. Errors: those of the two, and a null map_paq or done.
+struct SumScoresArgs {
+  const float* maps = nullptr;  // F32 [n_maps, n_text, n_vis]
+  const float* paq = nullptr;   // F32 [n_maps]
+  int n_maps = 0;
+  double temperature = 1.0;
+  int n_text = 0;
+  int n_vis = 0;
+  int k = 0;
+  float* weights = nullptr;  // F32 [n_maps]
+  float* out = nullptr;      // F32 [n_text, n_vis]: the map
+  float* map_paq = nullptr;  // F32 [1]
+  float* scores = nullptr;   // F32 [n_vis]
+  int* kept = nullptr;       // I32 [k]
+  unsigned* done = nullptr;
+};
+KernelStatus PaqSoftmaxSumScoresTopK(const SumScoresArgs& args, Stream stream);
+
 }  // namespace hap::cuda

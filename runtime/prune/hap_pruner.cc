@@ -88,20 +88,22 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
   BackendArray<float>& layer_map = group_maps_[slot];
   layer_map.Rebind(b);
   HAP_RETURN_IF_ERROR(layer_map.Resize(map_size));
+  // A group of this one layer, whose stage is decided in the backend's memory, makes the layer
+  // map's PAQ with its scores and selection, and with PAQ-softmax weights the map itself too (one
+  // launch on a GPU: PaqSoftmaxSumScoresTopKToBackend).
+  const bool device_stage = att.backend_keep != nullptr && !b.caps().host_memory;
+  const bool paq_at_stage = device_stage && pg.n_layers == 1;
+  const bool map_at_stage = paq_at_stage && weighting_ != Weighting::kUniform;
   if (weighting_ == Weighting::kUniform) {
     const std::vector<float> uniform(H, 1.f / H);
     HAP_RETURN_IF_ERROR(b.CopyToBackend(head_weights, uniform.data(), sizeof(float) * H));
     HAP_RETURN_IF_ERROR(
         ops.WeightedSumContiguous(head_maps_.data(), head_weights, H, map_size, layer_map.data()));
-  } else {
+  } else if (!map_at_stage) {
     HAP_RETURN_IF_ERROR(ops.PaqSoftmaxSumContiguous(head_maps_.data(), head_paq, H,
                                                     paq_temperature_, map_size, head_weights,
                                                     layer_map.data()));
   }
-  // A group of this one layer, whose stage is decided in the backend's memory, makes the layer
-  // map's PAQ with its scores and selection (one launch on a GPU).
-  const bool device_stage = att.backend_keep != nullptr && !b.caps().host_memory;
-  const bool paq_at_stage = device_stage && pg.n_layers == 1;
   float* layer_paq = scalars + at.layer_paq() + slot;
   if (!paq_at_stage) {
     HAP_RETURN_IF_ERROR(ops.Paq(layer_map.data(), 1, n_text, n_vis, layer_paq));
@@ -145,7 +147,10 @@ PrunerBase::KeepResult HapPruner::AfterLayer(const LayerAttention& att) {
     }
     int32_t* kept = kept_.data() + kept_offsets_[g];
     HAP_RETURN_IF_ERROR(
-        paq_at_stage
+        map_at_stage ? ops.PaqSoftmaxSumScoresTopKToBackend(
+                           head_maps_.data(), head_paq, H, paq_temperature_, n_text, n_vis, keep,
+                           head_weights, layer_map.data(), layer_paq, token_scores, kept)
+        : paq_at_stage
             ? ops.PaqTokenScoresTopKToBackend(group_map, n_text, n_vis, keep, layer_paq,
                                               token_scores, kept)
             : ops.TokenScoresTopKToBackend(group_map, n_text, n_vis, keep, token_scores, kept));

@@ -673,10 +673,11 @@ TEST(CudaStructure, NoDeviceToHostWaitInsideAHapPrefill) {
 // HAP scores a layer in three launches: its text→visual rows with their entropies and the heads'
 // PAQ (TextVisualAttentionPaq), the head weights made with the layer's map (PaqSoftmaxSum) and the
 // layer map's PAQ; a stage adds one, its token scores made with its selection (TokenScoresTopK),
-// which also makes the layer map's PAQ when the group is that one layer, and its compaction one
-// more (the hidden states and positions together, GatherKeptRowsPair). The kernels those replace
-// are not launched. Retaining 16 of 64 tokens over 6 layers takes groups of one layer (two
-// launches a layer and two a stage); 32, larger ones.
+// and its compaction one more (the hidden states and positions together, GatherKeptRowsPair). A
+// group of one layer makes its map, the map's PAQ, the scores and the selection in one launch
+// (PaqSoftmaxSumScoresTopK): two launches for the layer and its stage, and the compaction. The
+// kernels those replace are not launched. Retaining 16 of 64 tokens over 6 layers takes groups of
+// one layer; 32, larger ones.
 TEST(CudaStructure, HapScoresALayerInThreeLaunchesAndAStageInOne) {
   const TinyModelOptions o = testing_support::TinyOptions(7, 6, 112, DType::kBF16);
   absl::StatusOr<std::unique_ptr<LlavaModel>> model = LoadOnCuda(o, "hap_scoring");
@@ -686,9 +687,11 @@ TEST(CudaStructure, HapScoresALayerInThreeLaunchesAndAStageInOne) {
     absl::StatusOr<HapPrompt> p = HapPromptFor(**model, retain);
     ASSERT_TRUE(p.ok()) << p.status();
     const std::vector<const char*> kernels = {
-        "TextVisualAttentionKernel", "PaqKernel",           "PaqSoftmaxSumKernel",
-        "TokenScoresTopKKernel",     "PaqSoftmaxKernel",    "WeightedSumKernel",
-        "GatherKeptRowsPairKernel",  "TokenScoresKernel",   "StableTopKByRankKernel",
+        "TextVisualAttentionKernel", "PaqKernel",
+        "PaqSoftmaxSumKernel",       "TokenScoresTopKKernel",
+        "PaqSoftmaxKernel",          "WeightedSumKernel",
+        "GatherKeptRowsPairKernel",  "PaqSoftmaxSumScoresTopKKernel",
+        "TokenScoresKernel",         "StableTopKByRankKernel",
         "StableTopKKernel",          "GatherKeptRowsKernel"};
     std::vector<int64_t> before;
     for (const char* k : kernels) before.push_back(cuda::emulation::KernelLaunches(k));
@@ -714,14 +717,15 @@ TEST(CudaStructure, HapScoresALayerInThreeLaunchesAndAStageInOne) {
     ASSERT_GE(stages, 2);
     EXPECT_EQ(n[0], layers);               // text→visual rows
     EXPECT_EQ(n[1], layers - single);      // the layer map's PAQ (not at a stage)
-    EXPECT_EQ(n[2], layers);
-    EXPECT_EQ(n[3], stages);
+    EXPECT_EQ(n[2], layers - single);
+    EXPECT_EQ(n[3], stages - single);
+    EXPECT_EQ(n[7], single);  // a group of one layer: map, PAQ, scores and selection
     // Groups of several layers weigh their maps with PaqSoftmaxWeights and WeightedSumMaps.
     EXPECT_EQ(n[4], multi_layer_stages);
     EXPECT_EQ(n[5], multi_layer_stages);
     // The compaction after each stage: the hidden states and positions in one launch.
     EXPECT_EQ(n[6], stages);
-    for (size_t i = 7; i < kernels.size(); ++i) EXPECT_EQ(n[i], 0) << kernels[i];
+    for (size_t i = 8; i < kernels.size(); ++i) EXPECT_EQ(n[i], 0) << kernels[i];
     if (retain == 16.0) {
       EXPECT_EQ(single, stages);
     } else {

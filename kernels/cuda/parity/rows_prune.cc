@@ -747,6 +747,76 @@ CaseResult TokenScoresTopKPaqCase(int n_text, int n_vis, int k, bool bad_row) {
   return c.Result(ms);
 }
 
+// PaqSoftmaxSumScoresTopK: a one-layer group's map, its PAQ, scores and selection in one launch,
+// byte for byte the PaqSoftmaxSum and TokenScoresTopK (with the PAQ) kernels', and against the
+// references; called twice, the counter back at 0 after each call.
+CaseResult SumScoresTopKCase(int n_maps, int n_text, int n_vis, int k, double temperature) {
+  absl::StatusOr<Maps> maps = MakeMaps(n_maps, n_text, n_vis, 2100 + n_maps + n_vis);
+  Checker c;
+  if (!c.Reference(maps.status())) return c.Result(0);
+  const std::vector<float>& m = maps->a;
+  const std::vector<float> paq = RandomFloats(n_maps, 2200 + n_vis, 0.f, 1.f);
+  const int64_t size = int64_t{n_text} * n_vis;
+  std::vector<float> weights(n_maps), map(size), scores(n_vis);
+  std::vector<int> want(k);
+  float want_paq = NAN;
+  if (!c.Reference(kernels::PaqSoftmaxWeights(paq.data(), n_maps, temperature, weights.data())) ||
+      !c.Reference(
+          kernels::WeightedSumContiguous(m.data(), weights.data(), n_maps, size, map.data())) ||
+      !c.Reference(kernels::PaqReference(map.data(), 1, n_text, n_vis, &want_paq)) ||
+      !c.Reference(kernels::TokenScores(map.data(), n_text, n_vis, scores.data())) ||
+      !c.Reference(kernels::StableTopK(scores.data(), n_vis, k, want.data()))) {
+    return c.Result(0);
+  }
+  DeviceBuffer dmaps = DeviceBuffer::Of(m), dpaq = DeviceBuffer::Of(paq);
+  // The two kernels it stands for.
+  DeviceBuffer w2(n_maps * sizeof(float)), out2(size * sizeof(float)), mp2(sizeof(float));
+  DeviceBuffer s2(n_vis * sizeof(float)), k2(k * sizeof(int));
+  c.Status(PaqSoftmaxSum(dmaps.as<float>(), dpaq.as<float>(), n_maps, temperature, size,
+                         w2.as<float>(), out2.as<float>(), nullptr));
+  c.Status(TokenScoresTopK(out2.as<float>(), n_text, n_vis, k, s2.as<float>(), k2.as<int>(),
+                           nullptr, mp2.as<float>()));
+  DeviceBuffer dw(n_maps * sizeof(float)), dout(size * sizeof(float)), dmp(sizeof(float));
+  DeviceBuffer ds(n_vis * sizeof(float)), dk(k * sizeof(int));
+  DeviceBuffer done = DeviceBuffer::Of(std::vector<unsigned>{0u});
+  SumScoresArgs a;
+  a.maps = dmaps.as<float>();
+  a.paq = dpaq.as<float>();
+  a.n_maps = n_maps;
+  a.temperature = temperature;
+  a.n_text = n_text;
+  a.n_vis = n_vis;
+  a.k = k;
+  a.weights = dw.as<float>();
+  a.out = dout.as<float>();
+  a.map_paq = dmp.as<float>();
+  a.scores = ds.as<float>();
+  a.kept = dk.as<int>();
+  a.done = done.as<unsigned>();
+  double first_ms = 0;
+  for (int call = 0; call < 2; ++call) {
+    KernelStatus st;
+    const double ms = TimedMs([&] { return PaqSoftmaxSumScoresTopK(a, nullptr); }, &st);
+    c.Status(st);
+    if (call == 0) first_ms = ms;
+    const std::string when = call == 0 ? "" : ", called again";
+    c.Exact("weights (PaqSoftmaxSum's)" + when, dw, w2.Download<float>().data());
+    c.Exact("map (PaqSoftmaxSum's)" + when, dout, out2.Download<float>().data());
+    c.Exact("map PAQ (TokenScoresTopK's)" + when, dmp, mp2.Download<float>().data());
+    c.Exact("scores (TokenScoresTopK's)" + when, ds, s2.Download<float>().data());
+    c.Exact("kept (TokenScoresTopK's)" + when, dk, k2.Download<int>().data());
+    if (done.Download<unsigned>()[0] != 0u) c.Fail("the counter is not back at 0" + when);
+  }
+  c.Output("weights", dw, weights, kPaqSoftmaxTol);
+  c.Output("map", dout, map, kF32Tol);
+  c.Output("map PAQ", dmp, {want_paq}, kF32Tol);
+  c.Output("scores", ds, scores, kF32Tol);
+  OutputKept(c, "kept", dk, want, scores);
+  c.Unchanged("maps", dmaps, m.data());
+  c.Unchanged("paq", dpaq, paq.data());
+  return c.Result(first_ms);
+}
+
 // ------------------------------------------------------------------ Row gathers
 
 CaseResult GatherCase(int64_t n_rows, size_t row_bytes, const std::vector<int>& idx) {
@@ -933,6 +1003,26 @@ CaseResult RejectsBadArgumentsCase() {
   expect_error("TokenScoresTopK k 0", TokenScoresTopK(f, 2, 4, 0, f + 8, i, nullptr));
   expect_error("TokenScoresTopK over 1024 tokens",
                TokenScoresTopK(f, 1, kTokenScoresTopKMaxTokens + 1, 1, f, i, nullptr));
+  SumScoresArgs sum;
+  sum.maps = f;
+  sum.paq = f;
+  sum.n_maps = 2;
+  sum.n_text = 2;
+  sum.n_vis = 4;
+  sum.k = 2;
+  sum.weights = f + 8;
+  sum.out = f + 16;
+  sum.map_paq = f + 24;
+  sum.scores = f + 32;
+  sum.kept = i;
+  expect_error("PaqSoftmaxSumScoresTopK without its counter",
+               PaqSoftmaxSumScoresTopK(sum, nullptr));
+  sum.done = reinterpret_cast<unsigned*>(i + 8);
+  sum.k = 5;
+  expect_error("PaqSoftmaxSumScoresTopK k > n_vis", PaqSoftmaxSumScoresTopK(sum, nullptr));
+  sum.k = 2;
+  sum.temperature = 0.0;
+  expect_error("PaqSoftmaxSumScoresTopK temperature 0", PaqSoftmaxSumScoresTopK(sum, nullptr));
   return c.Result(0);
 }
 
@@ -1065,6 +1155,20 @@ void AddPruneCases(std::vector<Case>& cases) {
                          Str(k) + (bad_row ? " bad row" : ""),
                      {"TokenScoresTopKKernel", "PaqKernel"},
                      [=] { return TokenScoresTopKPaqCase(n_text, n_vis, k, bad_row); }});
+  }
+
+  // The map made, weighed and decided in one launch: LLaVA's 32 heads at the first layers' token
+  // counts (576 tokens: 32 blocks, a thread per token), a few maps of 7 tokens (one block), the
+  // most tokens, one text row, a concentrated PAQ-softmax.
+  for (auto [n_maps, n_text, n_vis, k, tau] : {std::tuple{32, 32, 576, 144, 1.0},
+                                               {32, 32, 64, 36, 1.0},
+                                               {8, 5, 7, 3, 1.0},
+                                               {4, 9, 1024, 512, 0.05},
+                                               {3, 1, 300, 10, 1.0}}) {
+    cases.push_back({"PaqSoftmaxSumScoresTopK " + Str(n_maps) + "x" + Str(n_text) + "x" +
+                         Str(n_vis) + " k" + Str(k) + (tau == 1.0 ? "" : " tau " + StrG(tau)),
+                     {"PaqSoftmaxSumScoresTopKKernel"},
+                     [=] { return SumScoresTopKCase(n_maps, n_text, n_vis, k, tau); }});
   }
 
   for (auto [n_rows, n_vis, rows] : {std::tuple{int64_t{33}, 577, std::vector<int>{}},
