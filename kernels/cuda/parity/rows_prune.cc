@@ -134,6 +134,23 @@ std::string AttentionName(const AttentionShape& s) {
          (s.pad ? " strided" : "");
 }
 
+// The arguments of shape s, without their pointers: Q and K padded by s.pad floats a row and the
+// LSE by s.pad a head (strided views) where it pads.
+TextVisualAttentionArgs ArgsOf(const AttentionShape& s) {
+  const int64_t q_stride = int64_t{s.n_heads} * s.head_dim + s.pad;
+  const int64_t k_stride = int64_t{s.n_kv_heads} * s.head_dim + s.pad;
+  return TextVisualAttentionArgs{.n_text = s.n_text,
+                                 .n_vis = s.n_vis,
+                                 .n_heads = s.n_heads,
+                                 .n_kv_heads = s.n_kv_heads,
+                                 .head_dim = s.head_dim,
+                                 .q_stride = s.pad ? q_stride : 0,
+                                 .k_stride = s.pad ? k_stride : 0,
+                                 .lse_stride = s.pad ? s.n_text + s.pad : 0,
+                                 .scale = 1.f / std::sqrt(static_cast<float>(s.head_dim)),
+                                 .renormalize = s.renormalize};
+}
+
 CaseResult TextVisualAttentionCase(const AttentionShape& s) {
   const uint64_t seed = 100 + s.n_text * 7 + s.n_vis + s.head_dim;
   const int64_t q_stride = int64_t{s.n_heads} * s.head_dim + s.pad;
@@ -148,16 +165,7 @@ CaseResult TextVisualAttentionCase(const AttentionShape& s) {
   std::vector<float> want(n_out);
   std::vector<double> want_h(s.entropy ? int64_t{s.n_heads} * s.n_text : 0);
 
-  TextVisualAttentionArgs a{.n_text = s.n_text,
-                            .n_vis = s.n_vis,
-                            .n_heads = s.n_heads,
-                            .n_kv_heads = s.n_kv_heads,
-                            .head_dim = s.head_dim,
-                            .q_stride = s.pad ? q_stride : 0,
-                            .k_stride = s.pad ? k_stride : 0,
-                            .lse_stride = s.pad ? lse_stride : 0,
-                            .scale = 1.f / std::sqrt(static_cast<float>(s.head_dim)),
-                            .renormalize = s.renormalize};
+  TextVisualAttentionArgs a = ArgsOf(s);
   TextVisualAttentionArgs ref = a;
   ref.q_text = q.data();
   ref.k_vis = k.data();
@@ -199,15 +207,7 @@ CaseResult TextVisualAttentionPaqCase(const AttentionShape& s) {
   const int64_t n_out = int64_t{s.n_heads} * s.n_text * s.n_vis;
   std::vector<float> want(n_out), want_paq(s.n_heads);
   std::vector<double> want_h(int64_t{s.n_heads} * s.n_text);
-  TextVisualAttentionArgs a{.n_text = s.n_text,
-                            .n_vis = s.n_vis,
-                            .n_heads = s.n_heads,
-                            .n_kv_heads = s.n_kv_heads,
-                            .head_dim = s.head_dim,
-                            .q_stride = s.pad ? q_stride : 0,
-                            .k_stride = s.pad ? k_stride : 0,
-                            .scale = 1.f / std::sqrt(static_cast<float>(s.head_dim)),
-                            .renormalize = true};
+  TextVisualAttentionArgs a = ArgsOf(s);  // renormalised: s.renormalize
   TextVisualAttentionArgs ref = a;
   ref.q_text = q.data();
   ref.k_vis = k.data();
