@@ -346,6 +346,7 @@ struct Args {
   // cudaProfilerStop, for a profiler that records that window alone (ncu --profile-from-start
   // off: bench/gpu/kernel_times.sh).
   std::string profile_window;
+  double profile_kept = 0;  // the visual tokens of 576 the window's prefill keeps (0: none)
 };
 
 absl::Status ParseArgs(int argc, char** argv, Args* a) {
@@ -374,7 +375,7 @@ absl::Status ParseArgs(int argc, char** argv, Args* a) {
   a->profile_window = f.GetOr("profile-window", a->profile_window);
   if (!a->profile_window.empty() && a->profile_window != "encode" &&
       a->profile_window != "none") {
-    double kept = 0;
+    double& kept = a->profile_kept;
     if (!absl::SimpleAtod(a->profile_window, &kept) || !(kept > 0) || kept > 576) {
       return absl::InvalidArgumentError(
           absl::StrCat("--profile-window ", a->profile_window,
@@ -637,11 +638,9 @@ int ProfileWindow(const LlavaModel& model, const Backend& b, const std::string& 
                   const PromptText& prompt, const Args& a) {
   PruneRequest prune;
   prune.method = "none";
-  if (a.profile_window != "encode" && a.profile_window != "none") {
-    double kept = 0;
-    if (!absl::SimpleAtod(a.profile_window, &kept)) Die("--profile-window", absl::InternalError(""));
+  if (a.profile_kept > 0) {
     prune.method = a.method;
-    prune.retain = kept * model.config().num_visual_tokens() / 576.0;
+    prune.retain = a.profile_kept * model.config().num_visual_tokens() / 576.0;
   }
   const bool encode = a.profile_window == "encode";
   for (int round = 0; round <= a.warmup; ++round) {

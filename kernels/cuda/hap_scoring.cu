@@ -5,6 +5,7 @@
 #include "kernels/cuda/hap_scoring.h"
 #include "kernels/cuda/paq.cuh"
 #include "kernels/cuda/paq_softmax.cuh"
+#include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/topk.cuh"
 
 namespace hap::cuda {
@@ -84,18 +85,11 @@ __global__ void TokenScoresTopKKernel(const float* map, int64_t n_rows, int n_vi
 // PaqSoftmaxSumKernel's blocks, then, in the last of them to finish (counted in *done, which it
 // resets), TokenScoresTopKKernel's body over the map they summed.
 __global__ void PaqSoftmaxSumScoresTopKKernel(SumScoresArgs a) {
-  HAP_SHARED(int, last, 1);
   BlockPaqSoftmaxSum(a.maps, a.paq, a.n_maps, a.temperature, int64_t{a.n_text} * a.n_vis, a.weights,
                      a.out);
-  __threadfence();  // this block's elements, seen device-wide before it counts
-  __syncthreads();
-  if (threadIdx.x == 0) last[0] = atomicAdd(a.done, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last[0]) return;  // uniform
-  __threadfence();
+  if (!LastBlockToArrive(a.done, gridDim.x)) return;  // uniform
   BlockTokenScoresTopK</*kThroughL2=*/true>(a.out, a.n_text, a.n_vis, a.k, a.scores, a.kept,
                                             a.map_paq);
-  if (threadIdx.x == 0) *a.done = 0;  // ready for the next call
 }
 
 }  // namespace

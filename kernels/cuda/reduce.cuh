@@ -1,4 +1,5 @@
-// Warp and block reductions shared by the kernels (sums in F32 and F64, maxima, arg-maxima).
+// Warp and block reductions shared by the kernels (sums in F32 and F64, maxima, arg-maxima), and
+// the test that lets the last block of a launch finish what all of them made.
 #pragma once
 
 #include "kernels/cuda/device.cuh"
@@ -6,6 +7,24 @@
 namespace hap::cuda {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
+
+// Whether this block is the last of the n_blocks that count in *count to get here. Every thread
+// calls it (it has barriers). What each block wrote before its call is then visible to the last
+// block, which reads it through L2 (__ldcg: another block's writes may be stale in its L1). The
+// last block sets *count back to 0 at once (every other block has counted), so a count starts at
+// 0 for each launch that uses it on the stream.
+__device__ __forceinline__ bool LastBlockToArrive(unsigned* count, unsigned n_blocks) {
+  HAP_SHARED(int, last, 1);
+  __threadfence();  // this block's writes, seen device-wide before it counts
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last[0] = atomicAdd(count, 1u) == n_blocks - 1;
+    if (last[0]) *count = 0;
+  }
+  __syncthreads();
+  if (last[0]) __threadfence();
+  return last[0] != 0;
+}
 
 struct SumOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }

@@ -109,20 +109,13 @@ __global__ void TextVisualAttentionKernel(RowsParams p) {
   }
   if (p.paq == nullptr) return;  // uniform
 
-  // The head's PAQ, by its last block: this block's rows are seen device-wide before it counts.
+  // The head's PAQ, by its last block.
   HAP_SHARED(double, paq_scratch, 32);
   HAP_SHARED(int, paq_bad, 1);
-  HAP_SHARED(int, last, 1);
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last[0] = atomicAdd(p.head_done + h, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last[0]) return;  // uniform
-  __threadfence();
+  if (!LastBlockToArrive(p.head_done + h, gridDim.x)) return;  // uniform
   const int64_t map = static_cast<int64_t>(h) * p.n_text;
   BlockPaq</*kThroughL2=*/true>(p.out + map * p.n_vis, p.entropy + map, p.n_text, p.n_vis,
                                 p.paq + h, paq_scratch, paq_bad);
-  if (threadIdx.x == 0) p.head_done[h] = 0;  // ready for the next call
 }
 
 }  // namespace
